@@ -1,0 +1,46 @@
+# mfpde: two commands on a fresh machine.
+#   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
+#   make test   builds .venv if missing, then ruff, pytest, pytest under mpiexec -n 2, and the container test
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+# python3.12 on PATH, else the newest 3.12 that pyenv has.
+PYTHON312 := $(shell if python3.12 -c 'pass' >/dev/null 2>&1; then echo python3.12; \
+	elif command -v pyenv >/dev/null 2>&1 && v=$$(pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -n1) && [ -n "$$v" ]; \
+	then echo "$$(pyenv root)/versions/$$v/bin/python3.12"; fi)
+NP ?= 2
+
+.PHONY: run test env clean lint test-serial test-mpi test-container bench
+
+$(BIN)/mfpde: pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "error: python3.12 not found (install Python 3.12)" >&2; exit 2; }
+	$(PYTHON312) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+	@touch $@
+
+env: $(BIN)/mfpde
+
+run: env
+	$(BIN)/mfpde run
+
+lint: env
+	$(BIN)/ruff check .
+
+test-serial: env
+	$(BIN)/pytest -m "not container" --junitxml=out/junit-serial.xml
+
+test-mpi: env
+	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "not serial and not container" -p no:cacheprovider \
+		--junitxml=out/junit-mpi.xml
+
+test-container: env
+	$(BIN)/pytest -m container --junitxml=out/junit-container.xml
+
+test: lint test-serial test-mpi test-container
+
+bench: env
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache

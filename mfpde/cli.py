@@ -1,0 +1,100 @@
+"""The command line: ``mfpde run | transport | verify | --version`` (interface.md).
+
+Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
+(one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 1 a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from mpi4py import MPI
+
+from mfpde import __version__
+
+logger = logging.getLogger("mfpde")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mfpde", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"mfpde {__version__}")
+    sub = p.add_subparsers(dest="command")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--out", type=Path, default=None, help="output directory (default out/<command>-<stem>)")
+    common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, TOML value syntax (repeatable)")
+    r = sub.add_parser("run", parents=[common], help="coupled training (the main job)")
+    r.add_argument("config", nargs="?", default=None, help="config TOML (default: the embedded digits problem)")
+    r.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    r.add_argument("--quiet", action="store_true", help="no progress output")
+    t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
+    t.add_argument("config", help="config TOML")
+    v = sub.add_parser("verify", help="numerical verification suite")
+    v.add_argument("--quick", action="store_true")
+    v.add_argument("--out", type=Path, default=None)
+    return p
+
+
+def _err(msg: str) -> None:
+    if MPI.COMM_WORLD.rank == 0:
+        print(f"mfpde: error: {msg}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``mfpde`` console script; returns the exit status."""
+    from mfpde.config import ConfigError
+    from mfpde.io import setup_logging
+    from mfpde.mesh import MeshError
+    from mfpde.transport import NumericalError
+
+    args = _parser().parse_args(argv)
+    if args.command is None:
+        _parser().print_help()
+        return 2
+    setup_logging(getattr(args, "quiet", False))
+    try:
+        return _dispatch(args)
+    except (ConfigError, MeshError) as e:
+        _err(str(e))
+        return 2
+    except NumericalError as e:
+        _err(f"numerical failure: {e}")
+        return 3
+
+
+def _out_dir(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        return Path(args.out)
+    stem = Path(args.config).stem if getattr(args, "config", None) else "default"
+    return Path("out") / f"{args.command}-{stem}"
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from mfpde import config as C
+    from mfpde.io import write_atomic
+
+    comm = MPI.COMM_WORLD
+    out = _out_dir(args)
+    if args.command == "transport":
+        from mfpde.problem import build, run_transport
+
+        cfg = C.load(args.config, args.overrides)
+        pb = build(cfg, comm)
+        write_atomic(out / "config.toml", C.to_toml(cfg), comm)
+        logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
+                    cfg.tokens.dim, cfg.depth.steps, out)
+        run_transport(pb, out)
+        return 0
+    if args.command == "run":
+        from mfpde.coupling import run_training
+
+        cfg = C.load(args.config, args.overrides)
+        return run_training(cfg, out, resume=args.resume, comm=comm, quiet=args.quiet)
+    if args.command == "verify":
+        from mfpde.verify import run_verify
+
+        return run_verify(out, quick=args.quick, comm=comm)
+    raise AssertionError(args.command)

@@ -1,0 +1,368 @@
+"""The configuration: one frozen dataclass tree, loaded from TOML and validated at the door.
+
+Keys and meanings are the contract of ``interface.md`` (section "Config"). Unknown keys, wrong types and
+out-of-range values raise :class:`ConfigError`, whose message names the key; the CLI turns it into exit
+status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare word is read as a string).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Invalid input: a config key, value, mesh or data file. Exit status 2."""
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
+
+    dim: int = 1
+    box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
+    mesh: str = ""
+    cells: list[int] = field(default_factory=lambda: [400])
+    degree: int = 0
+    cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
+    cfl: float = 0.4
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Depth interval [0, T] and the number of depth steps."""
+
+    T: float = 1.0
+    steps: int = 100
+    model: str = "weight-tied"
+    layers: int = 1
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Head family and the parameter space Θ ⊂ R^p with the initial head distribution ρ_0."""
+
+    family: str = "scalar"
+    a: float = 0.5
+    box: list[list[float]] = field(default_factory=lambda: [[-2.0, 2.0], [-2.0, 2.0]])
+    mesh: str = ""
+    cells: list[int] = field(default_factory=lambda: [48, 48])
+    degree: int = 1
+    init: dict[str, Any] = field(
+        default_factory=lambda: {"kind": "gaussian", "mean": [0.5, 1.0], "cov": [[0.01, 0.0], [0.0, 0.01]]}
+    )
+
+
+@dataclass(frozen=True)
+class Data:
+    """Input token measures μ_0^i and targets y^i."""
+
+    kind: str = "gaussian"
+    mean: list[list[float]] = field(default_factory=lambda: [[0.3]])
+    cov: list[list[list[float]]] = field(default_factory=lambda: [[[0.25]]])
+    target: list[float] = field(default_factory=lambda: [1.0])
+    classes: list[int] = field(default_factory=lambda: [0, 1])
+    samples: int = 40
+    test_samples: int = 40
+    seed: int = 0
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Readout g and loss ℓ: ŷ = ∫ g dμ_T, ℓ(ŷ, y) = ½ (ŷ − y)²."""
+
+    readout: str = "mean"
+    loss: str = "squared"
+    w: list[float] = field(default_factory=lambda: [1.0])
+    b: float = 0.0
+
+
+@dataclass(frozen=True)
+class Training:
+    """Regularisation and the training-time stepping of the parameter Fokker–Planck equation."""
+
+    regularization: str = "entropic"
+    # ``lambda`` is a Python keyword: the TOML key "lambda" maps to this field.
+    lam: float = 0.05
+    lambda2: float = 0.5
+    ds: float = 0.05
+    steps: int = 200
+    splitting: str = "lie"
+
+
+@dataclass(frozen=True)
+class Output:
+    """What is written and how often."""
+
+    every: int = 10
+    fields: bool = True
+    plots: bool = True
+    checkpoint_every: int = 20
+
+
+@dataclass(frozen=True)
+class Petsc:
+    """PETSc options per sub-solver (prefixes ``mfpde_token_``, ``mfpde_param_``)."""
+
+    token: dict[str, Any] = field(default_factory=dict)
+    param: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
+
+    tokens: Tokens = field(default_factory=Tokens)
+    depth: Depth = field(default_factory=Depth)
+    heads: Heads = field(default_factory=Heads)
+    data: Data = field(default_factory=Data)
+    loss: Loss = field(default_factory=Loss)
+    training: Training = field(default_factory=Training)
+    output: Output = field(default_factory=Output)
+    petsc: Petsc = field(default_factory=Petsc)
+    source: str = ""  # where it came from (file path or "<default>"): not a TOML key
+
+
+_ALIASES = {("training", "lambda"): "lam"}
+_ALIASES_BACK = {(s, v): k for (s, k), v in _ALIASES.items()}
+
+
+def _check_type(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is bool or tp is str:
+        if not isinstance(value, tp):
+            raise ConfigError(f"{key}: expected a {tp.__name__}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_check_type(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table, got {value!r}")
+        return dict(value)
+    if isinstance(tp, types.UnionType):  # pragma: no cover - not used yet
+        return value
+    raise TypeError(f"unsupported annotation {tp} for {key}")
+
+
+def from_dict(raw: dict[str, Any], source: str = "") -> Config:
+    """Build and validate a :class:`Config` from a nested dict (parsed TOML).
+
+    Raises:
+        ConfigError: an unknown section or key, a wrong type or a value out of range; the message
+            names the key.
+    """
+    hints = typing.get_type_hints(Config)
+    sections: dict[str, Any] = {}
+    for name, table in raw.items():
+        if name not in hints or name == "source":
+            raise ConfigError(f"unknown config section [{name}]")
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{name}] must be a table")
+        cls = hints[name]
+        fhints = typing.get_type_hints(cls)
+        kwargs = {}
+        for key, value in table.items():
+            attr = _ALIASES.get((name, key), key)
+            if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
+                raise ConfigError(f"unknown config key {name}.{key}")
+            kwargs[attr] = _check_type(f"{name}.{key}", value, fhints[attr])
+        sections[name] = cls(**kwargs)
+    cfg = Config(**sections, source=source)
+    validate(cfg)
+    return cfg
+
+
+def _require(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
+
+
+def _check_box(key: str, box: list[list[float]], dim: int) -> None:
+    _require(len(box) == dim, key, f"needs {dim} [lo, hi] pairs, got {len(box)}")
+    for lo_hi in box:
+        _require(len(lo_hi) == 2 and lo_hi[0] < lo_hi[1], key, f"each axis is [lo, hi] with lo < hi, got {lo_hi}")
+
+
+def _check_matrix(key: str, m: list[list[float]], n: int) -> None:
+    import numpy as np
+
+    _require(len(m) == n and all(len(r) == n for r in m), key, f"must be {n}x{n}")
+    a = np.asarray(m, dtype=float)
+    _require(bool(np.all(np.isfinite(a))), key, "must be finite")
+    _require(np.allclose(a, a.T), key, "must be symmetric")
+    _require(bool(np.all(np.linalg.eigvalsh(a) > 0)), key, "must be positive definite")
+
+
+def heads_dim(h: Heads) -> int:
+    """The parameter dimension p of the head family (``scalar``: θ = (a, v), p = 2; ``value``: p = 1)."""
+    return {"scalar": 2, "value": 1}[h.family]
+
+
+def validate(cfg: Config) -> None:
+    """Check ranges and consistency across sections.
+
+    Raises:
+        ConfigError: naming the offending key.
+    """
+    t, d, h, da, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training, cfg.output
+    _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
+    if t.mesh:
+        _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
+    else:
+        _check_box("tokens.box", t.box, t.dim)
+        _require(len(t.cells) == t.dim and all(c >= 1 for c in t.cells), "tokens.cells",
+                 f"needs {t.dim} positive integers, got {t.cells}")
+    _require(t.degree in (0, 1), "tokens.degree", f"must be 0 or 1, got {t.degree}")
+    _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
+    _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
+    _require(d.T > 0 and d.T < 1e6, "depth.T", f"must be positive, got {d.T}")
+    _require(d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}")
+    _require(d.model in ("weight-tied", "depth-indexed"), "depth.model", "must be 'weight-tied' or 'depth-indexed'")
+    _require(d.layers >= 1 and d.steps % d.layers == 0, "depth.layers",
+             f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}")
+    _require(h.family in ("scalar", "value"), "heads.family", f"must be 'scalar' or 'value', got {h.family!r}")
+    p = heads_dim(h)
+    if h.mesh:
+        _require(Path(h.mesh).is_file(), "heads.mesh", f"file {h.mesh!r} not found")
+    else:
+        _check_box("heads.box", h.box, p)
+        _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
+                 f"needs {p} positive integers, got {h.cells}")
+    _require(h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported")
+    kind = h.init.get("kind")
+    if kind == "gaussian":
+        _require(set(h.init) <= {"kind", "mean", "cov"}, "heads.init", "gaussian takes mean and cov")
+        mean = h.init.get("mean")
+        _require(isinstance(mean, list) and len(mean) == p, "heads.init.mean", f"needs length {p}")
+        _check_matrix("heads.init.cov", h.init.get("cov", []), p)
+    elif kind == "diracs":
+        _require(set(h.init) <= {"kind", "points", "weights"}, "heads.init", "diracs take points and weights")
+        pts, w = h.init.get("points", []), h.init.get("weights", [])
+        _require(len(pts) >= 1 and all(len(q) == p for q in pts), "heads.init.points", f"rows of length {p}")
+        _require(len(w) == len(pts) and all(x >= 0 for x in w) and sum(w) > 0, "heads.init.weights",
+                 "one non-negative weight per point, not all zero")
+    else:
+        raise ConfigError(f"heads.init.kind: must be 'gaussian' or 'diracs', got {kind!r}")
+    _require(da.kind in ("gaussian", "digits", "file"), "data.kind", "must be 'gaussian', 'digits' or 'file'")
+    if da.kind == "gaussian":
+        n = len(da.mean)
+        _require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")
+        _require(len(da.cov) == n, "data.cov", f"needs one {t.dim}x{t.dim} matrix per sample ({n})")
+        for i, c in enumerate(da.cov):
+            _check_matrix(f"data.cov[{i}]", c, t.dim)
+        _require(len(da.target) == n, "data.target", f"needs one target per sample ({n})")
+    elif da.kind == "digits":
+        _require(t.dim == 2, "data.kind", "digits are images on the unit square: needs tokens.dim = 2")
+        _require(len(da.classes) == 2 and all(0 <= c <= 9 for c in da.classes) and da.classes[0] != da.classes[1],
+                 "data.classes", "two distinct digits 0..9")
+        _require(da.samples >= 2, "data.samples", "must be >= 2")
+        _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
+    else:
+        _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
+    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout",
+             "must be 'mean', 'second_moment' or 'linear'")
+    if lo.readout == "linear":
+        _require(len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}")
+    _require(lo.loss == "squared", "loss.loss", "only 'squared' is supported")
+    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization",
+             "must be 'entropic' or 'tikhonov'")
+    _require(tr.lam >= 0, "training.lambda", "must be >= 0")
+    _require(tr.regularization == "tikhonov" or tr.lam > 0, "training.lambda", "must be > 0 for entropic")
+    _require(tr.lambda2 >= 0, "training.lambda2", "must be >= 0")
+    _require(tr.ds > 0, "training.ds", "must be > 0")
+    _require(tr.steps >= 0, "training.steps", "must be >= 0")
+    _require(tr.splitting in ("lie", "strang"), "training.splitting", "must be 'lie' or 'strang'")
+    _require(out.every >= 1, "output.every", "must be >= 1")
+    _require(out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1")
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=VALUE`` (TOML value syntax; a bare word is a string).
+
+    Raises:
+        ConfigError: if there is no ``=`` or the key is not ``section.key``.
+    """
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+    key, text = item.split("=", 1)
+    path = key.strip().split(".")
+    if len(path) < 2:
+        raise ConfigError(f"--set {item!r}: KEY must be section.key")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return path, value
+
+
+def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml") -> Config:  # type: ignore[assignment]
+    """Load a TOML config (or the embedded default ``mfpde/defaults/<default>``) and apply overrides.
+
+    Raises:
+        ConfigError: the file is missing or not valid TOML, or any key is invalid.
+    """
+    if path is None:
+        src = Path(__file__).parent / "defaults" / default
+        source = "<default>"
+    else:
+        src = Path(path)
+        source = str(path)
+        if not src.is_file():
+            raise ConfigError(f"config file {str(path)!r} not found")
+    try:
+        raw = tomllib.loads(src.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    for item in overrides:
+        keys, value = parse_override(item)
+        table = raw
+        for k in keys[:-1]:
+            table = table.setdefault(k, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"--set {item!r}: {k} is not a table")
+        table[keys[-1]] = value
+    return from_dict(raw, source=source)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
+
+
+def to_toml(cfg: Config) -> str:
+    """The resolved config as TOML text (round-trips through :func:`from_dict`)."""
+    lines = []
+    for f in dataclasses.fields(cfg):
+        if f.name == "source":
+            continue
+        lines.append(f"[{f.name}]")
+        for g in dataclasses.fields(getattr(cfg, f.name)):
+            key = _ALIASES_BACK.get((f.name, g.name), g.name)
+            lines.append(f"{key} = {_toml_value(getattr(getattr(cfg, f.name), g.name))}")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,170 @@
+"""Input token measures μ_0^i and targets y^i: Gaussians, scikit-learn's digits, point clouds from a file.
+
+Each sample is turned into a DG density on the token mesh with mass 1 (theory §2):
+
+* ``gaussian``: N(m, Σ) evaluated at the DG nodes, renormalised to mass 1;
+* ``digits``: the 8×8 image as a piecewise-constant density on the unit square (pixel (i, j) covers
+  [j/8, (j+1)/8] × [1 − (i+1)/8, 1 − i/8]), evaluated at cell midpoints, then normalised;
+* ``file``: points with weights deposited into the cell that contains them (DG0 value w/|cell|, then
+  interpolated into DG_k exactly), so the deposited mass equals Σ w exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import dolfinx.geometry
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.config import Config, ConfigError
+from mfpde.spaces import lumped_mass
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One input token measure and its target.
+
+    Attributes:
+        kind: ``"gaussian"``, ``"image"`` or ``"points"``.
+        params: kind-specific arrays (``mean``/``cov``; ``image`` (8, 8); ``points`` (N, d)/``weights`` (N,)).
+        target: the label y.
+    """
+
+    kind: str
+    params: dict[str, Any]
+    target: float
+
+
+def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
+    """Training and test samples of the config's ``[data]`` section.
+
+    Raises:
+        ConfigError: a data file is missing, unreadable or malformed, or holds non-finite or negative data.
+    """
+    da, d = cfg.data, cfg.tokens.dim
+    if da.kind == "gaussian":
+        train = [Sample("gaussian", {"mean": np.asarray(m, float), "cov": np.asarray(c, float)}, float(y))
+                 for m, c, y in zip(da.mean, da.cov, da.target, strict=True)]
+        return train, []
+    if da.kind == "digits":
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        c0, c1 = da.classes
+        idx = np.flatnonzero((digits.target == c0) | (digits.target == c1))
+        idx = np.random.default_rng(da.seed).permutation(idx)
+        need = da.samples + da.test_samples
+        if need > len(idx):
+            raise ConfigError(f"data.samples + data.test_samples = {need} exceeds the {len(idx)} images of "
+                              f"classes {da.classes}")
+        mk = [Sample("image", {"image": digits.images[i]}, 1.0 if digits.target[i] == c1 else -1.0)
+              for i in idx[:need]]
+        return mk[: da.samples], mk[da.samples :]
+    path = Path(da.path)
+    try:
+        with np.load(path) as f:
+            pts, wts, tgt = (np.asarray(f[k], dtype=float) for k in ("points", "weights", "target"))
+    except (OSError, KeyError, ValueError) as e:
+        raise ConfigError(f"data.path {str(path)!r}: cannot read points/weights/target: {e}") from None
+    if pts.ndim != 3 or pts.shape[2] != d or wts.shape != pts.shape[:2] or tgt.shape != (pts.shape[0],):
+        raise ConfigError(f"data.path {str(path)!r}: expected points (n, N, {d}), weights (n, N), target (n,); "
+                          f"got {pts.shape}, {wts.shape}, {tgt.shape}")
+    if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(wts)) and np.all(np.isfinite(tgt))):
+        raise ConfigError(f"data.path {str(path)!r}: non-finite values")
+    if np.any(wts < 0) or np.any(wts.sum(axis=1) <= 0):
+        raise ConfigError(f"data.path {str(path)!r}: weights must be >= 0 with a positive sum per sample")
+    return [Sample("points", {"points": p, "weights": w}, float(y)) for p, w, y in zip(pts, wts, tgt, strict=True)], []
+
+
+def _normalise(u: dolfinx.fem.Function, mass: float, what: str) -> None:
+    if not (np.isfinite(mass) and mass > 0):
+        raise ConfigError(f"{what}: the input density has no mass on the token domain")
+    u.x.array[:] /= mass
+
+
+def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
+    """Set the DG function u to the density of ``sample`` with mass 1.
+
+    Args:
+        sample: the input measure.
+        u: a DG function on the token mesh (overwritten).
+        mass_of: callable u ↦ ∫ u (the token solver's mass, reduced over ranks).
+
+    Raises:
+        ConfigError: the measure has no mass on Ω, or a point lies outside Ω.
+    """
+    W = u.function_space
+    msh = W.mesh
+    d = msh.geometry.dim
+    Q = dolfinx.fem.functionspace(msh, ("DG", 0))
+    u0 = dolfinx.fem.Function(Q)
+    if sample.kind == "gaussian":
+        m, prec = sample.params["mean"], np.linalg.inv(sample.params["cov"])
+
+        def density(x: Array) -> Array:
+            xc = x[:d] - m[:, None]
+            return np.exp(-0.5 * np.einsum("in,ij,jn->n", xc, prec, xc))
+
+        u.interpolate(density)
+        _normalise(u, mass_of(u), "data (gaussian)")
+        return
+    if sample.kind == "image":
+        img = np.asarray(sample.params["image"], dtype=float)
+
+        def pixels(x: Array) -> Array:
+            j = np.clip(np.floor(8 * x[0]).astype(int), 0, 7)
+            i = np.clip(np.floor(8 * (1 - x[1])).astype(int), 0, 7)
+            return img[i, j]
+
+        u0.interpolate(pixels)  # DG0: evaluated at cell midpoints
+    else:
+        _deposit(u0, sample.params["points"], sample.params["weights"])
+    u.interpolate(u0)
+    _normalise(u, mass_of(u), f"data ({sample.kind})")
+
+
+def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
+    """Deposit weighted points into the DG0 function u0 (value w/|cell|), preserving Σ w exactly.
+
+    A point on a cell boundary goes to the cell of smallest global index, once across all ranks.
+
+    Raises:
+        ConfigError: a point lies outside the mesh.
+    """
+    msh = u0.function_space.mesh
+    tdim, d = msh.topology.dim, msh.geometry.dim
+    nloc = msh.topology.index_map(tdim).size_local
+    pts3 = np.zeros((len(points), 3))
+    pts3[:, :d] = points
+    tree = dolfinx.geometry.bb_tree(msh, tdim, padding=1e-12)
+    cand = dolfinx.geometry.compute_collisions_points(tree, pts3)
+    coll = dolfinx.geometry.compute_colliding_cells(msh, cand, pts3)
+    big = np.iinfo(np.int64).max
+    owner = np.repeat(np.arange(len(points)), np.diff(coll.offsets))
+    cells = np.asarray(coll.array, dtype=np.int32)
+    keep = cells < nloc
+    owner, cells = owner[keep], cells[keep]
+    gcell = msh.topology.index_map(tdim).local_to_global(cells)
+    glob = np.full(len(points), big, dtype=np.int64)
+    np.minimum.at(glob, owner, gcell)
+    best = np.empty_like(glob)
+    msh.comm.Allreduce(glob, best, op=MPI.MIN)
+    if np.any(best == big):
+        bad = int(np.flatnonzero(best == big)[0])
+        raise ConfigError(f"data: point {points[bad].tolist()} lies outside the token domain")
+    mine = gcell == best[owner]  # this rank holds the chosen cell of that point
+    Q = u0.function_space
+    dofs = Q.dofmap.list[cells[mine], 0]
+    vals = np.zeros(len(u0.x.array))
+    np.add.at(vals, dofs, weights[owner[mine]])
+    vol = lumped_mass(Q)
+    u0.x.array[:] = vals / vol
+    u0.x.scatter_forward()

@@ -1,0 +1,90 @@
+"""The head distribution ρ on Θ: a P1 density with mass lumping, or finitely many weighted Dirac heads.
+
+The token solver needs ρ only through the reduced :class:`~mfpde.attention.HeadMeasure`; this module
+builds it from either representation, gathering the (small) Θ data on every rank in an order fixed by
+the coordinates, so that results do not depend on the number of ranks.
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.attention import HeadFamily, HeadMeasure
+from mfpde.mesh import Domain
+from mfpde.spaces import lumped_mass
+
+Array = npt.NDArray[np.float64]
+
+
+class ThetaSpace:
+    """P1 densities on the parameter mesh Θ and their lumped-mass quadrature (theory §4).
+
+    Args:
+        domain: the Θ mesh (distributed).
+        family: the head family (its p must equal the mesh dimension).
+
+    Raises:
+        ValueError: the mesh dimension is not the family's p.
+    """
+
+    def __init__(self, domain: Domain, family: HeadFamily):
+        msh = domain.mesh
+        if msh.geometry.dim != family.p:
+            raise ValueError(f"Θ mesh has dimension {msh.geometry.dim}, head family {family.name!r} needs {family.p}")
+        self.domain, self.family, self.comm = domain, family, msh.comm
+        self.V = dolfinx.fem.functionspace(msh, ("Lagrange", 1))
+        self.m = lumped_mass(self.V)
+        self.n_owned = self.V.dofmap.index_map.size_local
+        p = family.p
+        self.x = self.V.tabulate_dof_coordinates()[:, :p]  # local dofs (owned + ghost)
+        own = self.x[: self.n_owned]
+        self.counts = np.array(self.comm.allgather(self.n_owned))
+        pts = np.stack([self._allgather(own[:, j]) for j in range(p)], axis=1)
+        self.order = np.lexsort(pts.T[::-1])
+        self.points = pts[self.order]  # global dof coordinates, shape (N_θ, p), rank-independent order
+
+    def _allgather(self, a: Array) -> Array:
+        out = np.empty(int(self.counts.sum()))
+        self.comm.Allgatherv(np.ascontiguousarray(a, dtype=np.float64), (out, self.counts))
+        return out
+
+    def gather(self, rho: dolfinx.fem.Function) -> Array:
+        """The global quadrature weights m_i ρ_i, shape (N_θ,), in the order of ``points``."""
+        n = self.n_owned
+        return self._allgather(self.m[:n] * rho.x.array[:n])[self.order]
+
+    def head_measure(self, rho: dolfinx.fem.Function) -> HeadMeasure:
+        """The reduced head distribution of the P1 density ρ (theory §1.3: V is linear in ρ)."""
+        return HeadMeasure.from_heads(self.family, self.points, self.gather(rho))
+
+    def mass(self, rho: dolfinx.fem.Function) -> float:
+        """∫ ρ dθ (exact with the lumped mass)."""
+        n = self.n_owned
+        return self.comm.allreduce(float(self.m[:n] @ rho.x.array[:n]), op=MPI.SUM)
+
+    def gaussian(self, mean: list[float], cov: list[list[float]]) -> dolfinx.fem.Function:
+        """The Gaussian density N(mean, cov) interpolated at the P1 nodes, renormalised to mass 1.
+
+        Raises:
+            ValueError: the Gaussian has (numerically) no mass on Θ.
+        """
+        mean_a = np.asarray(mean, dtype=float)
+        prec = np.linalg.inv(np.asarray(cov, dtype=float))
+        rho = dolfinx.fem.Function(self.V, name="rho")
+        xc = self.x - mean_a
+        rho.x.array[:] = np.exp(-0.5 * np.einsum("ni,ij,nj->n", xc, prec, xc))
+        mass = self.mass(rho)
+        if not mass > 1e-300:
+            raise ValueError("the initial head Gaussian has no mass on Θ (mean far outside the box?)")
+        rho.x.array[:] /= mass
+        return rho
+
+
+def dirac_heads(family: HeadFamily, points: list[list[float]], weights: list[float]) -> HeadMeasure:
+    """Finitely many heads θ_h with weights w_h (normalised to sum 1): ρ = Σ_h w_h δ_{θ_h}."""
+    w = np.asarray(weights, dtype=float)
+    return HeadMeasure.from_heads(family, np.asarray(points, dtype=float), w / w.sum())

@@ -1,0 +1,94 @@
+"""Output: atomic reports, history, ParaView fields (VTX ``.bp``) and checkpoints.
+
+File formats (all under the command's DIR):
+
+* ``report.json``, ``config.toml``: written by rank 0 to a temporary name and renamed, so a reader
+  never sees a half-written file.
+* ``history.csv``: one row per output step (``run``).
+* ``fields/*.bp``: VTX (ADIOS2) files, one per field, readable by ParaView (open the ``.bp`` folder
+  with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ).
+* ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
+  :class:`mfpde.heads.ThetaSpace`), the step and training time; written atomically by rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+def write_atomic(path: Path, text: str, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+    """Write text to path on rank 0 via a temporary file and a rename (atomic on POSIX)."""
+    if comm.rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    comm.Barrier()
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, np.floating | float):
+        return float(x) if np.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
+def write_report(out: Path, report: dict[str, Any], comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+    """Write ``report.json`` (non-finite numbers become null)."""
+    write_atomic(out / "report.json", json.dumps(_jsonable(report), indent=2) + "\n", comm)
+
+
+def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+    """Save global arrays (identical on all ranks) to ``checkpoint/state.npz`` atomically."""
+    if comm.rank == 0:
+        d = out / "checkpoint"
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "state.tmp.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, d / "state.npz")
+    comm.Barrier()
+
+
+def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
+    """The arrays of ``checkpoint/state.npz``, or None if there is none."""
+    f = out / "checkpoint" / "state.npz"
+    if not f.is_file():
+        return None
+    with np.load(f) as z:
+        return {k: z[k] for k in z.files}
+
+
+class RankFilter(logging.Filter):
+    """Let only rank 0 log (house style: only rank 0 prints)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return MPI.COMM_WORLD.rank == 0
+
+
+def setup_logging(quiet: bool = False) -> None:
+    """Log to stderr from rank 0 only, tagged with ``rank/size``."""
+    h = logging.StreamHandler(sys.stderr)
+    h.addFilter(RankFilter())
+    size = MPI.COMM_WORLD.size
+    h.setFormatter(logging.Formatter(f"mfpde[0/{size}] %(message)s"))
+    root = logging.getLogger("mfpde")
+    root.handlers[:] = [h]
+    root.setLevel(logging.WARNING if quiet else logging.INFO)

@@ -1,0 +1,107 @@
+"""Meshes of the token domain Ω ⊂ R^d and of the parameter domain Θ ⊂ R^p.
+
+Boxes are built by DOLFINx (intervals, quadrilaterals or right-diagonal triangles); other domains come
+from gmsh ``.msh`` files read by ``dolfinx.io.gmsh.read_from_msh`` on rank 0 and distributed.
+A box remembers its vertex axes: the attention kernel uses the tensor-product structure (see
+:mod:`mfpde.attention`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpi4py import MPI
+
+import dolfinx.io.gmsh
+import dolfinx.mesh
+import numpy as np
+import numpy.typing as npt
+
+logger = logging.getLogger(__name__)
+
+
+class MeshError(ValueError):
+    """A mesh file is missing, unreadable or of the wrong dimension (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A mesh and, for boxes, the coordinates of its vertex grid along each axis.
+
+    Attributes:
+        mesh: the (distributed) DOLFINx mesh.
+        axes: for a box, one array of vertex coordinates per axis, shape (n_j + 1,); else None.
+    """
+
+    mesh: dolfinx.mesh.Mesh
+    axes: tuple[npt.NDArray[np.float64], ...] | None = None
+
+    @property
+    def dim(self) -> int:
+        return self.mesh.geometry.dim
+
+
+def box(comm: MPI.Comm, bounds: list[list[float]], cells: list[int], cell: str = "quadrilateral") -> Domain:
+    """A box mesh: an interval (d = 1) or a rectangle of quadrilaterals or right triangles (d = 2).
+
+    Args:
+        comm: communicator over which the mesh is distributed.
+        bounds: per-axis [lo, hi], length d.
+        cells: cells per axis, length d.
+        cell: ``"quadrilateral"`` or ``"triangle"`` (d = 2 only).
+    """
+    d = len(bounds)
+    axes = tuple(np.linspace(lo, hi, n + 1) for (lo, hi), n in zip(bounds, cells, strict=True))
+    if d == 1:
+        msh = dolfinx.mesh.create_interval(comm, cells[0], bounds[0])
+    elif d == 2:
+        ct = dolfinx.mesh.CellType.quadrilateral if cell == "quadrilateral" else dolfinx.mesh.CellType.triangle
+        lo = [b[0] for b in bounds]
+        hi = [b[1] for b in bounds]
+        msh = dolfinx.mesh.create_rectangle(comm, [lo, hi], cells, cell_type=ct)
+    else:
+        raise MeshError(f"box of dimension {d}: only 1 and 2 are supported")
+    return Domain(msh, axes)
+
+
+def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
+    """Read a gmsh ``.msh`` file (physical groups required) as a mesh of geometric dimension gdim.
+
+    Raises:
+        MeshError: the file is missing or cannot be read, or its cells are not of dimension gdim.
+    """
+    import gmsh
+
+    path = Path(path)
+    if not path.is_file():
+        raise MeshError(f"mesh file {str(path)!r} not found")
+    if not gmsh.isInitialized():
+        gmsh.initialize()
+    gmsh.option.setNumber("General.Terminal", 0)
+    try:
+        data = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim)
+    except Exception as e:  # gmsh raises plain Exception on unreadable files
+        raise MeshError(f"mesh file {str(path)!r} could not be read: {e}") from None
+    msh = data.mesh
+    if msh.topology.dim != gdim:
+        raise MeshError(f"mesh file {str(path)!r} has cells of dimension {msh.topology.dim}, expected {gdim}")
+    return Domain(msh, None)
+
+
+def make_domain(comm: MPI.Comm, dim: int, mesh_file: str, bounds: list[list[float]], cells: list[int],
+                cell: str = "quadrilateral") -> Domain:
+    """The domain of a config section: a gmsh file if ``mesh_file`` is set, else a box."""
+    if mesh_file:
+        return read_msh(comm, mesh_file, dim)
+    return box(comm, bounds, cells, cell)
+
+
+def measure(msh: dolfinx.mesh.Mesh) -> float:
+    """The measure (length, area) of the mesh domain, summed over ranks."""
+    import dolfinx.fem
+    import ufl
+
+    one = dolfinx.fem.form(dolfinx.fem.Constant(msh, 1.0) * ufl.dx(domain=msh))
+    return msh.comm.allreduce(dolfinx.fem.assemble_scalar(one), op=MPI.SUM)

@@ -1,0 +1,382 @@
+"""Token transport: the McKean–Vlasov continuity equation in depth, by upwind discontinuous Galerkin.
+
+Solves theory §1.3 (F),
+
+    ∂_t μ_t + ∇·(μ_t V[μ_t; ρ]) = 0  on Ω ⊂ R^d (d = 1, 2),  t ∈ [0, T],  no inflow on ∂Ω,
+
+with the softmax attention velocity of :mod:`mfpde.attention`.
+
+Design, and why:
+
+* **Discontinuous Galerkin of degree k = 0 or 1 with the upwind flux** (Cockburn–Shu, J. Sci. Comput. 16,
+  2001). DG is locally conservative: testing with w = 1 on a cell gives exactly the flux balance, so mass
+  changes only by the outflow through ∂Ω, which is accumulated (``outflow``) rather than lost.
+  k = 0 is the upwind finite-volume scheme (first order, positive); k = 1 is second order.
+* **SSP Runge–Kutta 3** (Shu–Osher) in depth: a convex combination of forward-Euler steps, so the
+  positivity of each Euler step carries over. The step is sub-cycled automatically so that
+  Δt · (outflow of the cell)/|cell| ≤ ``cfl`` (for k = 1, half of it: the Zhang–Shu condition for P1).
+* **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
+  polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
+  untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
+* **The velocity** is a continuous vector P1 field, evaluated at every stage at the mesh vertices from the
+  whole of μ: each rank gathers the quadrature data of μ (nodes fixed at set-up, weights per stage, in
+  a global order fixed by the original cell index, so the sum is the same on any number of ranks).
+  The quadrature is the lumped-mass rule, Σ_i m_i μ_i δ_{x_i} with m_i = ∫ φ_i: exact for the mass,
+  positive weights whenever μ_h ≥ 0, midpoint rule for k = 0.
+* The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
+  ``mfpde_token_``; block Jacobi with exact LU per rank block by default).
+
+Cost per stage: one velocity evaluation (see :mod:`mfpde.attention` for its cost), one vector assembly
+and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mpi4py import MPI
+from petsc4py import PETSc
+
+import dolfinx.fem
+import dolfinx.fem.petsc
+import dolfinx.la
+import numpy as np
+import numpy.typing as npt
+import ufl
+
+from mfpde.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.mesh import Domain
+from mfpde.spaces import lumped_mass
+
+logger = logging.getLogger(__name__)
+Array = npt.NDArray[np.float64]
+
+
+class NumericalError(RuntimeError):
+    """Numerical failure (non-finite values, a solver that did not converge, blow-up): exit status 3."""
+
+
+class TokenQuadrature:
+    """The lumped-mass quadrature of a DG density, gathered on every rank in a rank-independent order.
+
+    The nodes x_i (dof coordinates) and weights m_i = ∫ φ_i are fixed at construction; :meth:`gather`
+    returns the global weights m_i μ_i of the current density. On a box the nodes lie on a tensor grid
+    and :meth:`grid` returns the weights as an array over it.
+    """
+
+    def __init__(self, W: dolfinx.fem.FunctionSpace, domain: Domain):
+        msh = W.mesh
+        self.comm = msh.comm
+        tdim = msh.topology.dim
+        gdim = msh.geometry.dim
+        ncells = msh.topology.index_map(tdim).size_local
+        dofs = W.dofmap.list[:ncells]  # (ncells, nd): DG dofs of owned cells are owned
+        nd = dofs.shape[1]
+        self.local_dofs = dofs.ravel()
+        self.local_m = lumped_mass(W)[self.local_dofs]
+        orig = np.asarray(msh.topology.original_cell_index[:ncells], dtype=np.int64)
+        keys = (orig[:, None] * nd + np.arange(nd)[None, :]).ravel()
+        xyz = W.tabulate_dof_coordinates()[self.local_dofs, :gdim]
+        self.counts = np.array(self.comm.allgather(len(keys)))
+        all_keys = self._allgather(keys.astype(np.float64))
+        self.order = np.argsort(all_keys, kind="stable")
+        self.points = np.stack([self._allgather(np.ascontiguousarray(xyz[:, j]))
+                                for j in range(gdim)], axis=1)[self.order]
+        self.grid_axes: TensorGrid | None = None
+        if domain.axes is not None:
+            # DG0 nodes are the cell midpoints, DG1 nodes the vertices: both tensor grids.
+            axes = domain.axes if W.element.basix_element.degree == 1 else tuple(
+                0.5 * (a[1:] + a[:-1]) for a in domain.axes)
+            idx = [np.rint((self.points[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64)
+                   for j in range(gdim)]
+            shape = tuple(len(a) for a in axes)
+            if all(np.allclose(axes[j][idx[j]], self.points[:, j], atol=1e-9) for j in range(gdim)) and all(
+                    (i >= 0).all() and (i < n).all() for i, n in zip(idx, shape, strict=True)):
+                self.grid_axes = TensorGrid(tuple(axes))
+                self.flat_index = np.ravel_multi_index(tuple(idx), shape)
+
+    def _allgather(self, a: Array) -> Array:
+        out = np.empty(int(self.counts.sum()), dtype=np.float64)
+        self.comm.Allgatherv(np.ascontiguousarray(a, dtype=np.float64), (out, self.counts))
+        return out
+
+    def gather(self, u: dolfinx.fem.Function) -> Array:
+        """The global quadrature weights m_i μ_i of the density u, shape (N_y,), same on every rank."""
+        return self._allgather(self.local_m * u.x.array[self.local_dofs])[self.order]
+
+    def grid(self, weights: Array) -> Array:
+        """Weights summed onto the tensor grid (shape of the grid); requires ``grid_axes``."""
+        assert self.grid_axes is not None
+        W = np.zeros(int(np.prod(self.grid_axes.shape)))
+        np.add.at(W, self.flat_index, weights)
+        return W.reshape(self.grid_axes.shape)
+
+
+@dataclass
+class TransportReport:
+    """Diagnostics of one token solve (theory §1.3; the ``transport`` report of interface.md)."""
+
+    mass_0: float
+    mass_T: float
+    outflow: float
+    min_density: float
+    mean_T: list[float]
+    cov_T: list[list[float]]
+    yhat: float
+    substeps: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def mass_error(self) -> float:
+        """|∫μ_T − ∫μ_0| / ∫μ_0: the mass lost or gained other than by the outflow is mass_error
+        minus outflow; with nothing leaving Ω it is the conservation error."""
+        return abs(self.mass_T - self.mass_0) / self.mass_0
+
+
+Readout = Callable[[Array], Array]
+
+
+def readout_function(kind: str, w: list[float] | None = None, b: float = 0.0) -> Readout:
+    """The readout g of theory §2 as a function of points (N, d) → (N,).
+
+    ``mean``: g = x_1; ``second_moment``: g = |x|²; ``linear``: g = w·x + b.
+    """
+    if kind == "mean":
+        return lambda x: x[:, 0]
+    if kind == "second_moment":
+        return lambda x: (x * x).sum(axis=1)
+    if kind == "linear":
+        wv = np.asarray(w, dtype=float)
+        return lambda x: x @ wv + b
+    raise ValueError(f"unknown readout {kind!r}")
+
+
+class TokenTransport:
+    """The upwind-DG / SSP-RK3 solver of the token McKean–Vlasov equation (theory §1.3 (F)).
+
+    Args:
+        domain: token mesh (and tensor axes for boxes).
+        degree: DG degree, 0 or 1.
+        cfl: safety factor of the positivity CFL condition, in (0, 1].
+        petsc_options: options for the mass solve (prefix ``mfpde_token_``).
+    """
+
+    def __init__(self, domain: Domain, degree: int = 0, cfl: float = 0.4,
+                 petsc_options: dict | None = None):
+        if degree not in (0, 1):
+            raise ValueError(f"DG degree must be 0 or 1, got {degree}")
+        self.domain = domain
+        msh = domain.mesh
+        self.msh = msh
+        self.comm = msh.comm
+        self.degree = degree
+        self.cfl = cfl * (1.0 if degree == 0 else 0.5)
+        d = msh.geometry.dim
+        self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
+        self.Q = dolfinx.fem.functionspace(msh, ("DG", 0))
+        self.P = dolfinx.fem.functionspace(msh, ("Lagrange", 1, (d,)))
+        self.vel = dolfinx.fem.Function(self.P, name="velocity")
+        self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
+        self.rhs = dolfinx.fem.Function(self.W)
+        self.du = dolfinx.fem.Function(self.W)
+        self._stage = dolfinx.fem.Function(self.W)
+        self.quad = TokenQuadrature(self.W, domain)
+        self.m = lumped_mass(self.W)
+        self.n_owned = self.W.dofmap.index_map.size_local
+        self._velocity_points(domain)
+        self._forms()
+        self._mass_solver(petsc_options or {})
+        if degree == 1:
+            tdim = msh.topology.dim
+            nc = msh.topology.index_map(tdim).size_local + msh.topology.index_map(tdim).num_ghosts
+            self.cell_dofs = self.W.dofmap.list[:nc]
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _velocity_points(self, domain: Domain) -> None:
+        d = self.msh.geometry.dim
+        x = self.P.tabulate_dof_coordinates()[:, :d]  # one row per vertex (blocked space)
+        self.vx = x
+        self.vgrid: TensorGrid | None = None
+        if domain.axes is not None and self.quad.grid_axes is not None:
+            axes = domain.axes
+            idx = [np.rint((x[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64) for j in range(d)]
+            if all(np.allclose(axes[j][idx[j]], x[:, j], atol=1e-9) for j in range(d)):
+                self.vgrid = TensorGrid(tuple(axes))
+                self.vindex = tuple(idx)
+
+    def _forms(self) -> None:
+        msh, u, V = self.msh, self.u, self.vel
+        w = ufl.TestFunction(self.W)
+        q = ufl.TestFunction(self.Q)
+        n = ufl.FacetNormal(msh)
+        vn = ufl.dot(V, n)
+        vnp = 0.5 * (vn + abs(vn))
+        vf = ufl.dot(V("+"), n("+"))
+        flux = u("+") * 0.5 * (vf + abs(vf)) - u("-") * 0.5 * (abs(vf) - vf)
+        self.L = dolfinx.fem.form(u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * ufl.dS
+                                  - u * vnp * w * ufl.ds)
+        self.outflow_rate = dolfinx.fem.form(u * vnp * ufl.ds)
+        # Per cell: total outflow velocity flux through its facets, for the CFL condition.
+        self.cell_out = dolfinx.fem.form(0.5 * (vf + abs(vf)) * q("+") * ufl.dS
+                                         + 0.5 * (abs(vf) - vf) * q("-") * ufl.dS + vnp * q * ufl.ds)
+        self.cell_vol = lumped_mass(self.Q)[: self.Q.dofmap.index_map.size_local]
+        self._out = dolfinx.fem.Function(self.Q)
+
+    def _mass_solver(self, options: dict) -> None:
+        w, v = ufl.TestFunction(self.W), ufl.TrialFunction(self.W)
+        self.M = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(w * v * ufl.dx))
+        self.M.assemble()
+        ksp = PETSc.KSP().create(self.comm)
+        ksp.setOperators(self.M)
+        prefix = "mfpde_token_"
+        ksp.setOptionsPrefix(prefix)
+        opts = PETSc.Options()
+        defaults = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
+        for k, val in {**defaults, **options}.items():
+            opts[prefix + k] = val
+        ksp.setFromOptions()
+        self.ksp = ksp
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def update_velocity(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
+        """Set the velocity field to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F))."""
+        wts = self.quad.gather(u)
+        if wts.sum() <= 0:
+            self.vel.x.array[:] = 0.0
+            return
+        d = self.msh.geometry.dim
+        if self.vgrid is not None:
+            Vg = velocity_tensor(self.vgrid, self.quad.grid_axes, self.quad.grid(wts), heads)
+            vals = Vg[self.vindex]
+        else:
+            vals = velocity(self.vx, self.quad.points, wts, heads)
+        self.vel.x.array[:] = vals.reshape(-1, d).ravel()
+
+    def _rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
+        """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity."""
+        self.u.x.array[:] = u.x.array
+        self.rhs.x.array[:] = 0.0
+        dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
+        self.rhs.x.scatter_reverse(dolfinx.la.InsertMode.add)
+        self.ksp.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
+        if self.ksp.getConvergedReason() <= 0:
+            raise NumericalError(f"token mass solve did not converge (reason {self.ksp.getConvergedReason()})")
+        self.du.x.scatter_forward()
+        rate = self.comm.allreduce(dolfinx.fem.assemble_scalar(self.outflow_rate), op=MPI.SUM)
+        return self.du, rate
+
+    def max_stable_dt(self) -> float:
+        """The largest Δt with Δt · outflow(cell)/|cell| ≤ cfl for the current velocity."""
+        self._out.x.array[:] = 0.0
+        dolfinx.fem.assemble_vector(self._out.x.array, self.cell_out)
+        self._out.x.scatter_reverse(dolfinx.la.InsertMode.add)
+        out = self._out.x.array[: len(self.cell_vol)]
+        ratio = np.max(out / self.cell_vol) if len(out) else 0.0
+        ratio = self.comm.allreduce(float(ratio), op=MPI.MAX)
+        return math.inf if ratio <= 0 else self.cfl / ratio
+
+    def limit(self, u: dolfinx.fem.Function) -> None:
+        """Zhang–Shu scaling limiter (k = 1): nodal values ≥ 0 with the cell mean kept."""
+        if self.degree == 0:
+            return
+        vals = u.x.array[self.cell_dofs]
+        mw = self.m[self.cell_dofs]
+        mean = (vals * mw).sum(axis=1) / mw.sum(axis=1)
+        vmin = vals.min(axis=1)
+        bad = vmin < 0
+        if np.any(bad):
+            theta = np.ones_like(mean)
+            theta[bad] = np.clip(mean[bad] / (mean[bad] - vmin[bad]), 0.0, 1.0)
+            # The limited minimum is 0 up to round-off; clip that round-off (|change| ~ 1e-16 mean).
+            u.x.array[self.cell_dofs] = np.maximum(mean[:, None] + theta[:, None] * (vals - mean[:, None]), 0.0)
+
+    def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure) -> float:
+        """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
+
+        The velocity must already be set for u (stage 1 reuses it).
+        """
+        du, r = self._rate(u)
+        u1 = u.x.array + dt * du.x.array
+        o1 = dt * r
+        stage = self._stage
+        stage.x.array[:] = u1
+        self.limit(stage)
+        self.update_velocity(stage, heads)
+        du, r = self._rate(stage)
+        u2 = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
+        o2 = 0.25 * (o1 + dt * r)
+        stage.x.array[:] = u2
+        self.limit(stage)
+        self.update_velocity(stage, heads)
+        du, r = self._rate(stage)
+        u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
+        self.limit(u)
+        return 2.0 / 3.0 * (o2 + dt * r)
+
+    # -- diagnostics --------------------------------------------------------------------------
+    def mass(self, u: dolfinx.fem.Function) -> float:
+        """∫ μ over Ω (lumped mass is exact for the mass)."""
+        n = self.n_owned
+        return self.comm.allreduce(float(self.m[:n] @ u.x.array[:n]), op=MPI.SUM)
+
+    def min_density(self, u: dolfinx.fem.Function) -> float:
+        """The minimum nodal value of μ_h (for k ≤ 1 the minimum over Ω)."""
+        n = self.n_owned
+        local = float(u.x.array[:n].min()) if n else math.inf
+        return self.comm.allreduce(local, op=MPI.MIN)
+
+    def moments(self, u: dolfinx.fem.Function, g: Readout | None = None) -> tuple[float, Array, Array, float]:
+        """Mass, mean (d,), covariance (d, d) and ∫ g dμ of u by the lumped quadrature.
+
+        Moments are of the normalised measure μ/∫μ; ∫ g dμ is not normalised (theory §2: ŷ = ∫ g dμ_T).
+        """
+        wts = self.quad.gather(u)
+        x = self.quad.points
+        mass = wts.sum()
+        mean = (wts @ x) / mass
+        xc = x - mean
+        cov = (xc * wts[:, None]).T @ xc / mass
+        yhat = float(wts @ g(x)) if g is not None else math.nan
+        return float(mass), mean, cov, yhat
+
+    # -- the depth loop -----------------------------------------------------------------------
+    def solve(self, u: dolfinx.fem.Function, heads_at: Callable[[float], HeadMeasure], T: float, steps: int,
+              g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None
+              ) -> TransportReport:
+        """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
+
+        Args:
+            u: the initial density in ``self.W``; overwritten with μ_T.
+            heads_at: t ↦ the reduced head distribution active at depth t (weight-tied: a constant).
+            T: final depth; steps: number of depth steps.
+            g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
+
+        Raises:
+            NumericalError: non-finite values.
+        """
+        dt = T / steps
+        mass0 = self.mass(u)
+        outflow, nsub_total, t = 0.0, 0, 0.0
+        min_rho = self.min_density(u)
+        for k in range(steps):
+            heads = heads_at(t)
+            self.update_velocity(u, heads)
+            nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
+            h = dt / nsub
+            for j in range(nsub):
+                if j > 0:
+                    self.update_velocity(u, heads)
+                outflow += self.ssp_rk3(u, h, heads)
+            nsub_total += nsub
+            t = (k + 1) * dt
+            if not np.all(np.isfinite(u.x.array)):
+                raise NumericalError(f"non-finite token density at depth step {k + 1}, t = {t:.6g}")
+            min_rho = min(min_rho, self.min_density(u))
+            if callback is not None:
+                callback(k + 1, t, u)
+        mass, mean, cov, yhat = self.moments(u, g)
+        return TransportReport(mass0, self.mass(u), outflow, min_rho, mean.tolist(), cov.tolist(), yhat,
+                               nsub_total)
