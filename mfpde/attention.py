@@ -136,20 +136,21 @@ class HeadMeasure:
     c: Array
 
     @staticmethod
-    def from_heads(family: HeadFamily, theta: Array, weights: Array) -> HeadMeasure:
+    def from_heads(family: HeadFamily, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
         """Reduce weighted heads (Dirac masses, or Θ dofs times their lumped quadrature weights).
 
         Args:
             family: the head family.
             theta: head parameters, shape (n, p).
             weights: non-negative weights, shape (n,) (the ρ-mass of each head).
+            keep_zero: keep distinct a with c = 0 (the adjoint needs every a where δR/δρ is wanted).
         """
         theta = np.asarray(theta, dtype=float).reshape(len(weights), family.p)
         a = family.a(theta)
         key, inv = np.unique(np.round(a, 12), return_inverse=True)
         c = np.zeros(len(key))
         np.add.at(c, inv, np.asarray(weights, dtype=float) * family.v(theta))
-        keep = c != 0.0
+        keep = np.ones(len(c), bool) if keep_zero else c != 0.0
         return HeadMeasure(key[keep], c[keep])
 
     @property
@@ -259,6 +260,8 @@ def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
     """
     out = np.zeros((len(x), y.shape[1]))
     for ak, ck in zip(heads.a, heads.c, strict=True):
+        if ck == 0.0:
+            continue
         out += ck * softmax_moments_direct(x, y, w, ak)[1]
     return out
 
@@ -272,6 +275,8 @@ def velocity_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure
     d = len(yg.axes)
     out = np.zeros((*xg.shape, d))
     for ak, ck in zip(heads.a, heads.c, strict=True):
+        if ck == 0.0:
+            continue
         res = softmax_moments_tensor(xg, yg, W, ak)
         if res is None:
             m = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), ak)[1].reshape(*xg.shape, d)
@@ -279,3 +284,82 @@ def velocity_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure
             m = res[1]
         out += ck * m
     return out
+
+
+def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) -> tuple[Array, Array]:
+    """The transpose of the velocity's derivative (reverse mode), by the direct path.
+
+    For V(x) = Σ_k c_k m_{a_k}(x) with m_a(x) = Σ_y w_y y e^{a x·y} / Σ_y w_y e^{a x·y} and a cotangent
+    ξ(x), returns
+
+        g_w(y) = Σ_k c_k Σ_x ξ(x)·(y − m_k(x)) e^{a_k x·y} / Z_k(x)     (∂/∂w_y of Σ_x ξ·V; theory §3.1 S_t),
+        g_c(k) = Σ_x ξ(x)·m_k(x)                                          (∂/∂c_k of Σ_x ξ·V).
+
+    Args:
+        x: (N_x, d); y: (N_y, d); w: (N_y,); heads: (N_a,) heads (zero c_k allowed); xi: (N_x, d).
+
+    Returns:
+        (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials. Factors e^{a x·y}/Z are
+        capped at e^{700} (only reached where w_y ≈ 0).
+    """
+    gw = np.zeros(len(y))
+    gc = np.zeros(len(heads.a))
+    for k, (ak, ck) in enumerate(zip(heads.a, heads.c, strict=True)):
+        logz, m = softmax_moments_direct(x, y, w, ak)
+        xm = (xi * m).sum(axis=1)
+        gc[k] = xm.sum()
+        if ck == 0.0:
+            continue
+        for s in range(0, len(x), _BLOCK):
+            e = np.exp(np.minimum(ak * (x[s : s + _BLOCK] @ y.T) - logz[s : s + _BLOCK, None], 700.0))
+            gw += ck * (((xi[s : s + _BLOCK].T @ e) * y.T).sum(axis=0) - xm[s : s + _BLOCK] @ e)
+    return gw, gc
+
+
+def velocity_vjp_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure, Xi: Array
+                        ) -> tuple[Array, Array]:
+    """:func:`velocity_vjp` for x and y on tensor grids, by separable matrix products.
+
+    Args:
+        Xi: the cotangent on xg, shape xg.shape + (d,).
+
+    Returns:
+        (g_W, g_c) with g_W of shape yg.shape and g_c of shape (N_a,).
+    """
+    d = len(yg.axes)
+    gW = np.zeros(yg.shape)
+    gc = np.zeros(len(heads.a))
+    for k, (ak, ck) in enumerate(zip(heads.a, heads.c, strict=True)):
+        res = softmax_moments_tensor(xg, yg, W, ak)
+        if res is None:
+            g1, g2 = velocity_vjp(xg.points(), yg.points(), W.ravel(), HeadMeasure(np.array([ak]), np.array([ck])),
+                                  Xi.reshape(-1, d))
+            gW += g1.reshape(yg.shape)
+            gc[k] = g2[0]
+            continue
+        logz, m = res
+        xm = (Xi * m).sum(axis=-1)
+        gc[k] = xm.sum()
+        if ck == 0.0:
+            continue
+        # e^{a x·y}/Z(x) = Π_j e^{a x_j y_j − s_j(x_j)} / Z̃(x): fold 1/Z̃ into the cotangent.
+        es, shifts = [], []
+        for j in range(d):
+            s = ak * np.outer(xg.axes[j], yg.axes[j])
+            other = tuple(i for i in range(d) if i != j)
+            marginal = W.sum(axis=other) if other else W
+            shift = s[:, marginal > 0].max(axis=1)
+            es.append(np.exp(np.minimum(s - shift[:, None], 700.0)))
+            shifts.append(shift)
+        if d == 1:
+            zt = np.exp(logz - shifts[0])
+            a0 = Xi[:, 0] / zt
+            gW += ck * ((es[0].T @ a0) * yg.axes[0] - es[0].T @ (xm / zt))
+        else:
+            zt = np.exp(logz - shifts[0][:, None] - shifts[1][None, :])
+            e1, e2 = es
+            t0 = e1.T @ (Xi[..., 0] / zt) @ e2
+            t1 = e1.T @ (Xi[..., 1] / zt) @ e2
+            tm = e1.T @ (xm / zt) @ e2
+            gW += ck * (t0 * yg.axes[0][:, None] + t1 * yg.axes[1][None, :] - tm)
+    return gW, gc

@@ -99,7 +99,7 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
             if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
                 writer.write(t)
 
-        rep = tt.solve(u, lambda t: pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb)
+        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb)
         if writer is not None:
             writer.close()
         block = sample_report(rep)

@@ -216,8 +216,9 @@ class TokenTransport:
         vnp = 0.5 * (vn + abs(vn))
         vf = ufl.dot(V("+"), n("+"))
         flux = u("+") * 0.5 * (vf + abs(vf)) - u("-") * 0.5 * (abs(vf) - vf)
-        self.L = dolfinx.fem.form(u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * ufl.dS
-                                  - u * vnp * w * ufl.ds)
+        self.L_expr = (u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * ufl.dS
+                       - u * vnp * w * ufl.ds)
+        self.L = dolfinx.fem.form(self.L_expr)
         self.outflow_rate = dolfinx.fem.form(u * vnp * ufl.ds)
         # Per cell: total outflow velocity flux through its facets, for the CFL condition.
         self.cell_out = dolfinx.fem.form(0.5 * (vf + abs(vf)) * q("+") * ufl.dS
@@ -293,23 +294,29 @@ class TokenTransport:
             # The limited minimum is 0 up to round-off; clip that round-off (|change| ~ 1e-16 mean).
             u.x.array[self.cell_dofs] = np.maximum(mean[:, None] + theta[:, None] * (vals - mean[:, None]), 0.0)
 
-    def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure) -> float:
+    def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure,
+                tape: list | None = None) -> float:
         """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
 
-        The velocity must already be set for u (stage 1 reuses it).
+        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the three stage
+        states are appended (for the discrete adjoint, :mod:`mfpde.adjoint`).
         """
+        if tape is not None:
+            tape.append([dt, heads, u.x.array.copy()])
         du, r = self._rate(u)
-        u1 = u.x.array + dt * du.x.array
         o1 = dt * r
         stage = self._stage
-        stage.x.array[:] = u1
+        stage.x.array[:] = u.x.array + dt * du.x.array
         self.limit(stage)
+        if tape is not None:
+            tape[-1].append(stage.x.array.copy())
         self.update_velocity(stage, heads)
         du, r = self._rate(stage)
-        u2 = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
+        stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
-        stage.x.array[:] = u2
         self.limit(stage)
+        if tape is not None:
+            tape[-1].append(stage.x.array.copy())
         self.update_velocity(stage, heads)
         du, r = self._rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
@@ -343,33 +350,45 @@ class TokenTransport:
         return float(mass), mean, cov, yhat
 
     # -- the depth loop -----------------------------------------------------------------------
-    def solve(self, u: dolfinx.fem.Function, heads_at: Callable[[float], HeadMeasure], T: float, steps: int,
-              g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None
-              ) -> TransportReport:
+    def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
+              T: float, steps: int,
+              g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
+              tape: list | None = None) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
             u: the initial density in ``self.W``; overwritten with μ_T.
-            heads_at: t ↦ the reduced head distribution active at depth t (weight-tied: a constant).
+            heads: the reduced head distribution (weight-tied), or one per layer block (depth-indexed,
+                theory §1.4 (D)): layer ℓ acts on depth steps [ℓ S/L, (ℓ+1) S/L); L must divide steps;
+                or a callable t ↦ HeadMeasure.
             T: final depth; steps: number of depth steps.
             g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
+            tape: if given, the stage states of every sub-step are appended for the adjoint.
 
         Raises:
             NumericalError: non-finite values.
         """
+        if callable(heads):  # t ↦ HeadMeasure
+            per_layer, layers = steps, [heads]
+        else:
+            layers = heads if isinstance(heads, list) else [heads]
+            per_layer = steps // len(layers)
         dt = T / steps
         mass0 = self.mass(u)
         outflow, nsub_total, t = 0.0, 0, 0.0
         min_rho = self.min_density(u)
         for k in range(steps):
-            heads = heads_at(t)
-            self.update_velocity(u, heads)
+            hk = layers[k // per_layer]
+            hk = hk(k * dt) if callable(hk) else hk
+            self.update_velocity(u, hk)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
             h = dt / nsub
             for j in range(nsub):
                 if j > 0:
-                    self.update_velocity(u, heads)
-                outflow += self.ssp_rk3(u, h, heads)
+                    self.update_velocity(u, hk)
+                outflow += self.ssp_rk3(u, h, hk, tape)
+                if tape is not None:
+                    tape[-1].append(k // per_layer)
             nsub_total += nsub
             t = (k + 1) * dt
             if not np.all(np.isfinite(u.x.array)):
