@@ -11,6 +11,9 @@ derivatives of the upwind-DG form with respect to μ and to the velocity field; 
 nonlocal McKean–Vlasov term, the discrete counterpart of the source S_t of theory §3.1 (B), computed by
 :func:`mfpde.attention.velocity_vjp`. So the gradient is the exact derivative of the discrete risk (for
 DG0; for DG1 wherever the positivity limiter is inactive) and the Taylor test has slope 2.
+The upwind flux is only piecewise smooth in the velocity: where V·n = 0 on a facet (e.g. V ≡ 0 when
+∫ v dρ = 0 for every a) the discrete risk has a kink and the reverse pass returns the average of the
+one-sided derivatives (UFL's sign(0) = 0), which need not be a descent direction. Start ρ_0 off that set.
 
 **First variation** (theory §3.1 (G)). The velocity depends on ρ only through c_k = ∫_{a(θ)=a_k} v dρ
 (:class:`~mfpde.attention.HeadMeasure`), so the reverse pass returns D(a_k) = ∂R/∂c_k and

@@ -46,6 +46,9 @@ class ThetaSpace:
         pts = np.stack([self._allgather(own[:, j]) for j in range(p)], axis=1)
         self.order = np.lexsort(pts.T[::-1])
         self.points = pts[self.order]  # global dof coordinates, shape (N_θ, p), rank-independent order
+        inv = np.empty_like(self.order)
+        inv[self.order] = np.arange(len(self.order))
+        self.owned_pos = inv[int(self.counts[: self.comm.rank].sum()) + np.arange(self.n_owned)]
 
     def _allgather(self, a: Array) -> Array:
         out = np.empty(int(self.counts.sum()))
@@ -56,6 +59,15 @@ class ThetaSpace:
         """The global quadrature weights m_i ρ_i, shape (N_θ,), in the order of ``points``."""
         n = self.n_owned
         return self._allgather(self.m[:n] * rho.x.array[:n])[self.order]
+
+    def gather_values(self, f: dolfinx.fem.Function) -> Array:
+        """The global nodal values of f, shape (N_θ,), in the order of ``points`` (for checkpoints)."""
+        return self._allgather(f.x.array[: self.n_owned])[self.order]
+
+    def set_values(self, f: dolfinx.fem.Function, values: Array) -> None:
+        """Set f from global nodal values in the order of ``points`` (inverse of :meth:`gather_values`)."""
+        f.x.array[: self.n_owned] = values[self.owned_pos]
+        f.x.scatter_forward()
 
     def head_measure(self, rho: dolfinx.fem.Function) -> HeadMeasure:
         """The reduced head distribution of the P1 density ρ (theory §1.3: V is linear in ρ)."""
