@@ -1,4 +1,4 @@
-"""The command line: ``mfpde run | transport | verify | --version`` (interface.md).
+"""The command line: ``mfpde run | transport | --version`` (interface.md; ``verify`` is not built yet).
 
 Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
 (one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 1 a bug.
@@ -32,9 +32,6 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
-    v = sub.add_parser("verify", help="numerical verification suite")
-    v.add_argument("--quick", action="store_true")
-    v.add_argument("--out", type=Path, default=None)
     return p
 
 
@@ -93,8 +90,4 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         cfg = C.load(args.config, args.overrides)
         return run_training(cfg, out, resume=args.resume, comm=comm, quiet=args.quiet)
-    if args.command == "verify":
-        from mfpde.verify import run_verify
-
-        return run_verify(out, quick=args.quick, comm=comm)
     raise AssertionError(args.command)

@@ -1,16 +1,18 @@
 """The main job: training ρ by splitting the coupled token / adjoint / parameter system (theory §4).
 
-One training step (Lie splitting of the coupled system, theory §4 "Coupled system"):
+Each training step solves the token half (with ρ_s frozen, transport every sample forward in depth,
+taped, and solve its discrete adjoint backward, :mod:`mfpde.adjoint`, giving δR/δρ_s on the Θ dofs) and
+the parameter half (:mod:`mfpde.fokker_planck`), composed by
 
-1. **token half**: with ρ_s frozen, transport every sample forward in depth (taped), solve its discrete
-   adjoint backward (:mod:`mfpde.adjoint`) and form the first variation δR/δρ_s on the Θ dofs;
-2. **parameter half**: with Φ_s = δR/δρ_s + (λ₂/2)|θ|² frozen, advance ρ by one step of the parameter
-   Fokker–Planck equation (:mod:`mfpde.fokker_planck`: implicit Scharfetter–Gummel for λ > 0, explicit
-   upwind with CFL sub-steps for λ = 0).
+* **Lie** (first order in Δs): with Φ_s = δR/δρ_s + (λ₂/2)|θ|² frozen, one step of the parameter
+  Fokker–Planck equation: implicit Scharfetter–Gummel for λ > 0 (positive, conservative, free energy of
+  the frozen Φ non-increasing for every Δs), explicit upwind with CFL sub-steps for λ = 0;
+* **Strang** (second order in Δs): B(Δs/2) A(Δs) B(Δs/2) with B the linear Ornstein–Uhlenbeck part
+  ∇·(ρλ₂θ) + λΔρ, exact in time, and A the Wasserstein transport by ∇δR/δρ[ρ] by SSP-RK2, δR/δρ
+  recomputed at each stage (see :meth:`CoupledProblem.strang_step`). Costs two gradients per step.
 
-The splitting error is first order in Δs. (Strang splitting is not implemented yet: the config value
-``"strang"`` is rejected.) Depth-indexed models carry one ρ per layer block, each with its own
-Fokker–Planck step, coupled only through R (theory §1.4 (D)).
+Depth-indexed models carry one ρ per layer block, each with its own Fokker–Planck step, coupled only
+through R (theory §1.4 (D)).
 
 Samples are spread over MPI ranks: the ranks form min(size, n) groups, each owning a token mesh on a
 sub-communicator; risks and first variations are summed with one ``allreduce``.
@@ -56,8 +58,6 @@ class CoupledProblem:
     def __init__(self, cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD):
         if cfg.heads.init["kind"] != "gaussian":
             raise ConfigError("heads.init.kind: run trains a density ρ; use kind = \"gaussian\"")
-        if cfg.training.splitting != "lie":
-            raise ConfigError("training.splitting: only \"lie\" is implemented")
         self.cfg, self.comm = cfg, comm
         from mfpde.attention import make_family
 
@@ -82,10 +82,14 @@ class CoupledProblem:
             self.fp = ParameterFokkerPlanck(self.theta.V, self.lam, cfg.petsc.param)
         except ValueError as e:
             raise ConfigError(f"heads.mesh: {e}") from None
+        self.fp0 = ParameterFokkerPlanck(self.theta.V, 0.0, cfg.petsc.param, prefix="mfpde_param_wgf_")
+        self.phi_conf = dolfinx.fem.Function(self.theta.V, name="confinement")
         self.g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
         self.dyhat = dyhat_dmu(self.tt, self.g)
         self.phis = [dolfinx.fem.Function(self.theta.V, name="Phi") for _ in range(self.L)]
         self.conf = 0.5 * cfg.training.lambda2 * (self.theta.x**2).sum(axis=1)  # (λ₂/2)|θ|² at local dofs
+        self.phi_conf.x.array[:] = self.conf
+        self.phi_risk = [dolfinx.fem.Function(self.theta.V) for _ in range(self.L)]
 
     def heads(self) -> list[HeadMeasure]:
         """The reduced head measure of each layer's ρ, keeping every a of the Θ grid."""
@@ -144,6 +148,44 @@ class CoupledProblem:
         for k in range(self.L):
             dr = first_variation_values(self.family, heads[k], grad.D[k], self.theta.x)
             self.phis[k].x.array[:] = dr + self.conf
+
+    def lie_step(self, ds: float) -> None:
+        """Lie: one Fokker–Planck step of every ρ^ℓ with Φ^ℓ (set by :meth:`set_potentials`) frozen."""
+        for k in range(self.L):
+            self.fp.step(self.rhos[k], self.phis[k], ds)
+
+    def _risk_potentials(self) -> None:
+        heads = self.heads()
+        grad = self.gradient(heads)
+        for k in range(self.L):
+            self.phi_risk[k].x.array[:] = first_variation_values(self.family, heads[k], grad.D[k], self.theta.x)
+
+    def strang_step(self, ds: float) -> None:
+        """Strang: B(Δs/2) A(Δs) B(Δs/2), second order in Δs.
+
+        B: ∂_s ρ = ∇·(ρ λ₂θ) + λΔρ, the linear Ornstein–Uhlenbeck part, exact in time
+        (:meth:`ParameterFokkerPlanck.exact_step`); A: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]), the Wasserstein transport by
+        the risk, by SSP-RK2 (Heun) on the upwind generator with δR/δρ recomputed (forward + adjoint) at both
+        stages, in sub-steps of at most half the CFL limit (positive and conservative).
+        """
+        for k in range(self.L):
+            self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2)
+        self._risk_potentials()
+        cfl = min(self.fp0.stability_limit(p) for p in self.phi_risk)
+        nsub = 1 if not math.isfinite(cfl) else max(1, math.ceil(ds / (0.5 * cfl)))
+        h = ds / nsub
+        for j in range(nsub):
+            if j > 0:
+                self._risk_potentials()
+            start = [r.x.array.copy() for r in self.rhos]
+            for k in range(self.L):
+                self.fp0.step(self.rhos[k], self.phi_risk[k], h)
+            self._risk_potentials()
+            for k in range(self.L):
+                self.fp0.step(self.rhos[k], self.phi_risk[k], h)
+                self.rhos[k].x.array[:] = 0.5 * (start[k] + self.rhos[k].x.array)
+        for k in range(self.L):
+            self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2)
 
     def free_energy(self, risk: float) -> dict[str, float]:
         """F = R + (λ₂/2)∫|θ|²dρ + λ∫ρ log ρ (theory §2), summed over layer blocks, and its parts."""
@@ -226,8 +268,10 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
                 _checkpoint(pb, out, step, history)
             if step == tr.steps:
                 break
-            for k in range(pb.L):
-                pb.fp.step(pb.rhos[k], pb.phis[k], tr.ds)
+            if tr.splitting == "lie":
+                pb.lie_step(tr.ds)
+            else:
+                pb.strang_step(tr.ds)
             if bar is not None:
                 bar.update(1)
     except (NumericalError, SolverError) as e:

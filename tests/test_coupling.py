@@ -55,13 +55,13 @@ def test_resume_matches_straight_run(tempdir):
     np.testing.assert_allclose(ra["rho_mean"], rb["rho_mean"], atol=1e-12)
 
 
-@pytest.mark.parametrize("override,code", [("training.splitting=strang", 2), ("heads.family=foo", 2),
+@pytest.mark.parametrize("override,code", [("heads.family=foo", 2),
                                            ("training.lambda=-1", 2), ("nosuch.key=1", 2)])
 def test_run_invalid_input(tempdir, override, code):
     assert main(["run", "--out", str(tempdir), "--quiet", "--set", override]) == code
 
 
-def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: float, lam2: float):
+def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: float, lam2: float, split: str = "lie"):
     """Deep value-family model in d = 1 (theory §6.2): returns the config."""
     raw = {
         "tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [n_tokens], "degree": 0},
@@ -70,7 +70,8 @@ def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: floa
                   "init": {"kind": "gaussian", "mean": [0.4], "cov": [[0.05]]}},
         "data": {"kind": "gaussian", "mean": [[0.3]], "cov": [[[0.25]]], "target": [1.0]},
         "loss": {"readout": "mean"},
-        "training": {"regularization": "entropic", "lambda": lam, "lambda2": lam2, "ds": ds, "steps": steps},
+        "training": {"regularization": "entropic", "lambda": lam, "lambda2": lam2, "ds": ds, "steps": steps,
+                     "splitting": split},
         "output": {"every": steps, "fields": False, "plots": False, "checkpoint_every": 10**6},
     }
     return C.from_dict(raw)
@@ -111,3 +112,25 @@ def test_exact_training_dynamics(tempdir):
     errs = [np.abs(final(ds) - ref).max() for ds in dss]
     rate = np.polyfit(np.log(dss), np.log(errs), 1)[0]
     assert abs(rate - 1.0) < 0.25, f"Δs-order {rate:.2f} (errors {errs})"
+
+
+def test_splitting_order(tempdir):
+    """Self-convergence in Δs on fixed meshes: Lie order ≈ 1, Strang order ≈ 2 (fitted, theory §4)."""
+    lam, lam2, S = 0.02, 0.5, 1.0
+    rates = {}
+    for split in ("lie", "strang"):
+        def final(ds, split=split):
+            cfg = _value_problem(ds, int(round(S / ds)), 60, 100, lam, lam2, split)
+            out = tempdir / f"{split}{ds}"
+            assert run_training(cfg, out, comm=MPI.COMM_WORLD, quiet=True) == 0
+            fin = json.loads((out / "report.json").read_text())["final"]
+            return np.array([fin["rho_mean"][0], fin["rho_cov"][0][0]])
+
+        # Successive differences |x(Δs) − x(Δs/2)| ~ C Δs^q need no reference solution.
+        dss = [0.2, 0.1, 0.05, 0.025]
+        xs = [final(ds) for ds in dss]
+        errs = [np.abs(a - b).max() for a, b in zip(xs[:-1], xs[1:], strict=True)]
+        rates[split] = (np.polyfit(np.log(dss[:-1]), np.log(errs), 1)[0], errs)
+    print("splitting orders", rates)
+    assert abs(rates["lie"][0] - 1.0) < 0.25, f"Lie order {rates['lie']}"
+    assert abs(rates["strang"][0] - 2.0) < 0.3, f"Strang order {rates['strang']}"
