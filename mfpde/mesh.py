@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
+import dolfinx.cpp
 import dolfinx.io.gmsh
 import dolfinx.mesh
 import numpy as np
@@ -80,10 +81,25 @@ def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
     if not gmsh.isInitialized():
         gmsh.initialize()
     gmsh.option.setNumber("General.Terminal", 0)
-    try:
-        data = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim)
-    except Exception as e:  # gmsh raises plain Exception on unreadable files
-        raise MeshError(f"mesh file {str(path)!r} could not be read: {e}") from None
+    # Validate on rank 0 first (with meshio) and agree on the outcome: read_from_msh is collective, and an
+    # exception on rank 0 alone would leave the other ranks waiting forever.
+    err = ""
+    if comm.rank == 0:
+        import meshio
+
+        try:
+            m = meshio.gmsh.read(path)
+            tagged = m.cell_data.get("gmsh:physical", [])
+            if not any(len(c.data) and c.dim == gdim for c, t in zip(m.cells, tagged, strict=False)):
+                err = f"has no physical group of dimension {gdim} (dolfinx reads only tagged cells)"
+        except Exception as e:  # meshio raises ReadError, ValueError, ... on malformed files
+            err = f"could not be read: {type(e).__name__}: {e}"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise MeshError(f"mesh file {str(path)!r} {err}")
+    # Ghost cells across shared facets, as the built-in meshes do: DG interior-facet integrals need them.
+    part = dolfinx.cpp.mesh.create_cell_partitioner(dolfinx.mesh.GhostMode.shared_facet, 2)
+    data = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim, partitioner=part)
     msh = data.mesh
     if msh.topology.dim != gdim:
         raise MeshError(f"mesh file {str(path)!r} has cells of dimension {msh.topology.dim}, expected {gdim}")

@@ -239,6 +239,7 @@ class TokenTransport:
         for k, val in {**defaults, **options}.items():
             opts[prefix + k] = val
         ksp.setFromOptions()
+        ksp.setUp()  # consumes the sub-solver options now (bjacobi creates its blocks here)
         self.ksp = ksp
 
     # -- evaluation ---------------------------------------------------------------------------
