@@ -143,6 +143,33 @@ class CoupledProblem:
         targets = np.array([s.target for s in self.train])
         return Gradient(float(0.5 * np.mean((yhat - targets) ** 2)), yhat, D, Dy)
 
+    def ntk(self, heads: list[HeadMeasure] | None = None) -> np.ndarray:
+        """The mean-field NTK Gram matrix K_ρ[i, j] = Σ_ℓ ∫ ∇_θ δŷ^i/δρ^ℓ · ∇_θ δŷ^j/δρ^ℓ dρ^ℓ (theory §5.5).
+
+        δŷ^i/δρ(θ) = v(θ) ∂ŷ^i/∂c(a(θ)) comes from the discrete adjoint of each sample; its θ-gradient is
+        that of the P1 interpolant on Θ, and the integral is assembled exactly for P1 ρ.
+
+        Returns:
+            K, shape (n, n), symmetric positive semi-definite, the same on every rank.
+        """
+        heads = heads if heads is not None else self.heads()
+        grad = self.gradient(heads, per_sample=True)
+        assert grad.Dy is not None
+        n = len(self.train)
+        K = np.zeros((n, n))
+        for k in range(self.L):
+            fs = []
+            for i in range(n):
+                f = dolfinx.fem.Function(self.theta.V)
+                f.x.array[:] = first_variation_values(self.family, heads[k], grad.Dy[k][i], self.theta.x)
+                fs.append(f)
+            for i in range(n):
+                for j in range(i, n):
+                    form = dolfinx.fem.form(self.rhos[k] * ufl.inner(ufl.grad(fs[i]), ufl.grad(fs[j])) * ufl.dx)
+                    K[i, j] += self.comm.allreduce(dolfinx.fem.assemble_scalar(form), op=MPI.SUM)
+                    K[j, i] = K[i, j]
+        return K
+
     def set_potentials(self, heads: list[HeadMeasure], grad: Gradient) -> None:
         """Φ^ℓ = δR/δρ^ℓ + (λ₂/2)|θ|² at the Θ dofs (theory §4 (FP))."""
         for k in range(self.L):
@@ -364,6 +391,8 @@ def _final_outputs(pb: CoupledProblem, out: Path, history: list[dict], report: d
     """Accuracy on classification data, μ_T fields and plots."""
     cfg = pb.cfg
     heads = pb.heads()
+    K = pb.ntk(heads)
+    report["final"]["ntk_min_eigenvalue"] = float(np.linalg.eigvalsh(K)[0]) if K.size else None
     if cfg.data.kind == "digits":
         acc = {}
         for name, samples in (("train", pb.train), ("test", pb.test)):
