@@ -88,3 +88,77 @@ def test_gaussian_first_variation():
     print("gaussian first variation errors", errs, "rate", rate)
     assert rate > 0.8, f"first-variation error {errs} has rate {rate:.2f}, expected ~1 (DG0)"
     assert errs[-1] < 2e-2
+
+
+def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):
+    """R = ½(ŷ − y)² of the N-token network dX/dt = V(X) (theory §1.1 as L → ∞, RK4 in depth)."""
+    from scipy.stats import norm
+
+    from mfpde.attention import velocity
+
+    x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
+    wt = np.full(N, 1.0 / N)
+    heads = HeadMeasure.from_heads(ScalarHeads(), theta, w)
+    dt = 1.0 / steps
+
+    def f(z):
+        return velocity(z, z, wt, heads)
+
+    for _ in range(steps):
+        k1 = f(x)
+        k2 = f(x + 0.5 * dt * k1)
+        k3 = f(x + 0.5 * dt * k2)
+        k4 = f(x + dt * k3)
+        x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return 0.5 * (x[:, 0].mean() - y) ** 2
+
+
+@pytest.mark.serial
+def test_particle_gradient():
+    """∇_θ δR/δρ at Dirac heads agrees with the gradient of the particle network (theory §3.2):
+    ∂R_N/∂θ_h = w_h ∇_θ δR/δρ(θ_h), the particle side by central differences (exact to ~1e-9)."""
+    theta = np.array([[-0.5, 0.8], [0.4, 0.5]])
+    w = np.array([0.6, 0.4])
+    y, delta = 1.2, 1e-3
+    comm = MPI.COMM_WORLD
+    tt = TokenTransport(box(comm, [[-4.0, 4.0]], [400]), degree=1)
+    fam = ScalarHeads()
+    # the heads, plus zero-weight heads at a ± δ for D'(a) by central differences
+    pts = np.vstack([theta, theta + [delta, 0.0], theta - [delta, 0.0]])
+    heads = HeadMeasure.from_heads(fam, pts, np.concatenate([w, np.zeros(4)]), keep_zero=True)
+    u = dolfinx.fem.Function(tt.W)
+    u.interpolate(lambda x: np.exp(-((x[0] - 0.3) ** 2) / (2 * 0.25)))
+    u.x.array[:] /= tt.mass(u)
+    g = readout_function("mean")
+    tape: list = []
+    rep = tt.solve(u, heads, 1.0, 100, g, tape=tape)
+    _, D = DiscreteAdjoint(tt).backward(tape, (rep.yhat - y) * dyhat_dmu(tt, g), 1)
+    Dk = dict(zip(np.round(heads.a, 12), D[0], strict=True))
+    pde = np.array([[v * (Dk[round(a + delta, 12)] - Dk[round(a - delta, 12)]) / (2 * delta), Dk[round(a, 12)]]
+                    for a, v in theta])
+    eps = 1e-5
+    part = np.zeros_like(theta)
+    for h in range(2):
+        for j in range(2):
+            tp, tm = theta.copy(), theta.copy()
+            tp[h, j] += eps
+            tm[h, j] -= eps
+            part[h, j] = (_particle_risk(tp, w, y) - _particle_risk(tm, w, y)) / (2 * eps) / w[h]
+    rel = np.abs(pde - part).max() / np.abs(part).max()
+    print(f"particle gradient {part.tolist()}, PDE {pde.tolist()}, rel {rel:.2e}")
+    assert rel < 1e-2, f"PDE adjoint {pde.tolist()} vs particle gradient {part.tolist()} (rel {rel:.2e})"
+
+
+def test_gradient_same_on_one_and_two_ranks():
+    """The first variation from a token mesh distributed over COMM_WORLD equals the one on COMM_SELF."""
+    out = []
+    for comm in (MPI.COMM_WORLD, MPI.COMM_SELF):
+        tt = TokenTransport(box(comm, [[-3.0, 3.0]] * 2, [12, 12]), degree=0)
+        th = ThetaSpace(box(MPI.COMM_WORLD, [[-1.0, 1.0], [-1.0, 1.0]], [4, 4], "triangle"), ScalarHeads())
+        rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+        g, y = readout_function("mean"), 1.0
+        tape: list = []
+        _, yh, heads = _risk(tt, th, rho, g, y, 2, tape, steps=6)
+        _, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
+        out.append(D[0])
+    np.testing.assert_allclose(out[0], out[1], rtol=1e-11, atol=1e-14)
