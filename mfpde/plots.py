@@ -47,7 +47,8 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
     for key, style in (("fitted", "--"), ("theory", ":")):
         c = rate.get(key)
         if ok.any() and c is not None and math.isfinite(c):
-            ax.semilogy(s, gap[ok][0] * np.exp(-c * (s - s[ok][0])), style, label=f"{key} rate e^(-{c:.3g} s)")
+            note = " (lower bound)" if key == "theory" else ""
+            ax.semilogy(s, gap[ok][0] * np.exp(-c * (s - s[ok][0])), style, label=f"{key} rate e^(-{c:.3g} s){note}")
     ax.set_xlabel("training time s")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -76,9 +77,10 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
             if y.shape[1] == 1:
                 ax.plot(y[:, 0], w)
             else:
-                ax.scatter(y[:, 0], y[:, 1], c=w, s=4, marker="s")
+                tc = ax.tripcolor(y[:, 0], y[:, 1], w, shading="gouraud")
+                fig.colorbar(tc, ax=ax)
                 ax.set_aspect("equal")
-            ax.set_title(f"sample {i}: {name}")
+            ax.set_title(f"sample {i}: {name} (mass per node)")
     fig.tight_layout()
     fig.savefig(d / "tokens.png", dpi=100)
     plt.close(fig)
