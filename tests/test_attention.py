@@ -1,0 +1,219 @@
+"""Tests for mfpde.attention: log-domain softmax moments, tensor vs direct paths, head reduction (theory §1.2, §6.1).
+
+Pure numpy; every rank runs the same serial computation under ``mpiexec -n 2``.
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI  # noqa: F401  (import order: mpi4py before anything that may load PETSc)
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp, softmax
+
+from mfpde.attention import (
+    _TENSOR_RANGE_MAX,
+    HeadMeasure,
+    ScalarHeads,
+    TensorGrid,
+    ValueHeads,
+    make_family,
+    softmax_moments_direct,
+    softmax_moments_tensor,
+    velocity,
+    velocity_tensor,
+)
+
+
+def _reference(x: np.ndarray, y: np.ndarray, w: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
+    """log Z and m_a at x, independently: scipy's logsumexp / softmax over the support of w."""
+    sup = w > 0
+    e = a * (x @ y[sup].T) + np.log(w[sup])[None, :]
+    return logsumexp(e, axis=1), softmax(e, axis=1) @ y[sup]
+
+
+# --------------------------------------------------------------------------------------------------
+# Log-domain softmax: no overflow for |a x·y| in the thousands
+
+
+@pytest.mark.parametrize("d", [1, 2])
+@pytest.mark.parametrize("a", [50.0, -50.0])
+def test_direct_softmax_huge_exponents(d, a):
+    rng = np.random.default_rng(3 + d)
+    x = rng.uniform(-10, 10, size=(37, d))
+    y = rng.uniform(-10, 10, size=(53, d))
+    x[0] = 10.0  # |a x·y| up to 5000 d
+    y[0] = 10.0
+    w = rng.uniform(0, 1, size=53)
+    w[[3, 7]] = 0.0  # zero weights are not part of the support
+    assert np.max(np.abs(a * x @ y.T)) > 1000
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        logz, m = softmax_moments_direct(x, y, w, a)
+        v = velocity(x, y, w, HeadMeasure(np.array([a]), np.array([1.0])))
+    ref_logz, ref_m = _reference(x, y, w, a)
+    assert np.all(np.isfinite(logz)) and np.all(np.isfinite(m))
+    assert np.allclose(logz, ref_logz, rtol=1e-13, atol=0)
+    assert np.allclose(m, ref_m, rtol=0, atol=1e-12 * 10)
+    assert np.array_equal(v, m)
+    # the tilted mean is a convex combination of the support: inside its bounding box
+    ys = y[w > 0]
+    assert np.all(m >= ys.min(axis=0) - 1e-12) and np.all(m <= ys.max(axis=0) + 1e-12)
+
+
+def test_direct_softmax_moderate_matches_naive():
+    """For moderate exponents the naive (unshifted) formula is exact: compare to it directly."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(20, 2)), rng.normal(size=(30, 2))
+    w = rng.uniform(0.1, 1.0, size=30)
+    a = 0.7
+    k = np.exp(a * x @ y.T) * w
+    logz, m = softmax_moments_direct(x, y, w, a)
+    assert np.allclose(logz, np.log(k.sum(axis=1)), rtol=1e-14, atol=1e-14)
+    assert np.allclose(m, (k @ y) / k.sum(axis=1)[:, None], rtol=1e-13, atol=1e-14)
+
+
+def test_velocity_of_gaussian_is_affine():
+    """Theory §6.1: for μ = N(m, Σ), v_θ(x) = V m + V Σ Aᵀ x, so V[μ; ρ](x) = ā m + b̄ Σ x (A = aI, V = vI).
+
+    μ is a fine tensor-grid quadrature of a non-diagonal Gaussian in d = 2 (spectrally accurate),
+    so the direct path must reproduce the affine closed form to ~1e-9.
+    """
+    m = np.array([0.3, -0.2])
+    S = np.array([[0.25, 0.1], [0.1, 0.16]])
+    ax = np.linspace(-5, 5, 201)
+    yg = TensorGrid((ax, ax))
+    y = yg.points()
+    yc = y - m
+    w = np.exp(-0.5 * np.einsum("ni,ij,nj->n", yc, np.linalg.inv(S), yc))
+    w /= w.sum()
+    heads = HeadMeasure(np.array([-0.5, 0.3]), np.array([0.5, 0.25]))
+    x = np.random.default_rng(0).uniform(-1.5, 1.5, size=(25, 2))
+    v = velocity(x, y, w, heads)
+    ref = heads.abar * m[None, :] + heads.bbar * x @ S  # S symmetric: (S x)ᵀ = xᵀ S
+    assert np.abs(v - ref).max() < 1e-9, np.abs(v - ref).max()
+
+
+# --------------------------------------------------------------------------------------------------
+# Tensor path == direct path
+
+
+def _random_grids(rng: np.random.Generator, d: int, scale: float) -> tuple[TensorGrid, TensorGrid, np.ndarray]:
+    xs = tuple(np.sort(rng.uniform(-scale, scale, size=n)) for n in (13, 9)[:d])
+    ys = tuple(np.sort(rng.uniform(-scale, scale, size=n)) for n in (11, 7)[:d])
+    yg = TensorGrid(ys)
+    W = rng.uniform(0, 1, size=yg.shape)
+    W[W < 0.2] = 0.0  # holes in the support
+    W.flat[0] = 0.0
+    return TensorGrid(xs), yg, W
+
+
+@pytest.mark.parametrize("d", [1, 2])
+@pytest.mark.parametrize("a", [0.7, -1.3, 4.0])
+def test_tensor_equals_direct(d, a):
+    rng = np.random.default_rng(10 * d + int(abs(a) * 10))
+    xg, yg, W = _random_grids(rng, d, scale=3.0)
+    res = softmax_moments_tensor(xg, yg, W, a)
+    assert res is not None, "small exponent range must use the separable path"
+    logz_t, m_t = res
+    logz_d, m_d = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), a)
+    assert logz_t.shape == xg.shape and m_t.shape == (*xg.shape, d)
+    assert np.allclose(logz_t.ravel(), logz_d, rtol=1e-12, atol=1e-12)
+    assert np.allclose(m_t.reshape(-1, d), m_d, rtol=1e-12, atol=1e-12)
+    ref_logz, ref_m = _reference(xg.points(), yg.points(), W.ravel(), a)
+    assert np.allclose(logz_d, ref_logz, rtol=1e-12, atol=1e-12)
+    assert np.allclose(m_d, ref_m, rtol=1e-12, atol=1e-12)
+    heads = HeadMeasure(np.array([a, 0.5 * a]), np.array([0.8, -0.3]))
+    v_t = velocity_tensor(xg, yg, W, heads)
+    v_d = velocity(xg.points(), yg.points(), W.ravel(), heads)
+    assert np.allclose(v_t.reshape(-1, d), v_d, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_tensor_fallback_large_range(d):
+    """Exponent range > _TENSOR_RANGE_MAX: the separable path declines and velocity_tensor uses the direct sum."""
+    rng = np.random.default_rng(7 + d)
+    xg, yg, W = _random_grids(rng, d, scale=10.0)
+    a = 50.0  # |a x y| up to 5000 per axis
+    assert softmax_moments_tensor(xg, yg, W, a) is None
+    heads = HeadMeasure(np.array([a, 0.2]), np.array([1.0, 0.5]))  # one head falls back, one does not
+    assert softmax_moments_tensor(xg, yg, W, 0.2) is not None
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        v_t = velocity_tensor(xg, yg, W, heads)
+    v_d = velocity(xg.points(), yg.points(), W.ravel(), heads)
+    assert np.all(np.isfinite(v_t))
+    assert np.allclose(v_t.reshape(-1, d), v_d, rtol=1e-12, atol=1e-12)
+    ref = sum(c * _reference(xg.points(), yg.points(), W.ravel(), ak)[1] for ak, c in zip(heads.a, heads.c,
+                                                                                            strict=True))
+    assert np.allclose(v_d, ref, rtol=1e-12, atol=1e-11)
+
+
+def test_tensor_range_threshold():
+    """Just below the threshold the separable path is used and still exact; just above, it declines."""
+    ax = np.linspace(-1.0, 1.0, 21)
+    g = TensorGrid((ax,))
+    W = np.ones(21)
+    # range of a x y over y for the row x = ±1 is 2|a|
+    below = 0.49 * _TENSOR_RANGE_MAX
+    above = 0.51 * _TENSOR_RANGE_MAX
+    res = softmax_moments_tensor(g, g, W, below)
+    assert res is not None
+    ref_logz, ref_m = _reference(g.points(), g.points(), W, below)
+    assert np.allclose(res[0], ref_logz, rtol=1e-13) and np.allclose(res[1][:, 0], ref_m[:, 0], atol=1e-12)
+    assert softmax_moments_tensor(g, g, W, above) is None
+
+
+def test_tensor_grid_points_order():
+    g = TensorGrid((np.array([0.0, 1.0]), np.array([5.0, 6.0, 7.0])))
+    assert g.shape == (2, 3)
+    p = g.points()
+    assert p.shape == (6, 2)
+    assert np.array_equal(p[:3], [[0, 5], [0, 6], [0, 7]]) and np.array_equal(p[3], [1, 5])
+
+
+# --------------------------------------------------------------------------------------------------
+# Head families and the reduced head measure
+
+
+def test_head_families():
+    s, v = ScalarHeads(), ValueHeads(0.7)
+    assert s.p == 2 and v.p == 1
+    th2 = np.array([[0.1, 2.0], [-0.4, 3.0]])
+    assert np.array_equal(s.a(th2), [0.1, -0.4]) and np.array_equal(s.v(th2), [2.0, 3.0])
+    assert np.array_equal(s.grad_a(th2), [[1, 0], [1, 0]]) and np.array_equal(s.grad_v(th2), [[0, 1], [0, 1]])
+    th1 = np.array([[2.0], [-1.0], [0.5]])
+    assert np.array_equal(v.a(th1), [0.7, 0.7, 0.7]) and np.array_equal(v.v(th1), [2.0, -1.0, 0.5])
+    assert np.array_equal(v.grad_a(th1), np.zeros((3, 1))) and np.array_equal(v.grad_v(th1), np.ones((3, 1)))
+    assert isinstance(make_family("scalar"), ScalarHeads)
+    fam = make_family("value", 0.25)
+    assert isinstance(fam, ValueHeads) and fam.p == 1 and fam.a_fixed == 0.25
+    with pytest.raises(ValueError):
+        make_family("nope")
+
+
+def test_head_measure_reduces_duplicates():
+    fam = ScalarHeads()
+    theta = np.array([[0.5, 1.0], [-0.2, 2.0], [0.5, 3.0], [0.1 + 0.2, 1.0], [0.3, -1.0], [0.9, 0.0], [-0.2, 1.0]])
+    w = np.array([0.1, 0.2, 0.3, 0.15, 0.05, 0.1, 0.1])
+    hm = HeadMeasure.from_heads(fam, theta, w)
+    # a = 0.5: 0.1*1 + 0.3*3 = 1.0; a = -0.2: 0.2*2 + 0.1*1 = 0.5; a = 0.3 (0.1+0.2 merged): 0.15 - 0.05 = 0.1;
+    # a = 0.9 has v = 0: dropped.
+    assert np.allclose(hm.a, [-0.2, 0.3, 0.5], atol=1e-12)
+    assert np.allclose(hm.c, [0.5, 0.1, 1.0], rtol=1e-14)
+    assert len(np.unique(hm.a)) == len(hm.a)
+    assert hm.abar == pytest.approx(float(w @ theta[:, 1]), rel=1e-14)
+    assert hm.bbar == pytest.approx(float(w @ (theta[:, 0] * theta[:, 1])), rel=1e-13)
+    # the velocity depends on ρ only through the reduced measure
+    rng = np.random.default_rng(0)
+    x, y, wy = rng.normal(size=(9, 1)), rng.normal(size=(15, 1)), rng.uniform(0.1, 1, 15)
+    direct = sum(wk * th[1] * softmax_moments_direct(x, y, wy, th[0])[1] for th, wk in zip(theta, w, strict=True))
+    assert np.allclose(velocity(x, y, wy, hm), direct, rtol=1e-13, atol=1e-14)
+
+
+def test_head_measure_cancelling_and_value_family():
+    fam = ScalarHeads()
+    hm = HeadMeasure.from_heads(fam, np.array([[0.4, 1.0], [0.4, -1.0], [0.2, 1.0]]), np.array([0.5, 0.5, 1.0]))
+    assert np.allclose(hm.a, [0.2]) and np.allclose(hm.c, [1.0])  # exact cancellation at a = 0.4 is removed
+    vf = ValueHeads(0.5)
+    hv = HeadMeasure.from_heads(vf, np.array([1.0, 2.0, -0.5]), np.array([0.2, 0.3, 0.5]))
+    assert np.allclose(hv.a, [0.5]) and hv.c[0] == pytest.approx(0.2 + 0.6 - 0.25, rel=1e-14)
+    assert hv.bbar == pytest.approx(0.5 * hv.abar, rel=1e-14)
