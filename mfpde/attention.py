@@ -16,7 +16,10 @@ and the McKean–Vlasov velocity averaged over the head distribution ρ (theory 
    e^{a x·y} = Π_j e^{a x_j y_j}, so ∫ e^{a x·y} f(y) dμ(y) over an n₁×n₂ grid of y for all of an m₁×m₂
    grid of x is the matrix product E₁ W E₂ᵀ: (m₁n₁ + m₂n₂) exponentials and O(m₁n₁n₂ + m₁m₂n₂) BLAS flops
    per distinct a, instead of m₁m₂n₁n₂ exponentials.
-3. Otherwise (unstructured meshes), the direct sum in blocks of x: N_x N_y exponentials per distinct a.
+3. In d = 1, m_a(x) = f(a x) for one smooth function f = (log Z_μ)' of s = a x: it is interpolated in
+   s by a Chebyshev series of adaptive degree (trailing coefficients < 1e-14, :func:`tilted_mean_1d`), so
+   all heads and points cost (degree + 1) N_y exponentials (degree ~ 16–128) instead of N_a N_x N_y.
+4. Otherwise (unstructured meshes), the direct sum in blocks of x: N_x N_y exponentials per distinct a.
 
 Costs per evaluation of V: tensor path O(N_a (N_x^{1/2} N_y^{1/2} + N_x^{1/2} N_y)) with N_a (m + n) exponentials;
 direct path N_a N_x N_y exponentials. Everything is computed in the log domain: the softmax is shifted by
@@ -247,6 +250,42 @@ def softmax_moments_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, a: float) -
     return logz, num / z[..., None]
 
 
+def _negligible(heads: HeadMeasure) -> npt.NDArray[np.bool_]:
+    """Heads whose |c_k| is below 1e-16 of the total (e.g. Gaussian tails of ρ): skipped by the velocity."""
+    return np.abs(heads.c) <= 1e-16 * np.abs(heads.c).sum()
+
+
+def tilted_mean_1d(s: Array, y: Array, w: Array, tol: float = 1e-14) -> Array | None:
+    """f(s) = Σ_y w_y y e^{s y} / Σ_y w_y e^{s y} (d = 1) at many s, by Chebyshev interpolation in s.
+
+    In d = 1, m_a(x) = f(a x): one smooth function of the product s = a x serves every head and every
+    point. f = (log Z)' is analytic, so its Chebyshev series (``numpy.polynomial.Chebyshev.interpolate``)
+    converges geometrically; the degree is doubled from 16 until the last three coefficients fall below
+    ``tol`` times the largest. Cost: (degree + 1) N_y exponentials instead of N_s N_y.
+
+    Args:
+        s: evaluation points, any shape; y: support of μ, shape (N_y,); w: weights, shape (N_y,).
+
+    Returns:
+        f(s) with the shape of s, or None if degree 512 does not reach ``tol`` (use the direct path).
+    """
+    lo, hi = float(s.min()), float(s.max())
+    if hi - lo < 1e-12:
+        return np.full(s.shape, softmax_moments_direct(np.array([[lo]]), y[:, None], w, 1.0)[1][0, 0])
+
+    def f(t: Array) -> Array:
+        return softmax_moments_direct(t[:, None], y[:, None], w, 1.0)[1][:, 0]
+
+    scale = max(float(np.abs(y).max()), 1e-300)
+    for deg in (16, 32, 64, 128, 256, 512):
+        if (deg + 1) * 4 > s.size:  # no saving over the direct sums
+            return None
+        cheb = np.polynomial.Chebyshev.interpolate(f, deg, domain=[lo, hi])
+        if np.abs(cheb.coef[-3:]).max() <= tol * scale:
+            return cheb(s)
+    return None
+
+
 def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
     """The McKean–Vlasov velocity V[μ; ρ](x) by the direct path (theory §1.3 (F)).
 
@@ -256,12 +295,17 @@ def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
         heads: the reduced head distribution.
 
     Returns:
-        V at x, shape (N_x, d). Cost: N_a N_x N_y exponentials.
+        V at x, shape (N_x, d). Cost: N_a N_x N_y exponentials; in d = 1 (degree + 1) N_y by
+        :func:`tilted_mean_1d` when that converges.
     """
+    keep = ~_negligible(heads)
+    a, c = heads.a[keep], heads.c[keep]
+    if y.shape[1] == 1 and len(a):
+        f = tilted_mean_1d(np.outer(a, x[:, 0]), y[:, 0], w)
+        if f is not None:
+            return (c @ f)[:, None]
     out = np.zeros((len(x), y.shape[1]))
-    for ak, ck in zip(heads.a, heads.c, strict=True):
-        if ck == 0.0:
-            continue
+    for ak, ck in zip(a, c, strict=True):
         out += ck * softmax_moments_direct(x, y, w, ak)[1]
     return out
 
@@ -273,10 +317,11 @@ def velocity_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure
         V on xg, shape xg.shape + (d,).
     """
     d = len(yg.axes)
+    if d == 1:
+        return velocity(xg.points(), yg.points(), W.ravel(), heads)
     out = np.zeros((*xg.shape, d))
-    for ak, ck in zip(heads.a, heads.c, strict=True):
-        if ck == 0.0:
-            continue
+    keep = ~_negligible(heads)
+    for ak, ck in zip(heads.a[keep], heads.c[keep], strict=True):
         res = softmax_moments_tensor(xg, yg, W, ak)
         if res is None:
             m = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), ak)[1].reshape(*xg.shape, d)

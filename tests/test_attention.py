@@ -217,3 +217,23 @@ def test_head_measure_cancelling_and_value_family():
     hv = HeadMeasure.from_heads(vf, np.array([1.0, 2.0, -0.5]), np.array([0.2, 0.3, 0.5]))
     assert np.allclose(hv.a, [0.5]) and hv.c[0] == pytest.approx(0.2 + 0.6 - 0.25, rel=1e-14)
     assert hv.bbar == pytest.approx(0.5 * hv.abar, rel=1e-14)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "narrow", "random", "two_points", "wide_exponent"])
+def test_chebyshev_1d_matches_direct(kind):
+    """d = 1: the Chebyshev interpolation in s = a x (tilted_mean_1d) equals the direct log-domain sums."""
+    from mfpde.attention import HeadMeasure, softmax_moments_direct, velocity
+
+    rng = np.random.default_rng(3)
+    L = 40.0 if kind == "wide_exponent" else 4.0
+    x = np.linspace(-L, L, 301)[:, None]
+    y = np.linspace(-L, L, 300)[:, None]
+    w = {"gaussian": np.exp(-y[:, 0] ** 2), "narrow": np.exp(-((y[:, 0] - 2) ** 2) / 0.01),
+         "random": rng.random(300), "two_points": (np.abs(y[:, 0] + 3) < 0.02) + 0.5 * (np.abs(y[:, 0] - 1) < 0.02),
+         "wide_exponent": np.exp(-y[:, 0] ** 2 / 50)}[kind].astype(float)
+    w /= w.sum()
+    heads = HeadMeasure(np.linspace(-2.0, 2.0, 25), rng.standard_normal(25))
+    V = velocity(x, y, w, heads)
+    ref = sum(c * softmax_moments_direct(x, y, w, a)[1] for a, c in zip(heads.a, heads.c, strict=True))
+    assert np.all(np.isfinite(V))
+    assert np.abs(V - ref).max() <= 1e-11 * np.abs(ref).max(), np.abs(V - ref).max() / np.abs(ref).max()
