@@ -90,6 +90,11 @@ class CoupledProblem:
         self.conf = 0.5 * cfg.training.lambda2 * (self.theta.x**2).sum(axis=1)  # (λ₂/2)|θ|² at local dofs
         self.phi_conf.x.array[:] = self.conf
         self.phi_risk = [dolfinx.fem.Function(self.theta.V) for _ in range(self.L)]
+        # ∫ ρ |∇(Φ + λ log ρ)|² (the dissipation of F, theory §4), compiled once per layer
+        self.dissipation = []
+        for r, phi in zip(self.rhos, self.phis, strict=True):
+            xi = phi + self.lam * ufl.ln(ufl.max_value(r, 1e-300))
+            self.dissipation.append(dolfinx.fem.form(r * ufl.inner(ufl.grad(xi), ufl.grad(xi)) * ufl.dx))
 
     def heads(self) -> list[HeadMeasure]:
         """The reduced head measure of each layer's ρ, keeping every a of the Θ grid."""
@@ -99,15 +104,22 @@ class CoupledProblem:
     def _mine(self, samples: list[Sample]) -> list[int]:
         return [i for i in range(len(samples)) if i % self.n_groups == self.color]
 
-    def predict(self, samples: list[Sample], heads: list[HeadMeasure]) -> np.ndarray:
-        """ŷ^i for the samples (forward only), shape (n,), on every rank."""
+    def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
+                tag: str = "") -> np.ndarray:
+        """ŷ^i for the samples (forward only), shape (n,), on every rank.
+
+        With ``fields``, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX, by its rank group).
+        """
         y = np.zeros(len(samples))
         cfg = self.cfg
         for i in self._mine(samples):
-            u = dolfinx.fem.Function(self.tt.W)
+            u = dolfinx.fem.Function(self.tt.W, name="mu_T")
             fill_density(samples[i], u, self.tt.mass)
             rep = self.tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g)
             y[i] = rep.yhat if self.tcomm.rank == 0 else 0.0
+            if fields is not None:
+                with dolfinx.io.VTXWriter(self.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
+                    w.write(cfg.depth.T)
         return self.comm.allreduce(y, op=MPI.SUM)
 
     def gradient(self, heads: list[HeadMeasure], per_sample: bool = False) -> Gradient:
@@ -334,11 +346,7 @@ def _checkpoint(pb: CoupledProblem, out: Path, step: int, history: list[dict]) -
 
 def _history_row(pb: CoupledProblem, grad: Gradient, step: int, s: float, wall: float) -> dict[str, float]:
     fe = pb.free_energy(grad.risk)
-    gn = 0.0
-    for r, phi in zip(pb.rhos, pb.phis, strict=True):
-        gn += pb.comm.allreduce(dolfinx.fem.assemble_scalar(dolfinx.fem.form(
-            r * ufl.inner(ufl.grad(phi + pb.lam * ufl.ln(ufl.max_value(r, 1e-300))),
-                          ufl.grad(phi + pb.lam * ufl.ln(ufl.max_value(r, 1e-300)))) * ufl.dx)), op=MPI.SUM)
+    gn = sum(pb.comm.allreduce(dolfinx.fem.assemble_scalar(f), op=MPI.SUM) for f in pb.dissipation)
     return {"step": step, "s": s, "risk": fe["risk"], "free_energy": fe["free_energy"], "entropy": fe["entropy"],
             "mass_rho": fe["mass_rho"], "min_rho": fe["min_rho"], "grad_norm": math.sqrt(max(gn, 0.0)),
             "wall_s": wall}
@@ -393,13 +401,14 @@ def _final_outputs(pb: CoupledProblem, out: Path, history: list[dict], report: d
     heads = pb.heads()
     K = pb.ntk(heads)
     report["final"]["ntk_min_eigenvalue"] = float(np.linalg.eigvalsh(K)[0]) if K.size else None
+    fields = out / "fields" if cfg.output.fields else None
+    acc = {}
+    for name, samples in (("train", pb.train), ("test", pb.test)):
+        if samples:
+            yh = pb.predict(samples, heads, fields, tag=f"{name}_")
+            t = np.array([s.target for s in samples])
+            acc[name] = float(np.mean(np.sign(yh) == np.sign(t)))
     if cfg.data.kind == "digits":
-        acc = {}
-        for name, samples in (("train", pb.train), ("test", pb.test)):
-            if samples:
-                yh = pb.predict(samples, heads)
-                t = np.array([s.target for s in samples])
-                acc[name] = float(np.mean(np.sign(yh) == np.sign(t)))
         report["accuracy"] = acc
     if cfg.output.plots:
         from mfpde.plots import plot_run

@@ -40,6 +40,21 @@ def test_run_default_small(tempdir):
     for f in ("plots/loss.png", "plots/rho.png", "plots/tokens.png", "config.toml", "checkpoint/state.npz"):
         assert (tempdir / f).exists(), f
     assert (tempdir / "fields" / "rho.bp").is_dir()
+    assert (tempdir / "fields" / "mu_T_train_0.bp").is_dir() and (tempdir / "fields" / "mu_T_test_3.bp").is_dir()
+
+
+def test_run_same_on_one_and_two_ranks(tempdir):
+    """The run on COMM_WORLD (samples split over rank groups) equals a run on COMM_SELF, to round-off."""
+    cfg = C.load(None, [*SMALL, "output.plots=false", "output.fields=false"])
+    rank = MPI.COMM_WORLD.rank
+    assert run_training(cfg, tempdir / "world", comm=MPI.COMM_WORLD, quiet=True) == 0
+    assert run_training(cfg, tempdir / f"self{rank}", comm=MPI.COMM_SELF, quiet=True) == 0
+    a = json.loads((tempdir / "world" / "report.json").read_text())
+    b = json.loads((tempdir / f"self{rank}" / "report.json").read_text())
+    for key in ("risk", "free_energy", "gibbs_residual_l1", "ntk_min_eigenvalue"):
+        assert abs(a["final"][key] - b["final"][key]) <= 1e-11 * max(1.0, abs(b["final"][key])), key
+    np.testing.assert_allclose(a["final"]["rho_cov"], b["final"]["rho_cov"], rtol=1e-11, atol=1e-14)
+    assert a["accuracy"] == b["accuracy"]
 
 
 def test_resume_matches_straight_run(tempdir):
