@@ -379,7 +379,11 @@ def _report(pb: CoupledProblem, history: list[dict], status: str, step: int, wal
     s = np.array([h["s"] for h in history])
     F = np.array([h["free_energy"] for h in history])
     rate = {"fitted": _fit_rate(s, F - F.min()) if len(F) > 2 else math.nan, "theory": None}
-    if pb.lam > 0 and cfg.training.lambda2 > 0:
+    if pb.lam > 0 and cfg.training.lambda2 > 0 and pb.family.name == "value":
+        # δR/δρ = v D is linear in θ: every Gibbs measure p_ρ is Gaussian with α = λ₂/λ (theory §5.4, §6.2).
+        rate["theory"] = 2 * cfg.training.lambda2
+        rate["theory_kind"] = "2 λ₂: Gaussian Gibbs measures, α = λ₂/λ (theory §5.4)"
+    elif pb.lam > 0 and cfg.training.lambda2 > 0:
         # Holley–Stroock + Bakry–Émery (theory §5.4): c ≥ 2λ₂ exp(−osc δR/δρ / λ).
         n = pb.theta.n_owned
         osc = 0.0
