@@ -1,8 +1,8 @@
 """The Docker image, built and run for real: `.ci/docker-smoke` with rootful podman (shared/containers.md).
 
 The script builds the image from the Dockerfile on a Debian trixie stand-in base, then runs a small
-transport solve in it serially and under `mpiexec -n 2`, and checks each report.json. Its full output
-goes to out/docker-smoke.log.
+`mfpde run` (the main job, shrunk) in it serially and under `mpiexec -n 2`, and checks each report.json.
+Its full output goes to out/docker-smoke.log.
 """
 
 from __future__ import annotations
