@@ -8,12 +8,15 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 class ConfigError(ValueError):
@@ -31,6 +34,7 @@ class Tokens:
     degree: int = 0
     cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
     cfl: float = 0.4
+    outflow_tol: float = 1e-2  # mass allowed to leave Ω (fraction of ∫μ_0) before a run stops with exit 3
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class Data:
     samples: int = 40
     test_samples: int = 40
     seed: int = 0
+    origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
     path: str = ""
 
 
@@ -139,6 +144,8 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: must be finite, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -202,8 +209,6 @@ def _check_box(key: str, box: list[list[float]], dim: int) -> None:
 
 
 def _check_matrix(key: str, m: list[list[float]], n: int) -> None:
-    import numpy as np
-
     _require(len(m) == n and all(len(r) == n for r in m), key, f"must be {n}x{n}")
     a = np.asarray(m, dtype=float)
     _require(bool(np.all(np.isfinite(a))), key, "must be finite")
@@ -233,6 +238,7 @@ def validate(cfg: Config) -> None:
     _require(t.degree in (0, 1), "tokens.degree", f"must be 0 or 1, got {t.degree}")
     _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
     _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
+    _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
     _require(d.T > 0 and d.T < 1e6, "depth.T", f"must be positive, got {d.T}")
     _require(d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}")
     _require(d.model in ("weight-tied", "depth-indexed"), "depth.model", "must be 'weight-tied' or 'depth-indexed'")
@@ -275,6 +281,7 @@ def validate(cfg: Config) -> None:
                  "data.classes", "two distinct digits 0..9")
         _require(da.samples >= 2, "data.samples", "must be >= 2")
         _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
+        _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     else:
         _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
     _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout",

@@ -20,6 +20,7 @@ sub-communicator; risks and first variations are summed with one ``allreduce``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
@@ -101,6 +102,22 @@ class CoupledProblem:
         return [HeadMeasure.from_heads(self.family, self.theta.points, self.theta.gather(r), keep_zero=True)
                 for r in self.rhos]
 
+    @contextlib.contextmanager
+    def _collective_failure(self):
+        """Turn a NumericalError in one rank group into the same NumericalError on every rank.
+
+        Sample groups solve independently; a failure in one must not leave the others waiting in the
+        next reduction.
+        """
+        msg = ""
+        try:
+            yield
+        except NumericalError as e:
+            msg = str(e)
+        msgs = [m for m in self.comm.allgather(msg) if m]
+        if msgs:
+            raise NumericalError(msgs[0])
+
     def _mine(self, samples: list[Sample]) -> list[int]:
         return [i for i in range(len(samples)) if i % self.n_groups == self.color]
 
@@ -112,14 +129,16 @@ class CoupledProblem:
         """
         y = np.zeros(len(samples))
         cfg = self.cfg
-        for i in self._mine(samples):
-            u = dolfinx.fem.Function(self.tt.W, name="mu_T")
-            fill_density(samples[i], u, self.tt.mass)
-            rep = self.tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g)
-            y[i] = rep.yhat if self.tcomm.rank == 0 else 0.0
-            if fields is not None:
-                with dolfinx.io.VTXWriter(self.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
-                    w.write(cfg.depth.T)
+        with self._collective_failure():
+            for i in self._mine(samples):
+                u = dolfinx.fem.Function(self.tt.W, name="mu_T")
+                fill_density(samples[i], u, self.tt.mass)
+                rep = self.tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g,
+                                    outflow_tol=cfg.tokens.outflow_tol)
+                y[i] = rep.yhat if self.tcomm.rank == 0 else 0.0
+                if fields is not None:
+                    with dolfinx.io.VTXWriter(self.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
+                        w.write(cfg.depth.T)
         return self.comm.allreduce(y, op=MPI.SUM)
 
     def gradient(self, heads: list[HeadMeasure], per_sample: bool = False) -> Gradient:
@@ -133,21 +152,23 @@ class CoupledProblem:
         yhat = np.zeros(n)
         D = [np.zeros(k) for k in na]
         Dy = [np.zeros((n, k)) for k in na] if per_sample else None
-        for i in self._mine(self.train):
-            u = dolfinx.fem.Function(tt.W)
-            fill_density(self.train[i], u, tt.mass)
-            tape: list = []
-            rep = tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g, tape=tape)
-            _, gcs = self.adj.backward(tape, self.dyhat, self.L)
-            root = self.tcomm.rank == 0
-            r = rep.yhat - self.train[i].target
-            if root:
-                yhat[i] = rep.yhat
-                for k in range(self.L):
-                    if len(gcs[k]):
-                        D[k] += r * gcs[k] / n
-                        if Dy is not None:
-                            Dy[k][i] = gcs[k]
+        with self._collective_failure():
+            for i in self._mine(self.train):
+                u = dolfinx.fem.Function(tt.W)
+                fill_density(self.train[i], u, tt.mass)
+                tape: list = []
+                rep = tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g, tape=tape,
+                               outflow_tol=cfg.tokens.outflow_tol)
+                _, gcs = self.adj.backward(tape, self.dyhat, self.L)
+                root = self.tcomm.rank == 0
+                r = rep.yhat - self.train[i].target
+                if root:
+                    yhat[i] = rep.yhat
+                    for k in range(self.L):
+                        if len(gcs[k]):
+                            D[k] += r * gcs[k] / n
+                            if Dy is not None:
+                                Dy[k][i] = gcs[k]
         yhat = self.comm.allreduce(yhat, op=MPI.SUM)
         D = [self.comm.allreduce(x, op=MPI.SUM) for x in D]
         if Dy is not None:

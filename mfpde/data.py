@@ -4,7 +4,8 @@ Each sample is turned into a DG density on the token mesh with mass 1 (theory §
 
 * ``gaussian``: N(m, Σ) evaluated at the DG nodes, renormalised to mass 1;
 * ``digits``: the 8×8 image as a piecewise-constant density on the unit square (pixel (i, j) covers
-  [j/8, (j+1)/8] × [1 − (i+1)/8, 1 − i/8]), evaluated at cell midpoints, then normalised;
+  [j/8, (j+1)/8] × [1 − (i+1)/8, 1 − i/8] of the square [0, 1]² + ``data.origin``; zero outside it, so Ω
+  may be larger), evaluated at cell midpoints, then normalised;
 * ``file``: points with weights deposited into the cell that contains them (DG0 value w/|cell|, then
   interpolated into DG_k exactly), so the deposited mass equals Σ w exactly.
 """
@@ -65,7 +66,8 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
         if need > len(idx):
             raise ConfigError(f"data.samples + data.test_samples = {need} exceeds the {len(idx)} images of "
                               f"classes {da.classes}")
-        mk = [Sample("image", {"image": digits.images[i]}, 1.0 if digits.target[i] == c1 else -1.0)
+        mk = [Sample("image", {"image": digits.images[i], "origin": tuple(da.origin)},
+                     1.0 if digits.target[i] == c1 else -1.0)
               for i in idx[:need]]
         return mk[: da.samples], mk[da.samples :]
     path = Path(da.path)
@@ -119,10 +121,14 @@ def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
     if sample.kind == "image":
         img = np.asarray(sample.params["image"], dtype=float)
 
+        x0, y0 = sample.params.get("origin", (0.0, 0.0))
+
         def pixels(x: Array) -> Array:
-            j = np.clip(np.floor(8 * x[0]).astype(int), 0, 7)
-            i = np.clip(np.floor(8 * (1 - x[1])).astype(int), 0, 7)
-            return img[i, j]
+            xs, ys = x[0] - x0, x[1] - y0
+            inside = (xs >= 0) & (xs <= 1) & (ys >= 0) & (ys <= 1)
+            j = np.clip(np.floor(8 * xs).astype(int), 0, 7)
+            i = np.clip(np.floor(8 * (1 - ys)).astype(int), 0, 7)
+            return np.where(inside, img[i, j], 0.0)  # zero outside the unit square
 
         u0.interpolate(pixels)  # DG0: evaluated at cell midpoints
     else:

@@ -23,7 +23,7 @@ from mfpde.data import Sample, fill_density, load_samples
 from mfpde.heads import ThetaSpace, dirac_heads
 from mfpde.io import write_report
 from mfpde.mesh import make_domain
-from mfpde.transport import Readout, TokenTransport, TransportReport, readout_function
+from mfpde.transport import NumericalError, Readout, TokenTransport, TransportReport, readout_function
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +83,28 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
     """The ``transport`` job: transport every sample μ_0^i to μ_T^i under ρ_0 and report its moments.
 
     Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``.
+
+    Raises:
+        NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
     """
-    cfg, tt = pb.cfg, pb.tokens
     t0 = time.perf_counter()
-    samples = []
+    samples: list[dict] = []
+    try:
+        _transport_samples(pb, out, write_fields, samples)
+    except NumericalError as e:
+        write_report(out, {"status": "failed", "command": "transport", "version": __version__,
+                           "comm_size": pb.comm.size, "wall_s": time.perf_counter() - t0, "samples": samples,
+                           "error": f"sample {len(samples)}: {e}"}, pb.comm)
+        raise NumericalError(f"sample {len(samples)}: {e}") from None
+    report = {"status": "ok", "command": "transport", "version": __version__, "comm_size": pb.comm.size,
+              "wall_s": time.perf_counter() - t0, "samples": samples}
+    write_report(out, report, pb.comm)
+    return report
+
+
+def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict]) -> None:
+    """Transport each sample in turn, appending its report block to ``samples``."""
+    cfg, tt = pb.cfg, pb.tokens
     for i, s in enumerate(pb.train + pb.test):
         u = dolfinx.fem.Function(tt.W, name="mu")
         fill_density(s, u, tt.mass)
@@ -99,7 +117,7 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
             if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
                 writer.write(t)
 
-        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb)
+        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol)
         if writer is not None:
             writer.close()
         block = sample_report(rep)
@@ -107,7 +125,3 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
         samples.append(block)
         logger.info("sample %d: mass_T %.12g, outflow %.3g, min %.3g, yhat %.6g, mean %s", i, rep.mass_T,
                     rep.outflow, rep.min_density, rep.yhat, np.round(rep.mean_T, 6).tolist())
-    report = {"status": "ok", "command": "transport", "version": __version__, "comm_size": pb.comm.size,
-              "wall_s": time.perf_counter() - t0, "samples": samples}
-    write_report(out, report, pb.comm)
-    return report

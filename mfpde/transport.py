@@ -354,7 +354,7 @@ class TokenTransport:
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: list | None = None) -> TransportReport:
+              tape: list | None = None, outflow_tol: float = math.inf) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -365,9 +365,10 @@ class TokenTransport:
             T: final depth; steps: number of depth steps.
             g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
             tape: if given, the stage states of every sub-step are appended for the adjoint.
+            outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 
         Raises:
-            NumericalError: non-finite values.
+            NumericalError: non-finite values, or outflow beyond ``outflow_tol``.
         """
         if callable(heads):  # t ↦ HeadMeasure
             per_layer, layers = steps, [heads]
@@ -392,8 +393,12 @@ class TokenTransport:
                     tape[-1].append(k // per_layer)
             nsub_total += nsub
             t = (k + 1) * dt
-            if not np.all(np.isfinite(u.x.array)):
+            if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
                 raise NumericalError(f"non-finite token density at depth step {k + 1}, t = {t:.6g}")
+            if outflow > outflow_tol * mass0:
+                raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
+                                     f"tokens.outflow_tol = {outflow_tol:g} at depth step {k + 1}, t = {t:.6g} "
+                                     "(enlarge tokens.box)")
             min_rho = min(min_rho, self.min_density(u))
             if callback is not None:
                 callback(k + 1, t, u)

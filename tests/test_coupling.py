@@ -179,3 +179,13 @@ def test_depth_indexed_first_variation():
         pb.rhos[layer].x.array[:] = base
         slope = np.polyfit(np.log(eps), np.log(errs), 1)[0]
         assert abs(slope - 2.0) < 0.15, f"layer {layer}: Taylor slope {slope:.3f} ({errs})"
+
+
+def test_outflow_beyond_tolerance_fails_cleanly(tempdir):
+    """Mass leaving Ω beyond tokens.outflow_tol is a numerical failure: exit 3, report status "failed",
+    the last good ρ checkpointed (interface.md)."""
+    args = _args(["tokens.box=[[-0.5, 1.5], [-0.5, 1.5]]", "data.origin=[0.0, 0.0]", "tokens.outflow_tol=1e-4"])
+    assert main(["run", "--out", str(tempdir), "--quiet", *args]) == 3
+    rep = json.loads((tempdir / "report.json").read_text())
+    assert rep["status"] == "failed" and "outflow" in rep["error"]
+    assert (tempdir / "checkpoint" / "state.npz").exists()
