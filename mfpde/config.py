@@ -233,13 +233,13 @@ def validate(cfg: Config) -> None:
         _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
     else:
         _check_box("tokens.box", t.box, t.dim)
-        _require(len(t.cells) == t.dim and all(c >= 1 for c in t.cells), "tokens.cells",
-                 f"needs {t.dim} positive integers, got {t.cells}")
+        _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
+                 f"needs {t.dim} integers >= 2, got {t.cells}")
     _require(t.degree in (0, 1), "tokens.degree", f"must be 0 or 1, got {t.degree}")
     _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
     _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
     _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
-    _require(d.T > 0 and d.T < 1e6, "depth.T", f"must be positive, got {d.T}")
+    _require(0 < d.T < 1e6, "depth.T", f"must be in (0, 1e6), got {d.T}")
     _require(d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}")
     _require(d.model in ("weight-tied", "depth-indexed"), "depth.model", "must be 'weight-tied' or 'depth-indexed'")
     _require(d.layers >= 1 and d.steps % d.layers == 0, "depth.layers",
@@ -256,12 +256,13 @@ def validate(cfg: Config) -> None:
     kind = h.init.get("kind")
     if kind == "gaussian":
         _require(set(h.init) <= {"kind", "mean", "cov"}, "heads.init", "gaussian takes mean and cov")
-        mean = h.init.get("mean")
-        _require(isinstance(mean, list) and len(mean) == p, "heads.init.mean", f"needs length {p}")
-        _check_matrix("heads.init.cov", h.init.get("cov", []), p)
+        mean = _check_type("heads.init.mean", h.init.get("mean"), list[float])
+        _require(len(mean) == p, "heads.init.mean", f"needs length {p}")
+        _check_matrix("heads.init.cov", _check_type("heads.init.cov", h.init.get("cov", []), list[list[float]]), p)
     elif kind == "diracs":
         _require(set(h.init) <= {"kind", "points", "weights"}, "heads.init", "diracs take points and weights")
-        pts, w = h.init.get("points", []), h.init.get("weights", [])
+        pts = _check_type("heads.init.points", h.init.get("points", []), list[list[float]])
+        w = _check_type("heads.init.weights", h.init.get("weights", []), list[float])
         _require(len(pts) >= 1 and all(len(q) == p for q in pts), "heads.init.points", f"rows of length {p}")
         _require(len(w) == len(pts) and all(x >= 0 for x in w) and sum(w) > 0, "heads.init.weights",
                  "one non-negative weight per point, not all zero")
@@ -280,6 +281,7 @@ def validate(cfg: Config) -> None:
         _require(len(da.classes) == 2 and all(0 <= c <= 9 for c in da.classes) and da.classes[0] != da.classes[1],
                  "data.classes", "two distinct digits 0..9")
         _require(da.samples >= 2, "data.samples", "must be >= 2")
+        _require(da.seed >= 0, "data.seed", "must be >= 0")
         _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     else:

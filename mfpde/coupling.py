@@ -41,8 +41,8 @@ from mfpde.attention import HeadMeasure
 from mfpde.config import Config, ConfigError, to_toml
 from mfpde.data import Sample, fill_density, load_samples
 from mfpde.fokker_planck import ParameterFokkerPlanck, SolverError
-from mfpde.heads import ThetaSpace
-from mfpde.io import load_checkpoint, save_checkpoint, write_atomic, write_report
+from mfpde.heads import theta_space
+from mfpde.io import load_checkpoint, prepare_output_dir, save_checkpoint, write_atomic, write_report
 from mfpde.mesh import make_domain
 from mfpde.transport import NumericalError, TokenTransport, readout_function
 
@@ -72,8 +72,9 @@ class CoupledProblem:
         self.tt = TokenTransport(make_domain(self.tcomm, t.dim, t.mesh, t.box, t.cells, t.cell), t.degree, t.cfl,
                                  cfg.petsc.token)
         self.adj = DiscreteAdjoint(self.tt)
+        self._validate_samples()
         h = cfg.heads
-        self.theta = ThetaSpace(make_domain(comm, self.family.p, h.mesh, h.box, h.cells, "triangle"), self.family)
+        self.theta = theta_space(comm, cfg, self.family)
         self.L = cfg.depth.layers if cfg.depth.model == "depth-indexed" else 1
         self.rhos = [self.theta.gaussian(h.init["mean"], h.init["cov"]) for _ in range(self.L)]
         for k, r in enumerate(self.rhos):
@@ -81,9 +82,9 @@ class CoupledProblem:
         self.lam = cfg.training.lam if cfg.training.regularization == "entropic" else 0.0
         try:
             self.fp = ParameterFokkerPlanck(self.theta.V, self.lam, cfg.petsc.param)
+            self.fp0 = ParameterFokkerPlanck(self.theta.V, 0.0, cfg.petsc.param, prefix="mfpde_param_wgf_")
         except ValueError as e:
-            raise ConfigError(f"heads.mesh: {e}") from None
-        self.fp0 = ParameterFokkerPlanck(self.theta.V, 0.0, cfg.petsc.param, prefix="mfpde_param_wgf_")
+            raise ConfigError(f"{'petsc.param' if 'PETSc' in str(e) else 'heads.mesh'}: {e}") from None
         self.phi_conf = dolfinx.fem.Function(self.theta.V, name="confinement")
         self.g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
         self.dyhat = dyhat_dmu(self.tt, self.g)
@@ -96,6 +97,23 @@ class CoupledProblem:
         for r, phi in zip(self.rhos, self.phis, strict=True):
             xi = phi + self.lam * ufl.ln(ufl.max_value(r, 1e-300))
             self.dissipation.append(dolfinx.fem.form(r * ufl.inner(ufl.grad(xi), ufl.grad(xi)) * ufl.dx))
+
+    def _validate_samples(self) -> None:
+        """Fill every sample of this rank group once, so bad data is an input error before anything runs.
+
+        Raises:
+            ConfigError: on every rank, if some group's sample has no mass on Ω or a point outside it.
+        """
+        u, msg = dolfinx.fem.Function(self.tt.W), ""
+        try:
+            for samples in (self.train, self.test):
+                for i in self._mine(samples):
+                    fill_density(samples[i], u, self.tt.mass)
+        except ConfigError as e:
+            msg = str(e)
+        msgs = [m for m in self.comm.allgather(msg) if m]
+        if msgs:
+            raise ConfigError(msgs[0])
 
     def heads(self) -> list[HeadMeasure]:
         """The reduced head measure of each layer's ρ, keeping every a of the Θ grid."""
@@ -212,7 +230,13 @@ class CoupledProblem:
     def lie_step(self, ds: float) -> None:
         """Lie: one Fokker–Planck step of every ρ^ℓ with Φ^ℓ (set by :meth:`set_potentials`) frozen."""
         for k in range(self.L):
-            self.fp.step(self.rhos[k], self.phis[k], ds)
+            self._check(self.fp.step(self.rhos[k], self.phis[k], ds), "Fokker–Planck step")
+
+    @staticmethod
+    def _check(info, what: str) -> None:
+        """Stop on a ρ that lost its mass or positivity (ill-conditioned solves at extreme λ or Δs)."""
+        if not (math.isfinite(info.mass) and abs(info.mass - 1.0) <= 1e-8 and info.min_rho >= 0.0):
+            raise NumericalError(f"{what}: ρ has mass {info.mass:.6g}, min {info.min_rho:.3g} (expected 1 and >= 0)")
 
     def _risk_potentials(self) -> None:
         heads = self.heads()
@@ -229,7 +253,7 @@ class CoupledProblem:
         stages, in sub-steps of at most half the CFL limit (positive and conservative).
         """
         for k in range(self.L):
-            self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2)
+            self._check(self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2), "Ornstein–Uhlenbeck half-step")
         self._risk_potentials()
         cfl = min(self.fp0.stability_limit(p) for p in self.phi_risk)
         nsub = 1 if not math.isfinite(cfl) else max(1, math.ceil(ds / (0.5 * cfl)))
@@ -239,13 +263,13 @@ class CoupledProblem:
                 self._risk_potentials()
             start = [r.x.array.copy() for r in self.rhos]
             for k in range(self.L):
-                self.fp0.step(self.rhos[k], self.phi_risk[k], h)
+                self._check(self.fp0.step(self.rhos[k], self.phi_risk[k], h), "transport step")
             self._risk_potentials()
             for k in range(self.L):
-                self.fp0.step(self.rhos[k], self.phi_risk[k], h)
+                self._check(self.fp0.step(self.rhos[k], self.phi_risk[k], h), "transport step")
                 self.rhos[k].x.array[:] = 0.5 * (start[k] + self.rhos[k].x.array)
         for k in range(self.L):
-            self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2)
+            self._check(self.fp.exact_step(self.rhos[k], self.phi_conf, ds / 2), "Ornstein–Uhlenbeck half-step")
 
     def free_energy(self, risk: float) -> dict[str, float]:
         """F = R + (λ₂/2)∫|θ|²dρ + λ∫ρ log ρ (theory §2), summed over layer blocks, and its parts."""
@@ -285,20 +309,11 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
     pb = CoupledProblem(cfg, comm)
     tr, oc = cfg.training, cfg.output
     out = Path(out)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
     step0, history = 0, []
     if resume:
-        ck = load_checkpoint(out) if comm.rank == 0 else None
-        ck = comm.bcast(ck, root=0)
-        if ck is None:
-            raise ConfigError(f"--resume: no checkpoint in {out / 'checkpoint'}")
-        if ck["rho"].shape != (pb.L, len(pb.theta.points)):
-            raise ConfigError("--resume: the checkpoint does not match this config's Θ mesh or layers")
-        for k, r in enumerate(pb.rhos):
-            pb.theta.set_values(r, ck["rho"][k])
-        step0 = int(ck["step"])
-        history = [dict(zip(ck["history_keys"].tolist(), row, strict=True)) for row in ck["history"]]
-        logger.info("resuming from step %d", step0)
+        step0, history = _resume(pb, out)
+    prepare_output_dir(out, comm, keep=resume)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
     writer = None
     if oc.fields:
         writer = dolfinx.io.VTXWriter(comm, out / "fields" / "rho.bp", pb.rhos)
@@ -314,7 +329,7 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
             heads = pb.heads()
             grad = pb.gradient(heads)
             if not np.isfinite(grad.risk) or not all(np.all(np.isfinite(d)) for d in grad.D):
-                raise NumericalError(f"non-finite risk or first variation at training step {step}")
+                raise NumericalError("non-finite risk or first variation")
             pb.set_potentials(heads, grad)
             last = [r.x.array.copy() for r in pb.rhos]
             if step % oc.every == 0 or step == tr.steps:
@@ -324,7 +339,7 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
                     writer.write(step * tr.ds)
                 logger.info("step %d s=%.4g risk=%.6g F=%.6g min_rho=%.3g |grad|=%.3g", step, step * tr.ds,
                             row["risk"], row["free_energy"], row["min_rho"], row["grad_norm"])
-            if step > 0 and step % oc.checkpoint_every == 0:
+            if step > 0 and (step % oc.checkpoint_every == 0 or step == tr.steps):
                 _checkpoint(pb, out, step, history)
             if step == tr.steps:
                 break
@@ -358,10 +373,45 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
     return 0
 
 
+def _resume(pb: CoupledProblem, out: Path) -> tuple[int, list[dict]]:
+    """Load ρ, the step and the history rows before it from DIR/checkpoint; validated on rank 0.
+
+    Raises:
+        ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh or layer count.
+    """
+    comm = pb.comm
+    ck, err = None, ""
+    if comm.rank == 0:
+        try:
+            ck = load_checkpoint(out)
+            if ck is None:
+                err = f"--resume: no checkpoint in {out / 'checkpoint'}"
+            elif set(ck) != {"rho", "theta", "step", "history_keys", "history"}:
+                err = "--resume: the checkpoint is incomplete"
+            elif ck["rho"].shape != (pb.L, len(pb.theta.points)) or not np.allclose(ck["theta"], pb.theta.points):
+                err = "--resume: the checkpoint was written for another Θ mesh (heads.box/cells/mesh) or layer count"
+            elif not (np.all(np.isfinite(ck["rho"])) and np.all(ck["rho"] >= 0)):
+                err = "--resume: the checkpoint holds non-finite or negative densities"
+            elif not 0 <= int(ck["step"]) <= pb.cfg.training.steps:
+                err = f"--resume: checkpoint step {int(ck['step'])} is beyond training.steps = {pb.cfg.training.steps}"
+        except ConfigError as e:
+            err = str(e)
+    ck, err = comm.bcast((ck, err), root=0)
+    if err:
+        raise ConfigError(err)
+    for k, r in enumerate(pb.rhos):
+        pb.theta.set_values(r, ck["rho"][k])
+    step0 = int(ck["step"])
+    keys = ck["history_keys"].tolist()
+    history = [h for h in (dict(zip(keys, row, strict=True)) for row in ck["history"]) if h["step"] < step0]
+    logger.info("resuming from step %d", step0)
+    return step0, history
+
+
 def _checkpoint(pb: CoupledProblem, out: Path, step: int, history: list[dict]) -> None:
     rho = np.stack([pb.theta.gather_values(r) for r in pb.rhos])
     keys = list(history[0].keys()) if history else []
-    save_checkpoint(out, {"rho": rho, "step": np.array(step), "history_keys": np.array(keys),
+    save_checkpoint(out, {"rho": rho, "theta": pb.theta.points, "step": np.array(step), "history_keys": np.array(keys),
                           "history": np.array([[h[k] for k in keys] for h in history])}, pb.comm)
 
 

@@ -74,11 +74,13 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
     try:
         with np.load(path) as f:
             pts, wts, tgt = (np.asarray(f[k], dtype=float) for k in ("points", "weights", "target"))
-    except (OSError, KeyError, ValueError) as e:
-        raise ConfigError(f"data.path {str(path)!r}: cannot read points/weights/target: {e}") from None
+    except (OSError, KeyError, ValueError, TypeError, AttributeError) as e:
+        raise ConfigError(f"data.path {str(path)!r}: cannot read points/weights/target from an .npz: {e}") from None
     if pts.ndim != 3 or pts.shape[2] != d or wts.shape != pts.shape[:2] or tgt.shape != (pts.shape[0],):
         raise ConfigError(f"data.path {str(path)!r}: expected points (n, N, {d}), weights (n, N), target (n,); "
                           f"got {pts.shape}, {wts.shape}, {tgt.shape}")
+    if pts.shape[0] < 1 or pts.shape[1] < 1:
+        raise ConfigError(f"data.path {str(path)!r}: needs at least one sample with at least one point")
     if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(wts)) and np.all(np.isfinite(tgt))):
         raise ConfigError(f"data.path {str(path)!r}: non-finite values")
     if np.any(wts < 0) or np.any(wts.sum(axis=1) <= 0):

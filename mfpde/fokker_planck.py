@@ -42,6 +42,8 @@ from dolfinx import fem
 from dolfinx.common import Timer
 from numpy.typing import ArrayLike, NDArray
 
+from mfpde import spaces
+
 __all__ = [
     "ParameterFokkerPlanck",
     "SolverError",
@@ -136,19 +138,8 @@ def _check_p1(V: fem.FunctionSpace) -> None:
 
 
 def lumped_mass(V: fem.FunctionSpace) -> NDArray[np.float64]:
-    """Lumped (row-sum) P1 mass m_i = ∫_Θ φ_i dθ of the owned dofs.
-
-    Args:
-        V: Scalar P1 Lagrange space on Θ.
-
-    Returns:
-        Array of shape (num_owned_dofs,), entries > 0 (units of |Θ|, non-dimensional).
-    """
-    v = ufl.TestFunction(V)
-    b = fem.assemble_vector(fem.form(v * ufl.dx))
-    b.scatter_reverse(dolfinx.la.InsertMode.add)
-    n = V.dofmap.index_map.size_local
-    return np.array(b.array[:n], dtype=np.float64)
+    """Lumped (row-sum) P1 mass m_i = ∫_Θ φ_i dθ of the owned dofs, shape (num_owned_dofs,), entries > 0."""
+    return spaces.lumped_mass(V)[: V.dofmap.index_map.size_local]
 
 
 def _global_sum(comm: MPI.Comm, x: float) -> float:
@@ -373,8 +364,11 @@ class ParameterFokkerPlanck:
             for k, val in opts.items():
                 db[k] = val
             db.prefixPop()
-            ksp.setFromOptions()
-            ksp.setUp()  # reads factor options (e.g. mat_mumps_icntl_*) while they are in the database
+            try:
+                ksp.setFromOptions()
+                ksp.setUp()  # reads factor options (e.g. mat_mumps_icntl_*) while they are in the database
+            except PETSc.Error as e:
+                raise ValueError(f"PETSc rejected the options {user}: {e}") from None
             db.prefixPush(prefix)
             for k in opts:
                 db.delValue(k)

@@ -82,17 +82,15 @@ class ThetaSpace:
         """The Gaussian density N(mean, cov) interpolated at the P1 nodes, renormalised to mass 1.
 
         Raises:
-            ValueError: the Gaussian has (numerically) no mass on Θ.
+            ConfigError: the Gaussian has (numerically) no mass on Θ.
         """
-        mean_a = np.asarray(mean, dtype=float)
-        prec = np.linalg.inv(np.asarray(cov, dtype=float))
-        rho = dolfinx.fem.Function(self.V, name="rho")
-        xc = self.x - mean_a
-        rho.x.array[:] = np.exp(-0.5 * np.einsum("ni,ij,nj->n", xc, prec, xc))
-        mass = self.mass(rho)
-        if not mass > 1e-300:
-            raise ValueError("the initial head Gaussian has no mass on Θ (mean far outside the box?)")
-        rho.x.array[:] /= mass
+        from mfpde.config import ConfigError
+        from mfpde.fokker_planck import gaussian_density
+
+        with np.errstate(all="ignore"):
+            rho = gaussian_density(self.V, mean, cov)
+        if not np.all(np.isfinite(rho.x.array)):
+            raise ConfigError("heads.init: the initial head Gaussian has no mass on Θ (mean far outside heads.box?)")
         return rho
 
 
@@ -100,3 +98,21 @@ def dirac_heads(family: HeadFamily, points: list[list[float]], weights: list[flo
     """Finitely many heads θ_h with weights w_h (normalised to sum 1): ρ = Σ_h w_h δ_{θ_h}."""
     w = np.asarray(weights, dtype=float)
     return HeadMeasure.from_heads(family, np.asarray(points, dtype=float), w / w.sum())
+
+
+def theta_space(comm, cfg, family: HeadFamily) -> ThetaSpace:
+    """The Θ space of the config's ``[heads]`` (a box of right triangles, or ``heads.mesh``).
+
+    Raises:
+        ConfigError, MeshError: the mesh does not fit the head family.
+    """
+    from mfpde.config import ConfigError
+    from mfpde.mesh import make_domain
+
+    h = cfg.heads
+    try:
+        return ThetaSpace(make_domain(comm, family.p, h.mesh, h.box, h.cells, "triangle"), family)
+    except ValueError as e:
+        if type(e) is not ValueError:  # ConfigError, MeshError: already an input error
+            raise
+        raise ConfigError(f"heads.mesh: {e}") from None

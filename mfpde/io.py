@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,35 @@ from mpi4py import MPI
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+
+def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
+    """Make DIR writable and clear a previous result (report, history, plots, fields, checkpoint unless
+    ``keep``), so that nothing stale is left looking like a result. Call it after the input is validated.
+
+    Checked on rank 0 and agreed on every rank, so a bad DIR is an input error everywhere, not a hang.
+
+    Raises:
+        ConfigError: DIR is a file or not writable.
+    """
+    from mfpde.config import ConfigError
+
+    err = ""
+    if comm.rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".mfpde-write-test"
+            probe.write_text("")
+            probe.unlink()
+            (out / "report.json").unlink(missing_ok=True)
+            (out / "history.csv").unlink(missing_ok=True)
+            for sub in ("fields", "plots") if keep else ("fields", "plots", "checkpoint"):
+                shutil.rmtree(out / sub, ignore_errors=True)
+        except OSError as e:
+            err = f"--out {str(out)!r}: {e.strerror or e}"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
 
 
 def write_atomic(path: Path, text: str, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
@@ -68,12 +98,21 @@ def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = M
 
 
 def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
-    """The arrays of ``checkpoint/state.npz``, or None if there is none."""
+    """The arrays of ``checkpoint/state.npz``, or None if there is none.
+
+    Raises:
+        ConfigError: the file exists but cannot be read.
+    """
+    from mfpde.config import ConfigError
+
     f = out / "checkpoint" / "state.npz"
     if not f.is_file():
         return None
-    with np.load(f) as z:
-        return {k: z[k] for k in z.files}
+    try:
+        with np.load(f, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise ConfigError(f"--resume: checkpoint {str(f)!r} cannot be read: {e}") from None
 
 
 class RankFilter(logging.Filter):

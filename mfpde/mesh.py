@@ -90,8 +90,11 @@ def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
         try:
             m = meshio.gmsh.read(path)
             tagged = m.cell_data.get("gmsh:physical", [])
-            if not any(len(c.data) and c.dim == gdim for c, t in zip(m.cells, tagged, strict=False)):
-                err = f"has no physical group of dimension {gdim} (dolfinx reads only tagged cells)"
+            dims = [c.dim for c, t in zip(m.cells, tagged, strict=False) if len(c.data)]
+            if not dims:
+                err = "has no physical groups (dolfinx reads only tagged cells)"
+            elif max(dims) != gdim:
+                err = f"has cells of dimension {max(dims)}, expected {gdim}"
         except Exception as e:  # meshio raises ReadError, ValueError, ... on malformed files
             err = f"could not be read: {type(e).__name__}: {e}"
     err = comm.bcast(err, root=0)

@@ -20,7 +20,7 @@ from mfpde import __version__
 from mfpde.attention import HeadFamily, HeadMeasure, make_family
 from mfpde.config import Config
 from mfpde.data import Sample, fill_density, load_samples
-from mfpde.heads import ThetaSpace, dirac_heads
+from mfpde.heads import ThetaSpace, dirac_heads, theta_space
 from mfpde.io import write_report
 from mfpde.mesh import make_domain
 from mfpde.transport import NumericalError, Readout, TokenTransport, TransportReport, readout_function
@@ -59,8 +59,7 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, need_theta: bool = False
     family = make_family(h.family, h.a)
     theta = rho0 = None
     if h.init["kind"] == "gaussian" or need_theta:
-        th_dom = make_domain(comm, family.p, h.mesh, h.box, h.cells, "triangle")
-        theta = ThetaSpace(th_dom, family)
+        theta = theta_space(comm, cfg, family)
     if h.init["kind"] == "gaussian":
         assert theta is not None
         rho0 = theta.gaussian(h.init["mean"], h.init["cov"])
@@ -68,6 +67,9 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, need_theta: bool = False
     else:
         heads0 = dirac_heads(family, h.init["points"], h.init["weights"])
     train, test = load_samples(cfg)
+    u = dolfinx.fem.Function(tokens.W)
+    for s in train + test:  # bad data is an input error before anything is written
+        fill_density(s, u, tokens.mass)
     g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
     return Problem(cfg, comm, family, tokens, theta, rho0, heads0, train, test, g)
 

@@ -238,8 +238,13 @@ class TokenTransport:
         defaults = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
         for k, val in {**defaults, **options}.items():
             opts[prefix + k] = val
-        ksp.setFromOptions()
-        ksp.setUp()  # consumes the sub-solver options now (bjacobi creates its blocks here)
+        try:
+            ksp.setFromOptions()
+            ksp.setUp()  # consumes the sub-solver options now (bjacobi creates its blocks here)
+        except PETSc.Error as e:
+            from mfpde.config import ConfigError
+
+            raise ConfigError(f"petsc.token: PETSc rejected the options {options}: {e}") from None
         self.ksp = ksp
 
     # -- evaluation ---------------------------------------------------------------------------
@@ -278,6 +283,8 @@ class TokenTransport:
         out = self._out.x.array[: len(self.cell_vol)]
         ratio = np.max(out / self.cell_vol) if len(out) else 0.0
         ratio = self.comm.allreduce(float(ratio), op=MPI.MAX)
+        if not math.isfinite(ratio):
+            raise NumericalError("non-finite token velocity")
         return math.inf if ratio <= 0 else self.cfl / ratio
 
     def limit(self, u: dolfinx.fem.Function) -> None:
@@ -350,6 +357,23 @@ class TokenTransport:
         yhat = float(wts @ g(x)) if g is not None else math.nan
         return float(mass), mean, cov, yhat
 
+    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: list | None,
+                  layer: int) -> bool:
+        """nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
+
+        The outflow of the sub-steps is left in ``self._step_outflow``.
+        """
+        self._step_outflow = 0.0
+        for j in range(nsub):
+            if j > 0:
+                self.update_velocity(u, heads)
+                if h > self.max_stable_dt() * (1 + 1e-9):
+                    return False
+            self._step_outflow += self.ssp_rk3(u, h, heads, tape)
+            if tape is not None:
+                tape[-1].append(layer)
+        return True
+
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
@@ -382,19 +406,30 @@ class TokenTransport:
         for k in range(steps):
             hk = layers[k // per_layer]
             hk = hk(k * dt) if callable(hk) else hk
+            start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
             self.update_velocity(u, hk)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
-            h = dt / nsub
-            for j in range(nsub):
-                if j > 0:
-                    self.update_velocity(u, hk)
-                outflow += self.ssp_rk3(u, h, hk, tape)
+            # Equal sub-steps (so the adjoint sees a step size that is locally constant in ρ); if the
+            # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
+            while not self._substeps(u, hk, dt / nsub, nsub, tape, k // per_layer):
+                nsub *= 2
+                if nsub > 2**16:
+                    raise NumericalError(f"the CFL sub-steps do not converge at depth step {k + 1} "
+                                         f"(velocity blow-up near t = {k * dt:.6g})")
+                u.x.array[:] = start
+                outflow = out_start
                 if tape is not None:
-                    tape[-1].append(k // per_layer)
+                    del tape[tape_len:]
+                self.update_velocity(u, hk)
+            outflow += self._step_outflow
             nsub_total += nsub
             t = (k + 1) * dt
             if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
                 raise NumericalError(f"non-finite token density at depth step {k + 1}, t = {t:.6g}")
+            balance = abs(self.mass(u) + outflow - mass0)
+            if balance > 1e-9 * mass0:
+                raise NumericalError(f"token mass balance violated by {balance / mass0:.3g} at depth step {k + 1}, "
+                                     f"t = {t:.6g} (positivity lost)")
             if outflow > outflow_tol * mass0:
                 raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
                                      f"tokens.outflow_tol = {outflow_tol:g} at depth step {k + 1}, t = {t:.6g} "

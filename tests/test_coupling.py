@@ -189,3 +189,25 @@ def test_outflow_beyond_tolerance_fails_cleanly(tempdir):
     rep = json.loads((tempdir / "report.json").read_text())
     assert rep["status"] == "failed" and "outflow" in rep["error"]
     assert (tempdir / "checkpoint" / "state.npz").exists()
+
+
+def test_resume_rejects_other_theta_and_corrupt_checkpoint(tempdir):
+    """--resume with a checkpoint of another Θ box, or a corrupt one, is an input error (exit 2)."""
+    base = ["output.plots=false", "output.fields=false"]
+    assert main(["run", "--out", str(tempdir), "--quiet", *_args(base)]) == 0
+    other = _args([*base, "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]"])
+    assert main(["run", "--out", str(tempdir), "--quiet", "--resume", *other]) == 2
+    assert json.loads((tempdir / "report.json").read_text())["status"] == "ok"  # the finished run is kept
+    if MPI.COMM_WORLD.rank == 0:
+        (tempdir / "checkpoint" / "state.npz").write_bytes(b"not a checkpoint")
+    MPI.COMM_WORLD.Barrier()
+    assert main(["run", "--out", str(tempdir), "--quiet", "--resume", *_args(base)]) == 2
+
+
+def test_out_is_a_file(tempdir):
+    """--out naming an existing file is an input error on every rank (no hang under MPI)."""
+    f = tempdir / "afile"
+    if MPI.COMM_WORLD.rank == 0:
+        f.write_text("x")
+    MPI.COMM_WORLD.Barrier()
+    assert main(["transport", "demos/transport_small.toml", "--out", str(f)]) == 2
