@@ -16,8 +16,9 @@ import dolfinx.fem
 import numpy as np
 from scipy.stats import norm
 
-from mfpde.attention import HeadMeasure, velocity
+from mfpde.attention import HeadMeasure
 from mfpde.mesh import box
+from mfpde.particles import transport_particles
 from mfpde.transport import TokenTransport
 
 HEADS = HeadMeasure(np.array([-0.5, 0.3]), np.array([0.5, 0.25]))
@@ -40,16 +41,8 @@ def particles(N: int, iid: bool, seed: int = 0, steps: int = 40) -> tuple[float,
         x = np.random.default_rng(seed).normal(M0, np.sqrt(S0), N)[:, None]
     else:
         x = norm.ppf((np.arange(N) + 0.5) / N, loc=M0, scale=np.sqrt(S0))[:, None]
-    w = np.full(N, 1.0 / N)
     t0 = time.perf_counter()
-    dt = T / steps
-    f = lambda z: velocity(z, z, w, HEADS)  # noqa: E731
-    for _ in range(steps):
-        k1 = f(x)
-        k2 = f(x + 0.5 * dt * k1)
-        k3 = f(x + 0.5 * dt * k2)
-        k4 = f(x + dt * k3)
-        x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    x = transport_particles(x, np.full(N, 1.0 / N), HEADS, T, steps)
     return time.perf_counter() - t0, abs(x[:, 0].var() - EXACT)
 
 

@@ -94,22 +94,11 @@ def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):
     """R = ½(ŷ − y)² of the N-token network dX/dt = V(X) (theory §1.1 as L → ∞, RK4 in depth)."""
     from scipy.stats import norm
 
-    from mfpde.attention import velocity
+    from mfpde.particles import transport_particles
 
     x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
     wt = np.full(N, 1.0 / N)
-    heads = HeadMeasure.from_heads(ScalarHeads(), theta, w)
-    dt = 1.0 / steps
-
-    def f(z):
-        return velocity(z, z, wt, heads)
-
-    for _ in range(steps):
-        k1 = f(x)
-        k2 = f(x + 0.5 * dt * k1)
-        k3 = f(x + 0.5 * dt * k2)
-        k4 = f(x + dt * k3)
-        x = x + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    x = transport_particles(x, wt, HeadMeasure.from_heads(ScalarHeads(), theta, w), 1.0, steps)
     return 0.5 * (x[:, 0].mean() - y) ** 2
 
 

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 import ufl
 
-from mfpde.attention import HeadMeasure, velocity
+from mfpde.attention import HeadMeasure
 from mfpde.cli import main
 from mfpde.config import ConfigError
 from mfpde.data import Sample, _deposit, fill_density
 from mfpde.mesh import box
+from mfpde.particles import transport_particles
 from mfpde.transport import TokenTransport, readout_function
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,19 +206,7 @@ PARTICLE_HEADS = HeadMeasure(np.array([-0.5]), np.array([0.75]))  # one distinct
 def _particle_yhat(N: int, seed, m0: float, s0: float, T: float, steps: int) -> float:
     """ŷ_N = mean of X_T for N iid tokens from N(m0, s0), dX/dt = V[μ^N; ρ](X) by RK4 in depth."""
     X = np.random.default_rng(seed).normal(m0, math.sqrt(s0), size=(N, 1))
-    w = np.full(N, 1.0 / N)
-
-    def f(Y):
-        return velocity(Y, Y, w, PARTICLE_HEADS)
-
-    dt = T / steps
-    for _ in range(steps):
-        k1 = f(X)
-        k2 = f(X + 0.5 * dt * k1)
-        k3 = f(X + 0.5 * dt * k2)
-        k4 = f(X + dt * k3)
-        X = X + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return float(X[:, 0].mean())
+    return float(transport_particles(X, np.full(N, 1.0 / N), PARTICLE_HEADS, T, steps)[:, 0].mean())
 
 
 def test_particles_agree_with_pde_at_rate_half():
