@@ -122,7 +122,14 @@ class DiscreteAdjoint:
         """
         gcs: list[Array | None] = [None] * n_layers
         lam3 = lam_T.copy()
-        for h, heads, v0, v1, v2, layer in reversed(tape):
+        for entry in reversed(tape):
+            if entry[0] == "euler":  # the shallow model's single explicit layer: λ₀ = (I + hF'(v₀))ᵀλ₁
+                _, h, heads, v0, layer = entry
+                f0, c0 = self._Ft(v0, heads, lam3)
+                lam3 = lam3 + h * f0
+                gcs[layer] = h * c0 if gcs[layer] is None else gcs[layer] + h * c0
+                continue
+            h, heads, v0, v1, v2, layer = entry
             f2, c2 = self._Ft(v2, heads, lam3)
             lam2 = 2.0 / 3.0 * (lam3 + h * f2)
             f1, c1 = self._Ft(v1, heads, lam2)

@@ -39,7 +39,12 @@ class Tokens:
 
 @dataclass(frozen=True)
 class Depth:
-    """Depth interval [0, T] and the number of depth steps."""
+    """Depth interval [0, T] and the number of depth steps.
+
+    ``model``: "weight-tied" (one ρ at every depth), "depth-indexed" (one ρ per block of ``layers``), or
+    "shallow": a single residual attention layer of depth T, μ_T = μ_0 − T ∇·(μ_0 V[μ_0; ρ]), so that ŷ is
+    linear in ρ and R convex (theory §2, §5.4); ``steps`` is then not used.
+    """
 
     T: float = 1.0
     steps: int = 100
@@ -241,7 +246,8 @@ def validate(cfg: Config) -> None:
     _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
     _require(0 < d.T < 1e6, "depth.T", f"must be in (0, 1e6), got {d.T}")
     _require(d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}")
-    _require(d.model in ("weight-tied", "depth-indexed"), "depth.model", "must be 'weight-tied' or 'depth-indexed'")
+    _require(d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
+             "must be 'weight-tied', 'depth-indexed' or 'shallow'")
     _require(d.layers >= 1 and d.steps % d.layers == 0, "depth.layers",
              f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}")
     _require(h.family in ("scalar", "value"), "heads.family", f"must be 'scalar' or 'value', got {h.family!r}")

@@ -76,6 +76,7 @@ class CoupledProblem:
         h = cfg.heads
         self.theta = theta_space(comm, cfg, self.family)
         self.L = cfg.depth.layers if cfg.depth.model == "depth-indexed" else 1
+        self.shallow = cfg.depth.model == "shallow"
         self.rhos = [self.theta.gaussian(h.init["mean"], h.init["cov"]) for _ in range(self.L)]
         for k, r in enumerate(self.rhos):
             r.name = f"rho_{k}" if self.L > 1 else "rho"
@@ -152,7 +153,7 @@ class CoupledProblem:
                 u = dolfinx.fem.Function(self.tt.W, name="mu_T")
                 fill_density(samples[i], u, self.tt.mass)
                 rep = self.tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g,
-                                    outflow_tol=cfg.tokens.outflow_tol)
+                                    outflow_tol=cfg.tokens.outflow_tol, shallow=self.shallow)
                 y[i] = rep.yhat if self.tcomm.rank == 0 else 0.0
                 if fields is not None:
                     with dolfinx.io.VTXWriter(self.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
@@ -176,7 +177,7 @@ class CoupledProblem:
                 fill_density(self.train[i], u, tt.mass)
                 tape: list = []
                 rep = tt.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.g, tape=tape,
-                               outflow_tol=cfg.tokens.outflow_tol)
+                               outflow_tol=cfg.tokens.outflow_tol, shallow=self.shallow)
                 _, gcs = self.adj.backward(tape, self.dyhat, self.L)
                 root = self.tcomm.rank == 0
                 r = rep.yhat - self.train[i].target

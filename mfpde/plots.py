@@ -24,7 +24,7 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
         u = dolfinx.fem.Function(pb.tt.W)
         fill_density(s, u, pb.tt.mass)
         w0 = pb.tt.quad.gather(u)
-        pb.tt.solve(u, heads, pb.cfg.depth.T, pb.cfg.depth.steps, pb.g)
+        pb.tt.solve(u, heads, pb.cfg.depth.T, pb.cfg.depth.steps, pb.g, shallow=pb.shallow)
         tok.append((w0, pb.tt.quad.gather(u)))
     if pb.comm.rank != 0:
         return

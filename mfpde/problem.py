@@ -119,7 +119,8 @@ def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list
             if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
                 writer.write(t)
 
-        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol)
+        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol,
+                       shallow=cfg.depth.model == "shallow")
         if writer is not None:
             writer.close()
         block = sample_report(rep)

@@ -357,6 +357,19 @@ class TokenTransport:
         yhat = float(wts @ g(x)) if g is not None else math.nan
         return float(mass), mean, cov, yhat
 
+    def _shallow(self, u: dolfinx.fem.Function, heads: HeadMeasure, T: float, g: Readout | None,
+                 tape: list | None, mass0: float) -> TransportReport:
+        """The single residual layer μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2, shallow model)."""
+        if tape is not None:
+            tape.append(["euler", T, heads, u.x.array.copy(), 0])
+        self.update_velocity(u, heads)
+        du, r = self._rate(u)
+        u.x.array[:] += T * du.x.array
+        if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
+            raise NumericalError("non-finite token density in the shallow layer")
+        mass, mean, cov, yhat = self.moments(u, g)
+        return TransportReport(mass0, self.mass(u), T * r, self.min_density(u), mean.tolist(), cov.tolist(), yhat, 1)
+
     def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: list | None,
                   layer: int) -> bool:
         """nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
@@ -378,7 +391,7 @@ class TokenTransport:
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: list | None = None, outflow_tol: float = math.inf) -> TransportReport:
+              tape: list | None = None, outflow_tol: float = math.inf, shallow: bool = False) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -390,6 +403,8 @@ class TokenTransport:
             g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
             tape: if given, the stage states of every sub-step are appended for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
+            shallow: the single-layer model instead: one explicit step μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]),
+                linear in ρ (theory §2); not a positivity-preserving solve of (F), and ``steps`` is unused.
 
         Raises:
             NumericalError: non-finite values, or outflow beyond ``outflow_tol``.
@@ -403,6 +418,8 @@ class TokenTransport:
         mass0 = self.mass(u)
         outflow, nsub_total, t = 0.0, 0, 0.0
         min_rho = self.min_density(u)
+        if shallow:
+            return self._shallow(u, layers[0] if not callable(layers[0]) else layers[0](0.0), T, g, tape, mass0)
         for k in range(steps):
             hk = layers[k // per_layer]
             hk = hk(k * dt) if callable(hk) else hk
