@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from mpi4py import MPI
 
 import dolfinx.fem
-import dolfinx.fem.petsc
+import dolfinx.la
 import numpy as np
 import numpy.typing as npt
 import ufl
@@ -55,13 +55,15 @@ class DiscreteAdjoint:
 
     def __init__(self, tt: TokenTransport):
         self.tt = tt
-        L = tt.L_expr
-        self.J_u = dolfinx.fem.form(ufl.derivative(L, tt.u, ufl.TrialFunction(tt.W)))
-        self.J_V = dolfinx.fem.form(ufl.derivative(L, tt.vel, ufl.TrialFunction(tt.P)))
-        self.A_u = dolfinx.fem.petsc.create_matrix(self.J_u)
-        self.A_V = dolfinx.fem.petsc.create_matrix(self.J_V)
         self.z = dolfinx.fem.Function(tt.W)
         self.lam = dolfinx.fem.Function(tt.W)
+        # Transposed Jacobian actions as vector forms: (J_uᵀz)_j = ∂/∂μ_j L(μ, V)[z] and (J_Vᵀz)_j likewise,
+        # i.e. the form with its test function replaced by z, differentiated in the direction of a test
+        # function. One vector assembly each instead of a matrix assembly and a transposed product.
+        w = ufl.TestFunction(tt.W)
+        Lz = ufl.replace(tt.L_expr, {w: self.z})
+        self.JuT = dolfinx.fem.form(ufl.derivative(Lz, tt.u, ufl.TestFunction(tt.W)))
+        self.JVT = dolfinx.fem.form(ufl.derivative(Lz, tt.vel, ufl.TestFunction(tt.P)))
         self.r = dolfinx.fem.Function(tt.W)
         self.xi = dolfinx.fem.Function(tt.P)
         q = tt.quad
@@ -82,12 +84,11 @@ class DiscreteAdjoint:
         self.lam.x.array[:n] = lam
         self.lam.x.scatter_forward()
         tt.ksp.solve(self.lam.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
-        for A, form in ((self.A_u, self.J_u), (self.A_V, self.J_V)):
-            A.zeroEntries()
-            dolfinx.fem.petsc.assemble_matrix(A, form)
-            A.assemble()
-        self.A_u.multTranspose(self.z.x.petsc_vec, self.r.x.petsc_vec)
-        self.A_V.multTranspose(self.z.x.petsc_vec, self.xi.x.petsc_vec)
+        self.z.x.scatter_forward()
+        for f, form in ((self.r, self.JuT), (self.xi, self.JVT)):
+            f.x.array[:] = 0.0
+            dolfinx.fem.assemble_vector(f.x.array, form)
+            f.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self.r.x.array[:n].copy()
         gw, gc = self._kernel_vjp(tt.u, heads)
         out_local = np.zeros(len(tt.u.x.array))

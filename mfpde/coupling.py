@@ -313,6 +313,8 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
     step0, history = 0, []
     if resume:
         step0, history = _resume(pb, out)
+        if history:  # wall time accumulates over resumed runs
+            t0 -= history[-1]["wall_s"]
     prepare_output_dir(out, comm, keep=resume)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     writer = None
@@ -371,6 +373,10 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
         return 3
     _final_outputs(pb, out, history, report)
     write_report(out, report, comm)
+    acc = report.get("accuracy", {})
+    logger.info("done: %d steps, risk %.6g, free energy %.6g%s -> %s", step, report["final"]["risk"],
+                report["final"]["free_energy"],
+                "".join(f", {k} accuracy {v:.3f}" for k, v in acc.items()), out)
     return 0
 
 

@@ -44,7 +44,8 @@ class ThetaSpace:
         own = self.x[: self.n_owned]
         self.counts = np.array(self.comm.allgather(self.n_owned))
         pts = np.stack([self._allgather(own[:, j]) for j in range(p)], axis=1)
-        self.order = np.lexsort(pts.T[::-1])
+        # Sort on rounded coordinates: the same vertex can differ by round-off between partitions.
+        self.order = np.lexsort(np.round(pts, 10).T[::-1])
         self.points = pts[self.order]  # global dof coordinates, shape (N_θ, p), rank-independent order
         inv = np.empty_like(self.order)
         inv[self.order] = np.arange(len(self.order))
