@@ -20,7 +20,9 @@ logger = logging.getLogger("mfpde")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mfpde", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="mfpde", description="Finite elements for the mean-field transformer: token transport in depth, "
+        "adjoint, and training of the head distribution (see README.md and docs/interface.md).")
     p.add_argument("--version", action="version", version=f"mfpde {__version__}")
     sub = p.add_subparsers(dest="command")
     common = argparse.ArgumentParser(add_help=False)
