@@ -83,6 +83,18 @@ def test_rank_deficient_plateau(tempdir):
     assert abs(R[-1] - R[-10]) < 1e-3 * R[-1], f"risk still falling: {R[-10]:.6f} -> {R[-1]:.6f}"
 
 
+def _entropic_rate(cfg, out, lo: float, hi: float | None) -> tuple[dict, float]:
+    """Run, assert that F never increases, and fit the exponential rate of F − F* (F* = last value) on the
+    window lo < gap < hi (hi = None: 1e-2 of the first gap). Returns (report, rate)."""
+    assert run_training(cfg, out, comm=MPI.COMM_WORLD, quiet=True) == 0
+    h = _history(out)
+    s, F = h["s"], h["free_energy"]
+    assert np.all(np.diff(F) <= 1e-12), f"free energy increased by {np.diff(F).max():.3e}"
+    gap = F - F[-1]
+    win = (gap > lo) & (gap < (1e-2 * gap[0] if hi is None else hi))
+    return json.loads((out / "report.json").read_text()), -np.polyfit(s[win], np.log(gap[win]), 1)[0]
+
+
 def test_shallow_exponential_rate(tempdir):
     """Entropic, δR/δρ linear in θ (value family: Gibbs measures exactly Gaussian, α = λ₂/λ, theory §5.4):
     F(ρ_s) − F* decays with a fitted rate ≥ 2αλ = 2λ₂; ‖ρ_s − p_{ρ_s}‖_{L¹} → 0; F never increases.
@@ -93,14 +105,7 @@ def test_shallow_exponential_rate(tempdir):
     lam, lam2 = 0.1, 1.0
     target = float(_yhat(0.1, M0[0], S0[0]))
     cfg = _cfg(targets=(target,), reg="entropic", lam=lam, lam2=lam2, ds=0.05, steps=240)
-    assert run_training(cfg, tempdir, comm=MPI.COMM_WORLD, quiet=True) == 0
-    rep = json.loads((tempdir / "report.json").read_text())
-    h = _history(tempdir)
-    s, F = h["s"], h["free_energy"]
-    assert np.all(np.diff(F) <= 1e-12), f"free energy increased by {np.diff(F).max():.3e}"
-    gap = F - F[-1]
-    win = (gap > 1e-7) & (gap < 1e-2)
-    rate = -np.polyfit(s[win], np.log(gap[win]), 1)[0]
+    rep, rate = _entropic_rate(cfg, tempdir, lo=1e-7, hi=1e-2)
     print(f"shallow: fitted rate {rate:.4f}, theorem 2λ₂ = {2 * lam2}, Gibbs residual "
           f"{rep['final']['gibbs_residual_l1']:.3e}")
     assert rate >= 2 * lam2, f"fitted rate {rate:.3f} below the theorem's 2λ₂ = {2 * lam2}"
@@ -114,14 +119,7 @@ def test_shallow_model_exponential_rate(tempdir, family):
     2λ₂ exp(−osc δR/δρ / λ), Holley–Stroock), ‖ρ_s − p_{ρ_s}‖_{L¹} → 0 and F never increases."""
     lam, lam2 = 0.2, 1.0
     cfg = _cfg(family, 2, (1.0, -0.5), reg="entropic", lam=lam, lam2=lam2, ds=0.05, steps=200, model="shallow")
-    assert run_training(cfg, tempdir, comm=MPI.COMM_WORLD, quiet=True) == 0
-    rep = json.loads((tempdir / "report.json").read_text())
-    h = _history(tempdir)
-    s, F = h["s"], h["free_energy"]
-    assert np.all(np.diff(F) <= 1e-12), f"free energy increased by {np.diff(F).max():.3e}"
-    gap = F - F[-1]
-    win = (gap > 1e-8) & (gap < 1e-2 * gap[0])
-    rate = -np.polyfit(s[win], np.log(gap[win]), 1)[0]
+    rep, rate = _entropic_rate(cfg, tempdir, lo=1e-8, hi=None)
     theory = rep["rate"]["theory"]
     print(f"shallow model: fitted rate {rate:.4f}, guaranteed {theory:.4g}, Gibbs residual "
           f"{rep['final']['gibbs_residual_l1']:.2e}")
