@@ -37,7 +37,7 @@ import ufl
 
 from mfpde import __version__
 from mfpde.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu, first_variation_values
-from mfpde.attention import HeadMeasure
+from mfpde.attention import HeadMeasure, make_family
 from mfpde.config import Config, ConfigError, to_toml
 from mfpde.data import Sample, fill_density, load_samples
 from mfpde.fokker_planck import ParameterFokkerPlanck, SolverError
@@ -60,8 +60,6 @@ class CoupledProblem:
         if cfg.heads.init["kind"] != "gaussian":
             raise ConfigError("heads.init.kind: run trains a density ρ; use kind = \"gaussian\"")
         self.cfg, self.comm = cfg, comm
-        from mfpde.attention import make_family
-
         self.family = make_family(cfg.heads.family, cfg.heads.a)
         t = cfg.tokens
         self.train, self.test = load_samples(cfg)
@@ -105,16 +103,11 @@ class CoupledProblem:
         Raises:
             ConfigError: on every rank, if some group's sample has no mass on Ω or a point outside it.
         """
-        u, msg = dolfinx.fem.Function(self.tt.W), ""
-        try:
+        u = dolfinx.fem.Function(self.tt.W)
+        with self._collective_failure(ConfigError):
             for samples in (self.train, self.test):
                 for i in self._mine(samples):
                     fill_density(samples[i], u, self.tt.mass)
-        except ConfigError as e:
-            msg = str(e)
-        msgs = [m for m in self.comm.allgather(msg) if m]
-        if msgs:
-            raise ConfigError(msgs[0])
 
     def heads(self) -> list[HeadMeasure]:
         """The reduced head measure of each layer's ρ, keeping every a of the Θ grid."""
@@ -122,8 +115,8 @@ class CoupledProblem:
                 for r in self.rhos]
 
     @contextlib.contextmanager
-    def _collective_failure(self):
-        """Turn a NumericalError in one rank group into the same NumericalError on every rank.
+    def _collective_failure(self, error: type[Exception] = NumericalError):
+        """Turn an ``error`` raised in one rank group into the same ``error`` on every rank.
 
         Sample groups solve independently; a failure in one must not leave the others waiting in the
         next reduction.
@@ -131,11 +124,11 @@ class CoupledProblem:
         msg = ""
         try:
             yield
-        except NumericalError as e:
+        except error as e:
             msg = str(e)
         msgs = [m for m in self.comm.allgather(msg) if m]
         if msgs:
-            raise NumericalError(msgs[0])
+            raise error(msgs[0])
 
     def _mine(self, samples: list[Sample]) -> list[int]:
         return [i for i in range(len(samples)) if i % self.n_groups == self.color]
