@@ -17,10 +17,10 @@ import dolfinx.io
 import numpy as np
 
 from mfpde import __version__
-from mfpde.attention import HeadFamily, HeadMeasure, make_family
+from mfpde.attention import HeadMeasure, make_family
 from mfpde.config import Config
 from mfpde.data import Sample, fill_density, load_samples
-from mfpde.heads import ThetaSpace, dirac_heads, theta_space
+from mfpde.heads import dirac_heads, theta_space
 from mfpde.io import write_report
 from mfpde.mesh import make_domain
 from mfpde.transport import NumericalError, Readout, TokenTransport, TransportReport, readout_function
@@ -34,21 +34,15 @@ class Problem:
 
     cfg: Config
     comm: MPI.Comm
-    family: HeadFamily
     tokens: TokenTransport
-    theta: ThetaSpace | None
-    rho0: dolfinx.fem.Function | None
     heads0: HeadMeasure
     train: list[Sample]
     test: list[Sample]
     g: Readout
 
 
-def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, need_theta: bool = False) -> Problem:
-    """Build meshes, spaces, initial ρ and samples from the config.
-
-    Args:
-        need_theta: build the Θ mesh even when ρ_0 is given as Dirac heads.
+def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> Problem:
+    """Build the token solver, the reduced initial ρ and the samples from the config.
 
     Raises:
         ConfigError, MeshError: invalid input (exit status 2).
@@ -57,13 +51,9 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, need_theta: bool = False
     tok_dom = make_domain(comm, t.dim, t.mesh, t.box, t.cells, t.cell)
     tokens = TokenTransport(tok_dom, t.degree, t.cfl, cfg.petsc.token)
     family = make_family(h.family, h.a)
-    theta = rho0 = None
-    if h.init["kind"] == "gaussian" or need_theta:
-        theta = theta_space(comm, cfg, family)
     if h.init["kind"] == "gaussian":
-        assert theta is not None
-        rho0 = theta.gaussian(h.init["mean"], h.init["cov"])
-        heads0 = theta.head_measure(rho0)
+        theta = theta_space(comm, cfg, family)
+        heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
     else:
         heads0 = dirac_heads(family, h.init["points"], h.init["weights"])
     train, test = load_samples(cfg)
@@ -71,14 +61,14 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, need_theta: bool = False
     for s in train + test:  # bad data is an input error before anything is written
         fill_density(s, u, tokens.mass)
     g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
-    return Problem(cfg, comm, family, tokens, theta, rho0, heads0, train, test, g)
+    return Problem(cfg, comm, tokens, heads0, train, test, g)
 
 
 def sample_report(rep: TransportReport) -> dict:
     """The per-sample block of the transport report (interface.md)."""
     return {"mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
             "outflow": rep.outflow, "mean_T": rep.mean_T, "cov_T": rep.cov_T, "yhat": rep.yhat,
-            "target": None, "substeps": rep.substeps}
+            "substeps": rep.substeps}
 
 
 def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
