@@ -9,11 +9,13 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
+from roundoff import gamma
 from scipy.integrate import solve_ivp
 
 from mfpde import config as C
 from mfpde.cli import main
 from mfpde.coupling import run_training
+from mfpde.problem import build, run_transport
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=4", "data.test_samples=4",
          "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
@@ -23,13 +25,47 @@ def _args(extra):
     return [a for s in SMALL + extra for a in ("--set", s)]
 
 
+FINAL_KEYS = ("risk", "free_energy", "gibbs_residual_l1", "mass_rho")
+
+
+def _roundoff(tempdir, keys=FINAL_KEYS) -> dict[str, float]:
+    """Round-off bound of each final value of the SMALL run: κ ε_run (Higham §15.1).
+
+    ε_run = γ_n with n the roundings one value goes through: every training step transports and adjoins
+    each sample over the depth sub-steps (counted by the transport job on ρ_0, ×4 for ρ moving) in 3 stages
+    of ≤ 4·5·9 + 18 + 10 roundings a dof (DG0/DG1, d = 2), sums of the token dofs for ŷ, then one Θ solve
+    (3 N_Θ, roundoff.implicit_step). κ, the amplification of a relative perturbation of the input to the
+    output, is estimated by finite differences: the run again with ρ_0's mean moved by δ.
+    """
+    cfg = C.load(None, [*SMALL, "output.plots=false", "output.fields=false"])
+    comm = MPI.COMM_SELF
+    rank = MPI.COMM_WORLD.rank
+    tr = run_transport(build(cfg, comm), tempdir / f"tr{rank}", write_fields=False)
+    sub = 4 * max(s["substeps"] for s in tr["samples"])
+    n_tokens = int(np.prod(cfg.tokens.cells)) * 4
+    n_theta = int(np.prod([c + 1 for c in cfg.heads.cells]))
+    ops = cfg.training.steps * (2 * sub * 3 * (4 * 5 * 9 + 18 + 10) + n_tokens + 3 * n_theta)
+    eps_run = gamma(ops)
+    delta = 1e-6
+    mean = cfg.heads.init["mean"]
+    moved = f"heads.init={{kind = 'gaussian', mean = [{mean[0] + delta}, {mean[1] - delta}], " \
+            f"cov = {cfg.heads.init['cov']}}}"
+    out = {}
+    for name, extra in (("base", []), ("moved", [moved])):
+        c = C.load(None, [*SMALL, "output.plots=false", "output.fields=false", *extra])
+        assert run_training(c, tempdir / f"{name}{rank}", comm=comm, quiet=True) == 0
+        out[name] = json.loads((tempdir / f"{name}{rank}" / "report.json").read_text())["final"]
+    return {k: eps_run * max(1.0, abs(out["moved"][k] - out["base"][k]) / delta, abs(out["base"][k])) for k in keys}
+
+
 def test_run_default_small(tempdir):
     """The embedded default problem, reduced, end to end: report, history, plots, fields, monotone risk."""
     assert main(["run", "--out", str(tempdir), "--quiet", *_args([])]) == 0
     rep = json.loads((tempdir / "report.json").read_text())
     assert rep["status"] == "ok" and rep["command"] == "run" and rep["comm_size"] == MPI.COMM_WORLD.size
     fin = rep["final"]
-    assert abs(fin["mass_rho"] - 1.0) < 1e-12 and fin["min_rho"] >= 0.0
+    # conserved exactly in exact arithmetic: 3 implicit steps of ≤ 1e4 roundings a value (81 Θ dofs, LU)
+    assert abs(fin["mass_rho"] - 1.0) <= gamma(3 * 1e4) and fin["min_rho"] >= 0.0
     assert len(fin["rho_mean"]) == 2 and np.shape(fin["rho_cov"]) == (2, 2)
     assert 0.0 <= fin["gibbs_residual_l1"] <= 2.0
     assert set(rep["accuracy"]) == {"train", "test"}
@@ -51,9 +87,13 @@ def test_run_same_on_one_and_two_ranks(tempdir):
     assert run_training(cfg, tempdir / f"self{rank}", comm=MPI.COMM_SELF, quiet=True) == 0
     a = json.loads((tempdir / "world" / "report.json").read_text())
     b = json.loads((tempdir / f"self{rank}" / "report.json").read_text())
-    for key in ("risk", "free_energy", "gibbs_residual_l1", "ntk_min_eigenvalue"):
-        assert abs(a["final"][key] - b["final"][key]) <= 1e-11 * max(1.0, abs(b["final"][key])), key
-    np.testing.assert_allclose(a["final"]["rho_cov"], b["final"]["rho_cov"], rtol=1e-11, atol=1e-14)
+    bound = _roundoff(tempdir)
+    for key in FINAL_KEYS:
+        assert abs(a["final"][key] - b["final"][key]) <= 2 * bound[key], (key, a["final"][key], b["final"][key])
+    # Not compared: ntk_min_eigenvalue. This NTK is numerically rank 1 (issue 11), so its smallest eigenvalue
+    # is itself round-off (|λ_min| ≲ γ_n λ_max) and two runs agree only to γ_n λ_max, a scale not reported.
+    np.testing.assert_allclose(a["final"]["rho_cov"], b["final"]["rho_cov"], rtol=0,
+                               atol=2 * 4.0 * bound["mass_rho"])  # |θ|² ≤ 8 on Θ: moments of ρ
     assert a["accuracy"] == b["accuracy"]
 
 
@@ -66,8 +106,9 @@ def test_resume_matches_straight_run(tempdir):
     assert main(["run", "--out", str(b), "--quiet", "--resume",
                  *_args(["output.plots=false", "output.fields=false"])]) == 0
     ra, rb = (json.loads((x / "report.json").read_text())["final"] for x in (a, b))
-    assert abs(ra["risk"] - rb["risk"]) < 1e-12
-    np.testing.assert_allclose(ra["rho_mean"], rb["rho_mean"], atol=1e-12)
+    bound = _roundoff(tempdir / "bound")
+    assert abs(ra["risk"] - rb["risk"]) <= 2 * bound["risk"], (ra["risk"], rb["risk"], bound["risk"])
+    np.testing.assert_allclose(ra["rho_mean"], rb["rho_mean"], rtol=0, atol=2 * 2.0 * bound["mass_rho"])  # |θ| ≤ 2
 
 
 @pytest.mark.parametrize("override,code", [("heads.family=foo", 2),
@@ -228,6 +269,8 @@ def test_resume_on_another_rank_count(tempdir):
     assert run_training(cfg3, mine, resume=True, comm=MPI.COMM_SELF, quiet=True) == 0
     a = json.loads((tempdir / "straight" / "report.json").read_text())["final"]
     b = json.loads((mine / "report.json").read_text())["final"]
-    assert abs(a["risk"] - b["risk"]) <= 1e-12 and abs(a["mass_rho"] - 1.0) < 1e-12
+    bound = _roundoff(tempdir / "bound")
+    assert abs(a["risk"] - b["risk"]) <= 2 * bound["risk"], (a["risk"], b["risk"], bound["risk"])
+    assert abs(a["mass_rho"] - 1.0) <= bound["mass_rho"]
     rows = list(csv.DictReader((mine / "history.csv").open()))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import ufl
 from dolfinx import fem, mesh
+from roundoff import conservation, gamma, implicit_step, reordered, sum_error
 from scipy import integrate
 
 from mfpde.fokker_planck import (
@@ -28,8 +29,6 @@ from mfpde.fokker_planck import (
     lam_bernoulli,
     lumped_mass,
 )
-
-from roundoff import conservation, gamma, implicit_step, reordered, sum_error
 
 RECTANGLE_MSH = Path(__file__).resolve().parent.parent / "meshes" / "rectangle.msh"
 

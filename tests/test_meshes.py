@@ -13,7 +13,6 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 import pytest
-
 from roundoff import conservation, gamma
 
 from mfpde.attention import HeadMeasure

@@ -19,6 +19,7 @@ import dolfinx.fem
 import numpy as np
 import pytest
 import ufl
+from roundoff import conservation, gamma, reordered
 
 from mfpde.attention import HeadMeasure
 from mfpde.cli import main
@@ -27,8 +28,6 @@ from mfpde.data import Sample, _deposit, fill_density
 from mfpde.mesh import box
 from mfpde.particles import transport_particles
 from mfpde.transport import TokenTransport, readout_function
-
-from roundoff import conservation, gamma, reordered, sum_error
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demos" / "transport_small.toml"
