@@ -69,3 +69,16 @@ def implicit_step(n: int, ds: float, ds_stab: float, mass_ratio: float, total: f
     γ_{3n} · 3 · (1 + 2Δs/Δs_stab) · (max m / min m) · total.
     """
     return gamma(3 * n) * 3.0 * (1.0 + 2.0 * ds / ds_stab) * mass_ratio * total
+
+
+def softmax_error(exponent: float, n: int, d: int = 2) -> float:
+    """Relative round-off η of each softmax weight p_i = e^{e_i − max e} / Σ_j e^{e_j − max e} (and of Z).
+
+    The exponents e_i = a x·y_i + log w_i (a d-term dot product and two more operations) carry an absolute
+    error γ_{d+3} |e_i| ≤ γ_{d+3} E, E = max |e_i|; the shift adds another E γ_1, and exp turns absolute
+    errors of its argument into relative ones. Then n-term sums and a division: γ_{n+2} (P. Blanchard,
+    D. J. Higham and N. J. Higham, *Accurately computing the log-sum-exp and softmax functions*, IMA J.
+    Numer. Anal. 41 (2021) 2311–2330, §3–4). Hence η = 2E γ_{d+3} + γ_{n+2}; log Z is then exact to η plus
+    u |log Z|, and a tilted mean Σ p_i y_i to (2η + γ_n) max |y|.
+    """
+    return 2.0 * exponent * gamma(d + 3) + gamma(n + 2)
