@@ -135,7 +135,7 @@ def test_mass_conserved_and_positive(degree, bounds, cells, cell, mean, cov, ste
 @pytest.mark.parametrize("degree", [0, 1])
 @pytest.mark.parametrize("d", [1, 2])
 def test_outflow_accounting(degree, d):
-    """Expanding heads push a Gaussian near the boundary out of Ω: mass_T + outflow = mass_0 to 1e-13."""
+    """Expanding heads push a Gaussian near the boundary out of Ω: mass_T + outflow = mass_0 to round-off."""
     tt = TokenTransport(box(MPI.COMM_WORLD, [[-2.0, 2.0]] * d, [40] if d == 1 else [12, 12]), degree)
     u = _mu0(tt, [1.0] * d, 0.25 * np.eye(d))
     mins = []
