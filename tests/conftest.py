@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import shutil
+import sys
+import time
 from pathlib import Path
 
 from mpi4py import MPI
@@ -28,12 +31,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+#: Seconds a rank that finished a test waits for the others before it aborts the MPI job
+#: (``MFPDE_TEST_MPI_TIMEOUT``). A test that fails on one rank before a collective leaves the other
+#: ranks waiting in that collective for ever; without the abort `mpiexec -n 2 pytest` hangs until CI's limit.
+MPI_TIMEOUT = float(os.environ.get("MFPDE_TEST_MPI_TIMEOUT", "600"))
+
+
 @pytest.fixture(autouse=True)
-def collective_teardown():
-    """Free PETSc/DOLFINx objects on all ranks together, then synchronise (as DOLFINx's conftest)."""
+def collective_teardown(request: pytest.FixtureRequest):
+    """Free PETSc/DOLFINx objects on all ranks together, then synchronise (as DOLFINx's conftest).
+
+    The synchronisation is a non-blocking barrier polled for ``MPI_TIMEOUT`` seconds: if the other ranks do
+    not arrive (one rank failed before a collective, the others wait in it), this rank says which test and
+    calls ``MPI.COMM_WORLD.Abort``, which ends every rank: the run fails instead of hanging.
+    """
     yield
     gc.collect()
-    MPI.COMM_WORLD.Barrier()
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        return
+    req = comm.Ibarrier()
+    t0 = time.monotonic()
+    while not req.Test():
+        if time.monotonic() - t0 > MPI_TIMEOUT:
+            capture = request.config.pluginmanager.getplugin("capturemanager")
+            with capture.global_and_fixture_disabled():  # past pytest's capture, which Abort would lose
+                sys.stderr.write(f"\nrank {comm.rank}: the other ranks did not finish {request.node.nodeid} "
+                                 f"within {MPI_TIMEOUT:g} s (a failure on one rank before a collective?): "
+                                 "aborting the MPI job\n")
+                sys.stderr.flush()
+            comm.Abort(1)
+        time.sleep(0.005)
 
 
 @pytest.fixture
