@@ -83,7 +83,7 @@ class DiscreteAdjoint:
         tt.update_velocity(tt.u, heads)
         self.lam.x.array[:n] = lam
         self.lam.x.scatter_forward()
-        tt.ksp.solve(self.lam.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
+        tt.mass_solver.solve(self.lam.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
         self.z.x.scatter_forward()
         for f, form in ((self.r, self.JuT), (self.xi, self.JVT)):
             f.x.array[:] = 0.0

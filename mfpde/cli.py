@@ -15,6 +15,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from mfpde import __version__
+from mfpde.errors import ConfigError, NumericalError
 
 logger = logging.getLogger("mfpde")
 
@@ -45,10 +46,7 @@ def _err(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mfpde`` console script; returns the exit status."""
-    from mfpde.config import ConfigError
     from mfpde.io import setup_logging
-    from mfpde.mesh import MeshError
-    from mfpde.transport import NumericalError
 
     args = _parser().parse_args(argv)
     if args.command is None:
@@ -60,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         return _dispatch(args)
-    except (ConfigError, MeshError) as e:
+    except ConfigError as e:  # MeshError included
         _err(str(e))
         return 2
     except NumericalError as e:

@@ -38,13 +38,14 @@ import ufl
 from mfpde import __version__
 from mfpde.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu, first_variation_values
 from mfpde.attention import HeadMeasure, make_family
-from mfpde.config import Config, ConfigError, to_toml
+from mfpde.config import Config, to_toml
 from mfpde.data import Sample, fill_density, load_samples
-from mfpde.fokker_planck import ParameterFokkerPlanck, SolverError
+from mfpde.errors import ConfigError, NumericalError
+from mfpde.fokker_planck import ParameterFokkerPlanck
 from mfpde.heads import theta_space
 from mfpde.io import load_checkpoint, prepare_output_dir, save_checkpoint, write_atomic, write_report
 from mfpde.mesh import make_domain
-from mfpde.transport import NumericalError, TokenTransport, readout_function
+from mfpde.transport import TokenTransport, readout_function
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +83,12 @@ class CoupledProblem:
         try:
             self.fp = ParameterFokkerPlanck(self.theta.V, self.lam, cfg.petsc.param)
             self.fp0 = ParameterFokkerPlanck(self.theta.V, 0.0, cfg.petsc.param, prefix="mfpde_param_wgf_")
-        except ValueError as e:
-            raise ConfigError(f"{'petsc.param' if 'PETSc' in str(e) else 'heads.mesh'}: {e}") from None
+        except ConfigError:  # PETSc rejected petsc.param (the message names the key)
+            raise
+        except ValueError as e:  # an obtuse Θ mesh
+            raise ConfigError(f"heads.mesh: {e}") from None
+        logger.info("linear solvers: %s; %s", self.tt.mass_solver.describe(),
+                    self.fp.solver.describe() if self.fp.solver is not None else "mfpde_param_: explicit (λ = 0)")
         self.phi_conf = dolfinx.fem.Function(self.theta.V, name="confinement")
         self.g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
         self.dyhat = dyhat_dmu(self.tt, self.g)
@@ -345,7 +350,7 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
                 pb.strang_step(tr.ds)
             if bar is not None:
                 bar.update(1)
-    except (NumericalError, SolverError) as e:
+    except NumericalError as e:  # SolverError included
         status, fail_msg = "failed", f"{e} (training step {step}, s = {step * tr.ds:.6g})"
         if last is not None:
             for r, a in zip(pb.rhos, last, strict=True):

@@ -43,10 +43,10 @@ from dolfinx.common import Timer
 from numpy.typing import ArrayLike, NDArray
 
 from mfpde import spaces
+from mfpde.petsc import LinearSolver
 
 __all__ = [
     "ParameterFokkerPlanck",
-    "SolverError",
     "StepInfo",
     "gaussian_density",
     "gibbs",
@@ -56,7 +56,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_DEFAULT_PETSC_OPTIONS: dict[str, str] = {
+#: mfpde's options for the implicit step (prefix ``mfpde_param_``), set where the user set none.
+PARAM_PETSC_DEFAULTS: dict[str, str] = {
     "ksp_type": "preonly",
     "pc_type": "lu",
     "pc_factor_mat_solver_type": "mumps",
@@ -67,10 +68,6 @@ _OBTUSE_TOL = 1e-10
 _SMALL = 1e-6
 # MPI tag for the consensus exchange inside the column IndexMap constructor.
 _INDEXMAP_TAG = 4417
-
-
-class SolverError(RuntimeError):
-    """A PETSc linear solve did not converge (KSP converged reason ≤ 0)."""
 
 
 @dataclass(frozen=True)
@@ -254,11 +251,14 @@ class ParameterFokkerPlanck:
     Args:
         V: Scalar P1 Lagrange space on Θ (interval or triangle mesh, non-obtuse).
         lam: Entropic regularisation λ ≥ 0 (non-dimensional); λ = 0 selects the explicit upwind WGF path.
-        petsc_options: PETSc options for the implicit solve, overriding the defaults
-            ``ksp_type=preonly, pc_type=lu, pc_factor_mat_solver_type=mumps``.
-        prefix: PETSc options prefix (command-line ``-mfpde_param_ksp_view`` etc. work).
+        petsc_options: PETSc options for the implicit solve (see :class:`mfpde.petsc.LinearSolver` for the
+            precedence); mfpde's defaults ``ksp_type=preonly, pc_type=lu, pc_factor_mat_solver_type=mumps``
+            apply only where neither these nor the options database (``PETSC_OPTIONS``) set a key.
+        prefix: PETSc options prefix (``PETSC_OPTIONS="-mfpde_param_ksp_view"`` etc. work).
+        options_key: the name of the options in error messages (the config key).
 
     Raises:
+        ConfigError: PETSc rejected the options.
         ValueError: If V is not scalar P1, λ < 0, or the mesh has a positive off-diagonal stiffness entry
             (an obtuse / non-Delaunay mesh, for which EAFE is not monotone).
     """
@@ -269,6 +269,7 @@ class ParameterFokkerPlanck:
         lam: float,
         petsc_options: dict[str, object] | None = None,
         prefix: str = "mfpde_param_",
+        options_key: str = "petsc.param",
     ) -> None:
         _check_p1(V)
         lam = float(lam)
@@ -338,7 +339,7 @@ class ParameterFokkerPlanck:
 
         # --- PETSc Mat (pattern of K), RHS and KSP, created once.
         self._A: PETSc.Mat | None = None
-        self._ksp: PETSc.KSP | None = None
+        self.solver: LinearSolver | None = None
         self._b: PETSc.Vec | None = None
         self._cache_key: tuple[float, NDArray[np.float64]] | None = None
         if lam > 0.0:
@@ -351,29 +352,7 @@ class ParameterFokkerPlanck:
             A.assemble()
             self._A = A
             self._b = A.createVecRight()
-            ksp = PETSc.KSP().create(self.comm)
-            ksp.setOptionsPrefix(prefix)
-            ksp.setOperators(A)
-            opts = dict(_DEFAULT_PETSC_OPTIONS)
-            user = {k: str(v) for k, v in (petsc_options or {}).items()}
-            opts.update(user)
-            if opts["pc_type"] not in ("lu", "cholesky") and "pc_factor_mat_solver_type" not in user:
-                del opts["pc_factor_mat_solver_type"]  # the MUMPS default only goes with a factorisation
-            db = PETSc.Options()
-            db.prefixPush(prefix)
-            for k, val in opts.items():
-                db[k] = val
-            db.prefixPop()
-            try:
-                ksp.setFromOptions()
-                ksp.setUp()  # reads factor options (e.g. mat_mumps_icntl_*) while they are in the database
-            except PETSc.Error as e:
-                raise ValueError(f"PETSc rejected the options {user}: {e}") from None
-            db.prefixPush(prefix)
-            for k in opts:
-                db.delValue(k)
-            db.prefixPop()
-            self._ksp = ksp
+            self.solver = LinearSolver(A, prefix, petsc_options, PARAM_PETSC_DEFAULTS, what=options_key)
         K.destroy()
 
     # ------------------------------------------------------------------------------------------------
@@ -443,7 +422,7 @@ class ParameterFokkerPlanck:
     def _step(self, rho: fem.Function, phi: fem.Function, ds: float) -> StepInfo:
         n = self._n
         if self.lam > 0.0:
-            assert self._A is not None and self._ksp is not None and self._b is not None
+            assert self._A is not None and self.solver is not None and self._b is not None
             phi_o = phi.x.array[:n]
             key = self._cache_key
             same = key is not None and key[0] == ds and np.array_equal(key[1], phi_o)
@@ -456,12 +435,8 @@ class ParameterFokkerPlanck:
                 self._A.assemble()
                 self._cache_key = (ds, phi_o.copy())
             self._b.array[:] = self._m * rho.x.array[:n]
-            self._ksp.solve(self._b, rho.x.petsc_vec)
-            reason = self._ksp.getConvergedReason()
-            if reason <= 0:
-                raise SolverError(f"{self.prefix} KSP did not converge (reason {reason})")
+            its, nsub = self.solver.solve(self._b, rho.x.petsc_vec), 1
             rho.x.scatter_forward()
-            its, nsub = int(self._ksp.getIterationNumber()), 1
         else:
             out, inn = self._rates(self._gather(phi))
             lii = np.bincount(self._rows, weights=out, minlength=n)
@@ -595,10 +570,13 @@ class ParameterFokkerPlanck:
 
     def destroy(self) -> None:
         """Free the PETSc objects (optional; they are also freed by garbage collection)."""
-        for obj in (self._ksp, self._A, self._b):
+        if self.solver is not None:
+            self.solver.destroy()
+        for obj in (self._A, self._b):
             if obj is not None:
                 obj.destroy()
-        self._ksp = self._A = self._b = None
+        self.solver = None
+        self._A = self._b = None
 
 
 def _make_index_map(

@@ -14,7 +14,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.attention import HeadFamily, HeadMeasure
-from mfpde.mesh import Domain
+from mfpde.errors import ConfigError
+from mfpde.fokker_planck import gaussian_density
+from mfpde.mesh import Domain, make_domain
 from mfpde.spaces import lumped_mass
 
 Array = npt.NDArray[np.float64]
@@ -85,9 +87,6 @@ class ThetaSpace:
         Raises:
             ConfigError: the Gaussian has (numerically) no mass on Θ.
         """
-        from mfpde.config import ConfigError
-        from mfpde.fokker_planck import gaussian_density
-
         with np.errstate(all="ignore"):
             rho = gaussian_density(self.V, mean, cov)
         if not np.all(np.isfinite(rho.x.array)):
@@ -107,9 +106,6 @@ def theta_space(comm, cfg, family: HeadFamily) -> ThetaSpace:
     Raises:
         ConfigError, MeshError: the mesh does not fit the head family.
     """
-    from mfpde.config import ConfigError
-    from mfpde.mesh import make_domain
-
     h = cfg.heads
     try:
         return ThetaSpace(make_domain(comm, family.p, h.mesh, h.box, h.cells, "triangle"), family)

@@ -25,6 +25,8 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 
@@ -37,8 +39,6 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
     Raises:
         ConfigError: DIR is a file or not writable.
     """
-    from mfpde.config import ConfigError
-
     err = ""
     if comm.rank == 0:
         try:
@@ -103,8 +103,6 @@ def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
     Raises:
         ConfigError: the file exists but cannot be read.
     """
-    from mfpde.config import ConfigError
-
     f = out / "checkpoint" / "state.npz"
     if not f.is_file():
         return None

@@ -20,11 +20,9 @@ import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.errors import MeshError
+
 logger = logging.getLogger(__name__)
-
-
-class MeshError(ValueError):
-    """A mesh file is missing, unreadable or of the wrong dimension (exit status 2)."""
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,11 @@ from mfpde import __version__
 from mfpde.attention import HeadMeasure, make_family
 from mfpde.config import Config
 from mfpde.data import Sample, fill_density, load_samples
+from mfpde.errors import NumericalError
 from mfpde.heads import dirac_heads, theta_space
 from mfpde.io import write_report
 from mfpde.mesh import make_domain
-from mfpde.transport import NumericalError, Readout, TokenTransport, TransportReport, readout_function
+from mfpde.transport import Readout, TokenTransport, TransportReport, readout_function
 
 logger = logging.getLogger(__name__)
 

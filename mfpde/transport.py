@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mpi4py import MPI
-from petsc4py import PETSc
 
 import dolfinx.fem
 import dolfinx.fem.petsc
@@ -48,15 +47,15 @@ import numpy.typing as npt
 import ufl
 
 from mfpde.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
+from mfpde.petsc import LinearSolver
 from mfpde.spaces import lumped_mass
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
-
-
-class NumericalError(RuntimeError):
-    """Numerical failure (non-finite values, a solver that did not converge, blow-up): exit status 3."""
+#: mfpde's options for the DG mass solve (block diagonal: exact LU per rank block), prefix ``mfpde_token_``.
+TOKEN_PETSC_DEFAULTS = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
 
 
 class TokenQuadrature:
@@ -230,22 +229,7 @@ class TokenTransport:
         w, v = ufl.TestFunction(self.W), ufl.TrialFunction(self.W)
         self.M = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(w * v * ufl.dx))
         self.M.assemble()
-        ksp = PETSc.KSP().create(self.comm)
-        ksp.setOperators(self.M)
-        prefix = "mfpde_token_"
-        ksp.setOptionsPrefix(prefix)
-        opts = PETSc.Options()
-        defaults = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
-        for k, val in {**defaults, **options}.items():
-            opts[prefix + k] = val
-        try:
-            ksp.setFromOptions()
-            ksp.setUp()  # consumes the sub-solver options now (bjacobi creates its blocks here)
-        except PETSc.Error as e:
-            from mfpde.config import ConfigError
-
-            raise ConfigError(f"petsc.token: PETSc rejected the options {options}: {e}") from None
-        self.ksp = ksp
+        self.mass_solver = LinearSolver(self.M, "mfpde_token_", options, TOKEN_PETSC_DEFAULTS, what="petsc.token")
 
     # -- evaluation ---------------------------------------------------------------------------
     def update_velocity(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
@@ -268,9 +252,7 @@ class TokenTransport:
         self.rhs.x.array[:] = 0.0
         dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
         self.rhs.x.scatter_reverse(dolfinx.la.InsertMode.add)
-        self.ksp.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
-        if self.ksp.getConvergedReason() <= 0:
-            raise NumericalError(f"token mass solve did not converge (reason {self.ksp.getConvergedReason()})")
+        self.mass_solver.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
         self.du.x.scatter_forward()
         rate = self.comm.allreduce(dolfinx.fem.assemble_scalar(self.outflow_rate), op=MPI.SUM)
         return self.du, rate

@@ -19,9 +19,9 @@ import ufl
 from dolfinx import fem, mesh
 from scipy import integrate
 
+from mfpde.errors import SolverError
 from mfpde.fokker_planck import (
     ParameterFokkerPlanck,
-    SolverError,
     StepInfo,
     gaussian_density,
     gibbs,
