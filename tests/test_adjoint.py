@@ -10,6 +10,7 @@ import pytest
 
 from mfpde.adjoint import DiscreteAdjoint, dyhat_dmu, first_variation_values
 from mfpde.attention import HeadMeasure, ScalarHeads
+from mfpde.exact import gaussian_risk_derivatives
 from mfpde.heads import ThetaSpace
 from mfpde.mesh import box
 from mfpde.transport import TokenTransport, readout_function
@@ -76,11 +77,7 @@ def test_gaussian_first_variation():
         tape: list = []
         rep = tt.solve(u, heads, T, n // 4, g, tape=tape)
         _, D = DiscreteAdjoint(tt).backward(tape, (rep.yhat - y) * dyhat_dmu(tt, g), 1)
-        ab, bb = heads.abar, heads.bbar
-        q = 1.0 - 2.0 * bb * s0 * T
-        yhat = m0 * np.exp(ab * T) / np.sqrt(q)
-        dG_da = (yhat - y) * yhat * T
-        dG_db = (yhat - y) * yhat * s0 * T / q
+        dG_da, dG_db = gaussian_risk_derivatives(heads.abar, heads.bbar, m0, s0, T, y)
         exact = dG_da + heads.a * dG_db
         errs.append(np.abs(D[0] - exact).max() / np.abs(exact).max())
         hs.append(8.0 / n)

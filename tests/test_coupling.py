@@ -9,11 +9,11 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
-from scipy.integrate import solve_ivp
 
 from mfpde import config as C
 from mfpde.cli import main
 from mfpde.coupling import run_training
+from mfpde.exact import value_training_law
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=4", "data.test_samples=4",
          "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
@@ -93,17 +93,7 @@ def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: floa
 
 
 def _ode(S: float, lam: float, lam2: float):
-    m0, s0, a, T, y = 0.3, 0.25, 0.5, 1.0, 1.0
-
-    def yhat(ab):
-        return m0 * np.exp(ab * T) / np.sqrt(1 - 2 * a * ab * s0 * T)
-
-    def dG(ab, e=1e-6):
-        return (0.5 * (yhat(ab + e) - y) ** 2 - 0.5 * (yhat(ab - e) - y) ** 2) / (2 * e)
-
-    sol = solve_ivp(lambda s, z: [-dG(z[0]) - lam2 * z[0], -2 * lam2 * z[1] + 2 * lam], (0, S), [0.4, 0.05],
-                    rtol=1e-11, atol=1e-12)
-    return sol.y[:, -1]
+    return value_training_law(S, 0.4, 0.05, lam, lam2, a=0.5, m0=0.3, s0=0.25, y=1.0, T=1.0)
 
 
 def test_exact_training_dynamics(tempdir):

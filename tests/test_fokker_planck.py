@@ -20,6 +20,7 @@ from dolfinx import fem, mesh
 from scipy import integrate
 
 from mfpde.errors import SolverError
+from mfpde.exact import ou_moments
 from mfpde.fokker_planck import (
     ParameterFokkerPlanck,
     StepInfo,
@@ -101,8 +102,7 @@ def _ou_error(comm, p: int, n: int, ds: float, s_end: float) -> np.ndarray:
     for _ in range(round(s_end / ds)):
         fp.step(rho, phi, ds)
     d = fp.diagnostics(rho, phi)
-    mean_ex = c + (m0 - c) * np.exp(-lam2 * s_end)
-    var_ex = lam / lam2 + (v0 - lam / lam2) * np.exp(-2 * lam2 * s_end)
+    mean_ex, var_ex = ou_moments(s_end, c, m0, v0, lam, lam2)
     return np.concatenate([d["mean"] - mean_ex, np.diag(d["cov"]) - var_ex, d["cov"][np.triu_indices(p, 1)]])
 
 
