@@ -29,11 +29,12 @@ import dolfinx.fem
 import dolfinx.io
 import numpy as np
 
-from mfpde.attention import ScalarHeads
 from mfpde.exact import gaussian_transport
-from mfpde.heads import dirac_heads
 from mfpde.mesh import box
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.params.family import ScalarHeads
+from mfpde.params.theta import dirac_heads
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 quick = "--quick" in sys.argv
 cells = 100 if quick else 400

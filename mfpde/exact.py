@@ -66,10 +66,10 @@ def gaussian_risk_derivatives(abar: float, bbar: float, m0: float, s0: float, T:
     """
     q = 1.0 - 2.0 * bbar * s0 * T
     yhat = m0 * np.exp(abar * T) / np.sqrt(q)
-    return (yhat - y) * yhat * T, (yhat - y) * yhat * s0 * T / q
+    return float((yhat - y) * yhat * T), float((yhat - y) * yhat * s0 * T / q)
 
 
-def value_yhat(abar: ArrayLike, a: float, m0: float, s0: float, T: float = 1.0) -> ArrayLike:
+def value_yhat(abar: float | Array, a: float, m0: float, s0: float, T: float = 1.0) -> float | Array:
     """ŷ(ā) = m₀ e^{āT} (1 − 2aā σ₀² T)^{−1/2}: the value family (b̄ = aā), readout g = x (theory §6.2).
 
     Args:
@@ -107,7 +107,7 @@ def value_training_law(S: float, abar0: float, var0: float, lam: float, lam2: fl
     def dG(ab: float, e: float = 1e-6) -> float:
         gp = 0.5 * (value_yhat(ab + e, a, m0, s0, T) - y) ** 2
         gm = 0.5 * (value_yhat(ab - e, a, m0, s0, T) - y) ** 2
-        return (gp - gm) / (2 * e)
+        return float((gp - gm) / (2 * e))
 
     sol = solve_ivp(lambda s, z: [-dG(z[0]) - lam2 * z[0], -2 * lam2 * z[1] + 2 * lam], (0, S), [abar0, var0],
                     rtol=1e-11, atol=1e-12)

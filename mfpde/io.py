@@ -8,7 +8,7 @@ File formats (all under the command's DIR):
 * ``fields/*.bp``: VTX (ADIOS2) files, one per field, readable by ParaView (open the ``.bp`` folder
   with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ).
 * ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
-  :class:`mfpde.heads.ThetaSpace`), the step and training time; written atomically by rank 0.
+  :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically by rank 0.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = M
         d = out / "checkpoint"
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / "state.tmp.npz"
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, d / "state.npz")
     comm.Barrier()
 

@@ -3,7 +3,7 @@
 Boxes are built by DOLFINx (intervals, quadrilaterals or right-diagonal triangles); other domains come
 from gmsh ``.msh`` files read by ``dolfinx.io.gmsh.read_from_msh`` on rank 0 and distributed.
 A box remembers its vertex axes: the attention kernel uses the tensor-product structure (see
-:mod:`mfpde.attention`).
+:mod:`mfpde.tokens.attention`).
 """
 
 from __future__ import annotations

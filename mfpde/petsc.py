@@ -72,7 +72,7 @@ class LinearSolver:
         self.ksp.setOperators(A)
         saved = {k: db.getString(prefix + k) if db.hasName(prefix + k) else None for k in effective}
         for k, v in effective.items():
-            db[prefix + k] = v
+            db.setValue(prefix + k, v)
         try:
             self.ksp.setFromOptions()
             self.ksp.setUp()  # reads the sub-solver and factor options (bjacobi blocks, MUMPS) while they are set
@@ -83,7 +83,7 @@ class LinearSolver:
                 if old is None:
                     db.delValue(prefix + k)
                 else:
-                    db[prefix + k] = old
+                    db.setValue(prefix + k, old)
 
     def solve(self, b: PETSc.Vec, x: PETSc.Vec) -> int:
         """Solve A x = b into x (owned entries; the caller scatters ghosts). Collective.
@@ -95,7 +95,7 @@ class LinearSolver:
             SolverError: the KSP did not converge (converged reason ≤ 0).
         """
         self.ksp.solve(b, x)
-        reason = self.ksp.getConvergedReason()
+        reason = int(self.ksp.getConvergedReason())  # type: ignore[call-overload]
         if reason <= 0:
             raise SolverError(f"{self.prefix} KSP did not converge (reason {reason})")
         return int(self.ksp.getIterationNumber())

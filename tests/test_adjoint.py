@@ -8,12 +8,14 @@ import dolfinx.fem
 import numpy as np
 import pytest
 
-from mfpde.adjoint import DiscreteAdjoint, dyhat_dmu, first_variation_values
-from mfpde.attention import HeadMeasure, ScalarHeads
 from mfpde.exact import gaussian_risk_derivatives
-from mfpde.heads import ThetaSpace
 from mfpde.mesh import box
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.params.family import ScalarHeads
+from mfpde.params.theta import ThetaSpace, first_variation_values
+from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 
 def _setup(d: int, degree: int, n: int):
@@ -91,7 +93,7 @@ def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):
     """R = ½(ŷ − y)² of the N-token network dX/dt = V(X) (theory §1.1 as L → ∞, RK4 in depth)."""
     from scipy.stats import norm
 
-    from mfpde.particles import transport_particles
+    from mfpde.tokens.particles import transport_particles
 
     x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
     wt = np.full(N, 1.0 / N)

@@ -12,8 +12,8 @@ import pytest
 
 from mfpde import config as C
 from mfpde.cli import main
-from mfpde.coupling import run_training
 from mfpde.exact import value_training_law
+from mfpde.training import run_training
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=4", "data.test_samples=4",
          "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
@@ -143,8 +143,8 @@ def test_splitting_order(tempdir):
 
 def test_depth_indexed_first_variation():
     """Depth-indexed model (theory §1.4 (D)): the per-layer first variation passes a Taylor test in each block."""
-    from mfpde.adjoint import first_variation_values
-    from mfpde.coupling import CoupledProblem
+    from mfpde.params.theta import first_variation_values
+    from mfpde.training import CoupledProblem
 
     raw = {"tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [40], "degree": 0},
            "depth": {"T": 1.0, "steps": 8, "model": "depth-indexed", "layers": 2},

@@ -21,14 +21,9 @@ from scipy import integrate
 
 from mfpde.errors import SolverError
 from mfpde.exact import ou_moments
-from mfpde.fokker_planck import (
-    ParameterFokkerPlanck,
-    StepInfo,
-    gaussian_density,
-    gibbs,
-    lam_bernoulli,
-    lumped_mass,
-)
+from mfpde.params.densities import gaussian_density, gibbs, lumped_mass_owned
+from mfpde.params.eafe import lam_bernoulli
+from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
 
 RECTANGLE_MSH = Path(__file__).resolve().parent.parent / "meshes" / "rectangle.msh"
 
@@ -340,7 +335,7 @@ def test_gmsh_rectangle_mesh():
     comm = MPI.COMM_WORLD
     msh = dolfinx.io.gmsh.read_from_msh(str(RECTANGLE_MSH), comm, 0, gdim=2).mesh
     V = fem.functionspace(msh, ("Lagrange", 1))
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     assert math.isclose(comm.allreduce(float(m.sum()), op=MPI.SUM), 16.0, rel_tol=1e-13)
     assert V.dofmap.index_map.size_global == 33 * 33
     lam = 0.25
@@ -371,7 +366,7 @@ def test_obtuse_mesh_raises():
 def test_gaussian_density_gibbs_and_arguments():
     comm = MPI.COMM_WORLD
     V = _space(comm, 2, 16, 2.0)
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     n = V.dofmap.index_map.size_local
     assert np.all(m > 0) and math.isclose(comm.allreduce(float(m.sum()), op=MPI.SUM), 16.0, rel_tol=1e-13)
     rho = gaussian_density(V, [0.1, -0.2], [[0.2, 0.05], [0.05, 0.1]])

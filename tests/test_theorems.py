@@ -13,8 +13,8 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from mfpde import config as C
-from mfpde.coupling import CoupledProblem, run_training
 from mfpde.exact import value_yhat
+from mfpde.training import CoupledProblem, run_training
 
 M0, S0 = [0.3, -0.5], [0.25, 0.1]  # two Gaussian samples (d = 1)
 A_FIXED = 0.5
@@ -130,7 +130,7 @@ def test_shallow_model_exponential_rate(tempdir, family):
 
 def test_shallow_model_first_variation_taylor():
     """The discrete adjoint of the shallow layer: Taylor slope 2, and R exactly quadratic in ρ (ŷ linear)."""
-    from mfpde.adjoint import first_variation_values
+    from mfpde.params.theta import first_variation_values
 
     pb = CoupledProblem(_cfg("scalar", 2, (1.0, -0.5), model="shallow"))
     heads = pb.heads()

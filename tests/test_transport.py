@@ -20,14 +20,15 @@ import numpy as np
 import pytest
 import ufl
 
-from mfpde.attention import HeadMeasure
 from mfpde.cli import main
 from mfpde.config import ConfigError
-from mfpde.data import Sample, _deposit, fill_density
 from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
-from mfpde.particles import transport_particles
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, _deposit, fill_density
+from mfpde.tokens.particles import transport_particles
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demos" / "transport_small.toml"

@@ -32,6 +32,7 @@ Inputs are non-dimensional. No dolfinx here: the solvers hand in points and weig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,86 +45,18 @@ _TENSOR_RANGE_MAX = 600.0
 _BLOCK = 2048
 
 
-class HeadFamily:
-    """A head family: θ ∈ R^p ↦ (a(θ), v(θ)) with A = a I_d, V = v I_d. Subclass for a new family.
+class Family(Protocol):
+    """What :meth:`HeadMeasure.from_heads` needs of a head family (:class:`mfpde.params.family.HeadFamily`)."""
 
-    Subclasses set ``name`` and ``p`` and implement :meth:`a`, :meth:`v` and their gradients.
-    """
-
-    name: str = ""
-    p: int = 0
+    p: int
 
     def a(self, theta: Array) -> Array:
-        """a(θ) for θ of shape (n, p); returns shape (n,)."""
-        raise NotImplementedError
+        """a(θ), shape (n,), for θ of shape (n, p)."""
+        ...
 
     def v(self, theta: Array) -> Array:
-        """v(θ) for θ of shape (n, p); returns shape (n,)."""
-        raise NotImplementedError
-
-    def grad_a(self, theta: Array) -> Array:
-        """∇_θ a(θ), shape (n, p)."""
-        raise NotImplementedError
-
-    def grad_v(self, theta: Array) -> Array:
-        """∇_θ v(θ), shape (n, p)."""
-        raise NotImplementedError
-
-
-class ScalarHeads(HeadFamily):
-    """θ = (a, v): A = a I_d, V = v I_d (p = 2)."""
-
-    name, p = "scalar", 2
-
-    def a(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 0]
-
-    def v(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 1]
-
-    def grad_a(self, theta: Array) -> Array:
-        g = np.zeros((len(theta), 2))
-        g[:, 0] = 1.0
-        return g
-
-    def grad_v(self, theta: Array) -> Array:
-        g = np.zeros((len(theta), 2))
-        g[:, 1] = 1.0
-        return g
-
-
-@dataclass(frozen=True)
-class ValueHeads(HeadFamily):
-    """θ = v with A = a I_d fixed (p = 1; theory §6.2)."""
-
-    a_fixed: float = 0.5
-    name = "value"
-    p = 1
-
-    def a(self, theta: Array) -> Array:
-        return np.full(len(theta), self.a_fixed)
-
-    def v(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 0]
-
-    def grad_a(self, theta: Array) -> Array:
-        return np.zeros((len(theta), 1))
-
-    def grad_v(self, theta: Array) -> Array:
-        return np.ones((len(theta), 1))
-
-
-def make_family(name: str, a: float = 0.5) -> HeadFamily:
-    """The head family called ``name`` (``"scalar"`` or ``"value"`` with fixed ``a``).
-
-    Raises:
-        ValueError: unknown family.
-    """
-    if name == "scalar":
-        return ScalarHeads()
-    if name == "value":
-        return ValueHeads(a)
-    raise ValueError(f"unknown head family {name!r}")
+        """v(θ), shape (n,), for θ of shape (n, p)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -139,7 +72,7 @@ class HeadMeasure:
     c: Array
 
     @staticmethod
-    def from_heads(family: HeadFamily, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
+    def from_heads(family: Family, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
         """Reduce weighted heads (Dirac masses, or Θ dofs times their lumped quadrature weights).
 
         Args:

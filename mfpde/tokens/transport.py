@@ -4,7 +4,7 @@ Solves theory §1.3 (F),
 
     ∂_t μ_t + ∇·(μ_t V[μ_t; ρ]) = 0  on Ω ⊂ R^d (d = 1, 2),  t ∈ [0, T],  no inflow on ∂Ω,
 
-with the softmax attention velocity of :mod:`mfpde.attention`.
+with the softmax attention velocity of :mod:`mfpde.tokens.attention`.
 
 Design, and why:
 
@@ -26,7 +26,7 @@ Design, and why:
 * The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
   ``mfpde_token_``; block Jacobi with exact LU per rank block by default).
 
-Cost per stage: one velocity evaluation (see :mod:`mfpde.attention` for its cost), one vector assembly
+Cost per stage: one velocity evaluation (see :mod:`mfpde.tokens.attention` for its cost), one vector assembly
 and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
 """
 
@@ -46,11 +46,15 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
-from mfpde.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
 from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
 from mfpde.petsc import LinearSolver
 from mfpde.spaces import lumped_mass
+from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.tokens.quadrature import TokenQuadrature
+from mfpde.tokens.readout import Readout
+
+__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
@@ -58,60 +62,37 @@ Array = npt.NDArray[np.float64]
 TOKEN_PETSC_DEFAULTS = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
 
 
-class TokenQuadrature:
-    """The lumped-mass quadrature of a DG density, gathered on every rank in a rank-independent order.
+@dataclass(frozen=True)
+class RK3Step:
+    """One taped SSP-RK3 sub-step, what the discrete adjoint (:mod:`mfpde.tokens.adjoint`) differentiates.
 
-    The nodes x_i (dof coordinates) and weights m_i = ∫ φ_i are fixed at construction; :meth:`gather`
-    returns the global weights m_i μ_i of the current density. On a box the nodes lie on a tensor grid
-    and :meth:`grid` returns the weights as an array over it.
+    Attributes:
+        h: the sub-step size in depth.
+        heads: the reduced head distribution the step used.
+        v0, v1, v2: the three stage states (local DG dofs, owned and ghost), shape (n_local,).
+        layer: the layer block whose ρ the step used (0 for weight-tied models).
     """
 
-    def __init__(self, W: dolfinx.fem.FunctionSpace, domain: Domain):
-        msh = W.mesh
-        self.comm = msh.comm
-        tdim = msh.topology.dim
-        gdim = msh.geometry.dim
-        ncells = msh.topology.index_map(tdim).size_local
-        dofs = W.dofmap.list[:ncells]  # (ncells, nd): DG dofs of owned cells are owned
-        nd = dofs.shape[1]
-        self.local_dofs = dofs.ravel()
-        self.local_m = lumped_mass(W)[self.local_dofs]
-        orig = np.asarray(msh.topology.original_cell_index[:ncells], dtype=np.int64)
-        keys = (orig[:, None] * nd + np.arange(nd)[None, :]).ravel()
-        xyz = W.tabulate_dof_coordinates()[self.local_dofs, :gdim]
-        self.counts = np.array(self.comm.allgather(len(keys)))
-        all_keys = self._allgather(keys.astype(np.float64))
-        self.order = np.argsort(all_keys, kind="stable")
-        self.points = np.stack([self._allgather(np.ascontiguousarray(xyz[:, j]))
-                                for j in range(gdim)], axis=1)[self.order]
-        self.grid_axes: TensorGrid | None = None
-        if domain.axes is not None:
-            # DG0 nodes are the cell midpoints, DG1 nodes the vertices: both tensor grids.
-            axes = domain.axes if W.element.basix_element.degree == 1 else tuple(
-                0.5 * (a[1:] + a[:-1]) for a in domain.axes)
-            idx = [np.rint((self.points[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64)
-                   for j in range(gdim)]
-            shape = tuple(len(a) for a in axes)
-            if all(np.allclose(axes[j][idx[j]], self.points[:, j], atol=1e-9) for j in range(gdim)) and all(
-                    (i >= 0).all() and (i < n).all() for i, n in zip(idx, shape, strict=True)):
-                self.grid_axes = TensorGrid(tuple(axes))
-                self.flat_index = np.ravel_multi_index(tuple(idx), shape)
+    h: float
+    heads: HeadMeasure
+    v0: Array
+    v1: Array
+    v2: Array
+    layer: int
 
-    def _allgather(self, a: Array) -> Array:
-        out = np.empty(int(self.counts.sum()), dtype=np.float64)
-        self.comm.Allgatherv(np.ascontiguousarray(a, dtype=np.float64), (out, self.counts))
-        return out
 
-    def gather(self, u: dolfinx.fem.Function) -> Array:
-        """The global quadrature weights m_i μ_i of the density u, shape (N_y,), same on every rank."""
-        return self._allgather(self.local_m * u.x.array[self.local_dofs])[self.order]
+@dataclass(frozen=True)
+class EulerStep:
+    """The taped single explicit layer of the shallow model (:mod:`mfpde.tokens.shallow`): μ_T = v0 + h F(v0)."""
 
-    def grid(self, weights: Array) -> Array:
-        """Weights summed onto the tensor grid (shape of the grid); requires ``grid_axes``."""
-        assert self.grid_axes is not None
-        W = np.zeros(int(np.prod(self.grid_axes.shape)))
-        np.add.at(W, self.flat_index, weights)
-        return W.reshape(self.grid_axes.shape)
+    h: float
+    heads: HeadMeasure
+    v0: Array
+    layer: int
+
+
+#: The forward → adjoint hand-off: the taped steps of one forward solve, in depth order.
+Tape = list[RK3Step | EulerStep]
 
 
 @dataclass
@@ -133,24 +114,6 @@ class TransportReport:
         """|∫μ_T − ∫μ_0| / ∫μ_0: the mass lost or gained other than by the outflow is mass_error
         minus outflow; with nothing leaving Ω it is the conservation error."""
         return abs(self.mass_T - self.mass_0) / self.mass_0
-
-
-Readout = Callable[[Array], Array]
-
-
-def readout_function(kind: str, w: list[float] | None = None, b: float = 0.0) -> Readout:
-    """The readout g of theory §2 as a function of points (N, d) → (N,).
-
-    ``mean``: g = x_1; ``second_moment``: g = |x|²; ``linear``: g = w·x + b.
-    """
-    if kind == "mean":
-        return lambda x: x[:, 0]
-    if kind == "second_moment":
-        return lambda x: (x * x).sum(axis=1)
-    if kind == "linear":
-        wv = np.asarray(w, dtype=float)
-        return lambda x: x @ wv + b
-    raise ValueError(f"unknown readout {kind!r}")
 
 
 class TokenTransport:
@@ -240,14 +203,22 @@ class TokenTransport:
             return
         d = self.msh.geometry.dim
         if self.vgrid is not None:
+            assert self.quad.grid_axes is not None  # vgrid is only set on a tensor-grid quadrature
             Vg = velocity_tensor(self.vgrid, self.quad.grid_axes, self.quad.grid(wts), heads)
             vals = Vg[self.vindex]
         else:
             vals = velocity(self.vx, self.quad.points, wts, heads)
         self.vel.x.array[:] = vals.reshape(-1, d).ravel()
 
-    def _rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
-        """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity."""
+    def rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
+        """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity.
+
+        Returns:
+            (du, r): du is the solver's work Function (overwritten by the next call), r the outflow rate.
+
+        Raises:
+            SolverError: the mass solve did not converge.
+        """
         self.u.x.array[:] = u.x.array
         self.rhs.x.array[:] = 0.0
         dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
@@ -285,30 +256,29 @@ class TokenTransport:
             u.x.array[self.cell_dofs] = np.maximum(mean[:, None] + theta[:, None] * (vals - mean[:, None]), 0.0)
 
     def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure,
-                tape: list | None = None) -> float:
+                tape: Tape | None = None, layer: int = 0) -> float:
         """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
 
-        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the three stage
-        states are appended (for the discrete adjoint, :mod:`mfpde.adjoint`).
+        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the step and its three
+        stage states are appended as an :class:`RK3Step` of layer block ``layer`` (for the adjoint).
         """
-        if tape is not None:
-            tape.append([dt, heads, u.x.array.copy()])
-        du, r = self._rate(u)
+        v0 = np.array(u.x.array, dtype=np.float64) if tape is not None else None
+        du, r = self.rate(u)
         o1 = dt * r
         stage = self._stage
         stage.x.array[:] = u.x.array + dt * du.x.array
         self.limit(stage)
-        if tape is not None:
-            tape[-1].append(stage.x.array.copy())
+        v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
         self.update_velocity(stage, heads)
-        du, r = self._rate(stage)
+        du, r = self.rate(stage)
         stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
         self.limit(stage)
         if tape is not None:
-            tape[-1].append(stage.x.array.copy())
+            assert v0 is not None and v1 is not None
+            tape.append(RK3Step(dt, heads, v0, v1, np.array(stage.x.array, dtype=np.float64), layer))
         self.update_velocity(stage, heads)
-        du, r = self._rate(stage)
+        du, r = self.rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
         self.limit(u)
         return 2.0 / 3.0 * (o2 + dt * r)
@@ -339,20 +309,7 @@ class TokenTransport:
         yhat = float(wts @ g(x)) if g is not None else math.nan
         return float(mass), mean, cov, yhat
 
-    def _shallow(self, u: dolfinx.fem.Function, heads: HeadMeasure, T: float, g: Readout | None,
-                 tape: list | None, mass0: float) -> TransportReport:
-        """The single residual layer μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2, shallow model)."""
-        if tape is not None:
-            tape.append(["euler", T, heads, u.x.array.copy(), 0])
-        self.update_velocity(u, heads)
-        du, r = self._rate(u)
-        u.x.array[:] += T * du.x.array
-        if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
-            raise NumericalError("non-finite token density in the shallow layer")
-        mass, mean, cov, yhat = self.moments(u, g)
-        return TransportReport(mass0, self.mass(u), T * r, self.min_density(u), mean.tolist(), cov.tolist(), yhat, 1)
-
-    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: list | None,
+    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: Tape | None,
                   layer: int) -> bool:
         """nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
 
@@ -364,16 +321,14 @@ class TokenTransport:
                 self.update_velocity(u, heads)
                 if h > self.max_stable_dt() * (1 + 1e-9):
                     return False
-            self._step_outflow += self.ssp_rk3(u, h, heads, tape)
-            if tape is not None:
-                tape[-1].append(layer)
+            self._step_outflow += self.ssp_rk3(u, h, heads, tape, layer)
         return True
 
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: list | None = None, outflow_tol: float = math.inf, shallow: bool = False) -> TransportReport:
+              tape: Tape | None = None, outflow_tol: float = math.inf) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -383,28 +338,27 @@ class TokenTransport:
                 or a callable t ↦ HeadMeasure.
             T: final depth; steps: number of depth steps.
             g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
-            tape: if given, the stage states of every sub-step are appended for the adjoint.
+            tape: if given, every sub-step is appended (:class:`RK3Step`) for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
-            shallow: the single-layer model instead: one explicit step μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]),
-                linear in ρ (theory §2); not a positivity-preserving solve of (F), and ``steps`` is unused.
+
+        The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.shallow.solve_shallow`.
 
         Raises:
             NumericalError: non-finite values, or outflow beyond ``outflow_tol``.
         """
+        layers: list[HeadMeasure | Callable[[float], HeadMeasure]]
         if callable(heads):  # t ↦ HeadMeasure
             per_layer, layers = steps, [heads]
         else:
-            layers = heads if isinstance(heads, list) else [heads]
+            layers = list(heads) if isinstance(heads, list) else [heads]
             per_layer = steps // len(layers)
         dt = T / steps
         mass0 = self.mass(u)
         outflow, nsub_total, t = 0.0, 0, 0.0
-        min_rho = self.min_density(u)
-        if shallow:
-            return self._shallow(u, layers[0] if not callable(layers[0]) else layers[0](0.0), T, g, tape, mass0)
+        min_mu = self.min_density(u)
         for k in range(steps):
-            hk = layers[k // per_layer]
-            hk = hk(k * dt) if callable(hk) else hk
+            layer = layers[k // per_layer]
+            hk = layer(k * dt) if callable(layer) else layer
             start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
             self.update_velocity(u, hk)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
@@ -433,9 +387,9 @@ class TokenTransport:
                 raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
                                      f"tokens.outflow_tol = {outflow_tol:g} at depth step {k + 1}, t = {t:.6g} "
                                      "(enlarge tokens.box)")
-            min_rho = min(min_rho, self.min_density(u))
+            min_mu = min(min_mu, self.min_density(u))
             if callback is not None:
                 callback(k + 1, t, u)
         mass, mean, cov, yhat = self.moments(u, g)
-        return TransportReport(mass0, self.mass(u), outflow, min_rho, mean.tolist(), cov.tolist(), yhat,
+        return TransportReport(mass0, self.mass(u), outflow, min_mu, mean.tolist(), cov.tolist(), yhat,
                                nsub_total)
