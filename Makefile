@@ -1,6 +1,6 @@
 # mfpde: two commands on a fresh machine.
 #   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
-#   make test   builds .venv if missing, then ruff, pytest, pytest under mpiexec -n 2, and the container test
+#   make test   builds .venv if missing, then ruff, mypy, pytest, pytest under mpiexec -n 2, and the container test
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +10,7 @@ PYTHON312 := $(shell if python3.12 -c 'pass' >/dev/null 2>&1; then echo python3.
 	then echo "$$(pyenv root)/versions/$$v/bin/python3.12"; fi)
 NP ?= 2
 
-.PHONY: run test env clean lint test-serial test-mpi test-container bench
+.PHONY: run test env clean lint typecheck test-serial test-mpi test-container bench
 
 $(BIN)/mfpde: pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: python3.12 not found (install Python 3.12)" >&2; exit 2; }
@@ -27,6 +27,9 @@ run: env
 lint: env
 	$(BIN)/ruff check .
 
+typecheck: env
+	$(BIN)/mypy
+
 test-serial: env
 	$(BIN)/pytest -m "not container" --junitxml=out/junit-serial.xml
 
@@ -37,7 +40,7 @@ test-mpi: env
 test-container: env
 	$(BIN)/pytest -m container --junitxml=out/junit-container.xml
 
-test: lint test-serial test-mpi test-container
+test: lint typecheck test-serial test-mpi test-container
 
 bench: env
 	$(BIN)/python bench/run_all.py

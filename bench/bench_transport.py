@@ -59,8 +59,10 @@ def _solver(d: int, cells: int, degree: int = 1) -> tuple[TokenTransport, dolfin
 
 def _time_steps(tt: TokenTransport, u: dolfinx.fem.Function, hm: HeadMeasure, steps: int, dt: float = 0.01,
                 repeat: int = 2) -> tuple[float, float]:
-    """(seconds per depth step, SSP-RK3 sub-steps per depth step) for ``steps`` steps of size dt from u (best of
-    ``repeat`` runs from the same initial state; u is left unchanged)."""
+    """(seconds per depth step, SSP-RK3 sub-steps per depth step) for ``steps`` steps of size dt from u.
+
+    Best of ``repeat`` runs from the same initial state; u is left unchanged.
+    """
     start = u.x.array.copy()
     best = np.inf
     for _ in range(repeat):

@@ -57,9 +57,12 @@ def gaussian_risk_derivatives(abar: float, bbar: float, m0: float, s0: float, T:
     With these, the first variation of R(ρ) = G(ā, b̄) is δR/δρ(a, v) = v (∂_āG + a ∂_b̄G).
 
     Args:
-        abar, bbar: ā = ∫ v dρ and b̄ = ∫ a v dρ.
-        m0, s0: the initial mean and variance σ₀².
-        T: depth; y: the target.
+        abar: ā = ∫ v dρ.
+        bbar: b̄ = ∫ a v dρ.
+        m0: the initial mean m₀.
+        s0: the initial variance σ₀².
+        T: depth.
+        y: the target.
 
     Returns:
         (∂G/∂ā, ∂G/∂b̄).
@@ -75,7 +78,8 @@ def value_yhat(abar: float | Array, a: float, m0: float, s0: float, T: float = 1
     Args:
         abar: ā = ∫ v dρ (scalar or array).
         a: the fixed A = aI.
-        m0, s0: mean and variance σ₀² of the Gaussian input.
+        m0: mean of the Gaussian input.
+        s0: variance σ₀² of the Gaussian input.
         T: depth.
 
     Returns:
@@ -96,8 +100,16 @@ def value_training_law(S: float, abar0: float, var0: float, lam: float, lam2: fl
     with step 1e-6 (error ~1e-12, far below what the PDE checks resolve).
 
     Args:
-        S: final training time; abar0, var0: mean and variance of ρ₀.
-        lam, lam2: λ and λ₂; a: the fixed A = aI; m0, s0: the input N(m₀, σ₀²); y: the target; T: depth.
+        S: final training time.
+        abar0: mean of ρ₀.
+        var0: variance of ρ₀.
+        lam: λ, the entropy weight.
+        lam2: λ₂, the confinement weight.
+        a: the fixed A = aI.
+        m0: mean of the input N(m₀, σ₀²).
+        s0: variance σ₀² of the input.
+        y: the target.
+        T: depth.
 
     Returns:
         (ā_S, v_S), shape (2,).
@@ -123,8 +135,12 @@ def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float,
     covariances stay 0).
 
     Args:
-        s: training time; c: the centre, shape (p,); m0, v0: initial mean and variances, shape (p,).
-        lam, lam2: λ > 0 and λ₂ > 0.
+        s: training time.
+        c: the centre, shape (p,).
+        m0: initial mean, shape (p,).
+        v0: initial variances, shape (p,).
+        lam: λ > 0.
+        lam2: λ₂ > 0.
 
     Returns:
         (m_s, v_s), each of shape (p,).

@@ -31,8 +31,10 @@ logger = logging.getLogger(__name__)
 
 
 def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
-    """Make DIR writable and clear a previous result (report, history, plots, fields, checkpoint unless
-    ``keep``), so that nothing stale is left looking like a result. Call it after the input is validated.
+    """Make DIR writable and clear a previous result, so that nothing stale looks like a result.
+
+    Removes the report, history, plots, fields and (unless ``keep``) the checkpoint. Call it after the
+    input is validated.
 
     Checked on rank 0 and agreed on every rank, so a bad DIR is an input error everywhere, not a hang.
 
@@ -117,6 +119,7 @@ class RankFilter(logging.Filter):
     """Let only rank 0 log (house style: only rank 0 prints)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """True on rank 0 of ``COMM_WORLD`` only."""
         return MPI.COMM_WORLD.rank == 0
 
 

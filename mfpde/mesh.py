@@ -39,6 +39,7 @@ class Domain:
 
     @property
     def dim(self) -> int:
+        """The geometric dimension of the mesh."""
         return self.mesh.geometry.dim
 
 

@@ -27,7 +27,8 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], t
         out: the output directory.
         history: the history rows (``s``, ``risk``, ``free_energy``).
         rate: the report's ``rate`` block (``fitted``, ``theory``).
-        theta_points: Θ dof coordinates, shape (N_θ, p); rho_values: ρ per layer block at them, shape (N_θ,).
+        theta_points: Θ dof coordinates, shape (N_θ, p).
+        rho_values: ρ per layer block at them, each shape (N_θ,).
         token_points: the token quadrature nodes, shape (N_y, d).
         snapshots: (μ_0, μ_T) of a few samples as quadrature weights (mass per node), each shape (N_y,).
     """

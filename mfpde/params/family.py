@@ -26,18 +26,18 @@ class HeadFamily:
     p: int = 0
 
     def a(self, theta: Array) -> Array:
-        """a(θ) for θ of shape (n, p); returns shape (n,)."""
+        """The coefficient of A = a I_d at each θ, shape (n,), for θ of shape (n, p)."""
         raise NotImplementedError
 
     def v(self, theta: Array) -> Array:
-        """v(θ) for θ of shape (n, p); returns shape (n,)."""
+        """The coefficient of V = v I_d at each θ, shape (n,), for θ of shape (n, p)."""
         raise NotImplementedError
 
-    def grad_a(self, theta: Array) -> Array:
+    def grad_a(self, theta: Array) -> Array:  # noqa: D102
         """∇_θ a(θ), shape (n, p)."""
         raise NotImplementedError
 
-    def grad_v(self, theta: Array) -> Array:
+    def grad_v(self, theta: Array) -> Array:  # noqa: D102
         """∇_θ v(θ), shape (n, p)."""
         raise NotImplementedError
 
@@ -47,18 +47,18 @@ class ScalarHeads(HeadFamily):
 
     name, p = "scalar", 2
 
-    def a(self, theta: Array) -> Array:
+    def a(self, theta: Array) -> Array:  # noqa: D102 (documented in HeadFamily)
         return np.asarray(theta, dtype=float)[:, 0]
 
-    def v(self, theta: Array) -> Array:
+    def v(self, theta: Array) -> Array:  # noqa: D102
         return np.asarray(theta, dtype=float)[:, 1]
 
-    def grad_a(self, theta: Array) -> Array:
+    def grad_a(self, theta: Array) -> Array:  # noqa: D102
         g = np.zeros((len(theta), 2))
         g[:, 0] = 1.0
         return g
 
-    def grad_v(self, theta: Array) -> Array:
+    def grad_v(self, theta: Array) -> Array:  # noqa: D102
         g = np.zeros((len(theta), 2))
         g[:, 1] = 1.0
         return g
@@ -72,16 +72,16 @@ class ValueHeads(HeadFamily):
     name = "value"
     p = 1
 
-    def a(self, theta: Array) -> Array:
+    def a(self, theta: Array) -> Array:  # noqa: D102 (documented in HeadFamily)
         return np.full(len(theta), self.a_fixed)
 
-    def v(self, theta: Array) -> Array:
+    def v(self, theta: Array) -> Array:  # noqa: D102
         return np.asarray(theta, dtype=float)[:, 0]
 
-    def grad_a(self, theta: Array) -> Array:
+    def grad_a(self, theta: Array) -> Array:  # noqa: D102
         return np.zeros((len(theta), 1))
 
-    def grad_v(self, theta: Array) -> Array:
+    def grad_v(self, theta: Array) -> Array:  # noqa: D102
         return np.ones((len(theta), 1))
 
 

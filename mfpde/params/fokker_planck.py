@@ -342,7 +342,9 @@ class ParameterFokkerPlanck:
         on every rank: Θ meshes are small (≤ 10⁵ dofs), and every rank gets the same ρ.
 
         Args:
-            rho: Density, updated in place.  phi: The potential Φ, frozen.  ds: Step Δs > 0.
+            rho: Density, updated in place.
+            phi: The potential Φ, frozen.
+            ds: Step Δs > 0.
         """
         import scipy.sparse
         import scipy.sparse.linalg

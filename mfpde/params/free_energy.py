@@ -34,8 +34,10 @@ Array = NDArray[np.float64]
 
 
 class Generator(Protocol):
-    """The edge data of a Fokker–Planck generator that :func:`diagnostics` needs
-    (:class:`mfpde.params.fokker_planck.ParameterFokkerPlanck` is one)."""
+    """The edge data of a Fokker–Planck generator that :func:`diagnostics` needs.
+
+    :class:`mfpde.params.fokker_planck.ParameterFokkerPlanck` is one.
+    """
 
     V: fem.FunctionSpace
     comm: MPI.Comm

@@ -51,11 +51,11 @@ class Family(Protocol):
     p: int
 
     def a(self, theta: Array) -> Array:
-        """a(θ), shape (n,), for θ of shape (n, p)."""
+        """The coefficient of A = a I_d at each θ, shape (n,), for θ of shape (n, p)."""
         ...
 
     def v(self, theta: Array) -> Array:
-        """v(θ), shape (n,), for θ of shape (n, p)."""
+        """The coefficient of V = v I_d at each θ, shape (n,), for θ of shape (n, p)."""
         ...
 
 
@@ -108,6 +108,7 @@ class TensorGrid:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The number of points along each axis."""
         return tuple(len(a) for a in self.axes)
 
     def points(self) -> Array:
@@ -117,7 +118,7 @@ class TensorGrid:
 
 
 def softmax_moments_direct(x: Array, y: Array, w: Array, a: float) -> tuple[Array, Array]:
-    """log Z and the tilted mean m_a at x, by direct log-domain sums.
+    """Log Z and the tilted mean m_a at x, by direct log-domain sums.
 
     Args:
         x: evaluation points, shape (N_x, d).
@@ -197,7 +198,10 @@ def tilted_mean_1d(s: Array, y: Array, w: Array, tol: float = 1e-14) -> Array | 
     ``tol`` times the largest. Cost: (degree + 1) N_y exponentials instead of N_s N_y.
 
     Args:
-        s: evaluation points, any shape; y: support of μ, shape (N_y,); w: weights, shape (N_y,).
+        s: evaluation points, any shape.
+        y: support of μ, shape (N_y,).
+        w: weights of μ, shape (N_y,).
+        tol: the tail tolerance, relative to max |y|.
 
     Returns:
         f(s) with the shape of s, or None if degree 512 does not reach ``tol`` (use the direct path).
@@ -224,7 +228,8 @@ def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
 
     Args:
         x: evaluation points, shape (N_x, d).
-        y: support of μ, shape (N_y, d); w: its weights, shape (N_y,).
+        y: support of μ, shape (N_y, d).
+        w: weights of μ, shape (N_y,).
         heads: the reduced head distribution.
 
     Returns:
@@ -274,7 +279,11 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) ->
         g_c(k) = Σ_x ξ(x)·m_k(x)                                          (∂/∂c_k of Σ_x ξ·V).
 
     Args:
-        x: (N_x, d); y: (N_y, d); w: (N_y,); heads: (N_a,) heads (zero c_k allowed); xi: (N_x, d).
+        x: evaluation points, shape (N_x, d).
+        y: support of μ, shape (N_y, d).
+        w: weights of μ, shape (N_y,).
+        heads: the reduced heads, N_a of them (zero c_k allowed).
+        xi: the cotangent at x, shape (N_x, d).
 
     Returns:
         (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials. Factors e^{a x·y}/Z are
@@ -299,6 +308,10 @@ def velocity_vjp_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMea
     """:func:`velocity_vjp` for x and y on tensor grids, by separable matrix products.
 
     Args:
+        xg: evaluation grid.
+        yg: support grid of μ.
+        W: weights on yg, shape yg.shape.
+        heads: the reduced heads (zero c_k allowed).
         Xi: the cotangent on xg, shape xg.shape + (d,).
 
     Returns:

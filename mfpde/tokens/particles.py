@@ -19,9 +19,11 @@ def transport_particles(x: Array, w: Array, heads: HeadMeasure, T: float, steps:
     """X_T from X_0 = x by RK4 with ``steps`` equal depth steps.
 
     Args:
-        x: token positions, shape (N, d); w: their weights, shape (N,) (sum 1).
+        x: token positions, shape (N, d).
+        w: their weights, shape (N,) (sum 1).
         heads: the reduced head distribution ρ.
-        T: final depth; steps: number of RK4 steps.
+        T: final depth.
+        steps: number of RK4 steps.
 
     Returns:
         The positions at depth T, shape (N, d).

@@ -111,8 +111,11 @@ class TransportReport:
 
     @property
     def mass_error(self) -> float:
-        """|∫μ_T − ∫μ_0| / ∫μ_0: the mass lost or gained other than by the outflow is mass_error
-        minus outflow; with nothing leaving Ω it is the conservation error."""
+        """|∫μ_T − ∫μ_0| / ∫μ_0, outflow included.
+
+        The mass lost or gained other than by the outflow is mass_error minus outflow; with nothing
+        leaving Ω it is the conservation error.
+        """
         return abs(self.mass_T - self.mass_0) / self.mass_0
 
 
@@ -311,7 +314,7 @@ class TokenTransport:
 
     def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: Tape | None,
                   layer: int) -> bool:
-        """nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
+        """Nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
 
         The outflow of the sub-steps is left in ``self._step_outflow``.
         """
@@ -336,8 +339,10 @@ class TokenTransport:
             heads: the reduced head distribution (weight-tied), or one per layer block (depth-indexed,
                 theory §1.4 (D)): layer ℓ acts on depth steps [ℓ S/L, (ℓ+1) S/L); L must divide steps;
                 or a callable t ↦ HeadMeasure.
-            T: final depth; steps: number of depth steps.
-            g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
+            T: final depth.
+            steps: number of depth steps.
+            g: readout for ŷ.
+            callback: called as callback(step, t, u) after every depth step.
             tape: if given, every sub-step is appended (:class:`RK3Step`) for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 

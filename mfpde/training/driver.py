@@ -114,7 +114,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     Args:
         cp: the coupled problem (ρ at step ``step0``).
         out: the output directory.
-        step0, history: where a resumed run starts, and its earlier history rows.
+        step0: the step a resumed run starts at (0 for a new run).
+        history: the history rows before ``step0``.
         t0: ``time.perf_counter()`` at the start of the job (wall times are measured from it).
         progress: makes the progress display, or None.
 

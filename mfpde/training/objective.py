@@ -69,10 +69,13 @@ class Objective:
         """ŷ^i for the samples (forward only), shape (n,), the same on every rank.
 
         Args:
-            samples: the input measures; heads: ρ per layer block, reduced.
+            samples: the input measures.
+            heads: ρ per layer block, reduced.
             fields: if given, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX).
-            snapshots, snapshot: μ_0 and μ_T (gathered quadrature weights) of the samples with index in
-                ``snapshot`` are stored in ``snapshots`` on this rank's group (see :meth:`gather_snapshots`).
+            tag: the file-name tag of the fields.
+            snapshots: where μ_0 and μ_T (gathered quadrature weights) of the samples in ``snapshot``
+                are stored, on this rank's group (see :meth:`gather_snapshots`).
+            snapshot: the indices of the samples to keep snapshots of.
 
         Raises:
             NumericalError: a solve failed in some group (raised on every rank).
@@ -95,7 +98,10 @@ class Objective:
         Args:
             heads: ρ per layer block, reduced with every a of the Θ grid (``keep_zero``).
             per_sample: also return ∂ŷ^i/∂c per sample (for the NTK, theory §5.5).
-            fields, tag, snapshots, snapshot: as in :meth:`predict`.
+            fields: as in :meth:`predict`.
+            tag: as in :meth:`predict`.
+            snapshots: as in :meth:`predict`.
+            snapshot: as in :meth:`predict`.
 
         Returns:
             The gradient, reduced over all rank groups (the same on every rank).
@@ -151,7 +157,9 @@ def ntk_gram(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], heads: list[He
     that of the P1 interpolant on Θ, and the integral is assembled exactly for P1 ρ.
 
     Args:
-        theta: the Θ space; rhos: ρ per layer block; heads: their reduced head measures.
+        theta: the Θ space.
+        rhos: ρ per layer block.
+        heads: their reduced head measures.
         Dy: per layer block, ∂ŷ^i/∂c, shape (n, N_a) (:meth:`Objective.gradient` with ``per_sample``).
 
     Returns:

@@ -23,7 +23,8 @@ def fit_rate(s: npt.NDArray[np.float64], gap: npt.NDArray[np.float64]) -> float:
     """Exponential rate c of gap(s) ≈ C e^{−c s}, by least squares on log gap over its decaying part.
 
     Args:
-        s: training times, shape (m,); gap: F(ρ_s) − F*, shape (m,).
+        s: training times, shape (m,).
+        gap: F(ρ_s) − F*, shape (m,).
 
     Returns:
         c, or NaN when fewer than three values exceed max(1e-3 gap[0], 1e-14).
@@ -38,7 +39,9 @@ def theoretical_rate(family: str, lam: float, lam2: float, oscillation: float) -
     """The exponential rate of F(ρ_s) − F* that theory §5.4 guarantees, and what it is.
 
     Args:
-        family: the head family's name; lam, lam2: λ and λ₂.
+        family: the head family's name.
+        lam: λ, the entropy weight.
+        lam2: λ₂, the confinement weight.
         oscillation: osc δR/δρ = max − min over Θ (used for families other than ``value``).
 
     Returns:
