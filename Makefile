@@ -46,4 +46,4 @@ bench: env
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache
+	rm -rf $(VENV) out .pytest_cache .ruff_cache .mypy_cache

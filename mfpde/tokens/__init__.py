@@ -2,6 +2,7 @@
 
 * :mod:`~mfpde.tokens.attention`: softmax kernels and their vector–Jacobian products (pure numpy, §1.2).
 * :mod:`~mfpde.tokens.quadrature`: the gathered lumped-mass quadrature of a DG density.
+* :mod:`~mfpde.tokens.velocity`: V[μ; ρ] on the mesh and its vector–Jacobian product, one class.
 * :mod:`~mfpde.tokens.transport`: upwind DG / SSP-RK3 in depth with a typed tape (§1.3 (F)).
 * :mod:`~mfpde.tokens.shallow`: the single residual layer, its own forward map (§2).
 * :mod:`~mfpde.tokens.adjoint`: the discrete adjoint through the tape (§3).

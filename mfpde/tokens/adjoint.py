@@ -31,15 +31,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from mpi4py import MPI
-
 import dolfinx.fem
 import dolfinx.la
 import numpy as np
 import numpy.typing as npt
 import ufl
 
-from mfpde.tokens.attention import HeadMeasure, velocity_vjp, velocity_vjp_tensor
+from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.transport import EulerStep, Tape, TokenTransport
 
@@ -74,16 +72,13 @@ class DiscreteAdjoint:
         inv = np.empty_like(q.order)
         inv[q.order] = np.arange(len(q.order))
         self.local_pos = inv[offset + np.arange(len(q.local_dofs))]  # sorted position of each local node
-        self.n_vown = tokens.P.dofmap.index_map.size_local
-        d = tokens.msh.geometry.dim
-        self.x_own = tokens.vx[: self.n_vown].reshape(-1, d)
 
     def _Ft(self, v: Array, heads: HeadMeasure, p: Array) -> tuple[Array, Array]:
         """F'(v)ᵀ p (owned DG dofs) and ∂(p·F)/∂c (N_a,) at the stage state v, for the costate p."""
         tokens = self.tokens
         n = tokens.n_owned
         tokens.u.x.array[:] = v
-        tokens.update_velocity(tokens.u, heads)
+        tokens.velocity.update(tokens.u, heads)
         self.costate.x.array[:n] = p
         self.costate.x.scatter_forward()
         tokens.mass_solver.solve(self.costate.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
@@ -93,26 +88,10 @@ class DiscreteAdjoint:
             dolfinx.fem.assemble_vector(f.x.array, form)
             f.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self.r.x.array[:n].copy()
-        gw, gc = self._kernel_vjp(tokens.u, heads)
+        gw, gc = tokens.velocity.vjp(tokens.u, heads, self.xi)
         out_local = np.zeros(len(tokens.u.x.array))
         np.add.at(out_local, tokens.quad.local_dofs, tokens.quad.local_m * gw[self.local_pos])
         return out + out_local[:n], gc
-
-    def _kernel_vjp(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> tuple[Array, Array]:
-        tokens, comm = self.tokens, self.tokens.comm
-        d = tokens.msh.geometry.dim
-        wts = tokens.quad.gather(u)
-        xi = np.asarray(self.xi.x.array[: self.n_vown * d], dtype=np.float64).reshape(-1, d)
-        if tokens.vgrid is not None:
-            Xi = np.zeros((*tokens.vgrid.shape, d))
-            idx = tuple(i[: self.n_vown] for i in tokens.vindex)
-            Xi[idx] = xi
-            Xi = comm.allreduce(Xi, op=MPI.SUM)
-            assert tokens.quad.grid_axes is not None  # vgrid is only set on a tensor-grid quadrature
-            gW, gc = velocity_vjp_tensor(tokens.vgrid, tokens.quad.grid_axes, tokens.quad.grid(wts), heads, Xi)
-            return gW.ravel()[tokens.quad.flat_index], gc
-        gw, gc = velocity_vjp(self.x_own, tokens.quad.points, wts, heads, xi)
-        return comm.allreduce(gw, op=MPI.SUM), comm.allreduce(gc, op=MPI.SUM)
 
     def backward(self, tape: Tape, p_T: Array, n_layers: int) -> tuple[Array, list[Array]]:
         """Run the reverse pass.

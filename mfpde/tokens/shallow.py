@@ -43,7 +43,7 @@ def solve_shallow(tokens: TokenTransport, u: dolfinx.fem.Function, heads: HeadMe
     mass0 = tokens.mass(u)
     if tape is not None:
         tape.append(EulerStep(T, heads, u.x.array.copy(), 0))
-    tokens.update_velocity(u, heads)
+    tokens.velocity.update(u, heads)
     du, r = tokens.rate(u)
     u.x.array[:] += T * du.x.array
     if not tokens.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):

@@ -18,9 +18,10 @@ Design, and why:
 * **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
   polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
   untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
-* **The velocity** is a continuous vector P1 field, evaluated at every stage at the mesh vertices from the
-  whole of μ: each rank gathers the quadrature data of μ (nodes fixed at set-up, weights per stage, in
-  a global order fixed by the original cell index, so the sum is the same on any number of ranks).
+* **The velocity** (:class:`~mfpde.tokens.velocity.VelocityOperator`) is a continuous vector P1
+  field, evaluated at every stage at the mesh vertices from the whole of μ: each rank gathers the
+  quadrature data of μ (nodes fixed at set-up, weights per stage, in a global order fixed by the
+  original cell index, so the sum is the same on any number of ranks).
   The quadrature is the lumped-mass rule, Σ_i m_i μ_i δ_{x_i} with m_i = ∫ φ_i: exact for the mass,
   positive weights whenever μ_h ≥ 0, midpoint rule for k = 0.
 * The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
@@ -50,9 +51,10 @@ from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
 from mfpde.petsc import LinearSolver
 from mfpde.spaces import lumped_mass
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.readout import Readout
+from mfpde.tokens.velocity import VelocityOperator
 
 __all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
 
@@ -139,19 +141,17 @@ class TokenTransport:
         self.comm = msh.comm
         self.degree = degree
         self.cfl = cfl * (1.0 if degree == 0 else 0.5)
-        d = msh.geometry.dim
         self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
         self.Q = dolfinx.fem.functionspace(msh, ("DG", 0))
-        self.P = dolfinx.fem.functionspace(msh, ("Lagrange", 1, (d,)))
-        self.vel = dolfinx.fem.Function(self.P, name="velocity")
         self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
         self.rhs = dolfinx.fem.Function(self.W)
         self.du = dolfinx.fem.Function(self.W)
         self._stage = dolfinx.fem.Function(self.W)
         self.quad = TokenQuadrature(self.W, domain)
+        self.velocity = VelocityOperator(msh, self.quad, domain.axes)
+        self.vel, self.P = self.velocity.field, self.velocity.P
         self.m = lumped_mass(self.W)
         self.n_owned = self.W.dofmap.index_map.size_local
-        self._velocity_points(domain)
         self._forms()
         self._mass_solver(petsc_options or {})
         if degree == 1:
@@ -160,18 +160,6 @@ class TokenTransport:
             self.cell_dofs = self.W.dofmap.list[:nc]
 
     # -- set-up -------------------------------------------------------------------------------
-    def _velocity_points(self, domain: Domain) -> None:
-        d = self.msh.geometry.dim
-        x = self.P.tabulate_dof_coordinates()[:, :d]  # one row per vertex (blocked space)
-        self.vx = x
-        self.vgrid: TensorGrid | None = None
-        if domain.axes is not None and self.quad.grid_axes is not None:
-            axes = domain.axes
-            idx = [np.rint((x[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64) for j in range(d)]
-            if all(np.allclose(axes[j][idx[j]], x[:, j], atol=1e-9) for j in range(d)):
-                self.vgrid = TensorGrid(tuple(axes))
-                self.vindex = tuple(idx)
-
     def _forms(self) -> None:
         msh, u, V = self.msh, self.u, self.vel
         w = ufl.TestFunction(self.W)
@@ -198,20 +186,10 @@ class TokenTransport:
         self.mass_solver = LinearSolver(self.M, "mfpde_token_", options, TOKEN_PETSC_DEFAULTS, what="petsc.token")
 
     # -- evaluation ---------------------------------------------------------------------------
-    def update_velocity(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
-        """Set the velocity field to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F))."""
-        wts = self.quad.gather(u)
-        if wts.sum() <= 0:
-            self.vel.x.array[:] = 0.0
-            return
-        d = self.msh.geometry.dim
-        if self.vgrid is not None:
-            assert self.quad.grid_axes is not None  # vgrid is only set on a tensor-grid quadrature
-            Vg = velocity_tensor(self.vgrid, self.quad.grid_axes, self.quad.grid(wts), heads)
-            vals = Vg[self.vindex]
-        else:
-            vals = velocity(self.vx, self.quad.points, wts, heads)
-        self.vel.x.array[:] = vals.reshape(-1, d).ravel()
+    @property
+    def vgrid(self) -> TensorGrid | None:
+        """The vertex grid of the tensor-grid velocity kernels (None: direct sums)."""
+        return self.velocity.grid
 
     def rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
         """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity.
@@ -272,7 +250,7 @@ class TokenTransport:
         stage.x.array[:] = u.x.array + dt * du.x.array
         self.limit(stage)
         v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
-        self.update_velocity(stage, heads)
+        self.velocity.update(stage, heads)
         du, r = self.rate(stage)
         stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
@@ -280,7 +258,7 @@ class TokenTransport:
         if tape is not None:
             assert v0 is not None and v1 is not None
             tape.append(RK3Step(dt, heads, v0, v1, np.array(stage.x.array, dtype=np.float64), layer))
-        self.update_velocity(stage, heads)
+        self.velocity.update(stage, heads)
         du, r = self.rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
         self.limit(u)
@@ -321,7 +299,7 @@ class TokenTransport:
         self._step_outflow = 0.0
         for j in range(nsub):
             if j > 0:
-                self.update_velocity(u, heads)
+                self.velocity.update(u, heads)
                 if h > self.max_stable_dt() * (1 + 1e-9):
                     return False
             self._step_outflow += self.ssp_rk3(u, h, heads, tape, layer)
@@ -365,7 +343,7 @@ class TokenTransport:
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
             start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
-            self.update_velocity(u, hk)
+            self.velocity.update(u, hk)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
             # Equal sub-steps (so the adjoint sees a step size that is locally constant in ρ); if the
             # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
@@ -378,7 +356,7 @@ class TokenTransport:
                 outflow = out_start
                 if tape is not None:
                     del tape[tape_len:]
-                self.update_velocity(u, hk)
+                self.velocity.update(u, hk)
             outflow += self._step_outflow
             nsub_total += nsub
             t = (k + 1) * dt
