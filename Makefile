@@ -1,6 +1,6 @@
 # mfpde: two commands on a fresh machine.
 #   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
-#   make test   builds .venv if missing, then ruff, pytest, pytest under mpiexec -n 2, and the container test
+#   make test   builds .venv if missing, then ruff, mypy, pytest, pytest under mpiexec -n 2, and the container test
 #   make test-coretypes   the serial suite again under other CPUs' OpenBLAS kernels (CI runs it too)
 SHELL := /bin/bash
 VENV := .venv
@@ -11,7 +11,7 @@ PYTHON312 := $(shell if python3.12 -c 'pass' >/dev/null 2>&1; then echo python3.
 	then echo "$$(pyenv root)/versions/$$v/bin/python3.12"; fi)
 NP ?= 2
 
-.PHONY: run test env clean lint test-serial test-mpi test-container test-coretypes bench
+.PHONY: run test env clean lint typecheck test-serial test-mpi test-container test-coretypes bench
 
 $(BIN)/mfpde: pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: python3.12 not found: neither 'python3.12' on PATH runs nor does pyenv have a 3.12 (install Python 3.12)" >&2; exit 2; }
@@ -28,6 +28,9 @@ run: env
 lint: env
 	$(BIN)/ruff check .
 
+typecheck: env
+	$(BIN)/mypy
+
 test-serial: env
 	$(BIN)/pytest -m "not container" --junitxml=out/junit-serial.xml
 
@@ -38,7 +41,7 @@ test-mpi: env
 test-container: env
 	$(BIN)/pytest -m container --junitxml=out/junit-container.xml
 
-test: lint test-serial test-mpi test-container
+test: lint typecheck test-serial test-mpi test-container
 
 # The serial suite under other CPUs' OpenBLAS kernels (OPENBLAS_CORETYPE), as other machines round:
 # Prescott (SSE3) with one thread, Haswell (AVX2) with the default threads. numpy 2.5's bundled OpenBLAS
@@ -56,4 +59,4 @@ bench: env
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache
+	rm -rf $(VENV) out .pytest_cache .ruff_cache .mypy_cache

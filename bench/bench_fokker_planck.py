@@ -20,7 +20,8 @@ from mpi4py import MPI
 import numpy as np
 from dolfinx import fem, mesh
 
-from mfpde.fokker_planck import ParameterFokkerPlanck, gaussian_density
+from mfpde.params.densities import gaussian_density
+from mfpde.params.fokker_planck import ParameterFokkerPlanck
 
 
 def _time_size(n: int, steps: int, lam: float) -> dict[str, float]:

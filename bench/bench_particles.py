@@ -16,14 +16,15 @@ import dolfinx.fem
 import numpy as np
 from scipy.stats import norm
 
-from mfpde.attention import HeadMeasure
+from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
-from mfpde.particles import transport_particles
-from mfpde.transport import TokenTransport
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.particles import transport_particles
+from mfpde.tokens.transport import TokenTransport
 
 HEADS = HeadMeasure(np.array([-0.5, 0.3]), np.array([0.5, 0.25]))
 M0, S0, T = 0.3, 0.25, 1.0
-EXACT = S0 / (1 - 2 * HEADS.bbar * S0 * T)
+EXACT = gaussian_transport(M0, S0, HEADS.abar, HEADS.bbar, T)[1][0, 0]
 
 
 def pde(n: int, degree: int) -> tuple[float, float]:

@@ -5,7 +5,7 @@ Prints markdown tables:
 1. wall time per depth step against N_x (token cells; d = 1 and d = 2 boxes, DG1, tensor kernel path) at a fixed
    Gaussian ρ on a 48×48 Θ mesh, with the SSP-RK3 sub-steps per depth step and the fitted exponents t ∝ N_x^α
    (per depth step and per sub-step);
-2. wall time per depth step against N_θ (Θ dofs of :class:`mfpde.heads.ThetaSpace` on [-2, 2]² with a Gaussian ρ,
+2. wall time per depth step against N_θ (Θ dofs of :class:`mfpde.params.theta.ThetaSpace` on [-2, 2]² with a Gaussian ρ,
    scalar family), d = 1, 400 cells, with the number N_a of distinct a values that the kernel pays for and the
    time of the Θ reduction (``ThetaSpace.head_measure``);
 3. throughput of the velocity kernel in "kernel entries" N_a N_x N_y per second on the direct and the tensor
@@ -29,11 +29,12 @@ import dolfinx.fem
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from mfpde.attention import HeadMeasure, ScalarHeads, TensorGrid, velocity, velocity_tensor
-from mfpde.data import Sample, fill_density
-from mfpde.heads import ThetaSpace
 from mfpde.mesh import box
-from mfpde.transport import TokenTransport
+from mfpde.params.family import ScalarHeads
+from mfpde.params.theta import ThetaSpace
+from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.transport import TokenTransport
 
 COMM = MPI.COMM_SELF  # one core
 RHO_MEAN, RHO_COV = [0.5, 1.0], [[0.01, 0.0], [0.0, 0.01]]  # the default head Gaussian (config.Heads)
@@ -58,8 +59,10 @@ def _solver(d: int, cells: int, degree: int = 1) -> tuple[TokenTransport, dolfin
 
 def _time_steps(tt: TokenTransport, u: dolfinx.fem.Function, hm: HeadMeasure, steps: int, dt: float = 0.01,
                 repeat: int = 2) -> tuple[float, float]:
-    """(seconds per depth step, SSP-RK3 sub-steps per depth step) for ``steps`` steps of size dt from u (best of
-    ``repeat`` runs from the same initial state; u is left unchanged)."""
+    """(seconds per depth step, SSP-RK3 sub-steps per depth step) for ``steps`` steps of size dt from u.
+
+    Best of ``repeat`` runs from the same initial state; u is left unchanged.
+    """
     start = u.x.array.copy()
     best = np.inf
     for _ in range(repeat):

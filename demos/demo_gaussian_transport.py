@@ -29,10 +29,12 @@ import dolfinx.fem
 import dolfinx.io
 import numpy as np
 
-from mfpde.attention import ScalarHeads
-from mfpde.heads import dirac_heads
+from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.params.family import ScalarHeads
+from mfpde.params.theta import dirac_heads
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 quick = "--quick" in sys.argv
 cells = 100 if quick else 400
@@ -65,8 +67,8 @@ with dolfinx.io.VTXWriter(MPI.COMM_WORLD, out / "mu.bp", [mu]) as writer:
 
 # ## Compare with the closed form
 
-q = 1 - 2 * heads.bbar * s0 * T
-m_exact, s_exact = m0 * np.exp(heads.abar * T) / np.sqrt(q), s0 / q
+m_T, S_T = gaussian_transport(m0, s0, heads.abar, heads.bbar, T)
+m_exact, s_exact = m_T[0], S_T[0, 0]
 if MPI.COMM_WORLD.rank == 0:
     print(f"mean     {rep.mean_T[0]:.6f}  exact {m_exact:.6f}")
     print(f"variance {rep.cov_T[0][0]:.6f}  exact {s_exact:.6f}")

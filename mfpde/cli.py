@@ -1,5 +1,8 @@
 """The command line: ``mfpde run | transport | --version`` (interface.md; ``verify`` is not built yet).
 
+The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
+and an exit status; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`) solve and write.
+
 Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
 (one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 1 a bug.
 """
@@ -14,7 +17,11 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from mfpde import __version__
+from mfpde import __version__, config
+from mfpde.errors import ConfigError, NumericalError
+from mfpde.io import setup_logging
+from mfpde.tokens.job import transport_job
+from mfpde.training.driver import ProgressFactory, run_job
 
 logger = logging.getLogger("mfpde")
 
@@ -45,11 +52,6 @@ def _err(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mfpde`` console script; returns the exit status."""
-    from mfpde.config import ConfigError
-    from mfpde.io import setup_logging
-    from mfpde.mesh import MeshError
-    from mfpde.transport import NumericalError
-
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     try:
         return _dispatch(args)
-    except (ConfigError, MeshError) as e:
+    except ConfigError as e:  # MeshError included
         _err(str(e))
         return 2
     except NumericalError as e:
@@ -76,26 +78,28 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return Path("out") / f"{args.command}-{stem}"
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    from mfpde import config as C
-    from mfpde.io import prepare_output_dir, write_atomic
+def _progress(quiet: bool) -> ProgressFactory | None:
+    """A tqdm bar on a terminal (rank 0 only), else None (a log line per output step is printed instead)."""
+    if quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm  # only on a terminal
 
+    return lambda total, initial: tqdm(total=total, initial=initial, desc="mfpde run", file=sys.stderr)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
+    cfg = config.load(args.config, args.overrides)
     if args.command == "transport":
-        from mfpde.problem import build, run_transport
-
-        cfg = C.load(args.config, args.overrides)
-        pb = build(cfg, comm)
-        prepare_output_dir(out, comm)
-        write_atomic(out / "config.toml", C.to_toml(cfg), comm)
-        logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
-                    cfg.tokens.dim, cfg.depth.steps, out)
-        run_transport(pb, out)
+        transport_job(cfg, out, comm)
         return 0
     if args.command == "run":
-        from mfpde.coupling import run_training
-
-        cfg = C.load(args.config, args.overrides)
-        return run_training(cfg, out, resume=args.resume, comm=comm, quiet=args.quiet)
+        result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
+        if result.status == "failed":
+            if comm.rank == 0:
+                print(f"mfpde: numerical failure: {result.error}; last good state in {out / 'checkpoint'}",
+                      file=sys.stderr)
+            return 3
+        return 0
     raise AssertionError(args.command)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from mfpde.errors import ConfigError
 
-class ConfigError(ValueError):
-    """Invalid input: a config key, value, mesh or data file. Exit status 2."""
+__all__ = ["Config", "ConfigError", "from_dict", "load", "to_toml", "validate"]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ File formats (all under the command's DIR):
 * ``fields/*.bp``: VTX (ADIOS2) files, one per field, readable by ParaView (open the ``.bp`` folder
   with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ).
 * ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
-  :class:`mfpde.heads.ThetaSpace`), the step and training time; written atomically by rank 0.
+  :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically by rank 0.
 """
 
 from __future__ import annotations
@@ -25,20 +25,22 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 
 def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
-    """Make DIR writable and clear a previous result (report, history, plots, fields, checkpoint unless
-    ``keep``), so that nothing stale is left looking like a result. Call it after the input is validated.
+    """Make DIR writable and clear a previous result, so that nothing stale looks like a result.
+
+    Removes the report, history, plots, fields and (unless ``keep``) the checkpoint. Call it after the
+    input is validated.
 
     Checked on rank 0 and agreed on every rank, so a bad DIR is an input error everywhere, not a hang.
 
     Raises:
         ConfigError: DIR is a file or not writable.
     """
-    from mfpde.config import ConfigError
-
     err = ""
     if comm.rank == 0:
         try:
@@ -92,7 +94,7 @@ def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = M
         d = out / "checkpoint"
         d.mkdir(parents=True, exist_ok=True)
         tmp = d / "state.tmp.npz"
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, d / "state.npz")
     comm.Barrier()
 
@@ -103,8 +105,6 @@ def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
     Raises:
         ConfigError: the file exists but cannot be read.
     """
-    from mfpde.config import ConfigError
-
     f = out / "checkpoint" / "state.npz"
     if not f.is_file():
         return None
@@ -119,6 +119,7 @@ class RankFilter(logging.Filter):
     """Let only rank 0 log (house style: only rank 0 prints)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """True on rank 0 of ``COMM_WORLD`` only."""
         return MPI.COMM_WORLD.rank == 0
 
 

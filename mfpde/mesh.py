@@ -3,7 +3,7 @@
 Boxes are built by DOLFINx (intervals, quadrilaterals or right-diagonal triangles); other domains come
 from gmsh ``.msh`` files read by ``dolfinx.io.gmsh.read_from_msh`` on rank 0 and distributed.
 A box remembers its vertex axes: the attention kernel uses the tensor-product structure (see
-:mod:`mfpde.attention`).
+:mod:`mfpde.tokens.attention`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.errors import MeshError
+
 logger = logging.getLogger(__name__)
-
-
-class MeshError(ValueError):
-    """A mesh file is missing, unreadable or of the wrong dimension (exit status 2)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,7 @@ class Domain:
 
     @property
     def dim(self) -> int:
+        """The geometric dimension of the mesh."""
         return self.mesh.geometry.dim
 
 

@@ -1,33 +1,37 @@
-"""PNG plots of a run (matplotlib, Agg backend): loss.png, rho.png, tokens.png (interface.md)."""
+"""PNG plots of a run (matplotlib, Agg backend): loss.png, rho.png, tokens.png (interface.md).
+
+Plots take arrays and never solve: the run driver hands in what it computed once.
+"""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-import dolfinx.fem
 import numpy as np
+import numpy.typing as npt
 
-if TYPE_CHECKING:
-    from mfpde.coupling import CoupledProblem
+__all__ = ["plot_run"]
+
+Array = npt.NDArray[np.float64]
 
 
-def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, heads: list) -> None:
-    """Write the plots of ``run`` into ``out/plots``. Collective (data is gathered), rank 0 draws."""
-    from mfpde.data import fill_density
+def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], theta_points: Array,
+             rho_values: list[Array], token_points: Array, snapshots: list[tuple[Array, Array]]) -> None:
+    """Write ``loss.png``, ``rho.png`` and ``tokens.png`` into ``out/plots`` (call on one rank).
 
-    rho_vals = [pb.theta.gather_values(r) for r in pb.rhos]
-    samples = (pb.train + pb.test)[:3]
-    tok = []
-    for s in samples:  # μ_0 and μ_T of a few samples, gathered at the quadrature nodes
-        u = dolfinx.fem.Function(pb.tt.W)
-        fill_density(s, u, pb.tt.mass)
-        w0 = pb.tt.quad.gather(u)
-        pb.tt.solve(u, heads, pb.cfg.depth.T, pb.cfg.depth.steps, pb.g, shallow=pb.shallow)
-        tok.append((w0, pb.tt.quad.gather(u)))
-    if pb.comm.rank != 0:
-        return
+    Arrays in, figures out: nothing is solved here.
+
+    Args:
+        out: the output directory.
+        history: the history rows (``s``, ``risk``, ``free_energy``).
+        rate: the report's ``rate`` block (``fitted``, ``theory``).
+        theta_points: Θ dof coordinates, shape (N_θ, p).
+        rho_values: ρ per layer block at them, each shape (N_θ,).
+        token_points: the token quadrature nodes, shape (N_y, d).
+        snapshots: (μ_0, μ_T) of a few samples as quadrature weights (mass per node), each shape (N_y,).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,7 +47,6 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
     gap = F - F.min()
     ok = gap > 0
     ax.semilogy(s[ok], gap[ok], label="F(ρ_s) − F*  (F* = min over the run)")
-    rate = report.get("rate", {})
     for key, style in (("fitted", "--"), ("theory", ":")):
         c = rate.get(key)
         if ok.any() and c is not None and math.isfinite(c):
@@ -54,9 +57,9 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
     fig.tight_layout()
     fig.savefig(d / "loss.png", dpi=100)
     plt.close(fig)
-    pts = pb.theta.points
-    fig, axes = plt.subplots(1, len(rho_vals), figsize=(5 * len(rho_vals), 4), squeeze=False)
-    for k, (ax, v) in enumerate(zip(axes[0], rho_vals, strict=True)):
+    pts = theta_points
+    fig, axes = plt.subplots(1, len(rho_values), figsize=(5 * len(rho_values), 4), squeeze=False)
+    for k, (ax, v) in enumerate(zip(axes[0], rho_values, strict=True)):
         if pts.shape[1] == 1:
             ax.plot(pts[:, 0], v)
             ax.set_xlabel("v")
@@ -65,13 +68,13 @@ def plot_run(pb: CoupledProblem, out: Path, history: list[dict], report: dict, h
             fig.colorbar(tc, ax=ax)
             ax.set_xlabel("a")
             ax.set_ylabel("v")
-        ax.set_title(f"ρ (layer {k}) at s = {s[-1]:.3g}" if len(rho_vals) > 1 else f"ρ at s = {s[-1]:.3g}")
+        ax.set_title(f"ρ (layer {k}) at s = {s[-1]:.3g}" if len(rho_values) > 1 else f"ρ at s = {s[-1]:.3g}")
     fig.tight_layout()
     fig.savefig(d / "rho.png", dpi=100)
     plt.close(fig)
-    y = pb.tt.quad.points
-    fig, axes = plt.subplots(len(tok), 2, figsize=(8, 3.5 * len(tok)), squeeze=False)
-    for i, (w0, wT) in enumerate(tok):
+    y = token_points
+    fig, axes = plt.subplots(len(snapshots), 2, figsize=(8, 3.5 * len(snapshots)), squeeze=False)
+    for i, (w0, wT) in enumerate(snapshots):
         for j, (w, name) in enumerate(((w0, "μ_0"), (wT, "μ_T"))):
             ax = axes[i][j]
             if y.shape[1] == 1:

@@ -1,120 +1,147 @@
-"""From a :class:`~mfpde.config.Config` to solver objects, and the ``transport`` job.
+"""The one builder: from a :class:`~mfpde.config.Config` to the objects every command solves with.
 
-The CLI only parses and reports; this module assembles meshes, spaces, initial data and solvers.
+``mfpde transport`` and ``mfpde run`` (and later ``verify``) both call :func:`build`: the token mesh and
+solver, the head family, the Θ space and ρ₀, the samples and the readout are made here and nowhere
+else. The CLI only parses and reports; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`)
+only solve and write.
+
+Samples can be split over groups of ranks (``run``: each group owns a token mesh on a sub-communicator and
+transports its share of the samples, theory-free parallelism over independent samples), or all ranks can
+share one distributed token mesh (``transport``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from mpi4py import MPI
 
 import dolfinx.fem
-import dolfinx.io
-import numpy as np
 
-from mfpde import __version__
-from mfpde.attention import HeadMeasure, make_family
 from mfpde.config import Config
-from mfpde.data import Sample, fill_density, load_samples
-from mfpde.heads import dirac_heads, theta_space
-from mfpde.io import write_report
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.mesh import make_domain
-from mfpde.transport import NumericalError, Readout, TokenTransport, TransportReport, readout_function
+from mfpde.params.family import HeadFamily, make_family
+from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, fill_density, load_samples
+from mfpde.tokens.readout import Readout, readout_function
+from mfpde.tokens.transport import TokenTransport
+
+__all__ = ["Problem", "SampleGroups", "build"]
 
 logger = logging.getLogger(__name__)
 
 
+class SampleGroups:
+    """The split of samples over groups of ranks, and the agreement of their failures.
+
+    Args:
+        comm: all ranks of the job.
+        n_groups: number of groups (1: every rank works on every sample, on one distributed mesh).
+
+    Attributes:
+        comm: all ranks; n_groups: number of groups; color: this rank's group;
+        tcomm: the communicator of this rank's group (its token mesh lives there).
+    """
+
+    def __init__(self, comm: MPI.Comm, n_groups: int, split: bool = True) -> None:
+        self.comm, self.n_groups = comm, n_groups
+        self.color = comm.rank % n_groups
+        self.tcomm = comm.Split(self.color, comm.rank) if split else comm
+
+    def mine(self, samples: list[Sample]) -> list[int]:
+        """Indices of the samples this rank's group works on (sample i goes to group i mod n_groups)."""
+        return [i for i in range(len(samples)) if i % self.n_groups == self.color]
+
+    @contextlib.contextmanager
+    def collective_failure(self, error: type[Exception] = NumericalError) -> Iterator[None]:
+        """Turn an ``error`` raised in one rank group into the same ``error`` on every rank.
+
+        Groups solve independently; a failure in one must not leave the others waiting in the next
+        reduction. The first message (by rank) is kept.
+        """
+        msg = ""
+        try:
+            yield
+        except error as e:
+            msg = str(e)
+        msgs = [m for m in self.comm.allgather(msg) if m]
+        if msgs:
+            raise error(msgs[0])
+
+
 @dataclass
 class Problem:
-    """Everything a solve needs, built once from the config."""
+    """Everything a solve needs, built once from the config by :func:`build`.
+
+    Attributes:
+        cfg: the config; comm: all ranks.
+        groups: the split of the samples over rank groups.
+        tokens: the token solver of this rank's group (theory §1.3).
+        family: the head family θ ↦ (a(θ), v(θ)) (theory §1.2).
+        theta: the Θ space (P1 on the parameter mesh), or None for finitely many Dirac heads.
+        heads0: the reduced initial head distribution ρ₀ (theory §1.3: V depends on ρ only through it).
+        train, test: the samples (test is empty except for classification data).
+        g: the readout, points (N, d) → (N,) (theory §2).
+    """
 
     cfg: Config
     comm: MPI.Comm
+    groups: SampleGroups
     tokens: TokenTransport
+    family: HeadFamily
+    theta: ThetaSpace | None
     heads0: HeadMeasure
     train: list[Sample]
     test: list[Sample]
     g: Readout
 
+    @property
+    def shallow(self) -> bool:
+        """Whether the model is the single residual layer (``depth.model = "shallow"``, theory §2)."""
+        return self.cfg.depth.model == "shallow"
 
-def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> Problem:
-    """Build the token solver, the reduced initial ρ and the samples from the config.
+    @property
+    def n_layers(self) -> int:
+        """Number of layer blocks, each with its own ρ (``depth.layers`` for depth-indexed models, else 1)."""
+        return self.cfg.depth.layers if self.cfg.depth.model == "depth-indexed" else 1
+
+
+def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = False) -> Problem:
+    """Build the token solver, the head family, Θ and ρ₀, the samples and the readout of the config.
+
+    Every sample is filled into the token space once here, so that bad data is an input error before
+    anything is written.
+
+    Args:
+        cfg: the validated config.
+        comm: the ranks of the job.
+        split_samples: split the training samples over min(size, n) groups of ranks, each with its own
+            token mesh on a sub-communicator (``run``); else one token mesh distributed over ``comm``.
 
     Raises:
-        ConfigError, MeshError: invalid input (exit status 2).
+        ConfigError, MeshError: invalid input (exit status 2), on every rank.
     """
     t, h = cfg.tokens, cfg.heads
-    tok_dom = make_domain(comm, t.dim, t.mesh, t.box, t.cells, t.cell)
-    tokens = TokenTransport(tok_dom, t.degree, t.cfl, cfg.petsc.token)
     family = make_family(h.family, h.a)
+    train, test = load_samples(cfg)
+    groups = SampleGroups(comm, min(comm.size, len(train)) if split_samples else 1, split=split_samples)
+    tokens = TokenTransport(make_domain(groups.tcomm, t.dim, t.mesh, t.box, t.cells, t.cell), t.degree, t.cfl,
+                            cfg.petsc.token)
+    u = dolfinx.fem.Function(tokens.W)
+    with groups.collective_failure(ConfigError):
+        for samples in (train, test):
+            for i in groups.mine(samples):
+                fill_density(samples[i], u, tokens.mass)
     if h.init["kind"] == "gaussian":
         theta = theta_space(comm, cfg, family)
         heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
     else:
+        theta = None
         heads0 = dirac_heads(family, h.init["points"], h.init["weights"])
-    train, test = load_samples(cfg)
-    u = dolfinx.fem.Function(tokens.W)
-    for s in train + test:  # bad data is an input error before anything is written
-        fill_density(s, u, tokens.mass)
     g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
-    return Problem(cfg, comm, tokens, heads0, train, test, g)
-
-
-def sample_report(rep: TransportReport) -> dict:
-    """The per-sample block of the transport report (interface.md)."""
-    return {"mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
-            "outflow": rep.outflow, "mean_T": rep.mean_T, "cov_T": rep.cov_T, "yhat": rep.yhat,
-            "substeps": rep.substeps}
-
-
-def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict:
-    """The ``transport`` job: transport every sample μ_0^i to μ_T^i under ρ_0 and report its moments.
-
-    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``.
-
-    Raises:
-        NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
-    """
-    t0 = time.perf_counter()
-    samples: list[dict] = []
-    try:
-        _transport_samples(pb, out, write_fields, samples)
-    except NumericalError as e:
-        write_report(out, {"status": "failed", "command": "transport", "version": __version__,
-                           "comm_size": pb.comm.size, "wall_s": time.perf_counter() - t0, "samples": samples,
-                           "error": f"sample {len(samples)}: {e}"}, pb.comm)
-        raise NumericalError(f"sample {len(samples)}: {e}") from None
-    report = {"status": "ok", "command": "transport", "version": __version__, "comm_size": pb.comm.size,
-              "wall_s": time.perf_counter() - t0, "samples": samples}
-    write_report(out, report, pb.comm)
-    return report
-
-
-def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict]) -> None:
-    """Transport each sample in turn, appending its report block to ``samples``."""
-    cfg, tt = pb.cfg, pb.tokens
-    for i, s in enumerate(pb.train + pb.test):
-        u = dolfinx.fem.Function(tt.W, name="mu")
-        fill_density(s, u, tt.mass)
-        writer = None
-        if write_fields and cfg.output.fields:
-            writer = dolfinx.io.VTXWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
-            writer.write(0.0)
-
-        def cb(step: int, t: float, u: dolfinx.fem.Function, writer=writer) -> None:
-            if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
-                writer.write(t)
-
-        rep = tt.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol,
-                       shallow=cfg.depth.model == "shallow")
-        if writer is not None:
-            writer.close()
-        block = sample_report(rep)
-        block["target"] = s.target
-        samples.append(block)
-        logger.info("sample %d: mass_T %.12g, outflow %.3g, min %.3g, yhat %.6g, mean %s", i, rep.mass_T,
-                    rep.outflow, rep.min_density, rep.yhat, np.round(rep.mean_T, 6).tolist())
+    return Problem(cfg, comm, groups, tokens, family, theta, heads0, train, test, g)

@@ -20,4 +20,4 @@ def lumped_mass(V: dolfinx.fem.FunctionSpace) -> npt.NDArray[np.float64]:
     dolfinx.fem.assemble_vector(m.x.array, dolfinx.fem.form(w * ufl.dx))
     m.x.scatter_reverse(dolfinx.la.InsertMode.add)
     m.x.scatter_forward()
-    return m.x.array.copy()
+    return np.array(m.x.array, dtype=np.float64)

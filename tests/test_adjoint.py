@@ -9,11 +9,14 @@ import numpy as np
 import pytest
 from roundoff import gamma
 
-from mfpde.adjoint import DiscreteAdjoint, dyhat_dmu, first_variation_values
-from mfpde.attention import HeadMeasure, ScalarHeads
-from mfpde.heads import ThetaSpace
+from mfpde.exact import gaussian_risk_derivatives
 from mfpde.mesh import box
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.params.family import ScalarHeads
+from mfpde.params.theta import ThetaSpace, first_variation_values
+from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 
 def _setup(d: int, degree: int, n: int):
@@ -77,11 +80,7 @@ def test_gaussian_first_variation():
         tape: list = []
         rep = tt.solve(u, heads, T, n // 4, g, tape=tape)
         _, D = DiscreteAdjoint(tt).backward(tape, (rep.yhat - y) * dyhat_dmu(tt, g), 1)
-        ab, bb = heads.abar, heads.bbar
-        q = 1.0 - 2.0 * bb * s0 * T
-        yhat = m0 * np.exp(ab * T) / np.sqrt(q)
-        dG_da = (yhat - y) * yhat * T
-        dG_db = (yhat - y) * yhat * s0 * T / q
+        dG_da, dG_db = gaussian_risk_derivatives(heads.abar, heads.bbar, m0, s0, T, y)
         exact = dG_da + heads.a * dG_db
         errs.append(np.abs(D[0] - exact).max() / np.abs(exact).max())
         hs.append(8.0 / n)
@@ -95,7 +94,7 @@ def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):
     """R = ½(ŷ − y)² of the N-token network dX/dt = V(X) (theory §1.1 as L → ∞, RK4 in depth)."""
     from scipy.stats import norm
 
-    from mfpde.particles import transport_particles
+    from mfpde.tokens.particles import transport_particles
 
     x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
     wt = np.full(N, 1.0 / N)

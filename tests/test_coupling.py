@@ -10,12 +10,14 @@ from mpi4py import MPI
 import numpy as np
 import pytest
 from roundoff import gamma, implicit_step
-from scipy.integrate import solve_ivp
 
 from mfpde import config as C
 from mfpde.cli import main
-from mfpde.coupling import CoupledProblem, run_training
-from mfpde.problem import build, run_transport
+from mfpde.exact import value_training_law
+from mfpde.problem import build
+from mfpde.tokens.job import run_transport
+from mfpde.training import run_training
+from mfpde.training.problem import CoupledProblem
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=4", "data.test_samples=4",
          "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
@@ -65,8 +67,8 @@ def _mass_rho_roundoff(cfg) -> float:
     (roundoff.implicit_step, with the stability limit of Φ at ρ_0 halved: Φ moves with ρ over the run)."""
     pb = CoupledProblem(cfg, MPI.COMM_SELF)
     heads = pb.heads()
-    pb.set_potentials(heads, pb.gradient(heads))
-    limit = 0.5 * pb.fp.stability_limit(pb.phis[0])
+    pb.state.set_potentials(heads, pb.gradient(heads).D)
+    limit = 0.5 * pb.state.fp.stability_limit(pb.state.phis[0])
     m = pb.theta.m[: pb.theta.n_owned]
     N = pb.theta.V.dofmap.index_map.size_global
     ds = cfg.training.ds
@@ -149,17 +151,7 @@ def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: floa
 
 
 def _ode(S: float, lam: float, lam2: float):
-    m0, s0, a, T, y = 0.3, 0.25, 0.5, 1.0, 1.0
-
-    def yhat(ab):
-        return m0 * np.exp(ab * T) / np.sqrt(1 - 2 * a * ab * s0 * T)
-
-    def dG(ab, e=1e-6):
-        return (0.5 * (yhat(ab + e) - y) ** 2 - 0.5 * (yhat(ab - e) - y) ** 2) / (2 * e)
-
-    sol = solve_ivp(lambda s, z: [-dG(z[0]) - lam2 * z[0], -2 * lam2 * z[1] + 2 * lam], (0, S), [0.4, 0.05],
-                    rtol=1e-11, atol=1e-12)
-    return sol.y[:, -1]
+    return value_training_law(S, 0.4, 0.05, lam, lam2, a=0.5, m0=0.3, s0=0.25, y=1.0, T=1.0)
 
 
 def test_exact_training_dynamics(tempdir):
@@ -209,8 +201,8 @@ def test_splitting_order(tempdir):
 
 def test_depth_indexed_first_variation():
     """Depth-indexed model (theory §1.4 (D)): the per-layer first variation passes a Taylor test in each block."""
-    from mfpde.adjoint import first_variation_values
-    from mfpde.coupling import CoupledProblem
+    from mfpde.params.theta import first_variation_values
+    from mfpde.training import CoupledProblem
 
     raw = {"tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [40], "degree": 0},
            "depth": {"T": 1.0, "steps": 8, "model": "depth-indexed", "layers": 2},

@@ -20,15 +20,11 @@ from dolfinx import fem, mesh
 from roundoff import conservation, gamma, implicit_step, reordered, sum_error
 from scipy import integrate
 
-from mfpde.fokker_planck import (
-    ParameterFokkerPlanck,
-    SolverError,
-    StepInfo,
-    gaussian_density,
-    gibbs,
-    lam_bernoulli,
-    lumped_mass,
-)
+from mfpde.errors import SolverError
+from mfpde.exact import ou_moments
+from mfpde.params.densities import gaussian_density, gibbs, lumped_mass_owned
+from mfpde.params.eafe import lam_bernoulli
+from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
 
 RECTANGLE_MSH = Path(__file__).resolve().parent.parent / "meshes" / "rectangle.msh"
 
@@ -50,7 +46,7 @@ def _potential(V: fem.FunctionSpace, f) -> fem.Function:
 
 def _sizes(V: fem.FunctionSpace) -> tuple[int, float]:
     """(global dof count, max m / min m of the lumped mass): the sizes the round-off bounds need."""
-    comm, m = V.mesh.comm, lumped_mass(V)
+    comm, m = V.mesh.comm, lumped_mass_owned(V)
     ratio = comm.allreduce(float(m.max()), op=MPI.MAX) / comm.allreduce(float(m.min()), op=MPI.MIN)
     return V.dofmap.index_map.size_global, ratio
 
@@ -123,8 +119,7 @@ def _ou_error(comm, p: int, n: int, ds: float, s_end: float) -> np.ndarray:
     for _ in range(round(s_end / ds)):
         fp.step(rho, phi, ds)
     d = fp.diagnostics(rho, phi)
-    mean_ex = c + (m0 - c) * np.exp(-lam2 * s_end)
-    var_ex = lam / lam2 + (v0 - lam / lam2) * np.exp(-2 * lam2 * s_end)
+    mean_ex, var_ex = ou_moments(s_end, c, m0, v0, lam, lam2)
     return np.concatenate([d["mean"] - mean_ex, np.diag(d["cov"]) - var_ex, d["cov"][np.triu_indices(p, 1)]])
 
 
@@ -193,7 +188,7 @@ def _steady_l1(comm, p: int, n: int) -> tuple[float, float, float, float, float]
     l1 = comm.allreduce(l1, op=MPI.SUM)
     gh = gibbs(V, phi, LAM_SS)
     nown = V.dofmap.index_map.size_local
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     dev = comm.allreduce(float(m @ np.abs(rho.x.array[:nown] - gh.x.array[:nown])), op=MPI.SUM)
     ndofs = V.dofmap.index_map.size_global
     ratio = comm.allreduce(float(m.max()), op=MPI.MAX) / comm.allreduce(float(m.min()), op=MPI.MIN)
@@ -234,7 +229,7 @@ def test_gibbs_is_a_fixed_point_of_the_step(p):
     rho = g.copy()
     ds = fp.stability_limit(phi)
     fp.step(rho, phi, ds)
-    n, m = V.dofmap.index_map.size_local, lumped_mass(V)
+    n, m = V.dofmap.index_map.size_local, lumped_mass_owned(V)
     dev = comm.allreduce(float(m @ np.abs(rho.x.array[:n] - g.x.array[:n])), op=MPI.SUM)
     ratio = comm.allreduce(float(m.max()), op=MPI.MAX) / comm.allreduce(float(m.min()), op=MPI.MIN)
     bound = implicit_step(V.dofmap.index_map.size_global, ds, ds, ratio) + sum_error(n)
@@ -421,7 +416,7 @@ def test_gmsh_rectangle_mesh():
     comm = MPI.COMM_WORLD
     msh = dolfinx.io.gmsh.read_from_msh(str(RECTANGLE_MSH), comm, 0, gdim=2).mesh
     V = fem.functionspace(msh, ("Lagrange", 1))
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     ndofs, ratio = _sizes(V)
     # Σ m_i of n positive terms, each assembled from ≤ 6 cells of ≤ 4 roundings (vertices exact in the file)
     assert math.isclose(comm.allreduce(float(m.sum()), op=MPI.SUM), 16.0, rel_tol=gamma(ndofs + 24))
@@ -467,7 +462,7 @@ def test_obtuse_mesh_raises():
 def test_gaussian_density_gibbs_and_arguments():
     comm = MPI.COMM_WORLD
     V = _space(comm, 2, 16, 2.0)
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     n = V.dofmap.index_map.size_local
     N, _ = _sizes(V)
     # a sum of N positive lumped masses, each from ≤ 6 cells of ≤ 4 roundings
@@ -521,7 +516,7 @@ def test_petsc_options_iterative_and_solver_error():
     limit = fp_it.stability_limit(phi)
     kappa_d = ratio * (1 + 2 * 0.05 / limit)
     n = V.dofmap.index_map.size_local
-    m = lumped_mass(V)
+    m = lumped_mass_owned(V)
     diff = comm.allreduce(float(m @ np.abs(rho_it.x.array[:n] - rho_lu.x.array[:n])), op=MPI.SUM)
     bound = math.sqrt(N) * ksp_rtol * kappa_d + implicit_step(N, 0.05, limit, ratio)
     assert diff <= bound, (diff, bound)

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from roundoff import conservation, gamma
 
-from mfpde.attention import HeadMeasure
-from mfpde.data import Sample, fill_density
 from mfpde.mesh import MeshError, box, measure, read_msh
-from mfpde.transport import TokenTransport
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.transport import TokenTransport
 
 MESHES = Path(__file__).resolve().parent.parent / "meshes"
 

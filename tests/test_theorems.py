@@ -14,7 +14,8 @@ from roundoff import gamma
 from scipy.optimize import minimize_scalar
 
 from mfpde import config as C
-from mfpde.coupling import CoupledProblem, run_training
+from mfpde.exact import value_yhat
+from mfpde.training import CoupledProblem, run_training
 
 M0, S0 = [0.3, -0.5], [0.25, 0.1]  # two Gaussian samples (d = 1)
 A_FIXED = 0.5
@@ -40,7 +41,7 @@ def _cfg(family="value", n=1, targets=(1.0,), reg="tikhonov", lam=0.0, lam2=0.0,
 
 def _yhat(ab, m0, s0):
     """Closed form ŷ = m_T for the value family (theory §6.1 with b̄ = a ā, T = 1)."""
-    return m0 * np.exp(ab) / np.sqrt(1 - 2 * A_FIXED * ab * s0)
+    return value_yhat(ab, A_FIXED, m0, s0, 1.0)
 
 
 def _adjoint_roundoff(cells: int = 80) -> float:
@@ -151,7 +152,7 @@ def test_shallow_model_exponential_rate(tempdir, family):
 
 def test_shallow_model_first_variation_taylor():
     """The discrete adjoint of the shallow layer: Taylor slope 2, and R exactly quadratic in ρ (ŷ linear)."""
-    from mfpde.adjoint import first_variation_values
+    from mfpde.params.theta import first_variation_values
 
     pb = CoupledProblem(_cfg("scalar", 2, (1.0, -0.5), model="shallow"))
     heads = pb.heads()

@@ -21,13 +21,15 @@ import pytest
 import ufl
 from roundoff import conservation, gamma, reordered
 
-from mfpde.attention import HeadMeasure
 from mfpde.cli import main
 from mfpde.config import ConfigError
-from mfpde.data import Sample, _deposit, fill_density
+from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
-from mfpde.particles import transport_particles
-from mfpde.transport import TokenTransport, readout_function
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, _deposit, fill_density
+from mfpde.tokens.particles import transport_particles
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import TokenTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demos" / "transport_small.toml"
@@ -58,11 +60,7 @@ def _transport(comm, bounds, cells, degree, mean, cov, heads, T, steps, cell="qu
 
 def _closed_form(m0, S0, heads: HeadMeasure, T: float) -> tuple[np.ndarray, np.ndarray]:
     """Theory §6.1 for A = aI, V = vI: Σ(T) = Σ0 (I − 2b̄TΣ0)⁻¹, m(T) = e^{āT} (I − 2b̄TΣ0)^{-1/2} m0."""
-    m0, S0 = np.atleast_1d(np.asarray(m0, float)), np.atleast_2d(np.asarray(S0, float))
-    B = np.eye(len(m0)) - 2.0 * heads.bbar * T * S0  # symmetric, commutes with S0
-    lam, Q = np.linalg.eigh(B)
-    assert np.all(lam > 0), "past the blow-up time"
-    return math.exp(heads.abar * T) * (Q @ np.diag(lam**-0.5) @ Q.T) @ m0, S0 @ np.linalg.inv(B)
+    return gaussian_transport(m0, S0, heads.abar, heads.bbar, T)
 
 
 def _ndofs(tt: TokenTransport) -> int:

@@ -23,7 +23,8 @@ import dolfinx.geometry
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.config import Config, ConfigError
+from mfpde.config import Config
+from mfpde.errors import ConfigError
 from mfpde.spaces import lumped_mass
 
 Array = npt.NDArray[np.float64]

@@ -1,6 +1,6 @@
 """The head distribution ρ on Θ: a P1 density with mass lumping, or finitely many weighted Dirac heads.
 
-The token solver needs ρ only through the reduced :class:`~mfpde.attention.HeadMeasure`; this module
+The token solver needs ρ only through the reduced :class:`~mfpde.tokens.attention.HeadMeasure`; this module
 builds it from either representation, gathering the (small) Θ data on every rank in an order fixed by
 the coordinates, so that results do not depend on the number of ranks.
 """
@@ -13,9 +13,12 @@ import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.attention import HeadFamily, HeadMeasure
-from mfpde.mesh import Domain
+from mfpde.errors import ConfigError
+from mfpde.mesh import Domain, make_domain
+from mfpde.params.densities import gaussian_density
+from mfpde.params.family import HeadFamily
 from mfpde.spaces import lumped_mass
+from mfpde.tokens.attention import HeadMeasure
 
 Array = npt.NDArray[np.float64]
 
@@ -85,9 +88,6 @@ class ThetaSpace:
         Raises:
             ConfigError: the Gaussian has (numerically) no mass on Θ.
         """
-        from mfpde.config import ConfigError
-        from mfpde.fokker_planck import gaussian_density
-
         with np.errstate(all="ignore"):
             rho = gaussian_density(self.V, mean, cov)
         if not np.all(np.isfinite(rho.x.array)):
@@ -107,9 +107,6 @@ def theta_space(comm, cfg, family: HeadFamily) -> ThetaSpace:
     Raises:
         ConfigError, MeshError: the mesh does not fit the head family.
     """
-    from mfpde.config import ConfigError
-    from mfpde.mesh import make_domain
-
     h = cfg.heads
     try:
         return ThetaSpace(make_domain(comm, family.p, h.mesh, h.box, h.cells, "triangle"), family)
@@ -117,3 +114,15 @@ def theta_space(comm, cfg, family: HeadFamily) -> ThetaSpace:
         if type(e) is not ValueError:  # ConfigError, MeshError: already an input error
             raise
         raise ConfigError(f"heads.mesh: {e}") from None
+
+
+def first_variation_values(family: HeadFamily, heads: HeadMeasure, D: Array, theta: Array) -> Array:
+    """δR/δρ(θ) = v(θ) D(a(θ)) at points θ of shape (N, p) whose a(θ) are among ``heads.a``.
+
+    Raises:
+        KeyError: some a(θ) is not an a-value of the head measure.
+    """
+    a = np.round(family.a(theta), 12)
+    lookup = {float(ak): k for k, ak in enumerate(np.round(heads.a, 12))}
+    idx = np.array([lookup[float(x)] for x in a], dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+    return family.v(theta) * D[idx]

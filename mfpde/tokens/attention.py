@@ -32,6 +32,7 @@ Inputs are non-dimensional. No dolfinx here: the solvers hand in points and weig
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -44,86 +45,18 @@ _TENSOR_RANGE_MAX = 600.0
 _BLOCK = 2048
 
 
-class HeadFamily:
-    """A head family: θ ∈ R^p ↦ (a(θ), v(θ)) with A = a I_d, V = v I_d. Subclass for a new family.
+class Family(Protocol):
+    """What :meth:`HeadMeasure.from_heads` needs of a head family (:class:`mfpde.params.family.HeadFamily`)."""
 
-    Subclasses set ``name`` and ``p`` and implement :meth:`a`, :meth:`v` and their gradients.
-    """
-
-    name: str = ""
-    p: int = 0
+    p: int
 
     def a(self, theta: Array) -> Array:
-        """a(θ) for θ of shape (n, p); returns shape (n,)."""
-        raise NotImplementedError
+        """The coefficient of A = a I_d at each θ, shape (n,), for θ of shape (n, p)."""
+        ...
 
     def v(self, theta: Array) -> Array:
-        """v(θ) for θ of shape (n, p); returns shape (n,)."""
-        raise NotImplementedError
-
-    def grad_a(self, theta: Array) -> Array:
-        """∇_θ a(θ), shape (n, p)."""
-        raise NotImplementedError
-
-    def grad_v(self, theta: Array) -> Array:
-        """∇_θ v(θ), shape (n, p)."""
-        raise NotImplementedError
-
-
-class ScalarHeads(HeadFamily):
-    """θ = (a, v): A = a I_d, V = v I_d (p = 2)."""
-
-    name, p = "scalar", 2
-
-    def a(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 0]
-
-    def v(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 1]
-
-    def grad_a(self, theta: Array) -> Array:
-        g = np.zeros((len(theta), 2))
-        g[:, 0] = 1.0
-        return g
-
-    def grad_v(self, theta: Array) -> Array:
-        g = np.zeros((len(theta), 2))
-        g[:, 1] = 1.0
-        return g
-
-
-@dataclass(frozen=True)
-class ValueHeads(HeadFamily):
-    """θ = v with A = a I_d fixed (p = 1; theory §6.2)."""
-
-    a_fixed: float = 0.5
-    name = "value"
-    p = 1
-
-    def a(self, theta: Array) -> Array:
-        return np.full(len(theta), self.a_fixed)
-
-    def v(self, theta: Array) -> Array:
-        return np.asarray(theta, dtype=float)[:, 0]
-
-    def grad_a(self, theta: Array) -> Array:
-        return np.zeros((len(theta), 1))
-
-    def grad_v(self, theta: Array) -> Array:
-        return np.ones((len(theta), 1))
-
-
-def make_family(name: str, a: float = 0.5) -> HeadFamily:
-    """The head family called ``name`` (``"scalar"`` or ``"value"`` with fixed ``a``).
-
-    Raises:
-        ValueError: unknown family.
-    """
-    if name == "scalar":
-        return ScalarHeads()
-    if name == "value":
-        return ValueHeads(a)
-    raise ValueError(f"unknown head family {name!r}")
+        """The coefficient of V = v I_d at each θ, shape (n,), for θ of shape (n, p)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -139,7 +72,7 @@ class HeadMeasure:
     c: Array
 
     @staticmethod
-    def from_heads(family: HeadFamily, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
+    def from_heads(family: Family, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
         """Reduce weighted heads (Dirac masses, or Θ dofs times their lumped quadrature weights).
 
         Args:
@@ -175,6 +108,7 @@ class TensorGrid:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The number of points along each axis."""
         return tuple(len(a) for a in self.axes)
 
     def points(self) -> Array:
@@ -184,7 +118,7 @@ class TensorGrid:
 
 
 def softmax_moments_direct(x: Array, y: Array, w: Array, a: float) -> tuple[Array, Array]:
-    """log Z and the tilted mean m_a at x, by direct log-domain sums.
+    """Log Z and the tilted mean m_a at x, by direct log-domain sums.
 
     Args:
         x: evaluation points, shape (N_x, d).
@@ -264,7 +198,10 @@ def tilted_mean_1d(s: Array, y: Array, w: Array, tol: float = 1e-14) -> Array | 
     ``tol`` times the largest. Cost: (degree + 1) N_y exponentials instead of N_s N_y.
 
     Args:
-        s: evaluation points, any shape; y: support of μ, shape (N_y,); w: weights, shape (N_y,).
+        s: evaluation points, any shape.
+        y: support of μ, shape (N_y,).
+        w: weights of μ, shape (N_y,).
+        tol: the tail tolerance, relative to max |y|.
 
     Returns:
         f(s) with the shape of s, or None if degree 512 does not reach ``tol`` (use the direct path).
@@ -291,7 +228,8 @@ def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
 
     Args:
         x: evaluation points, shape (N_x, d).
-        y: support of μ, shape (N_y, d); w: its weights, shape (N_y,).
+        y: support of μ, shape (N_y, d).
+        w: weights of μ, shape (N_y,).
         heads: the reduced head distribution.
 
     Returns:
@@ -341,7 +279,11 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) ->
         g_c(k) = Σ_x ξ(x)·m_k(x)                                          (∂/∂c_k of Σ_x ξ·V).
 
     Args:
-        x: (N_x, d); y: (N_y, d); w: (N_y,); heads: (N_a,) heads (zero c_k allowed); xi: (N_x, d).
+        x: evaluation points, shape (N_x, d).
+        y: support of μ, shape (N_y, d).
+        w: weights of μ, shape (N_y,).
+        heads: the reduced heads, N_a of them (zero c_k allowed).
+        xi: the cotangent at x, shape (N_x, d).
 
     Returns:
         (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials. Factors e^{a x·y}/Z are
@@ -366,6 +308,10 @@ def velocity_vjp_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMea
     """:func:`velocity_vjp` for x and y on tensor grids, by separable matrix products.
 
     Args:
+        xg: evaluation grid.
+        yg: support grid of μ.
+        W: weights on yg, shape yg.shape.
+        heads: the reduced heads (zero c_k allowed).
         Xi: the cotangent on xg, shape xg.shape + (d,).
 
     Returns:

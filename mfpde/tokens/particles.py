@@ -1,7 +1,7 @@
 """The particle method: N tokens moved by the McKean–Vlasov ODE dX/dt = V[μ^N; ρ](X) (theory §1.1, §1.3).
 
 The reference against which the PDE is checked (mean-field limit, theory §5.3) and benchmarked. The
-velocity is the same attention kernel as the PDE's (:func:`mfpde.attention.velocity`) on the empirical
+velocity is the same attention kernel as the PDE's (:func:`mfpde.tokens.attention.velocity`) on the empirical
 measure μ^N = Σ_j w_j δ_{X_j}; depth is integrated by classical RK4. Non-dimensional.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.attention import HeadMeasure, velocity
+from mfpde.tokens.attention import HeadMeasure, velocity
 
 Array = npt.NDArray[np.float64]
 
@@ -19,9 +19,11 @@ def transport_particles(x: Array, w: Array, heads: HeadMeasure, T: float, steps:
     """X_T from X_0 = x by RK4 with ``steps`` equal depth steps.
 
     Args:
-        x: token positions, shape (N, d); w: their weights, shape (N,) (sum 1).
+        x: token positions, shape (N, d).
+        w: their weights, shape (N,) (sum 1).
         heads: the reduced head distribution ρ.
-        T: final depth; steps: number of RK4 steps.
+        T: final depth.
+        steps: number of RK4 steps.
 
     Returns:
         The positions at depth T, shape (N, d).

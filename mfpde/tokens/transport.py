@@ -4,7 +4,7 @@ Solves theory §1.3 (F),
 
     ∂_t μ_t + ∇·(μ_t V[μ_t; ρ]) = 0  on Ω ⊂ R^d (d = 1, 2),  t ∈ [0, T],  no inflow on ∂Ω,
 
-with the softmax attention velocity of :mod:`mfpde.attention`.
+with the softmax attention velocity of :mod:`mfpde.tokens.attention`.
 
 Design, and why:
 
@@ -18,15 +18,16 @@ Design, and why:
 * **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
   polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
   untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
-* **The velocity** is a continuous vector P1 field, evaluated at every stage at the mesh vertices from the
-  whole of μ: each rank gathers the quadrature data of μ (nodes fixed at set-up, weights per stage, in
-  a global order fixed by the original cell index, so the sum is the same on any number of ranks).
+* **The velocity** (:class:`~mfpde.tokens.velocity.VelocityOperator`) is a continuous vector P1
+  field, evaluated at every stage at the mesh vertices from the whole of μ: each rank gathers the
+  quadrature data of μ (nodes fixed at set-up, weights per stage, in a global order fixed by the
+  original cell index, so the sum is the same on any number of ranks).
   The quadrature is the lumped-mass rule, Σ_i m_i μ_i δ_{x_i} with m_i = ∫ φ_i: exact for the mass,
   positive weights whenever μ_h ≥ 0, midpoint rule for k = 0.
 * The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
   ``mfpde_token_``; block Jacobi with exact LU per rank block by default).
 
-Cost per stage: one velocity evaluation (see :mod:`mfpde.attention` for its cost), one vector assembly
+Cost per stage: one velocity evaluation (see :mod:`mfpde.tokens.attention` for its cost), one vector assembly
 and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
 """
 
@@ -38,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mpi4py import MPI
-from petsc4py import PETSc
 
 import dolfinx.fem
 import dolfinx.fem.petsc
@@ -47,72 +47,54 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
-from mfpde.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
+from mfpde.petsc import LinearSolver
 from mfpde.spaces import lumped_mass
+from mfpde.tokens.attention import HeadMeasure, TensorGrid
+from mfpde.tokens.quadrature import TokenQuadrature
+from mfpde.tokens.readout import Readout
+from mfpde.tokens.velocity import VelocityOperator
+
+__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
+#: mfpde's options for the DG mass solve (block diagonal: exact LU per rank block), prefix ``mfpde_token_``.
+TOKEN_PETSC_DEFAULTS = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
 
 
-class NumericalError(RuntimeError):
-    """Numerical failure (non-finite values, a solver that did not converge, blow-up): exit status 3."""
+@dataclass(frozen=True)
+class RK3Step:
+    """One taped SSP-RK3 sub-step, what the discrete adjoint (:mod:`mfpde.tokens.adjoint`) differentiates.
 
-
-class TokenQuadrature:
-    """The lumped-mass quadrature of a DG density, gathered on every rank in a rank-independent order.
-
-    The nodes x_i (dof coordinates) and weights m_i = ∫ φ_i are fixed at construction; :meth:`gather`
-    returns the global weights m_i μ_i of the current density. On a box the nodes lie on a tensor grid
-    and :meth:`grid` returns the weights as an array over it.
+    Attributes:
+        h: the sub-step size in depth.
+        heads: the reduced head distribution the step used.
+        v0, v1, v2: the three stage states (local DG dofs, owned and ghost), shape (n_local,).
+        layer: the layer block whose ρ the step used (0 for weight-tied models).
     """
 
-    def __init__(self, W: dolfinx.fem.FunctionSpace, domain: Domain):
-        msh = W.mesh
-        self.comm = msh.comm
-        tdim = msh.topology.dim
-        gdim = msh.geometry.dim
-        ncells = msh.topology.index_map(tdim).size_local
-        dofs = W.dofmap.list[:ncells]  # (ncells, nd): DG dofs of owned cells are owned
-        nd = dofs.shape[1]
-        self.local_dofs = dofs.ravel()
-        self.local_m = lumped_mass(W)[self.local_dofs]
-        orig = np.asarray(msh.topology.original_cell_index[:ncells], dtype=np.int64)
-        keys = (orig[:, None] * nd + np.arange(nd)[None, :]).ravel()
-        xyz = W.tabulate_dof_coordinates()[self.local_dofs, :gdim]
-        self.counts = np.array(self.comm.allgather(len(keys)))
-        all_keys = self._allgather(keys.astype(np.float64))
-        self.order = np.argsort(all_keys, kind="stable")
-        self.points = np.stack([self._allgather(np.ascontiguousarray(xyz[:, j]))
-                                for j in range(gdim)], axis=1)[self.order]
-        self.grid_axes: TensorGrid | None = None
-        if domain.axes is not None:
-            # DG0 nodes are the cell midpoints, DG1 nodes the vertices: both tensor grids.
-            axes = domain.axes if W.element.basix_element.degree == 1 else tuple(
-                0.5 * (a[1:] + a[:-1]) for a in domain.axes)
-            idx = [np.rint((self.points[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64)
-                   for j in range(gdim)]
-            shape = tuple(len(a) for a in axes)
-            if all(np.allclose(axes[j][idx[j]], self.points[:, j], atol=1e-9) for j in range(gdim)) and all(
-                    (i >= 0).all() and (i < n).all() for i, n in zip(idx, shape, strict=True)):
-                self.grid_axes = TensorGrid(tuple(axes))
-                self.flat_index = np.ravel_multi_index(tuple(idx), shape)
+    h: float
+    heads: HeadMeasure
+    v0: Array
+    v1: Array
+    v2: Array
+    layer: int
 
-    def _allgather(self, a: Array) -> Array:
-        out = np.empty(int(self.counts.sum()), dtype=np.float64)
-        self.comm.Allgatherv(np.ascontiguousarray(a, dtype=np.float64), (out, self.counts))
-        return out
 
-    def gather(self, u: dolfinx.fem.Function) -> Array:
-        """The global quadrature weights m_i μ_i of the density u, shape (N_y,), same on every rank."""
-        return self._allgather(self.local_m * u.x.array[self.local_dofs])[self.order]
+@dataclass(frozen=True)
+class EulerStep:
+    """The taped single explicit layer of the shallow model (:mod:`mfpde.tokens.shallow`): μ_T = v0 + h F(v0)."""
 
-    def grid(self, weights: Array) -> Array:
-        """Weights summed onto the tensor grid (shape of the grid); requires ``grid_axes``."""
-        assert self.grid_axes is not None
-        W = np.zeros(int(np.prod(self.grid_axes.shape)))
-        np.add.at(W, self.flat_index, weights)
-        return W.reshape(self.grid_axes.shape)
+    h: float
+    heads: HeadMeasure
+    v0: Array
+    layer: int
+
+
+#: The forward → adjoint hand-off: the taped steps of one forward solve, in depth order.
+Tape = list[RK3Step | EulerStep]
 
 
 @dataclass
@@ -131,27 +113,12 @@ class TransportReport:
 
     @property
     def mass_error(self) -> float:
-        """|∫μ_T − ∫μ_0| / ∫μ_0: the mass lost or gained other than by the outflow is mass_error
-        minus outflow; with nothing leaving Ω it is the conservation error."""
+        """|∫μ_T − ∫μ_0| / ∫μ_0, outflow included.
+
+        The mass lost or gained other than by the outflow is mass_error minus outflow; with nothing
+        leaving Ω it is the conservation error.
+        """
         return abs(self.mass_T - self.mass_0) / self.mass_0
-
-
-Readout = Callable[[Array], Array]
-
-
-def readout_function(kind: str, w: list[float] | None = None, b: float = 0.0) -> Readout:
-    """The readout g of theory §2 as a function of points (N, d) → (N,).
-
-    ``mean``: g = x_1; ``second_moment``: g = |x|²; ``linear``: g = w·x + b.
-    """
-    if kind == "mean":
-        return lambda x: x[:, 0]
-    if kind == "second_moment":
-        return lambda x: (x * x).sum(axis=1)
-    if kind == "linear":
-        wv = np.asarray(w, dtype=float)
-        return lambda x: x @ wv + b
-    raise ValueError(f"unknown readout {kind!r}")
 
 
 class TokenTransport:
@@ -174,19 +141,17 @@ class TokenTransport:
         self.comm = msh.comm
         self.degree = degree
         self.cfl = cfl * (1.0 if degree == 0 else 0.5)
-        d = msh.geometry.dim
         self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
         self.Q = dolfinx.fem.functionspace(msh, ("DG", 0))
-        self.P = dolfinx.fem.functionspace(msh, ("Lagrange", 1, (d,)))
-        self.vel = dolfinx.fem.Function(self.P, name="velocity")
         self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
         self.rhs = dolfinx.fem.Function(self.W)
         self.du = dolfinx.fem.Function(self.W)
         self._stage = dolfinx.fem.Function(self.W)
         self.quad = TokenQuadrature(self.W, domain)
+        self.velocity = VelocityOperator(msh, self.quad, domain.axes)
+        self.vel, self.P = self.velocity.field, self.velocity.P
         self.m = lumped_mass(self.W)
         self.n_owned = self.W.dofmap.index_map.size_local
-        self._velocity_points(domain)
         self._forms()
         self._mass_solver(petsc_options or {})
         if degree == 1:
@@ -195,18 +160,6 @@ class TokenTransport:
             self.cell_dofs = self.W.dofmap.list[:nc]
 
     # -- set-up -------------------------------------------------------------------------------
-    def _velocity_points(self, domain: Domain) -> None:
-        d = self.msh.geometry.dim
-        x = self.P.tabulate_dof_coordinates()[:, :d]  # one row per vertex (blocked space)
-        self.vx = x
-        self.vgrid: TensorGrid | None = None
-        if domain.axes is not None and self.quad.grid_axes is not None:
-            axes = domain.axes
-            idx = [np.rint((x[:, j] - axes[j][0]) / (axes[j][1] - axes[j][0])).astype(np.int64) for j in range(d)]
-            if all(np.allclose(axes[j][idx[j]], x[:, j], atol=1e-9) for j in range(d)):
-                self.vgrid = TensorGrid(tuple(axes))
-                self.vindex = tuple(idx)
-
     def _forms(self) -> None:
         msh, u, V = self.msh, self.u, self.vel
         w = ufl.TestFunction(self.W)
@@ -230,47 +183,28 @@ class TokenTransport:
         w, v = ufl.TestFunction(self.W), ufl.TrialFunction(self.W)
         self.M = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(w * v * ufl.dx))
         self.M.assemble()
-        ksp = PETSc.KSP().create(self.comm)
-        ksp.setOperators(self.M)
-        prefix = "mfpde_token_"
-        ksp.setOptionsPrefix(prefix)
-        opts = PETSc.Options()
-        defaults = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
-        for k, val in {**defaults, **options}.items():
-            opts[prefix + k] = val
-        try:
-            ksp.setFromOptions()
-            ksp.setUp()  # consumes the sub-solver options now (bjacobi creates its blocks here)
-        except PETSc.Error as e:
-            from mfpde.config import ConfigError
-
-            raise ConfigError(f"petsc.token: PETSc rejected the options {options}: {e}") from None
-        self.ksp = ksp
+        self.mass_solver = LinearSolver(self.M, "mfpde_token_", options, TOKEN_PETSC_DEFAULTS, what="petsc.token")
 
     # -- evaluation ---------------------------------------------------------------------------
-    def update_velocity(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
-        """Set the velocity field to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F))."""
-        wts = self.quad.gather(u)
-        if wts.sum() <= 0:
-            self.vel.x.array[:] = 0.0
-            return
-        d = self.msh.geometry.dim
-        if self.vgrid is not None:
-            Vg = velocity_tensor(self.vgrid, self.quad.grid_axes, self.quad.grid(wts), heads)
-            vals = Vg[self.vindex]
-        else:
-            vals = velocity(self.vx, self.quad.points, wts, heads)
-        self.vel.x.array[:] = vals.reshape(-1, d).ravel()
+    @property
+    def vgrid(self) -> TensorGrid | None:
+        """The vertex grid of the tensor-grid velocity kernels (None: direct sums)."""
+        return self.velocity.grid
 
-    def _rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
-        """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity."""
+    def rate(self, u: dolfinx.fem.Function) -> tuple[dolfinx.fem.Function, float]:
+        """du/dt = M⁻¹ L(u) and the outflow rate ∫_∂Ω u (V·n)⁺, for the current velocity.
+
+        Returns:
+            (du, r): du is the solver's work Function (overwritten by the next call), r the outflow rate.
+
+        Raises:
+            SolverError: the mass solve did not converge.
+        """
         self.u.x.array[:] = u.x.array
         self.rhs.x.array[:] = 0.0
         dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
         self.rhs.x.scatter_reverse(dolfinx.la.InsertMode.add)
-        self.ksp.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
-        if self.ksp.getConvergedReason() <= 0:
-            raise NumericalError(f"token mass solve did not converge (reason {self.ksp.getConvergedReason()})")
+        self.mass_solver.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
         self.du.x.scatter_forward()
         rate = self.comm.allreduce(dolfinx.fem.assemble_scalar(self.outflow_rate), op=MPI.SUM)
         return self.du, rate
@@ -303,30 +237,29 @@ class TokenTransport:
             u.x.array[self.cell_dofs] = np.maximum(mean[:, None] + theta[:, None] * (vals - mean[:, None]), 0.0)
 
     def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure,
-                tape: list | None = None) -> float:
+                tape: Tape | None = None, layer: int = 0) -> float:
         """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
 
-        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the three stage
-        states are appended (for the discrete adjoint, :mod:`mfpde.adjoint`).
+        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the step and its three
+        stage states are appended as an :class:`RK3Step` of layer block ``layer`` (for the adjoint).
         """
-        if tape is not None:
-            tape.append([dt, heads, u.x.array.copy()])
-        du, r = self._rate(u)
+        v0 = np.array(u.x.array, dtype=np.float64) if tape is not None else None
+        du, r = self.rate(u)
         o1 = dt * r
         stage = self._stage
         stage.x.array[:] = u.x.array + dt * du.x.array
         self.limit(stage)
-        if tape is not None:
-            tape[-1].append(stage.x.array.copy())
-        self.update_velocity(stage, heads)
-        du, r = self._rate(stage)
+        v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
+        self.velocity.update(stage, heads)
+        du, r = self.rate(stage)
         stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
         self.limit(stage)
         if tape is not None:
-            tape[-1].append(stage.x.array.copy())
-        self.update_velocity(stage, heads)
-        du, r = self._rate(stage)
+            assert v0 is not None and v1 is not None
+            tape.append(RK3Step(dt, heads, v0, v1, np.array(stage.x.array, dtype=np.float64), layer))
+        self.velocity.update(stage, heads)
+        du, r = self.rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
         self.limit(u)
         return 2.0 / 3.0 * (o2 + dt * r)
@@ -357,41 +290,26 @@ class TokenTransport:
         yhat = float(wts @ g(x)) if g is not None else math.nan
         return float(mass), mean, cov, yhat
 
-    def _shallow(self, u: dolfinx.fem.Function, heads: HeadMeasure, T: float, g: Readout | None,
-                 tape: list | None, mass0: float) -> TransportReport:
-        """The single residual layer μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2, shallow model)."""
-        if tape is not None:
-            tape.append(["euler", T, heads, u.x.array.copy(), 0])
-        self.update_velocity(u, heads)
-        du, r = self._rate(u)
-        u.x.array[:] += T * du.x.array
-        if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
-            raise NumericalError("non-finite token density in the shallow layer")
-        mass, mean, cov, yhat = self.moments(u, g)
-        return TransportReport(mass0, self.mass(u), T * r, self.min_density(u), mean.tolist(), cov.tolist(), yhat, 1)
-
-    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: list | None,
+    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: Tape | None,
                   layer: int) -> bool:
-        """nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
+        """Nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
 
         The outflow of the sub-steps is left in ``self._step_outflow``.
         """
         self._step_outflow = 0.0
         for j in range(nsub):
             if j > 0:
-                self.update_velocity(u, heads)
+                self.velocity.update(u, heads)
                 if h > self.max_stable_dt() * (1 + 1e-9):
                     return False
-            self._step_outflow += self.ssp_rk3(u, h, heads, tape)
-            if tape is not None:
-                tape[-1].append(layer)
+            self._step_outflow += self.ssp_rk3(u, h, heads, tape, layer)
         return True
 
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: list | None = None, outflow_tol: float = math.inf, shallow: bool = False) -> TransportReport:
+              tape: Tape | None = None, outflow_tol: float = math.inf) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -399,32 +317,33 @@ class TokenTransport:
             heads: the reduced head distribution (weight-tied), or one per layer block (depth-indexed,
                 theory §1.4 (D)): layer ℓ acts on depth steps [ℓ S/L, (ℓ+1) S/L); L must divide steps;
                 or a callable t ↦ HeadMeasure.
-            T: final depth; steps: number of depth steps.
-            g: readout for ŷ; callback: called as callback(step, t, u) after every depth step.
-            tape: if given, the stage states of every sub-step are appended for the adjoint.
+            T: final depth.
+            steps: number of depth steps.
+            g: readout for ŷ.
+            callback: called as callback(step, t, u) after every depth step.
+            tape: if given, every sub-step is appended (:class:`RK3Step`) for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
-            shallow: the single-layer model instead: one explicit step μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]),
-                linear in ρ (theory §2); not a positivity-preserving solve of (F), and ``steps`` is unused.
+
+        The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.shallow.solve_shallow`.
 
         Raises:
             NumericalError: non-finite values, or outflow beyond ``outflow_tol``.
         """
+        layers: list[HeadMeasure | Callable[[float], HeadMeasure]]
         if callable(heads):  # t ↦ HeadMeasure
             per_layer, layers = steps, [heads]
         else:
-            layers = heads if isinstance(heads, list) else [heads]
+            layers = list(heads) if isinstance(heads, list) else [heads]
             per_layer = steps // len(layers)
         dt = T / steps
         mass0 = self.mass(u)
         outflow, nsub_total, t = 0.0, 0, 0.0
-        min_rho = self.min_density(u)
-        if shallow:
-            return self._shallow(u, layers[0] if not callable(layers[0]) else layers[0](0.0), T, g, tape, mass0)
+        min_mu = self.min_density(u)
         for k in range(steps):
-            hk = layers[k // per_layer]
-            hk = hk(k * dt) if callable(hk) else hk
+            layer = layers[k // per_layer]
+            hk = layer(k * dt) if callable(layer) else layer
             start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
-            self.update_velocity(u, hk)
+            self.velocity.update(u, hk)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
             # Equal sub-steps (so the adjoint sees a step size that is locally constant in ρ); if the
             # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
@@ -437,7 +356,7 @@ class TokenTransport:
                 outflow = out_start
                 if tape is not None:
                     del tape[tape_len:]
-                self.update_velocity(u, hk)
+                self.velocity.update(u, hk)
             outflow += self._step_outflow
             nsub_total += nsub
             t = (k + 1) * dt
@@ -451,9 +370,9 @@ class TokenTransport:
                 raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
                                      f"tokens.outflow_tol = {outflow_tol:g} at depth step {k + 1}, t = {t:.6g} "
                                      "(enlarge tokens.box)")
-            min_rho = min(min_rho, self.min_density(u))
+            min_mu = min(min_mu, self.min_density(u))
             if callback is not None:
                 callback(k + 1, t, u)
         mass, mean, cov, yhat = self.moments(u, g)
-        return TransportReport(mass0, self.mass(u), outflow, min_rho, mean.tolist(), cov.tolist(), yhat,
+        return TransportReport(mass0, self.mass(u), outflow, min_mu, mean.tolist(), cov.tolist(), yhat,
                                nsub_total)

@@ -1,0 +1,32 @@
+"""The errors mfpde raises on purpose, and the exit status the CLI gives each (interface.md).
+
+* :class:`ConfigError` (exit 2): invalid input: a config key, value, mesh, data file, output directory,
+  checkpoint or PETSc option. The message names the key or file.
+* :class:`MeshError` (exit 2): a mesh file is missing, unreadable or of the wrong dimension; a
+  :class:`ConfigError`.
+* :class:`NumericalError` (exit 3): non-finite values, mass leaving the domain beyond the tolerance,
+  positivity or mass lost, finite-time blow-up. The message says what, and where in depth or training.
+* :class:`SolverError` (exit 3): a PETSc linear solve did not converge; a :class:`NumericalError`.
+
+Anything else is a bug (exit 1). Errors are classified by type, never by their message.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "MeshError", "NumericalError", "SolverError"]
+
+
+class ConfigError(ValueError):
+    """Invalid input: a config key, value, mesh or data file. Exit status 2."""
+
+
+class MeshError(ConfigError):
+    """A mesh file is missing, unreadable or of the wrong dimension. Exit status 2."""
+
+
+class NumericalError(RuntimeError):
+    """Numerical failure (non-finite values, a solver that did not converge, blow-up). Exit status 3."""
+
+
+class SolverError(NumericalError):
+    """A PETSc linear solve did not converge (KSP converged reason ≤ 0). Exit status 3."""

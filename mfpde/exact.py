@@ -1,0 +1,149 @@
+"""Closed-form solutions the solvers are checked against (theory §6.1, §6.2, and Ornstein–Uhlenbeck).
+
+Pure numpy (and scipy for one ODE): no meshes. Used by the tests, the demo and the benchmarks, so each
+formula is written once. Everything is non-dimensional.
+
+* :func:`gaussian_transport`: a Gaussian token measure stays Gaussian under heads A = aI, V = vI
+  (theory §6.1): Σ_T = Σ₀ (I − 2b̄TΣ₀)⁻¹, m_T = e^{āT} (I − 2b̄TΣ₀)^{−1/2} m₀.
+* :func:`gaussian_risk_derivatives`: ∂G/∂ā, ∂G/∂b̄ of G = ½(m_T − y)² (readout g = x₁, d = 1), so that
+  δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) (theory §6.1).
+* :func:`value_yhat`, :func:`value_training_law`: the value family θ = v with A = aI fixed (theory §6.2):
+  ŷ(ā) and the ODEs of the mean and variance of a Gaussian ρ_s.
+* :func:`ou_moments`: the Fokker–Planck equation with the quadratic potential Φ = (λ₂/2)|θ − c|²
+  (Ornstein–Uhlenbeck): Gaussians stay Gaussian with explicit moments.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from numpy.typing import ArrayLike
+
+__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "value_training_law", "value_yhat"]
+
+Array = npt.NDArray[np.float64]
+
+
+def gaussian_transport(m0: ArrayLike, S0: ArrayLike, abar: float, bbar: float, T: float) -> tuple[Array, Array]:
+    """Mean and covariance at depth T of μ₀ = N(m₀, Σ₀) transported by heads A = aI, V = vI (theory §6.1).
+
+    Args:
+        m0: initial mean, shape (d,) (a scalar for d = 1).
+        S0: initial covariance, shape (d, d) (a scalar for d = 1), symmetric positive definite.
+        abar: ā = ∫ v dρ.
+        bbar: b̄ = ∫ a v dρ.
+        T: depth.
+
+    Returns:
+        (m_T, Σ_T) of shapes (d,) and (d, d).
+
+    Raises:
+        ValueError: T is at or beyond the blow-up depth (b̄ > 0 and I − 2b̄TΣ₀ not positive definite).
+    """
+    m0, S0 = np.atleast_1d(np.asarray(m0, float)), np.atleast_2d(np.asarray(S0, float))
+    B = np.eye(len(m0)) - 2.0 * bbar * T * S0  # symmetric, commutes with S0
+    lam, Q = np.linalg.eigh(B)
+    if not np.all(lam > 0):
+        raise ValueError(f"depth T = {T} is past the blow-up depth of the Gaussian solution (b̄ = {bbar})")
+    return math.exp(abar * T) * (Q @ np.diag(lam**-0.5) @ Q.T) @ m0, S0 @ np.linalg.inv(B)
+
+
+def gaussian_risk_derivatives(abar: float, bbar: float, m0: float, s0: float, T: float,
+                              y: float) -> tuple[float, float]:
+    """∂G/∂ā and ∂G/∂b̄ for G(ā, b̄) = ½(ŷ − y)², ŷ = m_T of μ₀ = N(m₀, σ₀²) in d = 1 (theory §6.1).
+
+    With these, the first variation of R(ρ) = G(ā, b̄) is δR/δρ(a, v) = v (∂_āG + a ∂_b̄G).
+
+    Args:
+        abar: ā = ∫ v dρ.
+        bbar: b̄ = ∫ a v dρ.
+        m0: the initial mean m₀.
+        s0: the initial variance σ₀².
+        T: depth.
+        y: the target.
+
+    Returns:
+        (∂G/∂ā, ∂G/∂b̄).
+    """
+    q = 1.0 - 2.0 * bbar * s0 * T
+    yhat = m0 * np.exp(abar * T) / np.sqrt(q)
+    return float((yhat - y) * yhat * T), float((yhat - y) * yhat * s0 * T / q)
+
+
+def value_yhat(abar: float | Array, a: float, m0: float, s0: float, T: float = 1.0) -> float | Array:
+    """ŷ(ā) = m₀ e^{āT} (1 − 2aā σ₀² T)^{−1/2}: the value family (b̄ = aā), readout g = x (theory §6.2).
+
+    Args:
+        abar: ā = ∫ v dρ (scalar or array).
+        a: the fixed A = aI.
+        m0: mean of the Gaussian input.
+        s0: variance σ₀² of the Gaussian input.
+        T: depth.
+
+    Returns:
+        ŷ, of the shape of ``abar``.
+    """
+    return m0 * np.exp(abar * T) / np.sqrt(1 - 2 * a * abar * s0 * T)
+
+
+def value_training_law(S: float, abar0: float, var0: float, lam: float, lam2: float, a: float, m0: float,
+                       s0: float, y: float, T: float = 1.0) -> Array:
+    """Mean and variance of ρ_S for the value family, one Gaussian sample, entropic training (theory §6.2).
+
+    A Gaussian ρ₀ = N(ā₀, v₀) stays Gaussian, N(ā_s, v_s), with
+
+        dā/ds = −G'(ā) − λ₂ā,    dv/ds = −2λ₂v + 2λ,    G(ā) = ½(ŷ(ā) − y)²,
+
+    solved by ``scipy.integrate.solve_ivp`` (rtol 1e-11, atol 1e-12). G' is the central difference of G
+    with step 1e-6 (error ~1e-12, far below what the PDE checks resolve).
+
+    Args:
+        S: final training time.
+        abar0: mean of ρ₀.
+        var0: variance of ρ₀.
+        lam: λ, the entropy weight.
+        lam2: λ₂, the confinement weight.
+        a: the fixed A = aI.
+        m0: mean of the input N(m₀, σ₀²).
+        s0: variance σ₀² of the input.
+        y: the target.
+        T: depth.
+
+    Returns:
+        (ā_S, v_S), shape (2,).
+    """
+    from scipy.integrate import solve_ivp  # scipy loads in ~0.3 s: only when this law is asked for
+
+    def dG(ab: float, e: float = 1e-6) -> float:
+        gp = 0.5 * (value_yhat(ab + e, a, m0, s0, T) - y) ** 2
+        gm = 0.5 * (value_yhat(ab - e, a, m0, s0, T) - y) ** 2
+        return float((gp - gm) / (2 * e))
+
+    sol = solve_ivp(lambda s, z: [-dG(z[0]) - lam2 * z[0], -2 * lam2 * z[1] + 2 * lam], (0, S), [abar0, var0],
+                    rtol=1e-11, atol=1e-12)
+    return sol.y[:, -1]
+
+
+def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float, lam2: float
+               ) -> tuple[Array, Array]:
+    """Mean and per-axis variance at time s of ∂_sρ = ∇·(ρ λ₂(θ − c)) + λΔρ from N(m₀, diag v₀).
+
+    The Fokker–Planck equation with Φ = (λ₂/2)|θ − c|² (Ornstein–Uhlenbeck): each axis relaxes
+    independently, m_s = c + (m₀ − c) e^{−λ₂s}, v_s = λ/λ₂ + (v₀ − λ/λ₂) e^{−2λ₂s} (off-diagonal
+    covariances stay 0).
+
+    Args:
+        s: training time.
+        c: the centre, shape (p,).
+        m0: initial mean, shape (p,).
+        v0: initial variances, shape (p,).
+        lam: λ > 0.
+        lam2: λ₂ > 0.
+
+    Returns:
+        (m_s, v_s), each of shape (p,).
+    """
+    c, m0, v0 = (np.asarray(x, dtype=float) for x in (c, m0, v0))
+    return c + (m0 - c) * np.exp(-lam2 * s), lam / lam2 + (v0 - lam / lam2) * np.exp(-2 * lam2 * s)

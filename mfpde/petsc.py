@@ -1,0 +1,123 @@
+"""The one PETSc linear-solver helper: a KSP for a fixed operator, configured like DOLFINx's LinearProblem.
+
+Modelled on ``dolfinx.fem.petsc.LinearProblem`` (DOLFINx 0.11, ``python/dolfinx/fem/petsc.py``): every
+solver has its own options prefix (``mfpde_token_``, ``mfpde_param_``), the options of the config file
+(``[petsc]``) are pushed into the global options database under that prefix only for
+``KSP.setFromOptions`` and ``KSP.setUp``, and the database is tidied afterwards (what was there before is
+restored). Unlike ``LinearProblem`` it never assembles: the callers own their matrices and re-use one
+KSP for many right-hand sides (style.md: ``LinearProblem.solve`` re-assembles A on every call).
+
+Precedence, highest first: the config file's ``[petsc]`` table, then the options database (the
+``PETSC_OPTIONS`` environment variable and command-line options that reach PETSc), then mfpde's
+defaults, which are set only for keys that neither of the others set. So
+``PETSC_OPTIONS="-mfpde_param_ksp_type cg -mfpde_param_pc_type gamg"`` switches the Fokker–Planck solve
+to CG/GAMG without a config change. A default that only makes sense with another default (MUMPS with
+LU, the LU of block Jacobi's blocks) is dropped when the user chose another preconditioner.
+
+Every solve checks the KSP converged reason and raises :class:`~mfpde.errors.SolverError` if it is ≤ 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from petsc4py import PETSc
+
+from mfpde.errors import ConfigError, SolverError
+
+__all__ = ["LinearSolver"]
+
+# A default key -> (the key it depends on, the values of that key for which the default applies).
+_DEPENDS: dict[str, tuple[str, frozenset[str]]] = {
+    "pc_factor_mat_solver_type": ("pc_type", frozenset({"lu", "cholesky"})),
+    "sub_pc_type": ("pc_type", frozenset({"bjacobi", "asm"})),
+}
+
+
+class LinearSolver:
+    """A PETSc KSP solving A x = b for a fixed operator A, options under ``prefix``.
+
+    Args:
+        A: the assembled operator (its values may change later; the KSP sees the changes).
+        prefix: the options prefix, non-empty, ending in ``_`` (e.g. ``"mfpde_param_"``).
+        options: the user's options without the prefix (the config's ``[petsc]`` table), e.g.
+            ``{"ksp_type": "cg", "pc_type": "gamg"}``. Values are converted with ``str``.
+        defaults: mfpde's options without the prefix, used only for keys the user did not set.
+        what: the name of the solve in error messages (e.g. ``"petsc.param"``).
+
+    Raises:
+        ConfigError: PETSc rejected the options (unknown type, bad value); the message starts with ``what``.
+        ValueError: the prefix is empty.
+    """
+
+    def __init__(self, A: PETSc.Mat, prefix: str, options: Mapping[str, object] | None = None,
+                 defaults: Mapping[str, object] | None = None, what: str = "petsc") -> None:
+        if not prefix:
+            raise ValueError("a non-empty PETSc options prefix is required")
+        self.prefix, self.what = prefix, what
+        user = {k: str(v) for k, v in (options or {}).items()}
+        db = PETSc.Options()
+        effective = {k: str(v) for k, v in (defaults or {}).items() if not db.hasName(prefix + k)}
+        for k in list(effective):
+            dep = _DEPENDS.get(k)
+            if dep is not None:
+                key, values = dep
+                chosen = user.get(key) or (db.getString(prefix + key) if db.hasName(prefix + key) else None) \
+                    or effective.get(key)
+                if chosen not in values:
+                    del effective[k]
+        effective.update(user)
+        self.ksp = PETSc.KSP().create(A.getComm())
+        self.ksp.setOptionsPrefix(prefix)
+        self.ksp.setOperators(A)
+        saved = {k: db.getString(prefix + k) if db.hasName(prefix + k) else None for k in effective}
+        for k, v in effective.items():
+            db.setValue(prefix + k, v)
+        try:
+            self.ksp.setFromOptions()
+            self.ksp.setUp()  # reads the sub-solver and factor options (bjacobi blocks, MUMPS) while they are set
+        except PETSc.Error as e:
+            raise ConfigError(f"{what}: PETSc rejected the options {user}: {e}") from None
+        finally:
+            for k, old in saved.items():  # tidy the global database: leave it as it was
+                if old is None:
+                    db.delValue(prefix + k)
+                else:
+                    db.setValue(prefix + k, old)
+
+    def solve(self, b: PETSc.Vec, x: PETSc.Vec) -> int:
+        """Solve A x = b into x (owned entries; the caller scatters ghosts). Collective.
+
+        Returns:
+            The number of KSP iterations (1 for ``preonly``).
+
+        Raises:
+            SolverError: the KSP did not converge (converged reason ≤ 0).
+        """
+        self.ksp.solve(b, x)
+        reason = int(self.ksp.getConvergedReason())  # type: ignore[call-overload]
+        if reason <= 0:
+            raise SolverError(f"{self.prefix} KSP did not converge (reason {reason})")
+        return int(self.ksp.getIterationNumber())
+
+    @property
+    def ksp_type(self) -> str:
+        """The KSP type in use (e.g. ``"preonly"``, ``"gmres"``)."""
+        return str(self.ksp.getType())
+
+    @property
+    def pc_type(self) -> str:
+        """The preconditioner type in use (e.g. ``"lu"``, ``"jacobi"``)."""
+        return str(self.ksp.getPC().getType())
+
+    def describe(self) -> str:
+        """One line for the log: prefix, KSP and preconditioner types (and the factor package, if any)."""
+        pc = self.ksp.getPC()
+        factor = ""
+        if self.pc_type in ("lu", "cholesky"):
+            factor = f" ({pc.getFactorSolverType()})"
+        return f"{self.prefix}: KSP {self.ksp_type}, PC {self.pc_type}{factor}"
+
+    def destroy(self) -> None:
+        """Free the KSP (optional; it is also freed by garbage collection)."""
+        self.ksp.destroy()

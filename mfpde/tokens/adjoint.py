@@ -1,0 +1,153 @@
+"""The discrete adjoint of the token solver and the first variation δR/δρ (theory §3).
+
+**Discrete adjoint** (chosen over the continuous costate (B)): the reverse pass differentiates exactly
+the discrete forward map of :class:`~mfpde.tokens.transport.TokenTransport`, one SSP-RK3 sub-step at a time,
+
+    v₁ = v₀ + h F(v₀),  v₂ = ¾v₀ + ¼(v₁ + h F(v₁)),  v₃ = ⅓v₀ + ⅔(v₂ + h F(v₂)),
+    p₂ = ⅔(I + hF'(v₂))ᵀp₃,  p₁ = ¼(I + hF'(v₁))ᵀp₂,  p₀ = ⅓p₃ + ¾p₂ + (I + hF'(v₀))ᵀp₁,
+
+with the costate p (∂R/∂v of each stage state; written p, not λ, which is the entropy weight),
+F(v) = M⁻¹ b(V[v], v) and F'(v)ᵀp = J_uᵀ z + (∂V/∂v)ᵀ J_Vᵀ z, z = M⁻¹p. J_u and J_V are the UFL
+derivatives of the upwind-DG form with respect to μ and to the velocity field; (∂V/∂v)ᵀ is the
+nonlocal McKean–Vlasov term, the discrete counterpart of the source S_t of theory §3.1 (B), computed by
+:func:`mfpde.tokens.attention.velocity_vjp`. So the gradient is the exact derivative of the discrete risk (for
+DG0; for DG1 wherever the positivity limiter is inactive) and the Taylor test has slope 2.
+The upwind flux is only piecewise smooth in the velocity: where V·n = 0 on a facet (e.g. V ≡ 0 when
+∫ v dρ = 0 for every a) the discrete risk has a kink and the reverse pass returns the average of the
+one-sided derivatives (UFL's sign(0) = 0), which need not be a descent direction. Start ρ_0 off that set.
+
+**First variation** (theory §3.1 (G)). The velocity depends on ρ only through c_k = ∫_{a(θ)=a_k} v dρ
+(:class:`~mfpde.tokens.attention.HeadMeasure`), so the reverse pass returns D(a_k) = ∂R/∂c_k and
+
+    δR/δρ(θ) = v(θ) D(a(θ))     (per layer block for depth-indexed models, theory §3.1 (D)),
+
+exact for the discrete R as a function of the Θ quadrature weights m_j ρ_j; evaluated on Θ by
+:func:`mfpde.params.theta.first_variation_values`. The sums over samples are in
+:mod:`mfpde.training.objective`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import dolfinx.fem
+import dolfinx.la
+import numpy as np
+import numpy.typing as npt
+import ufl
+
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.readout import Readout
+from mfpde.tokens.transport import EulerStep, Tape, TokenTransport
+
+__all__ = ["DiscreteAdjoint", "Gradient", "dyhat_dmu"]
+
+logger = logging.getLogger(__name__)
+Array = npt.NDArray[np.float64]
+
+
+class DiscreteAdjoint:
+    """Reverse pass through a taped forward solve of :class:`TokenTransport`.
+
+    Args:
+        tokens: the token solver whose ``solve(..., tape=...)`` produced the tape.
+    """
+
+    def __init__(self, tokens: TokenTransport):
+        self.tokens = tokens
+        self.z = dolfinx.fem.Function(tokens.W)
+        self.costate = dolfinx.fem.Function(tokens.W)
+        # Transposed Jacobian actions as vector forms: (J_uᵀz)_j = ∂/∂μ_j L(μ, V)[z] and (J_Vᵀz)_j likewise,
+        # i.e. the form with its test function replaced by z, differentiated in the direction of a test
+        # function. One vector assembly each instead of a matrix assembly and a transposed product.
+        w = ufl.TestFunction(tokens.W)
+        Lz = ufl.replace(tokens.L_expr, {w: self.z})
+        self.JuT = dolfinx.fem.form(ufl.derivative(Lz, tokens.u, ufl.TestFunction(tokens.W)))
+        self.JVT = dolfinx.fem.form(ufl.derivative(Lz, tokens.vel, ufl.TestFunction(tokens.P)))
+        self.r = dolfinx.fem.Function(tokens.W)
+        self.xi = dolfinx.fem.Function(tokens.P)
+        q = tokens.quad
+        offset = int(q.counts[: tokens.comm.rank].sum())
+        inv = np.empty_like(q.order)
+        inv[q.order] = np.arange(len(q.order))
+        self.local_pos = inv[offset + np.arange(len(q.local_dofs))]  # sorted position of each local node
+
+    def _Ft(self, v: Array, heads: HeadMeasure, p: Array) -> tuple[Array, Array]:
+        """F'(v)ᵀ p (owned DG dofs) and ∂(p·F)/∂c (N_a,) at the stage state v, for the costate p."""
+        tokens = self.tokens
+        n = tokens.n_owned
+        tokens.u.x.array[:] = v
+        tokens.velocity.update(tokens.u, heads)
+        self.costate.x.array[:n] = p
+        self.costate.x.scatter_forward()
+        tokens.mass_solver.solve(self.costate.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
+        self.z.x.scatter_forward()
+        for f, form in ((self.r, self.JuT), (self.xi, self.JVT)):
+            f.x.array[:] = 0.0
+            dolfinx.fem.assemble_vector(f.x.array, form)
+            f.x.scatter_reverse(dolfinx.la.InsertMode.add)
+        out = self.r.x.array[:n].copy()
+        gw, gc = tokens.velocity.vjp(tokens.u, heads, self.xi)
+        out_local = np.zeros(len(tokens.u.x.array))
+        np.add.at(out_local, tokens.quad.local_dofs, tokens.quad.local_m * gw[self.local_pos])
+        return out + out_local[:n], gc
+
+    def backward(self, tape: Tape, p_T: Array, n_layers: int) -> tuple[Array, list[Array]]:
+        """Run the reverse pass.
+
+        Args:
+            tape: from ``TokenTransport.solve(..., tape=tape)`` or ``solve_shallow(..., tape=tape)``.
+            p_T: the costate at depth T, ∂R/∂μ_T on the owned DG dofs, shape (n_owned,).
+            n_layers: number of layer blocks.
+
+        Returns:
+            (p_0, [∂R/∂c per layer]): the costate of μ_0, shape (n_owned,), and per layer block the
+            derivative with respect to the head masses c_k of the head measure, shape (N_a,) (shape (0,)
+            for a block that no step used).
+        """
+        dR_dc: list[Array | None] = [None] * n_layers
+        p3 = p_T.copy()
+        for step in reversed(tape):
+            if isinstance(step, EulerStep):  # the shallow model's single explicit layer: p₀ = (I + hF'(v₀))ᵀp₁
+                f0, c0 = self._Ft(step.v0, step.heads, p3)
+                p3 = p3 + step.h * f0
+                prev = dR_dc[step.layer]
+                dR_dc[step.layer] = step.h * c0 if prev is None else prev + step.h * c0
+                continue
+            h, heads = step.h, step.heads
+            f2, c2 = self._Ft(step.v2, heads, p3)
+            p2 = 2.0 / 3.0 * (p3 + h * f2)
+            f1, c1 = self._Ft(step.v1, heads, p2)
+            p1 = 0.25 * (p2 + h * f1)
+            f0, c0 = self._Ft(step.v0, heads, p1)
+            p3 = p3 / 3.0 + 0.75 * p2 + p1 + h * f0
+            gc = h * (2.0 / 3.0 * c2 + 0.25 * c1 + c0)
+            prev = dR_dc[step.layer]
+            dR_dc[step.layer] = gc if prev is None else prev + gc
+        return p3, [g if g is not None else np.zeros(0) for g in dR_dc]
+
+
+def dyhat_dmu(tokens: TokenTransport, g: Readout) -> Array:
+    """∂ŷ/∂μ_i = m_i g(x_i) on the owned DG dofs (ŷ by the lumped quadrature), shape (n_owned,)."""
+    d = tokens.msh.geometry.dim
+    n = tokens.n_owned
+    x = tokens.W.tabulate_dof_coordinates()[:n, :d]
+    return tokens.m[:n] * g(x)
+
+
+@dataclass
+class Gradient:
+    """Risk, predictions and first variation for one ρ.
+
+    Attributes:
+        risk: R(ρ) = (1/n) Σ ½(ŷ^i − y^i)².
+        yhat: ŷ^i for all samples, shape (n,).
+        D: per layer, ∂R/∂c at the a-values of the head measure, shape (N_a,).
+        Dy: per layer, per sample ∂ŷ^i/∂c, shape (n, N_a) (for the NTK); only if asked.
+    """
+
+    risk: float
+    yhat: Array
+    D: list[Array]
+    Dy: list[Array] | None = None

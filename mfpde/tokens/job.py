@@ -1,0 +1,108 @@
+"""The ``transport`` job (interface.md): every sample μ_0^i transported to μ_T^i under ρ₀, and its report.
+
+Built by :func:`mfpde.problem.build` (one token mesh distributed over all ranks); writes ``config.toml``,
+``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json`` into DIR.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import dolfinx.io
+import numpy as np
+
+from mfpde import __version__
+from mfpde.config import Config, to_toml
+from mfpde.errors import NumericalError
+from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.problem import Problem, build
+from mfpde.tokens.data import fill_density
+from mfpde.tokens.shallow import solve_shallow
+from mfpde.tokens.transport import TransportReport
+
+__all__ = ["run_transport", "sample_report", "transport_job"]
+
+logger = logging.getLogger(__name__)
+
+
+def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
+    """Validate the input, prepare DIR, write the resolved config and run :func:`run_transport`.
+
+    Returns:
+        The report (also written to ``DIR/report.json``).
+
+    Raises:
+        ConfigError: invalid input (nothing is written).
+        NumericalError: a solve failed (``report.json`` has status "failed").
+    """
+    pb = build(cfg, comm)
+    prepare_output_dir(out, comm)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
+                cfg.tokens.dim, cfg.depth.steps, out)
+    return run_transport(pb, out)
+
+
+def sample_report(rep: TransportReport) -> dict[str, Any]:
+    """The per-sample block of the transport report (interface.md)."""
+    return {"mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
+            "outflow": rep.outflow, "mean_T": rep.mean_T, "cov_T": rep.cov_T, "yhat": rep.yhat,
+            "substeps": rep.substeps}
+
+
+def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
+    """Transport every sample μ_0^i to μ_T^i under ρ₀ and report its moments (theory §1.3 (F)).
+
+    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``.
+
+    Raises:
+        NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
+    """
+    t0 = time.perf_counter()
+    samples: list[dict[str, Any]] = []
+    try:
+        _transport_samples(pb, out, write_fields, samples)
+    except NumericalError as e:
+        write_report(out, {"status": "failed", "command": "transport", "version": __version__,
+                           "comm_size": pb.comm.size, "wall_s": time.perf_counter() - t0, "samples": samples,
+                           "error": f"sample {len(samples)}: {e}"}, pb.comm)
+        raise NumericalError(f"sample {len(samples)}: {e}") from None
+    report = {"status": "ok", "command": "transport", "version": __version__, "comm_size": pb.comm.size,
+              "wall_s": time.perf_counter() - t0, "samples": samples}
+    write_report(out, report, pb.comm)
+    return report
+
+
+def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict[str, Any]]) -> None:
+    """Transport each sample in turn, appending its report block to ``samples``."""
+    cfg, tokens = pb.cfg, pb.tokens
+    for i, s in enumerate(pb.train + pb.test):
+        u = dolfinx.fem.Function(tokens.W, name="mu")
+        fill_density(s, u, tokens.mass)
+        writer = None
+        if write_fields and cfg.output.fields:
+            writer = dolfinx.io.VTXWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
+            writer.write(0.0)
+
+        def cb(step: int, t: float, u: dolfinx.fem.Function, writer: dolfinx.io.VTXWriter | None = writer) -> None:
+            if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
+                writer.write(t)
+
+        if pb.shallow:
+            rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
+        else:
+            rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb,
+                               outflow_tol=cfg.tokens.outflow_tol)
+        if writer is not None:
+            writer.close()
+        block = sample_report(rep)
+        block["target"] = s.target
+        samples.append(block)
+        logger.info("sample %d: mass_T %.12g, outflow %.3g, min %.3g, yhat %.6g, mean %s", i, rep.mass_T,
+                    rep.outflow, rep.min_density, rep.yhat, np.round(rep.mean_T, 6).tolist())

@@ -1,0 +1,220 @@
+"""The ``run`` job (interface.md): train ρ by splitting and write history, checkpoints, fields, plots, report.
+
+Each training step evaluates the token half at ρ_s (every sample forward in depth, taped, and its discrete
+adjoint backward: R, δR/δρ and Φ_s = δR/δρ + (λ₂/2)|θ|², theory §3, §4), records a history row every
+``output.every`` steps and a checkpoint every ``output.checkpoint_every`` steps, then advances ρ by the
+splitting scheme of :mod:`mfpde.training.splitting`. The last evaluation also gives, once, what the
+final outputs need: ŷ of the training samples (accuracy), ∂ŷ^i/∂c (the NTK), μ_T fields and the token
+snapshots of the plots. The held-out samples are transported once.
+
+A numerical failure stops the run with the last good ρ restored and checkpointed, and a report with
+status "failed" (the CLI turns it into exit status 3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from mpi4py import MPI
+
+import dolfinx.io
+import numpy as np
+
+from mfpde.config import Config, to_toml
+from mfpde.errors import NumericalError
+from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.plots import plot_run
+from mfpde.tokens.adjoint import Gradient
+from mfpde.training.objective import Snapshots, ntk_gram
+from mfpde.training.problem import CoupledProblem
+from mfpde.training.records import history_row, load_resume, run_report, save_state, write_history
+
+__all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
+
+logger = logging.getLogger(__name__)
+#: Samples (first of the training, then of the held-out set) whose μ_0 and μ_T go into ``tokens.png``.
+N_SNAPSHOTS = 3
+
+
+class Progress(Protocol):
+    """A progress display (e.g. a tqdm bar): one ``update`` per training step, then ``close``."""
+
+    def update(self, n: int = 1) -> object:
+        """Advance by n steps."""
+        ...
+
+    def close(self) -> None:
+        """Finish the display."""
+        ...
+
+
+#: Makes a progress display from (total steps, steps already done); the CLI's is a tqdm bar.
+ProgressFactory = Callable[[int, int], Progress]
+
+
+@dataclass
+class RunResult:
+    """What a run produced.
+
+    Attributes:
+        status: ``"ok"`` or ``"failed"``; steps_done: the last training step reached.
+        report: the report written to ``report.json``; history: the history rows.
+        out: the output directory; error: the failure message ("" when ok).
+        timings: wall seconds per splitting sub-flow (the timing monitor).
+    """
+
+    status: str
+    steps_done: int
+    report: dict[str, Any]
+    history: list[dict[str, float]]
+    out: Path
+    error: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
+            progress: ProgressFactory | None = None) -> RunResult:
+    """Validate the input, load the checkpoint if resuming, prepare DIR, write the config, and :func:`train`.
+
+    Raises:
+        ConfigError: invalid input, a missing or incompatible checkpoint (nothing is written).
+    """
+    t0 = time.perf_counter()
+    cp = CoupledProblem(cfg, comm)
+    out = Path(out)
+    step0, history = load_resume(cp, out) if resume else (0, [])
+    if history:  # wall time accumulates over resumed runs
+        t0 -= history[-1]["wall_s"]
+    prepare_output_dir(out, comm, keep=resume)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    return train(cp, out, step0, history, t0, progress)
+
+
+def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
+                 quiet: bool = False) -> int:
+    """:func:`run_job` without progress display, returning the exit status of interface.md (0 or 3).
+
+    ``quiet`` is accepted for compatibility; a library call never shows progress.
+
+    Raises:
+        ConfigError: invalid input (exit status 2).
+    """
+    return 0 if run_job(cfg, out, resume, comm).status == "ok" else 3
+
+
+def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str, float]] | None = None,
+          t0: float | None = None, progress: ProgressFactory | None = None) -> RunResult:
+    """Train from step ``step0`` to ``training.steps``, writing into ``out`` (prepared by the caller).
+
+    Args:
+        cp: the coupled problem (ρ at step ``step0``).
+        out: the output directory.
+        step0: the step a resumed run starts at (0 for a new run).
+        history: the history rows before ``step0``.
+        t0: ``time.perf_counter()`` at the start of the job (wall times are measured from it).
+        progress: makes the progress display, or None.
+
+    Returns:
+        The result; ``report.json``, ``history.csv`` and the checkpoint are written whatever the status.
+    """
+    cfg, comm = cp.cfg, cp.comm
+    tr, oc = cfg.training, cfg.output
+    t0 = time.perf_counter() if t0 is None else t0
+    history = [] if history is None else history
+    splitting = cp.splitting()
+    writer = dolfinx.io.VTXWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
+    bar = progress(tr.steps, step0) if progress is not None else None
+    status, fail_msg, last = "ok", "", None
+    step, grad = step0, None
+    snapshots: Snapshots = {}
+    n_train = len(cp.problem.train)
+    try:
+        for step in range(step0, tr.steps + 1):
+            heads = cp.heads()
+            if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
+                grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train_",
+                                             snapshots=snapshots, snapshot=_snap(oc.plots, 0, n_train))
+            else:
+                grad = cp.objective.gradient(heads)
+            if not np.isfinite(grad.risk) or not all(np.all(np.isfinite(d)) for d in grad.D):
+                raise NumericalError("non-finite risk or first variation")
+            cp.state.set_potentials(heads, grad.D)
+            last = cp.state.values()
+            if step % oc.every == 0 or step == tr.steps:
+                row = history_row(cp, grad, step, step * tr.ds, time.perf_counter() - t0)
+                history.append(row)
+                if writer is not None:
+                    writer.write(step * tr.ds)
+                logger.info("step %d s=%.4g risk=%.6g F=%.6g min_rho=%.3g |grad|=%.3g", step, step * tr.ds,
+                            row["risk"], row["free_energy"], row["min_rho"], row["grad_norm"])
+            if step > 0 and (step % oc.checkpoint_every == 0 or step == tr.steps):
+                save_state(cp, out, step, history)
+            if step == tr.steps:
+                break
+            splitting.step(tr.ds)
+            if bar is not None:
+                bar.update(1)
+    except NumericalError as e:  # SolverError included
+        status, fail_msg = "failed", f"{e} (training step {step}, s = {step * tr.ds:.6g})"
+        if last is not None:
+            cp.state.restore(last)
+        save_state(cp, out, step, history)
+    finally:
+        if writer is not None:
+            writer.close()
+        if bar is not None:
+            bar.close()
+    write_history(out, history, comm)
+    report = run_report(cp, history, status, step, time.perf_counter() - t0)
+    if status == "failed":
+        report["error"] = fail_msg
+        write_report(out, report, comm)
+        return RunResult(status, step, report, history, out, fail_msg, splitting.timings)
+    assert grad is not None
+    _final_outputs(cp, out, history, report, grad, snapshots)
+    write_report(out, report, comm)
+    acc = report.get("accuracy", {})
+    logger.info("done: %d steps, risk %.6g, free energy %.6g%s -> %s", step, report["final"]["risk"],
+                report["final"]["free_energy"], "".join(f", {k} accuracy {v:.3f}" for k, v in acc.items()), out)
+    logger.debug("splitting sub-flow wall times: %s", splitting.timings)
+    return RunResult(status, step, report, history, out, "", splitting.timings)
+
+
+def _fields(cp: CoupledProblem, out: Path) -> Path | None:
+    return out / "fields" if cp.cfg.output.fields else None
+
+
+def _snap(plots: bool, offset: int, n: int) -> range:
+    """The sample indices of a set (starting at ``offset`` in train + test) whose snapshots the plots show."""
+    return range(0, max(0, min(N_SNAPSHOTS - offset, n))) if plots else range(0)
+
+
+def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]], report: dict[str, Any],
+                   grad: Gradient, snapshots: Snapshots) -> None:
+    """NTK, accuracy on classification data, μ_T of the held-out samples, plots; from the last evaluation."""
+    cfg, pb = cp.cfg, cp.problem
+    heads = cp.heads()
+    assert grad.Dy is not None
+    K = ntk_gram(cp.theta, cp.rhos, heads, grad.Dy)
+    report["final"]["ntk_min_eigenvalue"] = float(np.linalg.eigvalsh(K)[0]) if K.size else None
+    acc = {"train": float(np.mean(np.sign(grad.yhat) == np.sign([s.target for s in pb.train])))}
+    test_snaps: Snapshots = {}
+    if pb.test:
+        yh = cp.objective.predict(pb.test, heads, _fields(cp, out), tag="test_", snapshots=test_snaps,
+                                  snapshot=_snap(cfg.output.plots, len(pb.train), len(pb.test)))
+        acc["test"] = float(np.mean(np.sign(yh) == np.sign([s.target for s in pb.test])))
+    if cfg.data.kind == "digits":
+        report["accuracy"] = acc
+    if cfg.output.plots:
+        rho_values = [cp.theta.gather_values(r) for r in cp.rhos]
+        train_snaps = cp.objective.gather_snapshots(snapshots)
+        held_out = cp.objective.gather_snapshots(test_snaps)
+        if cp.comm.rank == 0:
+            tokens = [train_snaps[i] for i in sorted(train_snaps)] + [held_out[i] for i in sorted(held_out)]
+            plot_run(out, history, report.get("rate", {}), cp.theta.points, rho_values, pb.tokens.quad.points,
+                     tokens)

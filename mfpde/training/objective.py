@@ -1,0 +1,182 @@
+"""The training objective over the samples: risk, first variation, predictions and the NTK (theory §2, §3, §5.5).
+
+    R(ρ) = (1/n) Σ_i ½ (ŷ^i − y^i)²,   ŷ^i = ∫ g dμ_T^i,   μ^i transported by V[μ; ρ] (theory §1.3 (F)),
+
+with ∂R/∂c per layer block from the discrete adjoint of each sample's forward solve
+(:mod:`mfpde.tokens.adjoint`). Samples are split over groups of ranks (:class:`mfpde.problem.SampleGroups`);
+each group transports its share on its own token mesh, and the sums over samples are one ``allreduce``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import dolfinx.io
+import numpy as np
+import numpy.typing as npt
+import ufl
+
+from mfpde.params.theta import ThetaSpace, first_variation_values
+from mfpde.problem import Problem
+from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.shallow import solve_shallow
+from mfpde.tokens.transport import Tape, TransportReport
+
+__all__ = ["Objective", "Snapshots", "ntk_gram"]
+
+Array = npt.NDArray[np.float64]
+#: μ_0 and μ_T of a few samples as global quadrature weights (for plots), keyed by sample index.
+Snapshots = dict[int, tuple[Array, Array]]
+
+
+class Objective:
+    """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.problem.Problem`.
+
+    Args:
+        pb: the problem (built with ``split_samples=True`` for a run).
+    """
+
+    def __init__(self, pb: Problem) -> None:
+        self.pb, self.groups, self.tokens = pb, pb.groups, pb.tokens
+        self.adjoint = DiscreteAdjoint(pb.tokens)
+        self.dyhat = dyhat_dmu(pb.tokens, pb.g)
+
+    def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None
+                ) -> TransportReport:
+        """μ_0 ↦ μ_T in place for ρ given per layer block (theory §1.3 (F), or the shallow layer of §2)."""
+        cfg = self.pb.cfg
+        if self.pb.shallow:
+            return solve_shallow(self.tokens, u, heads[0], cfg.depth.T, self.pb.g, tape)
+        return self.tokens.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, tape=tape,
+                                 outflow_tol=cfg.tokens.outflow_tol)
+
+    def _output(self, i: int, u0: Array | None, u: dolfinx.fem.Function, fields: Path | None, tag: str,
+                snapshots: Snapshots | None, snapshot: range) -> None:
+        """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_0, μ_T for plots if i is wanted."""
+        if fields is not None:
+            with dolfinx.io.VTXWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
+                w.write(self.pb.cfg.depth.T)
+        if snapshots is not None and i in snapshot and u0 is not None:
+            snapshots[i] = (u0, self.tokens.quad.gather(u))
+
+    def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
+                tag: str = "", snapshots: Snapshots | None = None, snapshot: range = range(0)) -> Array:
+        """ŷ^i for the samples (forward only), shape (n,), the same on every rank.
+
+        Args:
+            samples: the input measures.
+            heads: ρ per layer block, reduced.
+            fields: if given, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX).
+            tag: the file-name tag of the fields.
+            snapshots: where μ_0 and μ_T (gathered quadrature weights) of the samples in ``snapshot``
+                are stored, on this rank's group (see :meth:`gather_snapshots`).
+            snapshot: the indices of the samples to keep snapshots of.
+
+        Raises:
+            NumericalError: a solve failed in some group (raised on every rank).
+        """
+        y = np.zeros(len(samples))
+        with self.groups.collective_failure():
+            for i in self.groups.mine(samples):
+                u = dolfinx.fem.Function(self.tokens.W, name="mu_T")
+                fill_density(samples[i], u, self.tokens.mass)
+                u0 = self.tokens.quad.gather(u) if i in snapshot else None
+                rep = self.forward(u, heads)
+                y[i] = rep.yhat if self.groups.tcomm.rank == 0 else 0.0
+                self._output(i, u0, u, fields, tag, snapshots, snapshot)
+        return self.pb.comm.allreduce(y, op=MPI.SUM)
+
+    def gradient(self, heads: list[HeadMeasure], per_sample: bool = False, fields: Path | None = None,
+                 tag: str = "", snapshots: Snapshots | None = None, snapshot: range = range(0)) -> Gradient:
+        """R(ρ), ŷ and ∂R/∂c per layer block by forward + discrete adjoint over the training samples (theory §3).
+
+        Args:
+            heads: ρ per layer block, reduced with every a of the Θ grid (``keep_zero``).
+            per_sample: also return ∂ŷ^i/∂c per sample (for the NTK, theory §5.5).
+            fields: as in :meth:`predict`.
+            tag: as in :meth:`predict`.
+            snapshots: as in :meth:`predict`.
+            snapshot: as in :meth:`predict`.
+
+        Returns:
+            The gradient, reduced over all rank groups (the same on every rank).
+
+        Raises:
+            NumericalError: a solve failed in some group (raised on every rank).
+        """
+        pb, tokens = self.pb, self.tokens
+        n, n_layers = len(pb.train), pb.n_layers
+        yhat = np.zeros(n)
+        D = [np.zeros(len(h.a)) for h in heads]
+        Dy = [np.zeros((n, len(h.a))) for h in heads] if per_sample else None
+        with self.groups.collective_failure():
+            for i in self.groups.mine(pb.train):
+                u = dolfinx.fem.Function(tokens.W, name="mu_T")
+                fill_density(pb.train[i], u, tokens.mass)
+                u0 = tokens.quad.gather(u) if i in snapshot else None
+                tape: Tape = []
+                rep = self.forward(u, heads, tape)
+                _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, n_layers)
+                r = rep.yhat - pb.train[i].target
+                if self.groups.tcomm.rank == 0:
+                    yhat[i] = rep.yhat
+                    for k in range(n_layers):
+                        if len(dyhat_dc[k]):
+                            D[k] += r * dyhat_dc[k] / n
+                            if Dy is not None:
+                                Dy[k][i] = dyhat_dc[k]
+                self._output(i, u0, u, fields, tag, snapshots, snapshot)
+        comm = pb.comm
+        yhat = comm.allreduce(yhat, op=MPI.SUM)
+        D = [comm.allreduce(x, op=MPI.SUM) for x in D]
+        if Dy is not None:
+            Dy = [comm.allreduce(x, op=MPI.SUM) for x in Dy]
+        targets = np.array([s.target for s in pb.train])
+        return Gradient(float(0.5 * np.mean((yhat - targets) ** 2)), yhat, D, Dy)
+
+    def gather_snapshots(self, snapshots: Snapshots) -> Snapshots:
+        """The snapshots of every rank group, merged on rank 0 (empty on the other ranks). Collective."""
+        mine = snapshots if self.groups.tcomm.rank == 0 else {}
+        parts = self.pb.comm.gather(mine, root=0)
+        merged: Snapshots = {}
+        for p in parts or []:
+            merged.update(p)
+        return merged
+
+
+def ntk_gram(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], heads: list[HeadMeasure], Dy: list[Array]
+             ) -> Array:
+    """The mean-field NTK Gram matrix K_ρ[i, j] = Σ_ℓ ∫ ∇_θ δŷ^i/δρ^ℓ · ∇_θ δŷ^j/δρ^ℓ dρ^ℓ (theory §5.5).
+
+    δŷ^i/δρ(θ) = v(θ) ∂ŷ^i/∂c(a(θ)) comes from the discrete adjoint of each sample; its θ-gradient is
+    that of the P1 interpolant on Θ, and the integral is assembled exactly for P1 ρ.
+
+    Args:
+        theta: the Θ space.
+        rhos: ρ per layer block.
+        heads: their reduced head measures.
+        Dy: per layer block, ∂ŷ^i/∂c, shape (n, N_a) (:meth:`Objective.gradient` with ``per_sample``).
+
+    Returns:
+        K, shape (n, n), symmetric positive semi-definite, the same on every rank.
+    """
+    n = Dy[0].shape[0] if Dy else 0
+    K = np.zeros((n, n))
+    comm = theta.comm
+    for k, rho in enumerate(rhos):
+        fs = []
+        for i in range(n):
+            f = dolfinx.fem.Function(theta.V)
+            f.x.array[:] = first_variation_values(theta.family, heads[k], Dy[k][i], theta.x)
+            fs.append(f)
+        for i in range(n):
+            for j in range(i, n):
+                form = dolfinx.fem.form(rho * ufl.inner(ufl.grad(fs[i]), ufl.grad(fs[j])) * ufl.dx)
+                K[i, j] += comm.allreduce(dolfinx.fem.assemble_scalar(form), op=MPI.SUM)
+                K[j, i] = K[i, j]
+    return K

@@ -1,0 +1,105 @@
+"""The coupled system of one config: the built problem, the objective over its samples, and ρ (theory §4).
+
+:class:`CoupledProblem` is what ``mfpde run`` trains (:mod:`mfpde.training.driver`) and what tests and
+scripts evaluate: ``heads()``, ``gradient(heads)``, ``ntk()``, and the splitting of a training step.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.config import Config
+from mfpde.params.family import HeadFamily
+from mfpde.params.theta import ThetaSpace
+from mfpde.problem import build
+from mfpde.tokens.adjoint import Gradient
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.training.objective import Objective, ntk_gram
+from mfpde.training.splitting import (
+    FrozenPotentialFlow,
+    OrnsteinUhlenbeckFlow,
+    RiskTransportFlow,
+    Splitting,
+    SubFlow,
+)
+from mfpde.training.state import HeadDensities
+
+__all__ = ["CoupledProblem"]
+
+logger = logging.getLogger(__name__)
+
+
+class CoupledProblem:
+    """The problem built from the config (samples split over rank groups), its objective and ρ per layer block.
+
+    Args:
+        cfg: the config (``heads.init`` a Gaussian density).
+        comm: the ranks of the job.
+
+    Attributes:
+        cfg, comm: as given.
+        problem: the built :class:`~mfpde.problem.Problem`.
+        objective: R, its first variation, ŷ over the samples (:class:`~mfpde.training.objective.Objective`).
+        state: ρ^ℓ, the potentials Φ^ℓ and the Fokker–Planck solvers
+            (:class:`~mfpde.training.state.HeadDensities`).
+
+    Raises:
+        ConfigError, MeshError: invalid input (exit status 2), on every rank.
+    """
+
+    def __init__(self, cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+        self.cfg, self.comm = cfg, comm
+        self.problem = build(cfg, comm, split_samples=True)
+        self.state = HeadDensities(self.problem)
+        self.objective = Objective(self.problem)
+        fp = self.state.fp.solver
+        logger.info("linear solvers: %s; %s", self.problem.tokens.mass_solver.describe(),
+                    fp.describe() if fp is not None else "mfpde_param_: explicit (λ = 0)")
+
+    @property
+    def theta(self) -> ThetaSpace:
+        """The Θ space."""
+        return self.state.theta
+
+    @property
+    def family(self) -> HeadFamily:
+        """The head family."""
+        return self.problem.family
+
+    @property
+    def rhos(self) -> list[dolfinx.fem.Function]:
+        """ρ per layer block."""
+        return self.state.rhos
+
+    def heads(self) -> list[HeadMeasure]:
+        """The reduced head measure of each block's ρ (every a of the Θ grid kept)."""
+        return self.state.heads()
+
+    def gradient(self, heads: list[HeadMeasure], per_sample: bool = False) -> Gradient:
+        """R(ρ), ŷ and ∂R/∂c per block (:meth:`Objective.gradient`)."""
+        return self.objective.gradient(heads, per_sample=per_sample)
+
+    def ntk(self, heads: list[HeadMeasure] | None = None) -> npt.NDArray[np.float64]:
+        """The mean-field NTK Gram matrix K_ρ, shape (n, n), the same on every rank (theory §5.5)."""
+        heads = heads if heads is not None else self.heads()
+        grad = self.gradient(heads, per_sample=True)
+        assert grad.Dy is not None
+        return ntk_gram(self.theta, self.rhos, heads, grad.Dy)
+
+    def risk_potentials(self) -> None:
+        """δR/δρ^ℓ at the current ρ into ``state.phi_risk`` (one forward + adjoint pass)."""
+        heads = self.heads()
+        self.state.set_risk_potentials(heads, self.gradient(heads).D)
+
+    def splitting(self) -> Splitting:
+        """The scheme ``training.splitting`` over this problem's sub-flows."""
+        flows: dict[str, SubFlow] = {"fokker_planck": FrozenPotentialFlow(self.state),
+                 "ornstein_uhlenbeck": OrnsteinUhlenbeckFlow(self.state),
+                 "risk_transport": RiskTransportFlow(self.state, self.risk_potentials)}
+        return Splitting(self.cfg.training.splitting, flows)

@@ -1,0 +1,77 @@
+"""The layout rules of issue 10: no module over 400 lines, no import cycle, plots never solve, the scheme
+registry, and a run returning a result object."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from mpi4py import MPI
+
+import pytest
+
+from mfpde import config as C
+from mfpde.training import RunResult, run_job
+from mfpde.training.splitting import SCHEMES, Splitting
+
+PKG = Path(__file__).resolve().parent.parent / "mfpde"
+MODULES = {".".join(f.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__"): f
+           for f in PKG.rglob("*.py")}
+
+
+def _imports(path: Path) -> set[str]:
+    """mfpde modules imported by a file, at run time or for type checking alike."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("mfpde"):
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("mfpde"))
+    return out & set(MODULES)
+
+
+def test_no_module_over_400_lines():
+    long = {m: n for m, f in MODULES.items() if (n := len(f.read_text().splitlines())) > 400}
+    assert not long, long
+
+
+def test_no_import_cycle():
+    graph = {m: _imports(f) - {m} for m, f in MODULES.items()}
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        for d in graph[m]:
+            if state.get(d) == 1:
+                raise AssertionError(f"import cycle: {' -> '.join([*stack[stack.index(d):], d])}")
+            if d not in state:
+                visit(d, [*stack, d])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_plots_take_arrays():
+    """plots.py imports nothing of mfpde and no solver."""
+    src = (PKG / "plots.py").read_text()
+    assert not _imports(PKG / "plots.py") and "dolfinx" not in src
+
+
+def test_scheme_registry():
+    assert {n: s.order for n, s in SCHEMES.items()} == {"lie": 1, "strang": 2}
+    assert all(s.source for s in SCHEMES.values())
+    with pytest.raises(KeyError, match="needs the sub-flows"):
+        Splitting("strang", {})
+
+
+def test_run_returns_a_result(tempdir):
+    cfg = C.load(None, ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2",
+                        "data.test_samples=2", "training.steps=2", "output.plots=false", "output.fields=false"])
+    res = run_job(cfg, tempdir, comm=MPI.COMM_WORLD)
+    assert isinstance(res, RunResult) and res.status == "ok" and res.steps_done == 2
+    assert [int(h["step"]) for h in res.history] == [0, 2] and res.report["final"]["risk"] == res.history[-1]["risk"]
+    assert set(res.timings) == {"fokker_planck"} and res.timings["fokker_planck"] > 0
+    assert set(res.report["accuracy"]) == {"train", "test"}

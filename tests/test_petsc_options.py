@@ -1,0 +1,104 @@
+"""PETSc options (issue 10): mfpde's defaults only where the user set none, a tidy options database,
+options from ``PETSC_OPTIONS`` taking effect, rejected options as input errors, convergence checked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mpi4py import MPI
+from petsc4py import PETSc
+
+import dolfinx.fem
+import dolfinx.fem.petsc
+import numpy as np
+import pytest
+import ufl
+
+from mfpde.errors import ConfigError, SolverError
+from mfpde.mesh import box
+from mfpde.petsc import LinearSolver
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
+         "training.steps=1", "output.plots=false", "output.fields=false"]
+
+
+_KEEP: list = []  # the meshes: their communicator must outlive the matrices
+
+
+def _mass_matrix() -> PETSc.Mat:
+    msh = box(MPI.COMM_WORLD, [[0.0, 1.0], [0.0, 1.0]], [6, 6], "triangle").mesh
+    V = dolfinx.fem.functionspace(msh, ("Lagrange", 1))
+    u, v = ufl.TrialFunction(V), ufl.TestFunction(V)
+    A = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(u * v * ufl.dx))
+    A.assemble()
+    _KEEP.append(msh)
+    return A
+
+
+def _keys(prefix: str) -> set[str]:
+    return {k for k in PETSc.Options().getAll() if k.startswith(prefix)}
+
+
+def test_defaults_user_options_and_tidy_database():
+    A = _mass_matrix()
+    defaults = {"ksp_type": "preonly", "pc_type": "lu", "pc_factor_mat_solver_type": "mumps"}
+    s = LinearSolver(A, "test_ls_a_", None, defaults)
+    assert (s.ksp_type, s.pc_type) == ("preonly", "lu") and "mumps" in s.describe()
+    assert not _keys("test_ls_a_"), "the defaults were left in the options database"
+    # the user's options win; the MUMPS default is dropped with a non-factorising preconditioner
+    s = LinearSolver(A, "test_ls_b_", {"ksp_type": "cg", "pc_type": "jacobi", "ksp_rtol": 1e-12}, defaults)
+    assert (s.ksp_type, s.pc_type) == ("cg", "jacobi")
+    b, x = A.createVecRight(), A.createVecRight()
+    b.set(1.0)
+    assert s.solve(b, x) > 1
+    assert not _keys("test_ls_b_")
+    # options already in the database (PETSC_OPTIONS, command line) beat the defaults and are kept
+    db = PETSc.Options()
+    db["test_ls_c_ksp_type"] = "gmres"
+    db["test_ls_c_pc_type"] = "jacobi"
+    try:
+        s = LinearSolver(A, "test_ls_c_", None, defaults)
+        assert (s.ksp_type, s.pc_type) == ("gmres", "jacobi")
+        assert _keys("test_ls_c_") == {"test_ls_c_ksp_type", "test_ls_c_pc_type"}
+        assert db.getString("test_ls_c_ksp_type") == "gmres"
+    finally:
+        db.delValue("test_ls_c_ksp_type")
+        db.delValue("test_ls_c_pc_type")
+
+
+def test_rejected_options_and_non_convergence():
+    A = _mass_matrix()
+    with pytest.raises(ConfigError, match="petsc.param: PETSc rejected"):
+        LinearSolver(A, "test_ls_d_", {"ksp_type": "no-such-ksp"}, what="petsc.param")
+    assert not _keys("test_ls_d_")
+    s = LinearSolver(A, "test_ls_e_", {"ksp_type": "gmres", "pc_type": "none", "ksp_max_it": 1, "ksp_rtol": 1e-14})
+    b, x = A.createVecRight(), A.createVecRight()
+    b.setArray(np.linspace(1.0, 2.0, b.getLocalSize()))
+    with pytest.raises(SolverError, match="did not converge"):
+        s.solve(b, x)
+
+
+@pytest.mark.serial
+def test_petsc_options_environment_takes_effect(tempdir):
+    """PETSC_OPTIONS="-mfpde_param_ksp_type gmres -mfpde_param_pc_type jacobi ..." switches the Fokker–Planck
+    solve of ``mfpde run`` (seen at PETSc initialisation, so in a fresh process); the run logs the KSP used."""
+    # A tight tolerance, or the iterative solve misses the mass check of every step (|∫ρ − 1| ≤ 1e-8, exit 3).
+    env = dict(os.environ, PETSC_OPTIONS="-mfpde_param_ksp_type gmres -mfpde_param_pc_type jacobi "
+               "-mfpde_param_ksp_rtol 1e-13")
+    args = [a for s in SMALL for a in ("--set", s)]
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tempdir), *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    line = next((x for x in r.stderr.splitlines() if "linear solvers" in x), "")
+    assert "mfpde_param_: KSP gmres, PC jacobi" in line, r.stderr
+    assert "mfpde_token_: KSP preonly, PC bjacobi" in line, r.stderr  # the token defaults are untouched
+    # without the variable: mfpde's defaults
+    env.pop("PETSC_OPTIONS")
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tempdir), *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "mfpde_param_: KSP preonly, PC lu (mumps)" in r.stderr, r.stderr
