@@ -282,3 +282,55 @@ def test_chebyshev_1d_matches_direct(kind):
     err_m = (2 * softmax_error(E, len(y), 1) + gamma(len(y))) * ymax
     bound = float(np.abs(heads.c).sum()) * (4 * 1e-14 * ymax + 5 * err_m + err_m)
     assert np.abs(V - ref).max() <= bound, (np.abs(V - ref).max(), bound)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "narrow", "two_points", "dg1_points", "wide_exponent"])
+def test_chebyshev_vjp_1d_matches_direct(kind):
+    """d = 1: the VJP by Chebyshev interpolation in s = a x (tokens.chebyshev) equals the direct sums.
+
+    Bound per y, from the stopping rule: the interpolant of σ ↦ P(σ, y) = e^{σ y − Λ(σ)} errs by its tail,
+    ≤ 2·4·tol·max_σ P(σ, y) (geometric decay past three coefficients below tol of the largest, |c_l| ≤ 2 max P),
+    plus the round-off η of the node values times the Lebesgue constant (< 5 for degree ≤ 512); the direct
+    sums carry η too. Each source j = (k, x) weighs |c_k ξ(x)| |y − m_j|.
+    """
+    from mfpde.tokens.attention import tilted_mean_1d, velocity_vjp
+    from mfpde.tokens.chebyshev import velocity_vjp_1d
+
+    rng = np.random.default_rng(7)
+    L = 40.0 if kind == "wide_exponent" else 4.0
+    x = np.linspace(-L, L, 301)
+    if kind == "dg1_points":  # two Gauss points per cell of 150 cells
+        c, h = np.linspace(-L, L, 151)[:-1] + L / 150, L / 150
+        y = np.sort(np.concatenate([c - h / np.sqrt(3), c + h / np.sqrt(3)]))
+    else:
+        y = np.linspace(-L, L, 300)
+    w = {"gaussian": np.exp(-(y**2)), "narrow": np.exp(-((y - 2) ** 2) / 0.01), "dg1_points": np.exp(-(y**2) / 2),
+         "two_points": (np.abs(y + 3) < 0.02) + 0.5 * (np.abs(y - 1) < 0.02),
+         "wide_exponent": np.exp(-(y**2) / 50)}[kind].astype(float)
+    w /= w.sum()
+    heads = HeadMeasure(np.linspace(-2.0, 2.0, 25), rng.standard_normal(25))
+    xi = rng.standard_normal((len(x), 1))
+    res = velocity_vjp_1d(x[:, None], y[:, None], w, heads, xi)
+    if kind in ("wide_exponent", "two_points") and res is None:
+        # exponents to 3200, or a logistic of slope 4 in s (two atoms 4 apart): the forward's interpolant
+        # (tilted_mean_1d) declines these too, and both use the direct sums
+        assert tilted_mean_1d(np.outer(heads.a, x), y, w) is None
+        return
+    assert res is not None, "the Chebyshev VJP declined a case it must take"
+    gw, gc, _ = res
+    gw_d, gc_d = velocity_vjp(x[:, None], y[:, None], w, heads, xi)
+    s = np.outer(heads.a, x)
+    sig = np.linspace(s.min(), s.max(), 2001)
+    sup = w > 0
+    lam = logsumexp(sig[:, None] * y[sup][None, :] + np.log(w[sup])[None, :], axis=1)
+    pmax = np.exp(np.minimum(np.max(sig[:, None] * y[None, :] - lam[:, None], axis=0), 700.0))
+    m_all = softmax_moments_direct(s.reshape(-1, 1), y[:, None], w, 1.0)[1][:, 0]
+    u = np.abs(heads.c[:, None] * xi[:, 0][None, :]).sum()
+    spread = np.max(np.abs(y[:, None] - m_all[None, :]), axis=1)
+    E = float(np.abs(s).max() * np.abs(y).max()) + float(np.max(np.abs(np.log(w[sup]))))
+    eta = softmax_error(E, len(y), 1)
+    bound = u * spread * pmax * (8 * 1e-14 + 6 * eta)
+    assert np.all(np.abs(gw - gw_d) <= bound), float(np.max(np.abs(gw - gw_d) / bound))
+    # g_c = Σ_x ξ m(a_k x): m by the forward's interpolant (test_chebyshev_1d_matches_direct's bound)
+    err_m = (4 * 1e-14 + 6 * (2 * eta + gamma(len(y)))) * float(np.abs(y).max())
+    assert np.allclose(gc, gc_d, rtol=0, atol=float(np.abs(xi).sum()) * err_m)

@@ -3,7 +3,8 @@
 V[μ; ρ] (theory §1.3 (F)) is a continuous vector P1 field, evaluated at the mesh vertices from the whole
 of μ: each rank gathers the quadrature data of μ (:class:`~mfpde.tokens.quadrature.TokenQuadrature`) and
 calls the kernels of :mod:`mfpde.tokens.attention`, on tensor grids by separable products. The
-vector–Jacobian product is the nonlocal term of the discrete adjoint (the source S_t of theory §3.1 (B)).
+vector–Jacobian product is the nonlocal term of the discrete adjoint (the source S_t of theory §3.1 (B));
+in d = 1 it interpolates in s = a x (:mod:`mfpde.tokens.chebyshev`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mfpde.tokens.attention import (
     velocity_vjp,
     velocity_vjp_tensor,
 )
+from mfpde.tokens.chebyshev import velocity_vjp_1d
 from mfpde.tokens.quadrature import TokenQuadrature
 
 __all__ = ["VelocityOperator"]
@@ -61,6 +63,7 @@ class VelocityOperator:
                 self.index = tuple(idx)
         self.n_owned = self.P.dofmap.index_map.size_local
         self.x_owned = x[: self.n_owned].reshape(-1, d)
+        self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
 
     def update(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
         """Set :attr:`field` to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F)). Collective."""
@@ -92,6 +95,11 @@ class VelocityOperator:
         comm, d = self.comm, self.d
         wts = self.quad.gather(u)
         xi_own = np.asarray(xi.x.array[: self.n_owned * d], dtype=np.float64).reshape(-1, d)
+        if d == 1:  # one function of s = a x serves every head: Chebyshev in s (mfpde.tokens.chebyshev)
+            res = velocity_vjp_1d(self.x_owned, self.quad.points, wts, heads, xi_own, start=self._vjp_degree)
+            if res is not None:
+                self._vjp_degree = max(res[2], 16)
+                return comm.allreduce(res[0], op=MPI.SUM), comm.allreduce(res[1], op=MPI.SUM)
         if self.grid is not None:
             Xi = np.zeros((*self.grid.shape, d))
             idx = tuple(i[: self.n_owned] for i in self.index)

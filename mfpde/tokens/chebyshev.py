@@ -1,0 +1,101 @@
+"""The d = 1 vector–Jacobian product of the attention velocity by Chebyshev interpolation in s = a x.
+
+In d = 1 every head and every point enter the velocity only through the product s = a x (theory §1.3 (F):
+m_a(x) = f(a x), :func:`~mfpde.tokens.attention.tilted_mean_1d`). The same holds for the transpose of its
+derivative, the nonlocal source of the adjoint (theory §3.1 (B)): with Λ(s) = log Σ_y w_y e^{s y} and the
+normalised kernel P(s, y) = e^{s y − Λ(s)},
+
+    g_w(y) = Σ_k c_k Σ_x ξ(x) (y − m(a_k x)) P(a_k x, y)
+           = Σ_j u_j (y − m_j) P(s_j, y),          sources j = (k, x): s_j = a_k x, u_j = c_k ξ(x).
+
+For every y, σ ↦ P(σ, y) is analytic (its logarithm σ y − Λ(σ) is concave), so it is interpolated at the
+n + 1 Chebyshev points of [min s, max s] and written in the Chebyshev basis, P(s, y) ≈ Σ_i c_i(y) T_i(t(s)),
+with c_i(y) from the DCT-I of the node values (Trefethen, *Approximation Theory and Approximation
+Practice*, SIAM 2013, ch. 3). Then
+
+    g_w(y) ≈ Σ_i c_i(y) (y A_i − B_i),     A_i = Σ_j u_j T_i(t_j),  B_i = Σ_j u_j m_j T_i(t_j),
+
+the moments A, B by the three-term recurrence. Cost: 2 (n + 1) N_y exponentials and about 6 N_a N_x (n + 1)
+flops, instead of 2 N_a N_x N_y exponentials for the direct sums. The degree n is doubled from 16 until,
+for every y, the last three Chebyshev coefficients of σ ↦ P(σ, y) fall below ``tol`` times the largest (the
+stopping rule of the forward's :func:`~mfpde.tokens.attention.tilted_mean_1d`); where degree 512 does not
+reach it, the caller uses the direct path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import scipy.fft
+
+from mfpde.tokens.attention import HeadMeasure, softmax_moments_direct, tilted_mean_1d
+
+__all__ = ["velocity_vjp_1d"]
+
+Array = npt.NDArray[np.float64]
+
+#: Degrees tried, doubling (the forward's :func:`tilted_mean_1d` uses the same ladder).
+_DEGREES = (16, 32, 64, 128, 256, 512)
+
+
+def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
+    """Σ_j weights[r, j] T_i(t_j) for i = 0..n, shape (n + 1, R), by the three-term recurrence (|t| ≤ 1)."""
+    out = np.empty((n + 1, weights.shape[0]))
+    t_prev, t_cur = np.ones_like(t), t.copy()
+    out[0] = weights.sum(axis=1)
+    out[1] = weights @ t_cur
+    for i in range(2, n + 1):
+        t_prev, t_cur = t_cur, 2.0 * t * t_cur - t_prev
+        out[i] = weights @ t_cur
+    return out
+
+
+def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
+                    tol: float = 1e-14, start: int = 16) -> tuple[Array, Array, int] | None:
+    """:func:`~mfpde.tokens.attention.velocity_vjp` in d = 1 by Chebyshev interpolation in s = a x.
+
+    Args:
+        x: evaluation points, shape (N_x, 1).
+        y: support of μ, shape (N_y, 1).
+        w: weights of μ, shape (N_y,), non-negative, not all zero.
+        heads: the reduced head distribution, N_a heads (zero c_k allowed).
+        xi: the cotangent at x, shape (N_x, 1).
+        tol: the tail tolerance of the Chebyshev coefficients, relative to the largest, per y.
+        start: the first degree tried (the degree of the previous call is a good guess: the adjoint calls
+            this at every stage of every depth step, with a slowly changing μ).
+
+    Returns:
+        (g_w, g_c, n): shapes (N_y,) and (N_a,) as the direct path (theory §3.1 (B)), and the degree used;
+        or None where the direct path is as cheap (few sources) or the interpolation does not reach
+        ``tol`` by degree 512. Factors P(σ, y) are capped at e^{700}, as in the direct path (only reached
+        where w_y ≈ 0).
+    """
+    xs, ys, cot = x[:, 0], y[:, 0], xi[:, 0]
+    s = np.outer(heads.a, xs)  # (N_a, N_x) sources
+    m = tilted_mean_1d(s, ys, w, tol)
+    if m is None:
+        return None
+    gc = m @ cot  # g_c(k) = Σ_x ξ(x) m(a_k x)
+    u = (heads.c[:, None] * cot[None, :]).ravel()
+    src, msrc = s.ravel(), m.ravel()
+    sup = w > 0
+    ysup, logw = ys[sup], np.log(w[sup])
+    lo, hi = float(src.min()), float(src.max())
+    if hi - lo < 1e-12:  # one s: no interpolation
+        logz = softmax_moments_direct(np.array([[lo]]), y, w, 1.0)[0][0]
+        return (ys * u.sum() - u @ msrc) * np.exp(np.minimum(lo * ys - logz, 700.0)), gc, 0
+    for n in (d for d in _DEGREES if d >= min(start, _DEGREES[-1])):
+        if 2 * (n + 1) > src.size:  # no saving over the direct sums
+            return None
+        nodes = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n)
+        e = nodes[:, None] * ysup[None, :] + logw[None, :]
+        shift = e.max(axis=1)
+        lam = shift + np.log(np.exp(e - shift[:, None]).sum(axis=1))  # Λ(σ_l), shifted log-sum-exp
+        P = np.exp(np.minimum(nodes[:, None] * ys[None, :] - lam[:, None], 700.0))  # (n + 1, N_y)
+        coef = scipy.fft.dct(P, type=1, axis=0) / n  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
+        coef[[0, -1]] *= 0.5
+        if np.all(np.abs(coef[-3:]).max(axis=0) <= tol * np.abs(coef).max(axis=0)):
+            t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
+            A, B = _chebyshev_moments(t, np.stack([u, u * msrc]), n).T
+            return ys * (A @ coef) - B @ coef, gc, n
+    return None
