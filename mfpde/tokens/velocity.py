@@ -96,10 +96,15 @@ class VelocityOperator:
         wts = self.quad.gather(u)
         xi_own = np.asarray(xi.x.array[: self.n_owned * d], dtype=np.float64).reshape(-1, d)
         if d == 1:  # one function of s = a x serves every head: Chebyshev in s (mfpde.tokens.chebyshev)
+            # Each rank's sum over its own vertices, by whichever path suits them (a rank with few vertices
+            # declines the interpolation): the choice is local, and every rank then joins the same reduction.
             res = velocity_vjp_1d(self.x_owned, self.quad.points, wts, heads, xi_own, start=self._vjp_degree)
             if res is not None:
                 self._vjp_degree = max(res[2], 16)
-                return comm.allreduce(res[0], op=MPI.SUM), comm.allreduce(res[1], op=MPI.SUM)
+                gw, gc = res[0], res[1]
+            else:
+                gw, gc = velocity_vjp(self.x_owned, self.quad.points, wts, heads, xi_own)
+            return comm.allreduce(gw, op=MPI.SUM), comm.allreduce(gc, op=MPI.SUM)
         if self.grid is not None:
             Xi = np.zeros((*self.grid.shape, d))
             idx = tuple(i[: self.n_owned] for i in self.index)
