@@ -1,111 +1,161 @@
-"""Benchmark: the cost of a training step's gradient (forward + discrete adjoint) against one forward solve.
+"""Benchmark: the cost of a training step's gradient (forward + discrete adjoint), today's code against a baseline.
 
-Issue 12's first target: a training step costs at most 3 forward solves. The d = 1 adjoint's nonlocal source
-(the velocity's vector–Jacobian product) was the naive N_a N_x N_y exponential sum while the forward
-interpolates in s = a x; ``mfpde.tokens.chebyshev`` gives the adjoint the same interpolation. This script times,
-side by side in one run, on one core:
+Issue 12's targets: a training step (forward + adjoint) costs at most 3 forward solves, and the training
+throughput of the default run (images·steps per second) is at least 10× that of the code the issue was filed
+against. This script times, on one core, side by side in one run, the current tree and a baseline commit
+(default ``97e80a2``, the code before issue 12; checked out with ``git worktree`` into a temporary directory
+and imported from there), each in its own process:
 
-* the forward solve μ_0 ↦ μ_T (taped, as in training);
-* the gradient (forward + adjoint) with the Chebyshev VJP, and with the direct VJP (the code before it);
+* the forward solve μ_0 ↦ μ_T of every training sample (untaped, as for predictions);
+* the gradient R(ρ), ∂R/∂c by forward + discrete adjoint over the training samples (one training step's work;
+  the Fokker–Planck step costs milliseconds);
 
-for the d = 1 problems of the issue: DG1, 400 cells, 200 depth steps, one Gaussian sample, ``value`` heads on
-300 Θ cells, and ``scalar`` heads on a 48×48 Θ mesh (48 distinct a). It checks that both gradients agree
-(relative difference printed) and writes ``out/bench/training_step.json`` and a markdown table.
+for three problems:
 
-Run: ``python bench/bench_training_step.py [--repeat 2]``.
+* ``d=1 value``: DG1, 400 cells, 200 depth steps, one Gaussian sample, ``value`` heads on 300 Θ cells;
+* ``d=1 scalar``: the same with ``scalar`` heads on a 48×48 Θ mesh (49 distinct a);
+* ``d=2 digits``: the embedded default of ``mfpde run`` (20 images, DG0 on 32×32 cells, 8 depth steps, 16×16 Θ).
+
+It checks that both versions return the same ∂R/∂c (relative difference printed), prints a markdown table and
+writes ``out/bench/training_step.json``.
+
+Run: ``python bench/bench_training_step.py [--repeat 3] [--baseline REV | --baseline none]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from mpi4py import MPI
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
-import dolfinx.fem
-import numpy as np
-from threadpoolctl import threadpool_limits
-
-import mfpde.tokens.velocity as velocity_module
-from mfpde import config as C
-from mfpde.tokens.data import fill_density
-from mfpde.training.problem import CoupledProblem
-
-CASES = {
-    "value, 300 Θ cells": {"family": "value", "box": [[-2.0, 2.0]], "cells": [300],
-                           "init": {"kind": "gaussian", "mean": [0.4], "cov": [[0.05]]}},
-    "scalar, 48×48 Θ": {"family": "scalar", "box": [[-2.0, 2.0], [-2.0, 2.0]], "cells": [48, 48],
-                        "init": {"kind": "gaussian", "mean": [0.3, 0.5], "cov": [[0.1, 0.0], [0.0, 0.1]]}},
+GAUSSIAN_1D = ['data.kind="gaussian"', "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]",
+               'loss.readout="mean"']
+#: Overrides of the embedded default config per case (TOML values, as ``--set``).
+CASES: dict[str, list[str]] = {
+    "d=1 value": [
+        "tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[400]", "tokens.degree=1", "depth.steps=200",
+        'heads.family="value"', "heads.box=[[-2.0, 2.0]]", "heads.cells=[300]",
+        'heads.init={kind="gaussian", mean=[0.4], cov=[[0.05]]}',
+        *GAUSSIAN_1D],
+    "d=1 scalar": [
+        "tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[400]", "tokens.degree=1", "depth.steps=200",
+        "heads.cells=[48, 48]", 'heads.init={kind="gaussian", mean=[0.3, 0.5], cov=[[0.1, 0.0], [0.0, 0.1]]}',
+        *GAUSSIAN_1D],
+    "d=2 digits": [],
 }
 
 
-def _config(heads: dict) -> C.Config:
-    return C.from_dict({
-        "tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [400], "degree": 1},
-        "depth": {"T": 1.0, "steps": 200},
-        "heads": heads,
-        "data": {"kind": "gaussian", "mean": [[0.3]], "cov": [[[0.25]]], "target": [1.0]},
-        "output": {"fields": False, "plots": False},
-    })
+def measure(case: str, repeat: int) -> dict:
+    """Time the forward solves and the gradient of one case with whichever ``mfpde`` is importable."""
+    from mpi4py import MPI
 
+    import dolfinx.fem
+    import numpy as np
+    from threadpoolctl import threadpool_limits
 
-def _best(f, repeat: int) -> tuple[float, object]:
-    best, out = np.inf, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+    import mfpde
+    from mfpde import config as C
+    from mfpde.tokens.data import fill_density
+    from mfpde.training.problem import CoupledProblem
 
-
-def _measure(name: str, heads_cfg: dict, repeat: int) -> dict:
-    """Forward, gradient with the Chebyshev VJP and gradient with the direct VJP for one case."""
-    chebyshev = velocity_module.velocity_vjp_1d
-    pb = CoupledProblem(_config(heads_cfg), MPI.COMM_SELF)
+    overrides = [*CASES[case], "output.fields=false", "output.plots=false"]
+    cfg = C.load(None, overrides)
+    t0 = time.perf_counter()
+    pb = CoupledProblem(cfg, MPI.COMM_SELF)
+    setup = time.perf_counter() - t0
     heads = pb.heads()
-    obj, tokens = pb.objective, pb.problem.tokens
+    obj, tokens, train = pb.objective, pb.problem.tokens, pb.problem.train
 
-    def forward() -> float:
-        u = dolfinx.fem.Function(tokens.W)
-        fill_density(pb.problem.train[0], u, tokens.mass)
-        return obj.forward(u, heads, tape=[]).yhat
+    def forward() -> None:
+        for s in train:
+            u = dolfinx.fem.Function(tokens.W)
+            fill_density(s, u, tokens.mass)
+            obj.forward(u, heads)
 
-    pb.gradient(heads)  # JIT and caches
-    t_fwd, _ = _best(forward, repeat)
-    t_cheb, g_cheb = _best(lambda: pb.gradient(heads), repeat)
-    velocity_module.velocity_vjp_1d = lambda *a, **k: None  # the direct VJP (the code before)
-    try:
-        t_dir, g_dir = _best(lambda: pb.gradient(heads), repeat)
-    finally:
-        velocity_module.velocity_vjp_1d = chebyshev
-    d_c, d_d = g_cheb.D[0], g_dir.D[0]
-    rel = float(np.abs(d_c - d_d).max() / np.abs(d_d).max())
-    return {"case": name, "n_a": len(heads[0].a), "forward_s": t_fwd, "gradient_chebyshev_s": t_cheb,
-            "gradient_direct_s": t_dir, "ratio_chebyshev": t_cheb / t_fwd, "ratio_direct": t_dir / t_fwd,
-            "speedup": t_dir / t_cheb, "max_rel_diff_dR_dc": rel}
+    def best(f) -> float:
+        out = np.inf
+        for _ in range(repeat):
+            t = time.perf_counter()
+            f()
+            out = min(out, time.perf_counter() - t)
+        return out
+
+    with threadpool_limits(limits=1):
+        t0 = time.perf_counter()
+        g = pb.gradient(heads)  # JIT, caches
+        first = time.perf_counter() - t0
+        t_fwd = best(forward)
+        t_grad = best(lambda: pb.gradient(heads))
+    return {"case": case, "mfpde": str(Path(mfpde.__file__).parent), "samples": len(train),
+            "n_a": len(heads[0].a), "setup_s": setup, "first_gradient_s": first, "forward_s": t_fwd,
+            "gradient_s": t_grad, "ratio": t_grad / t_fwd, "images_per_s": len(train) / t_grad,
+            "dR_dc": [float(x) for x in g.D[0]], "risk": g.risk}
+
+
+def _run(tree: Path, case: str, repeat: int) -> dict:
+    """:func:`measure` in a fresh process that imports ``mfpde`` from ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(HERE)!r}); "
+            f"import bench_training_step as b; print(json.dumps(b.measure({case!r}, {repeat})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{case} in {tree} failed:\n{out.stderr[-3000:]}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(row["mfpde"]).resolve() != (tree / "mfpde").resolve():
+        raise RuntimeError(f"imported mfpde from {row['mfpde']}, not {tree}")
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=2, help="best of this many runs per timing")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per timing")
+    parser.add_argument("--baseline", default="97e80a2", help="commit to compare with, or 'none'")
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
     rows = []
-    for name, heads_cfg in CASES.items():
-        rows.append(_measure(name, heads_cfg, args.repeat))
-    print("| case | N_a | forward (s) | gradient, Chebyshev VJP (s) | gradient, direct VJP (s) | "
-          "gradient / forward | speed-up | max rel. diff. of ∂R/∂c |")
-    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        base = None
+        if args.baseline != "none":
+            base = Path(tmp) / "baseline"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
+                           check=True)
+        try:
+            for case in args.cases:
+                now = _run(ROOT, case, args.repeat)
+                row = {"case": case, "now": now}
+                if base is not None:
+                    before = _run(base, case, args.repeat)
+                    d_now, d_before = (__import__("numpy").array(r["dR_dc"]) for r in (now, before))
+                    row |= {"before": before, "speedup": before["gradient_s"] / now["gradient_s"],
+                            "max_rel_diff_dR_dc": float(abs(d_now - d_before).max() / abs(d_before).max())}
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k not in ("now", "before")}), flush=True)
+        finally:
+            if base is not None:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True)
+    print(f"\n| case | samples | N_a | forward (s) | gradient (s) | gradient / forward | images/s "
+          f"| before: gradient (s), gradient / forward ({args.baseline}) | speed-up | ∂R/∂c agree to |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['n_a']} | {r['forward_s']:.2f} | {r['gradient_chebyshev_s']:.2f} | "
-              f"{r['gradient_direct_s']:.2f} | {r['ratio_chebyshev']:.2f} (was {r['ratio_direct']:.1f}) | "
-              f"{r['speedup']:.1f}× | {r['max_rel_diff_dR_dc']:.1e} |")
-    out = Path("out/bench")
+        n = r["now"]
+        b = r.get("before")
+        before = f"{b['gradient_s']:.2f}, {b['ratio']:.1f}" if b else "—"
+        speed = f"**{r['speedup']:.1f}×**" if b else "—"
+        agree = f"{r['max_rel_diff_dR_dc']:.1e}" if b else "—"
+        print(f"| {r['case']} | {n['samples']} | {n['n_a']} | {n['forward_s']:.3f} | {n['gradient_s']:.3f} | "
+              f"**{n['ratio']:.2f}** | {n['images_per_s']:.1f} | {before} | {speed} | {agree} |")
+    out = ROOT / "out" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "training_step.json").write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
-    with threadpool_limits(limits=1):
-        main()
+    main()

@@ -32,8 +32,9 @@ from threadpoolctl import threadpool_limits
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_tensor
+from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity
 from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.separable import velocity_tensor
 from mfpde.tokens.transport import TokenTransport
 
 COMM = MPI.COMM_SELF  # one core

@@ -156,3 +156,25 @@ def test_gradient_same_on_one_and_two_ranks():
     n_ops = 2 * 6 * 10 * 3 * 92 + 144
     atol = 2 * gamma(n_ops) * np.abs(out[1]).max()
     np.testing.assert_allclose(out[0], out[1], rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("d,degree", [(1, 1), (2, 0)])
+def test_taped_linearisation_is_the_stage_state(d, degree, monkeypatch):
+    """The reverse pass with the velocity's linearisation taped by the forward returns bit for bit what it
+    returns when it re-evaluates the velocity at each taped stage state (TAPE_BUDGET_BYTES = 0): each taped
+    linearisation belongs to its stage (the same floating-point operations on the same state)."""
+    import mfpde.tokens.transport as transport
+
+    tt, th = _setup(d, degree, 12)
+    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+    g, y = readout_function("mean"), 1.0
+    out = []
+    for budget in (transport.TAPE_BUDGET_BYTES, 0):
+        monkeypatch.setattr(transport, "TAPE_BUDGET_BYTES", budget)
+        tape: list = []
+        _, yh, heads = _risk(tt, th, rho, g, y, d, tape, steps=4)
+        taped = sum(lin is not None for step in tape for lin in step.lin)
+        assert taped == (3 * len(tape) if budget else 0), (taped, len(tape))
+        p0, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
+        out.append((p0, D[0]))
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])

@@ -15,15 +15,15 @@ from roundoff import U, gamma, softmax_error
 from scipy.special import logsumexp, softmax
 
 from mfpde.params.family import ScalarHeads, ValueHeads, make_family
-from mfpde.tokens.attention import (
-    _TENSOR_RANGE_MAX,
-    HeadMeasure,
-    TensorGrid,
-    softmax_moments_direct,
-    softmax_moments_tensor,
-    velocity,
-    velocity_tensor,
-)
+from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, velocity, velocity_vjp
+from mfpde.tokens.separable import _TENSOR_RANGE_MAX, SeparableFactors, TensorSoftmax, velocity_tensor
+
+
+def softmax_moments_tensor(xg: TensorGrid, yg: TensorGrid, W: np.ndarray, a: float
+                           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(log Z, m) of one head by the separable path, or None where it declines (exponent range)."""
+    ts = TensorSoftmax(xg, yg, W, np.array([a]))
+    return (ts.logz[0], ts.m[0]) if ts.separable[0] else None
 
 
 def _reference(x: np.ndarray, y: np.ndarray, w: np.ndarray, a: float) -> tuple[np.ndarray, np.ndarray]:
@@ -188,6 +188,58 @@ def test_tensor_range_threshold():
     assert np.allclose(res[0], ref_logz, rtol=2 * U, atol=2 * eta)
     assert np.allclose(res[1][:, 0], ref_m[:, 0], rtol=0, atol=2 * (2 * eta + gamma(21)))
     assert softmax_moments_tensor(g, g, W, above) is None
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_tensor_vjp_equals_direct(d):
+    """The batched separable VJP (TensorSoftmax.vjp) equals the direct sums (velocity_vjp), heads that fall
+    back to the direct path (exponent range) and heads with c_k = 0 included.
+
+    Both compute g_W(y) = Σ_k c_k Σ_x ξ·(y − m_k) e^{a_k x·y}/Z_k and g_c(k) = Σ_x ξ·m_k (theory §3.1 (B)); the
+    factors e^{a x·y}/Z and m each carry the softmax round-off η; each of the N_x terms per y weighs
+    |c_k| |ξ| (|y| + |m|) times a factor ≤ max e^{a x·y}/Z, bounded here by e^{E} over all y.
+    """
+    rng = np.random.default_rng(3 + d)
+    xg, yg, W = _random_grids(rng, d, scale=2.0)
+    heads = HeadMeasure(np.array([-1.5, 0.0, 0.8, 200.0]), np.array([0.7, 0.0, -0.4, 0.3]))
+    ts = TensorSoftmax(xg, yg, W, heads.a)
+    assert list(ts.separable) == [True, True, True, False]  # |a x y| up to 800 for a = 200
+    Xi = rng.standard_normal((*xg.shape, d))
+    gW, gc = ts.vjp(heads.c, Xi)
+    gw_d, gc_d = velocity_vjp(xg.points(), yg.points(), W.ravel(), heads, Xi.reshape(-1, d))
+    xs, ys = xg.points(), yg.points()
+    wpos = W.ravel()[W.ravel() > 0]
+    ymax = float(np.abs(ys).max())
+    E = float(np.max(np.abs(heads.a))) * float(np.max(np.abs(xs @ ys.T))) + float(np.max(np.abs(np.log(wpos))))
+    eta = softmax_error(E, len(ys), d)
+    # g_c: Σ_x |ξ| times the error of m (test_tensor_equals_direct's tol_m), both paths
+    tol_c = float(np.abs(Xi).sum()) * 2 * (2 * (2 * eta + gamma(len(ys))) * ymax)
+    assert np.allclose(gc, gc_d, rtol=0, atol=tol_c), np.abs(gc - gc_d).max()
+    # g_W per y: relative error (4η + γ_{N_x}) of the sum of absolute terms, for both paths
+    sep = ts.separable
+    absterms = np.zeros(len(ys))
+    for k in range(len(heads.a)):
+        logz = ts.logz[k].ravel()
+        P = np.exp(np.minimum(heads.a[k] * (xs @ ys.T) - logz[:, None], 700.0))
+        absterms += abs(heads.c[k]) * (np.abs(Xi.reshape(-1, d)).sum(axis=1) * 2 * ymax) @ P
+    tol_w = 2 * (4 * eta + gamma(len(xs) + 4)) * absterms
+    assert sep.sum() == 3
+    assert np.all(np.abs(gW.ravel() - gw_d) <= tol_w), float(np.max(np.abs(gW.ravel() - gw_d) / tol_w))
+    # The μ-independent factors (shift over the whole grid, built once): the same sums, the same bounds
+    a_sep = heads.a[sep]
+    factors = SeparableFactors.build(xg, yg, a_sep)
+    assert factors is not None and SeparableFactors.build(xg, yg, heads.a) is None  # a = 200: range too large
+    sub = factors.take(a_sep[[0, 2]])
+    assert sub is not None and np.array_equal(sub.a, a_sep[[0, 2]]) and factors.take(np.array([0.3])) is None
+    ts_f = TensorSoftmax(xg, yg, W, a_sep, factors)
+    assert ts_f.separable.all()
+    gW_f, gc_f = ts_f.vjp(heads.c[sep], Xi)
+    gw_s, gc_s = velocity_vjp(xs, ys, W.ravel(), HeadMeasure(a_sep, heads.c[sep]), Xi.reshape(-1, d))
+    assert np.allclose(gc_f, gc_s, rtol=0, atol=tol_c), np.abs(gc_f - gc_s).max()
+    assert np.all(np.abs(gW_f.ravel() - gw_s) <= tol_w), float(np.max(np.abs(gW_f.ravel() - gw_s) / tol_w))
+    m_ref = np.stack([softmax_moments_direct(xs, ys, W.ravel(), ak)[1] for ak in a_sep])
+    tol_m = 2 * (2 * eta + gamma(len(ys))) * ymax
+    assert np.allclose(ts_f.m.reshape(len(a_sep), -1, d), m_ref, rtol=0, atol=tol_m)
 
 
 def test_tensor_grid_points_order():

@@ -40,6 +40,7 @@ import ufl
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.transport import EulerStep, Tape, TokenTransport
+from mfpde.tokens.velocity import VelocityLinearization
 
 __all__ = ["DiscreteAdjoint", "Gradient", "dyhat_dmu"]
 
@@ -73,12 +74,20 @@ class DiscreteAdjoint:
         inv[q.order] = np.arange(len(q.order))
         self.local_pos = inv[offset + np.arange(len(q.local_dofs))]  # sorted position of each local node
 
-    def _Ft(self, v: Array, heads: HeadMeasure, p: Array) -> tuple[Array, Array]:
-        """F'(v)ᵀ p (owned DG dofs) and ∂(p·F)/∂c (N_a,) at the stage state v, for the costate p."""
+    def _Ft(self, v: Array, heads: HeadMeasure, p: Array, lin: VelocityLinearization | None
+            ) -> tuple[Array, Array]:
+        """F'(v)ᵀ p (owned DG dofs) and ∂(p·F)/∂c (N_a,) at the stage state v, for the costate p.
+
+        The velocity's linearisation at v is taken from the tape (``lin``) or, where the tape has none,
+        re-evaluated.
+        """
         tokens = self.tokens
         n = tokens.n_owned
         tokens.u.x.array[:] = v
-        tokens.velocity.update(tokens.u, heads)
+        if lin is not None:
+            tokens.velocity.restore(lin)
+        else:
+            tokens.velocity.update(tokens.u, heads, linearize=True)
         self.costate.x.array[:n] = p
         self.costate.x.scatter_forward()
         tokens.mass_solver.solve(self.costate.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
@@ -88,7 +97,7 @@ class DiscreteAdjoint:
             dolfinx.fem.assemble_vector(f.x.array, form)
             f.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self.r.x.array[:n].copy()
-        gw, gc = tokens.velocity.vjp(tokens.u, heads, self.xi)
+        gw, gc = tokens.velocity.vjp(self.xi)
         out_local = np.zeros(len(tokens.u.x.array))
         np.add.at(out_local, tokens.quad.local_dofs, tokens.quad.local_m * gw[self.local_pos])
         return out + out_local[:n], gc
@@ -110,17 +119,17 @@ class DiscreteAdjoint:
         p3 = p_T.copy()
         for step in reversed(tape):
             if isinstance(step, EulerStep):  # the shallow model's single explicit layer: p₀ = (I + hF'(v₀))ᵀp₁
-                f0, c0 = self._Ft(step.v0, step.heads, p3)
+                f0, c0 = self._Ft(step.v0, step.heads, p3, step.lin)
                 p3 = p3 + step.h * f0
                 prev = dR_dc[step.layer]
                 dR_dc[step.layer] = step.h * c0 if prev is None else prev + step.h * c0
                 continue
             h, heads = step.h, step.heads
-            f2, c2 = self._Ft(step.v2, heads, p3)
+            f2, c2 = self._Ft(step.v2, heads, p3, step.lin[2])
             p2 = 2.0 / 3.0 * (p3 + h * f2)
-            f1, c1 = self._Ft(step.v1, heads, p2)
+            f1, c1 = self._Ft(step.v1, heads, p2, step.lin[1])
             p1 = 0.25 * (p2 + h * f1)
-            f0, c0 = self._Ft(step.v0, heads, p1)
+            f0, c0 = self._Ft(step.v0, heads, p1, step.lin[0])
             p3 = p3 / 3.0 + 0.75 * p2 + p1 + h * f0
             gc = h * (2.0 / 3.0 * c2 + 0.25 * c1 + c0)
             prev = dR_dc[step.layer]

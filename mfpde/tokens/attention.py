@@ -15,7 +15,8 @@ and the McKean–Vlasov velocity averaged over the head distribution ρ (theory 
 2. On tensor grids (boxes with quadrilateral or interval cells) the kernel separates,
    e^{a x·y} = Π_j e^{a x_j y_j}, so ∫ e^{a x·y} f(y) dμ(y) over an n₁×n₂ grid of y for all of an m₁×m₂
    grid of x is the matrix product E₁ W E₂ᵀ: (m₁n₁ + m₂n₂) exponentials and O(m₁n₁n₂ + m₁m₂n₂) BLAS flops
-   per distinct a, instead of m₁m₂n₁n₂ exponentials.
+   per distinct a, instead of m₁m₂n₁n₂ exponentials (all heads in one batched product:
+   :mod:`mfpde.tokens.separable`).
 3. In d = 1, m_a(x) = f(a x) for one smooth function f = (log Z_μ)' of s = a x: it is interpolated in
    s by a Chebyshev series of adaptive degree (trailing coefficients < 1e-14, :func:`tilted_mean_1d`), so
    all heads and points cost (degree + 1) N_y exponentials (degree ~ 16–128) instead of N_a N_x N_y.
@@ -39,8 +40,6 @@ import numpy.typing as npt
 
 Array = npt.NDArray[np.float64]
 
-#: Exponent range beyond which the separable product could underflow: use the direct path.
-_TENSOR_RANGE_MAX = 600.0
 #: Block size (rows of x) for the direct path: bounds memory at _BLOCK * N_y doubles.
 _BLOCK = 2048
 
@@ -143,47 +142,6 @@ def softmax_moments_direct(x: Array, y: Array, w: Array, a: float) -> tuple[Arra
     return logz, m
 
 
-def softmax_moments_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, a: float) -> tuple[Array, Array] | None:
-    """As :func:`softmax_moments_direct` for x and y on tensor grids, by separable matrix products.
-
-    Args:
-        xg: evaluation grid, m₁ (× m₂) points.
-        yg: support grid of μ, n₁ (× n₂) points.
-        W: weights on yg, shape yg.shape, non-negative.
-        a: the scalar in A = a I_d.
-
-    Returns:
-        (log Z, m) with shapes xg.shape and xg.shape + (d,), or None when the exponent range could
-        underflow (then use the direct path).
-    """
-    d = len(yg.axes)
-    es, shifts, rng = [], [], 0.0
-    for j in range(d):
-        other = tuple(k for k in range(d) if k != j)
-        marginal = W.sum(axis=other) if other else W
-        s = a * np.outer(xg.axes[j], yg.axes[j][marginal > 0])
-        rng += float(np.max(s.max(axis=1) - s.min(axis=1))) if s.size else 0.0
-        s_full = a * np.outer(xg.axes[j], yg.axes[j])
-        shift = s.max(axis=1)
-        es.append(np.exp(np.minimum(s_full - shift[:, None], 0.0)))
-        shifts.append(shift)
-    if rng > _TENSOR_RANGE_MAX:
-        return None
-    if d == 1:
-        (e1,) = es
-        z = e1 @ W
-        num = (e1 @ (W * yg.axes[0]))[:, None]
-        logz = np.log(z) + shifts[0]
-    else:
-        e1, e2 = es
-        z = e1 @ W @ e2.T
-        num = np.stack(
-            [e1 @ (W * yg.axes[0][:, None]) @ e2.T, e1 @ (W * yg.axes[1][None, :]) @ e2.T], axis=-1
-        )
-        logz = np.log(z) + shifts[0][:, None] + shifts[1][None, :]
-    return logz, num / z[..., None]
-
-
 def _negligible(heads: HeadMeasure) -> npt.NDArray[np.bool_]:
     """Heads whose |c_k| is below 1e-16 of the total (e.g. Gaussian tails of ρ): skipped by the velocity."""
     return np.abs(heads.c) <= 1e-16 * np.abs(heads.c).sum()
@@ -248,28 +206,8 @@ def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:
     return out
 
 
-def velocity_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure) -> Array:
-    """V[μ; ρ] on the tensor grid xg for μ on the tensor grid yg (separable path, direct fallback).
-
-    Returns:
-        V on xg, shape xg.shape + (d,).
-    """
-    d = len(yg.axes)
-    if d == 1:
-        return velocity(xg.points(), yg.points(), W.ravel(), heads)
-    out = np.zeros((*xg.shape, d))
-    keep = ~_negligible(heads)
-    for ak, ck in zip(heads.a[keep], heads.c[keep], strict=True):
-        res = softmax_moments_tensor(xg, yg, W, ak)
-        if res is None:
-            m = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), ak)[1].reshape(*xg.shape, d)
-        else:
-            m = res[1]
-        out += ck * m
-    return out
-
-
-def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) -> tuple[Array, Array]:
+def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
+                 moments: tuple[Array, Array] | None = None) -> tuple[Array, Array]:
     """The transpose of the velocity's derivative (reverse mode), by the direct path.
 
     For V(x) = Σ_k c_k m_{a_k}(x) with m_a(x) = Σ_y w_y y e^{a x·y} / Σ_y w_y e^{a x·y} and a cotangent
@@ -284,15 +222,17 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) ->
         w: weights of μ, shape (N_y,).
         heads: the reduced heads, N_a of them (zero c_k allowed).
         xi: the cotangent at x, shape (N_x, d).
+        moments: (log Z, m) of every head at x, shapes (N_a, N_x) and (N_a, N_x, d), if the forward has
+            them (:func:`softmax_moments_direct`); else they are computed.
 
     Returns:
-        (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials. Factors e^{a x·y}/Z are
-        capped at e^{700} (only reached where w_y ≈ 0).
+        (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials (N_a N_x N_y with
+        ``moments``). Factors e^{a x·y}/Z are capped at e^{700} (only reached where w_y ≈ 0).
     """
     gw = np.zeros(len(y))
     gc = np.zeros(len(heads.a))
     for k, (ak, ck) in enumerate(zip(heads.a, heads.c, strict=True)):
-        logz, m = softmax_moments_direct(x, y, w, ak)
+        logz, m = softmax_moments_direct(x, y, w, ak) if moments is None else (moments[0][k], moments[1][k])
         xm = (xi * m).sum(axis=1)
         gc[k] = xm.sum()
         if ck == 0.0:
@@ -301,56 +241,3 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array) ->
             e = np.exp(np.minimum(ak * (x[s : s + _BLOCK] @ y.T) - logz[s : s + _BLOCK, None], 700.0))
             gw += ck * (((xi[s : s + _BLOCK].T @ e) * y.T).sum(axis=0) - xm[s : s + _BLOCK] @ e)
     return gw, gc
-
-
-def velocity_vjp_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure, Xi: Array
-                        ) -> tuple[Array, Array]:
-    """:func:`velocity_vjp` for x and y on tensor grids, by separable matrix products.
-
-    Args:
-        xg: evaluation grid.
-        yg: support grid of μ.
-        W: weights on yg, shape yg.shape.
-        heads: the reduced heads (zero c_k allowed).
-        Xi: the cotangent on xg, shape xg.shape + (d,).
-
-    Returns:
-        (g_W, g_c) with g_W of shape yg.shape and g_c of shape (N_a,).
-    """
-    d = len(yg.axes)
-    gW = np.zeros(yg.shape)
-    gc = np.zeros(len(heads.a))
-    for k, (ak, ck) in enumerate(zip(heads.a, heads.c, strict=True)):
-        res = softmax_moments_tensor(xg, yg, W, ak)
-        if res is None:
-            g1, g2 = velocity_vjp(xg.points(), yg.points(), W.ravel(), HeadMeasure(np.array([ak]), np.array([ck])),
-                                  Xi.reshape(-1, d))
-            gW += g1.reshape(yg.shape)
-            gc[k] = g2[0]
-            continue
-        logz, m = res
-        xm = (Xi * m).sum(axis=-1)
-        gc[k] = xm.sum()
-        if ck == 0.0:
-            continue
-        # e^{a x·y}/Z(x) = Π_j e^{a x_j y_j − s_j(x_j)} / Z̃(x): fold 1/Z̃ into the cotangent.
-        es, shifts = [], []
-        for j in range(d):
-            s = ak * np.outer(xg.axes[j], yg.axes[j])
-            other = tuple(i for i in range(d) if i != j)
-            marginal = W.sum(axis=other) if other else W
-            shift = s[:, marginal > 0].max(axis=1)
-            es.append(np.exp(np.minimum(s - shift[:, None], 700.0)))
-            shifts.append(shift)
-        if d == 1:
-            zt = np.exp(logz - shifts[0])
-            a0 = Xi[:, 0] / zt
-            gW += ck * ((es[0].T @ a0) * yg.axes[0] - es[0].T @ (xm / zt))
-        else:
-            zt = np.exp(logz - shifts[0][:, None] - shifts[1][None, :])
-            e1, e2 = es
-            t0 = e1.T @ (Xi[..., 0] / zt) @ e2
-            t1 = e1.T @ (Xi[..., 1] / zt) @ e2
-            tm = e1.T @ (xm / zt) @ e2
-            gW += ck * (t0 * yg.axes[0][:, None] + t1 * yg.axes[1][None, :] - tm)
-    return gW, gc

@@ -24,6 +24,8 @@ reach it, the caller uses the direct path.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 import scipy.fft
@@ -50,8 +52,31 @@ def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
     return out
 
 
+@functools.cache
+def _dct_matrix(n: int) -> Array:
+    """The DCT-I map from values at the n + 1 Chebyshev points cos(πl/n) to Chebyshev coefficients."""
+    k = np.arange(n + 1)
+    D = np.cos(np.pi * np.outer(k, k) / n) * (2.0 / n)
+    D[:, [0, -1]] *= 0.5
+    D[[0, -1]] *= 0.5
+    return D
+
+
+def _values_to_coefficients(P: Array, n: int) -> Array:
+    """Chebyshev coefficients, shape (n + 1, R), of the columns of P (values at cos(πl/n), shape (n + 1, R)).
+
+    A dense product for n ≤ 64 (one BLAS call, faster than an FFT of that length along the first axis),
+    the DCT-I of :mod:`scipy.fft` beyond.
+    """
+    if n <= 64:
+        return _dct_matrix(n) @ P
+    coef = scipy.fft.dct(P, type=1, axis=0) / n
+    coef[[0, -1]] *= 0.5
+    return coef
+
+
 def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
-                    tol: float = 1e-14, start: int = 16) -> tuple[Array, Array, int] | None:
+                    tol: float = 1e-14, start: int = 16, m: Array | None = None) -> tuple[Array, Array, int] | None:
     """:func:`~mfpde.tokens.attention.velocity_vjp` in d = 1 by Chebyshev interpolation in s = a x.
 
     Args:
@@ -63,6 +88,8 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
         tol: the tail tolerance of the Chebyshev coefficients, relative to the largest, per y.
         start: the first degree tried (the degree of the previous call is a good guess: the adjoint calls
             this at every stage of every depth step, with a slowly changing μ).
+        m: the tilted means m(a_k x) of the forward, shape (N_a, N_x), if it has them; else computed by
+            :func:`~mfpde.tokens.attention.tilted_mean_1d`.
 
     Returns:
         (g_w, g_c, n): shapes (N_y,) and (N_a,) as the direct path (theory §3.1 (B)), and the degree used;
@@ -72,7 +99,8 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
     """
     xs, ys, cot = x[:, 0], y[:, 0], xi[:, 0]
     s = np.outer(heads.a, xs)  # (N_a, N_x) sources
-    m = tilted_mean_1d(s, ys, w, tol)
+    if m is None:
+        m = tilted_mean_1d(s, ys, w, tol)
     if m is None:
         return None
     gc = m @ cot  # g_c(k) = Σ_x ξ(x) m(a_k x)
@@ -92,8 +120,7 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
         shift = e.max(axis=1)
         lam = shift + np.log(np.exp(e - shift[:, None]).sum(axis=1))  # Λ(σ_l), shifted log-sum-exp
         P = np.exp(np.minimum(nodes[:, None] * ys[None, :] - lam[:, None], 700.0))  # (n + 1, N_y)
-        coef = scipy.fft.dct(P, type=1, axis=0) / n  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
-        coef[[0, -1]] *= 0.5
+        coef = _values_to_coefficients(P, n)  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
         if np.all(np.abs(coef[-3:]).max(axis=0) <= tol * np.abs(coef).max(axis=0)):
             t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
             A, B = _chebyshev_moments(t, np.stack([u, u * msrc]), n).T

@@ -41,9 +41,9 @@ def solve_shallow(tokens: TokenTransport, u: dolfinx.fem.Function, heads: HeadMe
         NumericalError: non-finite values.
     """
     mass0 = tokens.mass(u)
+    tokens.velocity.update(u, heads, linearize=tape is not None)
     if tape is not None:
-        tape.append(EulerStep(T, heads, u.x.array.copy(), 0))
-    tokens.velocity.update(u, heads)
+        tape.append(EulerStep(T, heads, u.x.array.copy(), 0, tokens.velocity.linearization))
     du, r = tokens.rate(u)
     u.x.array[:] += T * du.x.array
     if not tokens.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):

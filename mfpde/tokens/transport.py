@@ -54,7 +54,7 @@ from mfpde.spaces import lumped_mass
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.readout import Readout
-from mfpde.tokens.velocity import VelocityOperator
+from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
 __all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
 
@@ -62,6 +62,9 @@ logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
 #: mfpde's options for the DG mass solve (block diagonal: exact LU per rank block), prefix ``mfpde_token_``.
 TOKEN_PETSC_DEFAULTS = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
+#: Memory per tape for the velocity linearisations of the stages (:class:`RK3Step`); beyond it the reverse
+#: pass re-evaluates the velocity at the stages left without one (about one forward kernel more per stage).
+TAPE_BUDGET_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class RK3Step:
         heads: the reduced head distribution the step used.
         v0, v1, v2: the three stage states (local DG dofs, owned and ghost), shape (n_local,).
         layer: the layer block whose ρ the step used (0 for weight-tied models).
+        lin: the velocity's linearisation at each stage (what the reverse pass would otherwise recompute),
+            or None where the tape's memory budget (``TAPE_BUDGET_BYTES``) was spent.
     """
 
     h: float
@@ -81,6 +86,7 @@ class RK3Step:
     v1: Array
     v2: Array
     layer: int
+    lin: tuple[VelocityLinearization | None, ...] = (None, None, None)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class EulerStep:
     heads: HeadMeasure
     v0: Array
     layer: int
+    lin: VelocityLinearization | None = None
 
 
 #: The forward → adjoint hand-off: the taped steps of one forward solve, in depth order.
@@ -240,9 +247,11 @@ class TokenTransport:
                 tape: Tape | None = None, layer: int = 0) -> float:
         """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
 
-        The velocity must already be set for u (stage 1 reuses it). With ``tape`` the step and its three
-        stage states are appended as an :class:`RK3Step` of layer block ``layer`` (for the adjoint).
+        The velocity must already be set for u (stage 1 reuses it; with ``tape``, by
+        ``velocity.update(u, heads, linearize=True)``). With ``tape`` the step, its three stage states and the
+        velocity's linearisation at each are appended as an :class:`RK3Step` of layer block ``layer``.
         """
+        lin = [self._taped_linearization()] if tape is not None else []
         v0 = np.array(u.x.array, dtype=np.float64) if tape is not None else None
         du, r = self.rate(u)
         o1 = dt * r
@@ -250,19 +259,31 @@ class TokenTransport:
         stage.x.array[:] = u.x.array + dt * du.x.array
         self.limit(stage)
         v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
-        self.velocity.update(stage, heads)
+        self.velocity.update(stage, heads, linearize=tape is not None)
+        if tape is not None:
+            lin.append(self._taped_linearization())
         du, r = self.rate(stage)
         stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
         self.limit(stage)
+        v2 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
+        self.velocity.update(stage, heads, linearize=tape is not None)
         if tape is not None:
-            assert v0 is not None and v1 is not None
-            tape.append(RK3Step(dt, heads, v0, v1, np.array(stage.x.array, dtype=np.float64), layer))
-        self.velocity.update(stage, heads)
+            assert v0 is not None and v1 is not None and v2 is not None
+            lin.append(self._taped_linearization())
+            tape.append(RK3Step(dt, heads, v0, v1, v2, layer, tuple(lin)))
         du, r = self.rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
         self.limit(u)
         return 2.0 / 3.0 * (o2 + dt * r)
+
+    def _taped_linearization(self) -> VelocityLinearization | None:
+        """The velocity's current linearisation for the tape, or None once the tape's budget is spent."""
+        lin = self.velocity.linearization
+        if lin is None or self._tape_bytes + lin.nbytes > TAPE_BUDGET_BYTES:
+            return None
+        self._tape_bytes += lin.nbytes
+        return lin
 
     # -- diagnostics --------------------------------------------------------------------------
     def mass(self, u: dolfinx.fem.Function) -> float:
@@ -299,7 +320,7 @@ class TokenTransport:
         self._step_outflow = 0.0
         for j in range(nsub):
             if j > 0:
-                self.velocity.update(u, heads)
+                self.velocity.update(u, heads, linearize=tape is not None)
                 if h > self.max_stable_dt() * (1 + 1e-9):
                     return False
             self._step_outflow += self.ssp_rk3(u, h, heads, tape, layer)
@@ -337,13 +358,14 @@ class TokenTransport:
             per_layer = steps // len(layers)
         dt = T / steps
         mass0 = self.mass(u)
+        self._tape_bytes = 0
         outflow, nsub_total, t = 0.0, 0, 0.0
         min_mu = self.min_density(u)
         for k in range(steps):
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
             start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
-            self.velocity.update(u, hk)
+            self.velocity.update(u, hk, linearize=tape is not None)
             nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
             # Equal sub-steps (so the adjoint sees a step size that is locally constant in ρ); if the
             # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
@@ -356,7 +378,7 @@ class TokenTransport:
                 outflow = out_start
                 if tape is not None:
                     del tape[tape_len:]
-                self.velocity.update(u, hk)
+                self.velocity.update(u, hk, linearize=tape is not None)
             outflow += self._step_outflow
             nsub_total += nsub
             t = (k + 1) * dt

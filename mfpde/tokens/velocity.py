@@ -9,24 +9,20 @@ in d = 1 it interpolates in s = a x (:mod:`mfpde.tokens.chebyshev`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from mpi4py import MPI
 
 import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.attention import (
-    HeadMeasure,
-    TensorGrid,
-    velocity,
-    velocity_tensor,
-    velocity_vjp,
-    velocity_vjp_tensor,
-)
+from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, tilted_mean_1d, velocity_vjp
 from mfpde.tokens.chebyshev import velocity_vjp_1d
 from mfpde.tokens.quadrature import TokenQuadrature
+from mfpde.tokens.separable import SeparableFactors, TensorSoftmax
 
-__all__ = ["VelocityOperator"]
+__all__ = ["VelocityLinearization", "VelocityOperator"]
 
 Array = npt.NDArray[np.float64]
 
@@ -64,54 +60,130 @@ class VelocityOperator:
         self.n_owned = self.P.dofmap.index_map.size_local
         self.x_owned = x[: self.n_owned].reshape(-1, d)
         self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
+        self._lin: VelocityLinearization | None = None
+        self._factor_cache: SeparableFactors | None = None
 
-    def update(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> None:
-        """Set :attr:`field` to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F)). Collective."""
+    def update(self, u: dolfinx.fem.Function, heads: HeadMeasure, linearize: bool = False) -> None:
+        """Set :attr:`field` to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F)). Collective.
+
+        With ``linearize`` every head is evaluated (also those with c_k = 0) and the softmax factors are kept
+        for the next :meth:`vjp`: the reverse pass then costs one batched product more than the forward
+        instead of a second evaluation of the kernels.
+        """
         wts = self.quad.gather(u)
+        self._lin = None
+        lin = VelocityLinearization(wts, heads, np.empty(0))  # the field is copied in below
         if wts.sum() <= 0:
             self.field.x.array[:] = 0.0
+            if linearize:
+                self._lin = replace(lin, field=np.array(self.field.x.array, dtype=np.float64))
             return
-        if self.grid is not None:
+        keep = np.ones(len(heads.a), bool) if linearize else np.abs(heads.c) > 1e-16 * np.abs(heads.c).sum()
+        a, c = heads.a[keep], heads.c[keep]
+        if not len(a):
+            vals = np.zeros_like(self.x)
+        elif self.grid is not None and self.d == 2:
             assert self.quad.grid_axes is not None  # grid is only set on a tensor-grid quadrature
-            Vg = velocity_tensor(self.grid, self.quad.grid_axes, self.quad.grid(wts), heads)
-            vals = Vg[self.index]
+            lin.tensor = TensorSoftmax(self.grid, self.quad.grid_axes, self.quad.grid(wts), a, self._factors(a))
+            vals = lin.tensor.velocity(c)[self.index]
         else:
-            vals = velocity(self.x, self.quad.points, wts, heads)
+            f = tilted_mean_1d(np.outer(a, self.x[:, 0]), self.quad.points[:, 0], wts) if self.d == 1 else None
+            if f is not None:  # d = 1: Chebyshev in s = a x
+                lin.m = f[..., None]
+            else:
+                mom = [softmax_moments_direct(self.x, self.quad.points, wts, ak) for ak in a]
+                lin.logz, lin.m = np.stack([lz for lz, _ in mom]), np.stack([mk for _, mk in mom])
+            vals = np.tensordot(c, lin.m, axes=1)
         self.field.x.array[:] = vals.reshape(-1, self.d).ravel()
+        if linearize:
+            self._lin = replace(lin, field=np.array(self.field.x.array, dtype=np.float64))
 
-    def vjp(self, u: dolfinx.fem.Function, heads: HeadMeasure, xi: dolfinx.fem.Function
-            ) -> tuple[Array, Array]:
+    def _factors(self, a: Array) -> SeparableFactors | None:
+        """The μ-independent separable factors of the heads a, built once per set of heads and kept."""
+        assert self.grid is not None and self.quad.grid_axes is not None
+        f = self._factor_cache.take(a) if self._factor_cache is not None else None
+        if f is None:
+            f = SeparableFactors.build(self.grid, self.quad.grid_axes, a)
+            if f is not None and (self._factor_cache is None or len(a) >= len(self._factor_cache.a)):
+                self._factor_cache = f
+        return f
+
+    @property
+    def linearization(self) -> VelocityLinearization | None:
+        """The state of the last ``update(..., linearize=True)`` (None after a plain update), for a tape."""
+        return self._lin
+
+    def restore(self, lin: VelocityLinearization) -> None:
+        """Set :attr:`field` and the linearisation from a taped ``update(..., linearize=True)``."""
+        self.field.x.array[:] = lin.field
+        self._lin = lin
+
+    def vjp(self, xi: dolfinx.fem.Function) -> tuple[Array, Array]:
         """The transpose of the derivative of V[μ; ρ] applied to a cotangent field (theory §3.1). Collective.
 
+        Linearised at the μ and ρ of the last ``update(..., linearize=True)``.
+
         Args:
-            u: μ (the density the velocity was evaluated at).
-            heads: the reduced head distribution (every a kept).
             xi: the cotangent, a Function on :attr:`P` (owned values used).
 
         Returns:
             (g_w, g_c): ∂/∂w of Σ_x ξ·V for the quadrature weights w of μ, shape (N_y,) in the gathered
             order of :attr:`quad`, the same on every rank; and ∂/∂c_k, shape (N_a,).
+
+        Raises:
+            RuntimeError: no linearisation (``update`` was not called with ``linearize=True``).
         """
-        comm, d = self.comm, self.d
-        wts = self.quad.gather(u)
-        xi_own = np.asarray(xi.x.array[: self.n_owned * d], dtype=np.float64).reshape(-1, d)
-        if d == 1:  # one function of s = a x serves every head: Chebyshev in s (mfpde.tokens.chebyshev)
+        lin = self._lin
+        if lin is None:
+            raise RuntimeError("VelocityOperator.vjp needs update(..., linearize=True) first")
+        comm, d, n, heads, wts = self.comm, self.d, self.n_owned, lin.heads, lin.wts
+        if wts.sum() <= 0:  # V ≡ 0 here (zero mass): no sensitivity
+            return np.zeros(len(wts)), np.zeros(len(heads.a))
+        xi_own = np.asarray(xi.x.array[: n * d], dtype=np.float64).reshape(-1, d)
+        if lin.tensor is not None:
+            assert self.grid is not None
+            Xi = np.zeros((*self.grid.shape, d))
+            Xi[tuple(i[:n] for i in self.index)] = xi_own
+            gW, gc = lin.tensor.vjp(heads.c, comm.allreduce(Xi, op=MPI.SUM))
+            return gW.ravel()[self.quad.flat_index], gc
+        assert lin.m is not None
+        moments = (lin.logz[:, :n], lin.m[:, :n]) if lin.logz is not None else None
+        res = None
+        if d == 1 and moments is None:  # one function of s = a x serves every head: Chebyshev in s
             # Each rank's sum over its own vertices, by whichever path suits them (a rank with few vertices
             # declines the interpolation): the choice is local, and every rank then joins the same reduction.
-            res = velocity_vjp_1d(self.x_owned, self.quad.points, wts, heads, xi_own, start=self._vjp_degree)
-            if res is not None:
-                self._vjp_degree = max(res[2], 16)
-                gw, gc = res[0], res[1]
-            else:
-                gw, gc = velocity_vjp(self.x_owned, self.quad.points, wts, heads, xi_own)
-            return comm.allreduce(gw, op=MPI.SUM), comm.allreduce(gc, op=MPI.SUM)
-        if self.grid is not None:
-            Xi = np.zeros((*self.grid.shape, d))
-            idx = tuple(i[: self.n_owned] for i in self.index)
-            Xi[idx] = xi_own
-            Xi = comm.allreduce(Xi, op=MPI.SUM)
-            assert self.quad.grid_axes is not None  # grid is only set on a tensor-grid quadrature
-            gW, gc = velocity_vjp_tensor(self.grid, self.quad.grid_axes, self.quad.grid(wts), heads, Xi)
-            return gW.ravel()[self.quad.flat_index], gc
-        gw, gc = velocity_vjp(self.x_owned, self.quad.points, wts, heads, xi_own)
+            res = velocity_vjp_1d(self.x_owned, self.quad.points, wts, heads, xi_own, start=self._vjp_degree,
+                                  m=lin.m[:, :n, 0])
+        if res is not None:
+            self._vjp_degree = max(res[2], 16)
+            gw, gc = res[0], res[1]
+        else:
+            gw, gc = velocity_vjp(self.x_owned, self.quad.points, wts, heads, xi_own, moments)
         return comm.allreduce(gw, op=MPI.SUM), comm.allreduce(gc, op=MPI.SUM)
+
+
+@dataclass
+class VelocityLinearization:
+    """What :meth:`VelocityOperator.vjp` reuses from an ``update(..., linearize=True)``; kept on the tape.
+
+    Attributes:
+        wts: the gathered quadrature weights of μ, shape (N_y,).
+        heads: the head measure (every head).
+        field: the velocity's local dof values, shape (n_local d,).
+        tensor: the separable softmax factors (d = 2 tensor grids).
+        m: the tilted means at the local vertices, shape (N_a, n_local, d) (other paths).
+        logz: log Z at the local vertices, shape (N_a, n_local) (direct sums only).
+    """
+
+    wts: Array
+    heads: HeadMeasure
+    field: Array
+    tensor: TensorSoftmax | None = None
+    m: Array | None = None
+    logz: Array | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held, in bytes."""
+        arrays = [self.wts, self.field, self.m, self.logz]
+        return sum(a.nbytes for a in arrays if a is not None) + (self.tensor.nbytes if self.tensor is not None else 0)
