@@ -43,11 +43,13 @@ _DEGREES = (16, 32, 64, 128, 256, 512)
 def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
     """Σ_j weights[r, j] T_i(t_j) for i = 0..n, shape (n + 1, R), by the three-term recurrence (|t| ≤ 1)."""
     out = np.empty((n + 1, weights.shape[0]))
-    t_prev, t_cur = np.ones_like(t), t.copy()
+    t_prev, t_cur, t2, buf = np.ones_like(t), t.copy(), 2.0 * t, np.empty_like(t)
     out[0] = weights.sum(axis=1)
     out[1] = weights @ t_cur
-    for i in range(2, n + 1):
-        t_prev, t_cur = t_cur, 2.0 * t * t_cur - t_prev
+    for i in range(2, n + 1):  # T_i = 2t T_{i−1} − T_{i−2}, in place
+        np.multiply(t2, t_cur, out=buf)
+        buf -= t_prev
+        t_prev, t_cur, buf = t_cur, buf, t_prev
         out[i] = weights @ t_cur
     return out
 
@@ -116,10 +118,11 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
         if 2 * (n + 1) > src.size:  # no saving over the direct sums
             return None
         nodes = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n)
-        e = nodes[:, None] * ysup[None, :] + logw[None, :]
-        shift = e.max(axis=1)
-        lam = shift + np.log(np.exp(e - shift[:, None]).sum(axis=1))  # Λ(σ_l), shifted log-sum-exp
-        P = np.exp(np.minimum(nodes[:, None] * ys[None, :] - lam[:, None], 700.0))  # (n + 1, N_y)
+        # P(σ, y) = Q(σ, y) / Z̃(σ) with Q = e^{σy − s(σ)}, s(σ) = max over the support of σy + log w_y, and
+        # Z̃ = Σ_y w_y Q(σ, y) = e^{Λ(σ) − s(σ)} ∈ [1, N_y]: one exponential per (node, y), no overflow.
+        shift = (nodes[:, None] * ysup[None, :] + logw[None, :]).max(axis=1)
+        Q = np.exp(np.minimum(nodes[:, None] * ys[None, :] - shift[:, None], 700.0))  # (n + 1, N_y)
+        P = Q / (Q[:, sup] @ w[sup])[:, None]
         coef = _values_to_coefficients(P, n)  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
         if np.all(np.abs(coef[-3:]).max(axis=0) <= tol * np.abs(coef).max(axis=0)):
             t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)

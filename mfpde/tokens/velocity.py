@@ -144,7 +144,8 @@ class VelocityOperator:
             assert self.grid is not None
             Xi = np.zeros((*self.grid.shape, d))
             Xi[tuple(i[:n] for i in self.index)] = xi_own
-            gW, gc = lin.tensor.vjp(heads.c, comm.allreduce(Xi, op=MPI.SUM))
+            comm.Allreduce(MPI.IN_PLACE, Xi, op=MPI.SUM)
+            gW, gc = lin.tensor.vjp(heads.c, Xi)
             return gW.ravel()[self.quad.flat_index], gc
         assert lin.m is not None
         moments = (lin.logz[:, :n], lin.m[:, :n]) if lin.logz is not None else None
@@ -159,7 +160,9 @@ class VelocityOperator:
             gw, gc = res[0], res[1]
         else:
             gw, gc = velocity_vjp(self.x_owned, self.quad.points, wts, heads, xi_own, moments)
-        return comm.allreduce(gw, op=MPI.SUM), comm.allreduce(gc, op=MPI.SUM)
+        g = np.concatenate([gw, gc])  # one reduction (buffer interface, no pickling)
+        comm.Allreduce(MPI.IN_PLACE, g, op=MPI.SUM)
+        return g[: len(gw)], g[len(gw):]
 
 
 @dataclass

@@ -1,0 +1,38 @@
+"""The benchmarks of bench/ run (shrunk) and hand back consistent numbers; no timing is asserted (issue 12)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mpi4py import MPI
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import bench_particles  # noqa: E402
+import bench_training_step  # noqa: E402
+
+pytestmark = pytest.mark.serial
+
+
+def test_bench_training_step_shrunk():
+    """The gradient of the shrunk default (2 images, 2 depth steps) is finite and its counts are right."""
+    row = bench_training_step.measure("d=2 digits", 1, ("data.samples=2", "data.test_samples=2", "depth.steps=2"))
+    assert row["samples"] == 2 and row["n_a"] == 17  # 16 Θ cells along a: 17 distinct a
+    assert np.all(np.isfinite(row["dR_dc"])) and np.any(np.asarray(row["dR_dc"]) != 0.0)
+    assert row["forward_s"] > 0 and row["gradient_s"] > 0 and np.isfinite(row["risk"])
+
+
+def test_bench_particles_shrunk():
+    """PDE and particle errors against the closed form of theory §6.1 shrink with the size (d = 2)."""
+    assert MPI.COMM_WORLD.size >= 1
+    coarse, fine = bench_particles.pde(2, 1, 8), bench_particles.pde(2, 1, 16)
+    assert fine["err_cov"] < coarse["err_cov"] and fine["err_yhat"] < coarse["err_yhat"]
+    gh3, gh6 = bench_particles.particles(2, 3, False), bench_particles.particles(2, 6, False)
+    assert gh6["err_cov"] < gh3["err_cov"]
+    rows = [{"N": n, "err_cov": 1.0 / np.sqrt(n), "time_s": 1e-6 * n**2} for n in (100, 400)]
+    text = bench_particles._extrapolate(rows, "err_cov", 1e-3, 2)
+    assert text.startswith("1e+06 s") and "N ≈ 1e+06" in text, text  # N = 10⁶: (10⁶/400)² × 0.16 s
