@@ -336,16 +336,19 @@ def test_chebyshev_1d_matches_direct(kind):
     assert np.abs(V - ref).max() <= bound, (np.abs(V - ref).max(), bound)
 
 
+@pytest.mark.parametrize("forward", [False, True])
 @pytest.mark.parametrize("kind", ["gaussian", "narrow", "two_points", "dg1_points", "wide_exponent"])
-def test_chebyshev_vjp_1d_matches_direct(kind):
+def test_chebyshev_vjp_1d_matches_direct(kind, forward):
     """d = 1: the VJP by Chebyshev interpolation in s = a x (tokens.chebyshev) equals the direct sums.
 
     Bound per y, from the stopping rule: the interpolant of σ ↦ P(σ, y) = e^{σ y − Λ(σ)} errs by its tail,
     ≤ 2·4·tol·max_σ P(σ, y) (geometric decay past three coefficients below tol of the largest, |c_l| ≤ 2 max P),
     plus the round-off η of the node values times the Lebesgue constant (< 5 for degree ≤ 512); the direct
-    sums carry η too. Each source j = (k, x) weighs |c_k ξ(x)| |y − m_j|.
+    sums carry η too. Each source j = (k, x) weighs |c_k ξ(x)| |y − m_j|. With ``forward`` the kernel's
+    coefficients come from the forward's interpolant (``tilted_interpolant(..., kernel=True)``, the taped path
+    of the adjoint), converged by the same rule.
     """
-    from mfpde.tokens.attention import tilted_mean_1d, velocity_vjp
+    from mfpde.tokens.attention import tilted_interpolant, tilted_mean_1d, velocity_vjp
     from mfpde.tokens.chebyshev import velocity_vjp_1d
 
     rng = np.random.default_rng(7)
@@ -362,7 +365,16 @@ def test_chebyshev_vjp_1d_matches_direct(kind):
     w /= w.sum()
     heads = HeadMeasure(np.linspace(-2.0, 2.0, 25), rng.standard_normal(25))
     xi = rng.standard_normal((len(x), 1))
-    res = velocity_vjp_1d(x[:, None], y[:, None], w, heads, xi)
+    interp = None
+    if forward:
+        s_all = np.outer(heads.a, x)
+        interp = tilted_interpolant(float(s_all.min()), float(s_all.max()), y, w, kernel=True)
+        if interp is None or interp.kernel_coef is None:
+            assert kind in ("wide_exponent", "two_points"), "the forward's interpolant declined a case it must take"
+            return
+        res = velocity_vjp_1d(x[:, None], y[:, None], w, heads, xi, m=interp(s_all), interp=interp)
+    else:
+        res = velocity_vjp_1d(x[:, None], y[:, None], w, heads, xi)
     if kind in ("wide_exponent", "two_points") and res is None:
         # exponents to 3200, or a logistic of slope 4 in s (two atoms 4 apart): the forward's interpolant
         # (tilted_mean_1d) declines these too, and both use the direct sums

@@ -32,11 +32,13 @@ Inputs are non-dimensional. No dolfinx here: the solvers hand in points and weig
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+import scipy.fft
 
 Array = npt.NDArray[np.float64]
 
@@ -147,13 +149,127 @@ def _negligible(heads: HeadMeasure) -> npt.NDArray[np.bool_]:
     return np.abs(heads.c) <= 1e-16 * np.abs(heads.c).sum()
 
 
+#: The Chebyshev degrees tried, doubling, by the d = 1 interpolants (forward and VJP).
+CHEBYSHEV_DEGREES = (16, 32, 64, 128, 256, 512)
+
+
+@functools.cache
+def _dct_matrix(n: int) -> Array:
+    """The DCT-I map from values at the n + 1 Chebyshev points cos(πl/n) to Chebyshev coefficients."""
+    k = np.arange(n + 1)
+    D = np.cos(np.pi * np.outer(k, k) / n) * (2.0 / n)
+    D[:, [0, -1]] *= 0.5
+    D[[0, -1]] *= 0.5
+    return D
+
+
+def chebyshev_coefficients(values: Array, n: int) -> Array:
+    """Chebyshev coefficients, shape (n + 1, R), of the columns of ``values`` at cos(πl/n), shape (n + 1, R).
+
+    The DCT-I (Trefethen, *Approximation Theory and Approximation Practice*, SIAM 2013, ch. 3): a dense product
+    for n ≤ 64 (one BLAS call, faster than an FFT of that length along the first axis), :mod:`scipy.fft` beyond.
+    """
+    if n <= 64:
+        return _dct_matrix(n) @ values
+    coef = scipy.fft.dct(values, type=1, axis=0) / n
+    coef[[0, -1]] *= 0.5
+    return coef
+
+
+def tilted_kernel(lo: float, hi: float, n: int, y: Array, w: Array, rows: slice = slice(None)
+                  ) -> tuple[Array, Array, Array]:
+    """The softmax kernel of μ = Σ w_y δ_y (d = 1) at the n + 1 Chebyshev points σ_l of [lo, hi].
+
+    Args:
+        lo: the interval's lower end.
+        hi: the interval's upper end.
+        n: the degree.
+        y: support of μ, shape (N_y,).
+        w: weights of μ, shape (N_y,).
+        rows: the points wanted (e.g. ``slice(1, None, 2)``: the points that degree n adds to degree n/2).
+
+    Returns:
+        (σ, Q, Z̃): the nodes σ_l = (lo + hi)/2 + (hi − lo)/2 cos(πl/n), shape (n + 1,) (or the rows asked for);
+        Q = e^{σ_l y − s_l} with s_l = max over the support of σ_l y + log w_y, capped at e^{700} (reached only
+        off the support), shape (len(σ), N_y); and Z̃ = Σ_y w_y Q ∈ [1, N_y]. The kernel P(σ, y) = e^{σy − Λ(σ)}
+        is Q / Z̃.
+    """
+    sup = w > 0
+    nodes = (0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n))[rows]
+    shift = (nodes[:, None] * y[sup][None, :] + np.log(w[sup])[None, :]).max(axis=1)
+    Q = np.exp(np.minimum(nodes[:, None] * y[None, :] - shift[:, None], 700.0))
+    return nodes, Q, Q[:, sup] @ w[sup]
+
+
+@dataclass(frozen=True)
+class TiltedInterpolant:
+    """f(σ) = Σ_y w_y y e^{σy} / Σ_y w_y e^{σy} on [lo, hi] (d = 1) by its Chebyshev series.
+
+    Attributes:
+        lo, hi: the interval in σ = a x.
+        n: the degree.
+        coef: the Chebyshev coefficients of f, shape (n + 1,).
+        kernel_coef: the Chebyshev coefficients c_i(y) of σ ↦ P(σ, y) = e^{σy − Λ(σ)} for every y, shape
+            (n + 1, N_y), converged by the VJP's rule (:mod:`mfpde.tokens.chebyshev`), if asked for; what the
+            reverse pass needs, so it computes no exponential.
+    """
+
+    lo: float
+    hi: float
+    n: int
+    coef: Array
+    kernel_coef: Array | None = None
+
+    def __call__(self, s: Array) -> Array:
+        """F at s (any shape, inside [lo, hi]), by Clenshaw's recurrence."""
+        t = np.clip((2.0 * s - (self.lo + self.hi)) / (self.hi - self.lo), -1.0, 1.0)
+        return np.asarray(np.polynomial.chebyshev.chebval(t, self.coef), dtype=np.float64)
+
+
+def kernel_converged(coef: Array, tol: float) -> bool:
+    """The stopping rule of the kernel's series: for every y the last three |c_i(y)| ≤ tol · max_i |c_i(y)|."""
+    return bool(np.all(np.abs(coef[-3:]).max(axis=0) <= tol * np.abs(coef).max(axis=0)))
+
+
+def tilted_interpolant(lo: float, hi: float, y: Array, w: Array, tol: float = 1e-14, max_degree: int = 512,
+                       kernel: bool = False) -> TiltedInterpolant | None:
+    """The Chebyshev interpolant of f = (log Z)' on [lo, hi] (hi > lo), or None if ``max_degree`` is not enough.
+
+    f is analytic, so its series converges geometrically; the degree is doubled from 16 until the last three
+    coefficients fall below ``tol`` times max |y| (the points are nested: each doubling computes only the new
+    ones). Cost: (degree + 1) N_y exponentials. With ``kernel`` the
+    degree is raised until the kernel's series converges too (:func:`kernel_converged`) and its coefficients
+    are kept (``kernel_coef``); where ``max_degree`` does not allow that, the interpolant of f alone.
+    """
+    sup = w > 0
+    wy = w[sup] * y[sup]
+    scale = max(float(np.abs(y).max()), 1e-300)
+    f_only = None
+    Q, Zt = np.empty((0, len(y))), np.empty(0)
+    for n in (d for d in CHEBYSHEV_DEGREES if d <= max_degree):
+        # The points of degree n/2 are the even points of degree n: only the odd ones are new.
+        if len(Zt):
+            _, Q_odd, Zt_odd = tilted_kernel(lo, hi, n, y, w, slice(1, None, 2))
+            Q = np.stack([Q, np.vstack([Q_odd, np.zeros((1, len(y)))])], axis=1).reshape(-1, len(y))[: n + 1]
+            Zt = np.stack([Zt, np.append(Zt_odd, 0.0)], axis=1).ravel()[: n + 1]
+        else:
+            _, Q, Zt = tilted_kernel(lo, hi, n, y, w)
+        coef = chebyshev_coefficients(((Q[:, sup] @ wy) / Zt)[:, None], n)[:, 0]
+        if np.abs(coef[-3:]).max() <= tol * scale:
+            if not kernel:
+                return TiltedInterpolant(lo, hi, n, coef)
+            kcoef = chebyshev_coefficients(Q / Zt[:, None], n)
+            if kernel_converged(kcoef, tol):
+                return TiltedInterpolant(lo, hi, n, coef, kcoef)
+            f_only = f_only or TiltedInterpolant(lo, hi, n, coef)
+    return f_only
+
+
 def tilted_mean_1d(s: Array, y: Array, w: Array, tol: float = 1e-14) -> Array | None:
     """f(s) = Σ_y w_y y e^{s y} / Σ_y w_y e^{s y} (d = 1) at many s, by Chebyshev interpolation in s.
 
     In d = 1, m_a(x) = f(a x): one smooth function of the product s = a x serves every head and every
-    point. f = (log Z)' is analytic, so its Chebyshev series (``numpy.polynomial.Chebyshev.interpolate``)
-    converges geometrically; the degree is doubled from 16 until the last three coefficients fall below
-    ``tol`` times the largest. Cost: (degree + 1) N_y exponentials instead of N_s N_y.
+    point (:func:`tilted_interpolant`). Cost: (degree + 1) N_y exponentials instead of N_s N_y.
 
     Args:
         s: evaluation points, any shape.
@@ -162,23 +278,14 @@ def tilted_mean_1d(s: Array, y: Array, w: Array, tol: float = 1e-14) -> Array | 
         tol: the tail tolerance, relative to max |y|.
 
     Returns:
-        f(s) with the shape of s, or None if degree 512 does not reach ``tol`` (use the direct path).
+        f(s) with the shape of s, or None if degree 512 does not reach ``tol`` or the interpolation would
+        not save work over the direct sums (use the direct path).
     """
     lo, hi = float(s.min()), float(s.max())
     if hi - lo < 1e-12:
         return np.full(s.shape, softmax_moments_direct(np.array([[lo]]), y[:, None], w, 1.0)[1][0, 0])
-
-    def f(t: Array) -> Array:
-        return softmax_moments_direct(t[:, None], y[:, None], w, 1.0)[1][:, 0]
-
-    scale = max(float(np.abs(y).max()), 1e-300)
-    for deg in (16, 32, 64, 128, 256, 512):
-        if (deg + 1) * 4 > s.size:  # no saving over the direct sums
-            return None
-        cheb = np.polynomial.Chebyshev.interpolate(f, deg, domain=[lo, hi])
-        if np.abs(cheb.coef[-3:]).max() <= tol * scale:
-            return cheb(s)
-    return None
+    interp = tilted_interpolant(lo, hi, y, w, tol, max_degree=s.size // 4 - 1)
+    return None if interp is None else interp(s)
 
 
 def velocity(x: Array, y: Array, w: Array, heads: HeadMeasure) -> Array:

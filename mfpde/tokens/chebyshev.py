@@ -24,21 +24,23 @@ reach it, the caller uses the direct path.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import numpy.typing as npt
-import scipy.fft
 
-from mfpde.tokens.attention import HeadMeasure, softmax_moments_direct, tilted_mean_1d
+from mfpde.tokens.attention import (
+    CHEBYSHEV_DEGREES,
+    HeadMeasure,
+    TiltedInterpolant,
+    chebyshev_coefficients,
+    kernel_converged,
+    softmax_moments_direct,
+    tilted_kernel,
+    tilted_mean_1d,
+)
 
 __all__ = ["velocity_vjp_1d"]
 
 Array = npt.NDArray[np.float64]
-
-#: Degrees tried, doubling (the forward's :func:`tilted_mean_1d` uses the same ladder).
-_DEGREES = (16, 32, 64, 128, 256, 512)
-
 
 def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
     """Σ_j weights[r, j] T_i(t_j) for i = 0..n, shape (n + 1, R), by the three-term recurrence (|t| ≤ 1)."""
@@ -54,31 +56,9 @@ def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
     return out
 
 
-@functools.cache
-def _dct_matrix(n: int) -> Array:
-    """The DCT-I map from values at the n + 1 Chebyshev points cos(πl/n) to Chebyshev coefficients."""
-    k = np.arange(n + 1)
-    D = np.cos(np.pi * np.outer(k, k) / n) * (2.0 / n)
-    D[:, [0, -1]] *= 0.5
-    D[[0, -1]] *= 0.5
-    return D
-
-
-def _values_to_coefficients(P: Array, n: int) -> Array:
-    """Chebyshev coefficients, shape (n + 1, R), of the columns of P (values at cos(πl/n), shape (n + 1, R)).
-
-    A dense product for n ≤ 64 (one BLAS call, faster than an FFT of that length along the first axis),
-    the DCT-I of :mod:`scipy.fft` beyond.
-    """
-    if n <= 64:
-        return _dct_matrix(n) @ P
-    coef = scipy.fft.dct(P, type=1, axis=0) / n
-    coef[[0, -1]] *= 0.5
-    return coef
-
-
 def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
-                    tol: float = 1e-14, start: int = 16, m: Array | None = None) -> tuple[Array, Array, int] | None:
+                    tol: float = 1e-14, start: int = 16, m: Array | None = None,
+                    interp: TiltedInterpolant | None = None) -> tuple[Array, Array, int] | None:
     """:func:`~mfpde.tokens.attention.velocity_vjp` in d = 1 by Chebyshev interpolation in s = a x.
 
     Args:
@@ -92,6 +72,8 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
             this at every stage of every depth step, with a slowly changing μ).
         m: the tilted means m(a_k x) of the forward, shape (N_a, N_x), if it has them; else computed by
             :func:`~mfpde.tokens.attention.tilted_mean_1d`.
+        interp: the forward's interpolant of the same μ on an interval holding every a_k x; if it carries the
+            kernel's converged coefficients (``kernel_coef``), they are used and no exponential is computed.
 
     Returns:
         (g_w, g_c, n): shapes (N_y,) and (N_a,) as the direct path (theory §3.1 (B)), and the degree used;
@@ -108,24 +90,20 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
     gc = m @ cot  # g_c(k) = Σ_x ξ(x) m(a_k x)
     u = (heads.c[:, None] * cot[None, :]).ravel()
     src, msrc = s.ravel(), m.ravel()
-    sup = w > 0
-    ysup, logw = ys[sup], np.log(w[sup])
-    lo, hi = float(src.min()), float(src.max())
+    lo, hi = (interp.lo, interp.hi) if interp is not None else (float(src.min()), float(src.max()))
     if hi - lo < 1e-12:  # one s: no interpolation
         logz = softmax_moments_direct(np.array([[lo]]), y, w, 1.0)[0][0]
         return (ys * u.sum() - u @ msrc) * np.exp(np.minimum(lo * ys - logz, 700.0)), gc, 0
-    for n in (d for d in _DEGREES if d >= min(start, _DEGREES[-1])):
+    t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
+    if interp is not None and interp.kernel_coef is not None:  # the forward converged the kernel's series
+        A, B = _chebyshev_moments(t, np.stack([u, u * msrc]), interp.n).T
+        return ys * (A @ interp.kernel_coef) - B @ interp.kernel_coef, gc, interp.n
+    for n in (d for d in CHEBYSHEV_DEGREES if d >= min(start, CHEBYSHEV_DEGREES[-1])):
         if 2 * (n + 1) > src.size:  # no saving over the direct sums
             return None
-        nodes = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n)
-        # P(σ, y) = Q(σ, y) / Z̃(σ) with Q = e^{σy − s(σ)}, s(σ) = max over the support of σy + log w_y, and
-        # Z̃ = Σ_y w_y Q(σ, y) = e^{Λ(σ) − s(σ)} ∈ [1, N_y]: one exponential per (node, y), no overflow.
-        shift = (nodes[:, None] * ysup[None, :] + logw[None, :]).max(axis=1)
-        Q = np.exp(np.minimum(nodes[:, None] * ys[None, :] - shift[:, None], 700.0))  # (n + 1, N_y)
-        P = Q / (Q[:, sup] @ w[sup])[:, None]
-        coef = _values_to_coefficients(P, n)  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
-        if np.all(np.abs(coef[-3:]).max(axis=0) <= tol * np.abs(coef).max(axis=0)):
-            t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
+        _, Q, Zt = tilted_kernel(lo, hi, n, ys, w)  # P(σ, y) = e^{σy − Λ(σ)} = Q / Z̃: one exponential per (σ_l, y)
+        coef = chebyshev_coefficients(Q / Zt[:, None], n)  # Chebyshev coefficients c_i(y) (ATAP ch. 3)
+        if kernel_converged(coef, tol):
             A, B = _chebyshev_moments(t, np.stack([u, u * msrc]), n).T
             return ys * (A @ coef) - B @ coef, gc, n
     return None

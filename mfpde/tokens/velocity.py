@@ -17,7 +17,14 @@ import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, tilted_mean_1d, velocity_vjp
+from mfpde.tokens.attention import (
+    HeadMeasure,
+    TensorGrid,
+    TiltedInterpolant,
+    softmax_moments_direct,
+    tilted_interpolant,
+    velocity_vjp,
+)
 from mfpde.tokens.chebyshev import velocity_vjp_1d
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.separable import SeparableFactors, TensorSoftmax
@@ -87,9 +94,14 @@ class VelocityOperator:
             lin.tensor = TensorSoftmax(self.grid, self.quad.grid_axes, self.quad.grid(wts), a, self._factors(a))
             vals = lin.tensor.velocity(c)[self.index]
         else:
-            f = tilted_mean_1d(np.outer(a, self.x[:, 0]), self.quad.points[:, 0], wts) if self.d == 1 else None
-            if f is not None:  # d = 1: Chebyshev in s = a x
-                lin.m = f[..., None]
+            s = np.outer(a, self.x[:, 0]) if self.d == 1 else None
+            interp = None
+            if s is not None and float(s.max()) - float(s.min()) >= 1e-12:  # d = 1: Chebyshev in s = a x
+                interp = tilted_interpolant(float(s.min()), float(s.max()), self.quad.points[:, 0], wts,
+                                            max_degree=s.size // 4 - 1, kernel=linearize)
+            if interp is not None:
+                assert s is not None
+                lin.m, lin.interp = interp(s)[..., None], interp
             else:
                 mom = [softmax_moments_direct(self.x, self.quad.points, wts, ak) for ak in a]
                 lin.logz, lin.m = np.stack([lz for lz, _ in mom]), np.stack([mk for _, mk in mom])
@@ -154,7 +166,7 @@ class VelocityOperator:
             # Each rank's sum over its own vertices, by whichever path suits them (a rank with few vertices
             # declines the interpolation): the choice is local, and every rank then joins the same reduction.
             res = velocity_vjp_1d(self.x_owned, self.quad.points, wts, heads, xi_own, start=self._vjp_degree,
-                                  m=lin.m[:, :n, 0])
+                                  m=lin.m[:, :n, 0], interp=lin.interp)
         if res is not None:
             self._vjp_degree = max(res[2], 16)
             gw, gc = res[0], res[1]
@@ -176,6 +188,7 @@ class VelocityLinearization:
         tensor: the separable softmax factors (d = 2 tensor grids).
         m: the tilted means at the local vertices, shape (N_a, n_local, d) (other paths).
         logz: log Z at the local vertices, shape (N_a, n_local) (direct sums only).
+        interp: the d = 1 Chebyshev interpolant in s = a x with the kernel's coefficients (Chebyshev path only).
     """
 
     wts: Array
@@ -184,9 +197,11 @@ class VelocityLinearization:
     tensor: TensorSoftmax | None = None
     m: Array | None = None
     logz: Array | None = None
+    interp: TiltedInterpolant | None = None
 
     @property
     def nbytes(self) -> int:
         """Memory held, in bytes."""
-        arrays = [self.wts, self.field, self.m, self.logz]
+        arrays = [self.wts, self.field, self.m, self.logz] + (
+            [self.interp.coef, self.interp.kernel_coef] if self.interp is not None else [])
         return sum(a.nbytes for a in arrays if a is not None) + (self.tensor.nbytes if self.tensor is not None else 0)
