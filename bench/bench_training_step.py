@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -97,10 +98,16 @@ def measure(case: str, repeat: int, extra: tuple[str, ...] = ()) -> dict:
         for _ in range(repeat):
             t_fwd = min(t_fwd, timed(forward))
             t_grad = min(t_grad, timed(lambda: pb.gradient(heads)))
+        tracemalloc.start()  # peak of the numpy arrays (the tape included) during one gradient
+        pb.gradient(heads)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    dofs = tokens.W.dofmap.index_map.size_global
     return {"case": case, "mfpde": str(Path(mfpde.__file__).parent), "samples": len(train),
             "n_a": len(heads[0].a), "setup_s": setup, "first_gradient_s": first, "forward_s": t_fwd,
             "gradient_s": t_grad, "ratio": t_grad / t_fwd, "images_per_s": len(train) / t_grad,
-            "dR_dc": [float(x) for x in g.D[0]], "risk": g.risk}
+            "dR_dc": [float(x) for x in g.D[0]], "risk": g.risk, "peak_numpy_bytes": peak,
+            "token_dofs": dofs, "peak_bytes_per_dof": peak / dofs}
 
 
 def _run(tree: Path, case: str, repeat: int) -> dict:
@@ -146,9 +153,9 @@ def main() -> None:
         finally:
             if base is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True)
-    print(f"\n| case | samples | N_a | forward (s) | gradient (s) | gradient / forward | images/s "
-          f"| before: gradient (s), gradient / forward ({args.baseline}) | speed-up | ∂R/∂c agree to |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"\n| case | samples | N_a | forward (s) | gradient (s) | gradient / forward | images/s | peak numpy MB "
+          f"(per token dof) | before: gradient (s), gradient / forward ({args.baseline}) | speed-up | ∂R/∂c agree to |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         n = r["now"]
         b = r.get("before")
@@ -156,7 +163,8 @@ def main() -> None:
         speed = f"**{r['speedup']:.1f}×**" if b else "—"
         agree = f"{r['max_rel_diff_dR_dc']:.1e}" if b else "—"
         print(f"| {r['case']} | {n['samples']} | {n['n_a']} | {n['forward_s']:.3f} | {n['gradient_s']:.3f} | "
-              f"**{n['ratio']:.2f}** | {n['images_per_s']:.1f} | {before} | {speed} | {agree} |")
+              f"**{n['ratio']:.2f}** | {n['images_per_s']:.1f} | {n['peak_numpy_bytes'] / 1e6:.0f} "
+              f"({n['peak_bytes_per_dof'] / 1e3:.0f} kB) | {before} | {speed} | {agree} |")
     out = ROOT / "out" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "training_step.json").write_text(json.dumps(rows, indent=2))

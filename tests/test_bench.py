@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import bench_langevin  # noqa: E402
 import bench_particles  # noqa: E402
 import bench_training_step  # noqa: E402
 
@@ -36,3 +37,13 @@ def test_bench_particles_shrunk():
     rows = [{"N": n, "err_cov": 1.0 / np.sqrt(n), "time_s": 1e-6 * n**2} for n in (100, 400)]
     text = bench_particles._extrapolate(rows, "err_cov", 1e-3, 2)
     assert text.startswith("1e+06 s") and "N ≈ 1e+06" in text, text  # N = 10⁶: (10⁶/400)² × 0.16 s
+
+
+def test_bench_langevin_shrunk(tmp_path, monkeypatch):
+    """The Langevin heads approach the exact training law of theory §6.2 as H grows; the PDE run finishes."""
+    monkeypatch.chdir(tmp_path)
+    few, many = bench_langevin.langevin(0.25, 10, seeds=2), bench_langevin.langevin(0.25, 10000, seeds=2)
+    assert many["err"] < few["err"], (few, many)
+    row = bench_langevin.pde(0.5, 20, 40)
+    assert np.isfinite(row["err"]) and row["err"] < 0.1, row
+    assert bench_langevin.per_head_cost() > 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import dolfinx.fem
+import dolfinx.fem.petsc
 import dolfinx.io
 import numpy as np
 import numpy.typing as npt
@@ -154,7 +155,8 @@ def ntk_gram(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], heads: list[He
     """The mean-field NTK Gram matrix K_ρ[i, j] = Σ_ℓ ∫ ∇_θ δŷ^i/δρ^ℓ · ∇_θ δŷ^j/δρ^ℓ dρ^ℓ (theory §5.5).
 
     δŷ^i/δρ(θ) = v(θ) ∂ŷ^i/∂c(a(θ)) comes from the discrete adjoint of each sample; its θ-gradient is
-    that of the P1 interpolant on Θ, and the integral is assembled exactly for P1 ρ.
+    that of the P1 interpolant on Θ, and the integral is assembled exactly for P1 ρ: K = Fᵀ A_ρ F with the
+    weighted stiffness matrix A_ρ = ∫ ρ ∇φ_p·∇φ_q dθ (one form compiled, one matrix per block).
 
     Args:
         theta: the Θ space.
@@ -167,16 +169,24 @@ def ntk_gram(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], heads: list[He
     """
     n = Dy[0].shape[0] if Dy else 0
     K = np.zeros((n, n))
-    comm = theta.comm
+    u, v = ufl.TrialFunction(theta.V), ufl.TestFunction(theta.V)
     for k, rho in enumerate(rhos):
-        fs = []
+        # K^ℓ = Fᵀ A_ρ F with A_ρ = ∫ ρ ∇φ_p·∇φ_q assembled once (one form, one matrix), F the δŷ^i/δρ^ℓ values
+        A = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(rho * ufl.inner(ufl.grad(u), ufl.grad(v)) * ufl.dx))
+        A.assemble()
+        fs, Afs = [], []
         for i in range(n):
             f = dolfinx.fem.Function(theta.V)
             f.x.array[:] = first_variation_values(theta.family, heads[k], Dy[k][i], theta.x)
+            Af = A.createVecLeft()
+            A.mult(f.x.petsc_vec, Af)
             fs.append(f)
+            Afs.append(Af)
         for i in range(n):
             for j in range(i, n):
-                form = dolfinx.fem.form(rho * ufl.inner(ufl.grad(fs[i]), ufl.grad(fs[j])) * ufl.dx)
-                K[i, j] += comm.allreduce(dolfinx.fem.assemble_scalar(form), op=MPI.SUM)
+                K[i, j] += fs[j].x.petsc_vec.dot(Afs[i])  # a collective PETSc dot: the same on every rank
                 K[j, i] = K[i, j]
+        for Af in Afs:
+            Af.destroy()
+        A.destroy()
     return K
