@@ -100,7 +100,6 @@ class TensorSoftmax:
     Attributes:
         separable: which heads took the separable path, shape (N_a,) (the others: direct sums).
         m: the tilted means m_k(x), shape (N_a, *xg.shape, d).
-        logz: log Z_k(x) = log Σ_y W_y e^{a_k x·y}, shape (N_a, *xg.shape).
     """
 
     def __init__(self, xg: TensorGrid, yg: TensorGrid, W: Array, a: Array,
@@ -121,9 +120,11 @@ class TensorSoftmax:
             shifts.append(shift)
         self.separable = sep = rng <= _TENSOR_RANGE_MAX
         self._E = tuple(E) if sep.all() else tuple(e[sep] for e in E)
+        self._shared = factors is not None and sep.all()  # the factors belong to the cache, not to this object
+        self._shifts = shifts
         xshape = xg.shape
         self.m = np.empty((len(a), *xshape, d))
-        self.logz = np.empty((len(a), *xshape))
+        self._logz_direct: dict[int, Array] = {}
         self._z = np.empty((int(sep.sum()), *xshape))  # Z̃ = Z e^{−Σ_j s_j}, separable heads
         if sep.any():
             y = [W * (ax.reshape((-1,) + (1,) * (d - 1 - j)) if d == 2 else ax)  # W y_j on the grid
@@ -131,18 +132,29 @@ class TensorSoftmax:
             num = self._apply(np.stack([W, *y])[None])  # (N_sep, 1 + d, *xshape)
             self._z = num[:, 0]
             self.m[sep] = np.moveaxis(num[:, 1:] / self._z[:, None], 1, -1)
-            logz = np.log(self._z)
-            for j, s in enumerate(shifts):
-                logz += s[sep].reshape((-1,) + tuple(len(xg.axes[i]) if i == j else 1 for i in range(d)))
-            self.logz[sep] = logz
         for k in np.flatnonzero(~sep):
             lz, mk = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), float(a[k]))
-            self.logz[k], self.m[k] = lz.reshape(xshape), mk.reshape(*xshape, d)
+            self._logz_direct[int(k)], self.m[k] = lz.reshape(xshape), mk.reshape(*xshape, d)
+
+    @property
+    def logz(self) -> Array:
+        """Log Z_k(x) = log Σ_y W_y e^{a_k x·y}, shape (N_a, *xg.shape) (computed when asked: the VJP needs Z̃)."""
+        d, sep = len(self.yg.axes), self.separable
+        out = np.empty((len(self.a), *self.xg.shape))
+        if sep.any():
+            logz = np.log(self._z)
+            for j, s in enumerate(self._shifts):
+                logz += s[sep].reshape((-1,) + tuple(len(self.xg.axes[i]) if i == j else 1 for i in range(d)))
+            out[sep] = logz
+        for k, lz in self._logz_direct.items():
+            out[k] = lz
+        return out
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the factors, means and normalisations, in bytes."""
-        return sum(e.nbytes for e in self._E) + self.m.nbytes + self.logz.nbytes + self._z.nbytes
+        """Memory held by this object (the shared factors of a :class:`SeparableFactors` not counted), in bytes."""
+        own = 0 if self._shared else sum(e.nbytes for e in self._E)
+        return own + self.m.nbytes + self._z.nbytes + sum(v.nbytes for v in self._logz_direct.values())
 
     def _apply(self, F: Array) -> Array:
         """E₁ F E₂ᵀ per separable head: F of shape (N_sep or 1, r, n₁(, n₂)) → (N_sep, r, m₁(, m₂))."""
