@@ -398,3 +398,35 @@ def test_chebyshev_vjp_1d_matches_direct(kind, forward):
     # g_c = Σ_x ξ m(a_k x): m by the forward's interpolant (test_chebyshev_1d_matches_direct's bound)
     err_m = (4 * 1e-14 + 6 * (2 * eta + gamma(len(y)))) * float(np.abs(y).max())
     assert np.allclose(gc, gc_d, rtol=0, atol=float(np.abs(xi).sum()) * err_m)
+
+
+@pytest.mark.parametrize("half_width,var,floor,declined", [(3.0, 0.5, 1e-3, False), (12.0, 0.02, 0.0, True)])
+def test_velocity_operator_tensor_paths(half_width, var, floor, declined):
+    """VelocityOperator on a box (d = 2): with factors built once for the whole box (small exponent range), and
+    with shifts over the support of μ where the range over the box is too large (1.5·12·24 per axis) but the
+    range over the support of a narrow μ is not: both equal the direct sums at the owned vertices, to the
+    softmax round-off (bound as in test_tensor_equals_direct)."""
+    import dolfinx.fem
+
+    from mfpde.mesh import box
+    from mfpde.tokens.transport import TokenTransport
+
+    L = half_width
+    tt = TokenTransport(box(MPI.COMM_WORLD, [[-L, L]] * 2, [10, 10]), degree=0)
+    u = dolfinx.fem.Function(tt.W)
+    u.interpolate(lambda x: np.exp(-((x[0] - 0.3) ** 2 + (x[1] + 0.2) ** 2) / (2 * var)) + floor)
+    heads = HeadMeasure(np.array([-1.5, 0.5, 1.5]), np.array([0.3, -0.4, 0.2]))
+    vel = tt.velocity
+    for _ in range(2):  # the second update takes the factors from the cache (or skips them, declined)
+        vel.update(u, heads, linearize=True)
+    assert (vel._factor_declined != b"") == declined and (vel._factor_cache is None) == declined
+    lin = vel.linearization
+    assert lin is not None and lin.tensor is not None and lin.tensor.separable.all()  # no direct fallback
+    n = vel.n_owned
+    wts = tt.quad.gather(u)
+    ref = velocity(vel.x_owned, tt.quad.points, wts, heads)
+    got = vel.field.x.array[: 2 * n].reshape(-1, 2)
+    ys = tt.quad.points[wts > 0]
+    E = 1.5 * float(np.max(np.abs(vel.x_owned @ ys.T))) + float(np.max(np.abs(np.log(wts[wts > 0]))))
+    tol = 0.9 * 2 * (2 * softmax_error(E, len(ys), 2) + gamma(len(ys))) * float(np.abs(ys).max())
+    assert np.allclose(got, ref, rtol=0, atol=tol), float(np.abs(got - ref).max() / tol)

@@ -69,6 +69,7 @@ class VelocityOperator:
         self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
         self._lin: VelocityLinearization | None = None
         self._factor_cache: SeparableFactors | None = None
+        self._factor_declined = b""  # the heads (a.tobytes()) whose whole-box exponent range was too large
 
     def update(self, u: dolfinx.fem.Function, heads: HeadMeasure, linearize: bool = False) -> None:
         """Set :attr:`field` to V[μ; ρ] at the vertices, for μ = u (theory §1.3 (F)). Collective.
@@ -114,9 +115,11 @@ class VelocityOperator:
         """The μ-independent separable factors of the heads a, built once per set of heads and kept."""
         assert self.grid is not None and self.quad.grid_axes is not None
         f = self._factor_cache.take(a) if self._factor_cache is not None else None
-        if f is None:
+        if f is None and a.tobytes() != self._factor_declined:
             f = SeparableFactors.build(self.grid, self.quad.grid_axes, a)
-            if f is not None and (self._factor_cache is None or len(a) >= len(self._factor_cache.a)):
+            if f is None:  # the exponent range over the box is too large: per-μ shifts, do not ask again
+                self._factor_declined = a.tobytes()
+            elif self._factor_cache is None or len(a) >= len(self._factor_cache.a):
                 self._factor_cache = f
         return f
 
