@@ -26,6 +26,7 @@ from mfpde.tokens.attention import (
     velocity_vjp,
 )
 from mfpde.tokens.chebyshev import velocity_vjp_1d
+from mfpde.tokens.interpolated import InterpolatedSoftmax
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.separable import SeparableFactors, TensorSoftmax
 
@@ -66,6 +67,14 @@ class VelocityOperator:
                 self.index = tuple(idx)
         self.n_owned = self.P.dofmap.index_map.size_local
         self.x_owned = x[: self.n_owned].reshape(-1, d)
+        # Unstructured d = 2: the bounding box of the whole mesh and its vertex count, the same on every rank
+        # (the interpolation grid must not depend on the partition).
+        lo = x.min(axis=0) if len(x) else np.full(d, np.inf)
+        hi = x.max(axis=0) if len(x) else np.full(d, -np.inf)
+        self.comm.Allreduce(MPI.IN_PLACE, lo, op=MPI.MIN)
+        self.comm.Allreduce(MPI.IN_PLACE, hi, op=MPI.MAX)
+        self._box = np.stack([lo, hi], axis=1)
+        self._n_vertices = self.comm.allreduce(self.n_owned, op=MPI.SUM)
         self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
         self._lin: VelocityLinearization | None = None
         self._factor_cache: SeparableFactors | None = None
@@ -95,21 +104,40 @@ class VelocityOperator:
             lin.tensor = TensorSoftmax(self.grid, self.quad.grid_axes, self.quad.grid(wts), a, self._factors(a))
             vals = lin.tensor.velocity(c)[self.index]
         else:
-            s = np.outer(a, self.x[:, 0]) if self.d == 1 else None
-            interp = None
-            if s is not None and float(s.max()) - float(s.min()) >= 1e-12:  # d = 1: Chebyshev in s = a x
-                interp = tilted_interpolant(float(s.min()), float(s.max()), self.quad.points[:, 0], wts,
-                                            max_degree=s.size // 4 - 1, kernel=linearize)
-            if interp is not None:
-                assert s is not None
-                lin.m, lin.interp = interp(s)[..., None], interp
-            else:
+            fast = (self._chebyshev_1d if self.d == 1 else self._interpolated)(lin, wts, a, c, linearize)
+            if fast is None:  # the direct log-domain sums
                 mom = [softmax_moments_direct(self.x, self.quad.points, wts, ak) for ak in a]
                 lin.logz, lin.m = np.stack([lz for lz, _ in mom]), np.stack([mk for _, mk in mom])
-            vals = np.tensordot(c, lin.m, axes=1)
+                fast = np.tensordot(c, lin.m, axes=1)
+            vals = fast
         self.field.x.array[:] = vals.reshape(-1, self.d).ravel()
         if linearize:
             self._lin = replace(lin, field=np.array(self.field.x.array, dtype=np.float64))
+
+    def _chebyshev_1d(self, lin: VelocityLinearization, wts: Array, a: Array, c: Array, linearize: bool
+                      ) -> Array | None:
+        """In d = 1, the velocity by Chebyshev interpolation in s = a x (None where it would not pay or converge)."""
+        s = np.outer(a, self.x[:, 0])
+        if float(s.max()) - float(s.min()) < 1e-12:
+            return None
+        interp = tilted_interpolant(float(s.min()), float(s.max()), self.quad.points[:, 0], wts,
+                                    max_degree=s.size // 4 - 1, kernel=linearize)
+        if interp is None:
+            return None
+        lin.m, lin.interp = interp(s)[..., None], interp
+        return np.tensordot(c, lin.m, axes=1)
+
+    def _interpolated(self, lin: VelocityLinearization, wts: Array, a: Array, c: Array, linearize: bool
+                      ) -> Array | None:
+        """Unstructured d = 2: the velocity interpolated from a Chebyshev grid of the mesh's bounding box.
+
+        :mod:`mfpde.tokens.interpolated`; None where the grid does not converge or would not pay.
+        """
+        S = InterpolatedSoftmax(self._box, self.quad.points, wts, a, max_points=4 * self._n_vertices)
+        if not S.ok:
+            return None
+        lin.interp2d = S
+        return S.velocity(self.x, c)
 
     def _factors(self, a: Array) -> SeparableFactors | None:
         """The μ-independent separable factors of the heads a, built once per set of heads and kept."""
@@ -162,6 +190,19 @@ class VelocityOperator:
             comm.Allreduce(MPI.IN_PLACE, Xi, op=MPI.SUM)
             gW, gc = lin.tensor.vjp(heads.c, Xi)
             return gW.ravel()[self.quad.flat_index], gc
+        if lin.interp2d is not None:  # the grid heads on the grid (Ξ summed over ranks), the others direct
+            S = lin.interp2d
+            Xi = S.grid_cotangent(self.x_owned, xi_own)
+            comm.Allreduce(MPI.IN_PLACE, Xi, op=MPI.SUM)
+            gw, gc = S.vjp(Xi, heads.c)
+            if len(S.rest):
+                g1, g2 = velocity_vjp(self.x_owned, self.quad.points, wts,
+                                      HeadMeasure(heads.a[S.rest], heads.c[S.rest]), xi_own)
+                g = np.concatenate([g1, g2])
+                comm.Allreduce(MPI.IN_PLACE, g, op=MPI.SUM)
+                gw += g[: len(g1)]
+                gc[S.rest] = g[len(g1):]
+            return gw, gc
         assert lin.m is not None
         moments = (lin.logz[:, :n], lin.m[:, :n]) if lin.logz is not None else None
         res = None
@@ -192,6 +233,7 @@ class VelocityLinearization:
         m: the tilted means at the local vertices, shape (N_a, n_local, d) (other paths).
         logz: log Z at the local vertices, shape (N_a, n_local) (direct sums only).
         interp: the d = 1 Chebyshev interpolant in s = a x with the kernel's coefficients (Chebyshev path only).
+        interp2d: the tilted means on a Chebyshev grid (d = 2, unstructured meshes).
     """
 
     wts: Array
@@ -201,10 +243,12 @@ class VelocityLinearization:
     m: Array | None = None
     logz: Array | None = None
     interp: TiltedInterpolant | None = None
+    interp2d: InterpolatedSoftmax | None = None
 
     @property
     def nbytes(self) -> int:
         """Memory held, in bytes."""
         arrays = [self.wts, self.field, self.m, self.logz] + (
             [self.interp.coef, self.interp.kernel_coef] if self.interp is not None else [])
-        return sum(a.nbytes for a in arrays if a is not None) + (self.tensor.nbytes if self.tensor is not None else 0)
+        return (sum(a.nbytes for a in arrays if a is not None) + (self.tensor.nbytes if self.tensor is not None else 0)
+                + (self.interp2d.nbytes if self.interp2d is not None else 0))
