@@ -110,7 +110,13 @@ class InterpolatedSoftmax:
         self.m_grid = np.moveaxis(num[:, 1:] / self._z[:, None], 1, -1)  # (K, n + 1, n + 1, 2)
 
     def basis(self, x: Array) -> tuple[Array, Array]:
-        """The interpolation matrices B₁, B₂ at the points x (shape (N_x, 2)), each (N_x, n + 1)."""
+        """The interpolation matrices B₁, B₂ at the points x (shape (N_x, 2)), each (N_x, n + 1).
+
+        Raises:
+            ValueError: the grid did not converge (:attr:`ok` is False): use the direct sums.
+        """
+        if not self.ok:
+            raise ValueError("InterpolatedSoftmax: no degree <= 64 converged; use the direct sums")
         t = [(2.0 * x[:, j] - (lo + hi)) / (hi - lo) for j, (lo, hi) in enumerate(self.box)]
         return _basis(np.clip(t[0], -1.0, 1.0), self.n), _basis(np.clip(t[1], -1.0, 1.0), self.n)
 
