@@ -1,0 +1,125 @@
+"""Checks of the single residual layer and of the training law (theory §2, §6.2; verification plan §7 items 2, 6).
+
+* ``shallow_yhat_exact``: ŷ of the shallow model against its closed form m₀ + T m₀ (ā + σ₀² b̄)
+  (:func:`mfpde.exact.shallow_yhat`), for value and scalar heads: DG0 at order 1 in the token cell size,
+  DG1's error (round-off level) reported.
+* ``splitting_order``: ρ_S of Lie and Strang against the exact Gaussian training law of the shallow model
+  (:func:`mfpde.exact.shallow_training_law`, closed form): the error in the mean of ρ_S falls at order 1
+  (Lie) and 2 (Strang) in Δs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpi4py import MPI
+
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.exact import shallow_training_law, shallow_yhat
+from mfpde.training.problem import CoupledProblem
+from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
+from mfpde.verify.registry import Outcome, Series, fit_slope, register
+
+__all__ = ["shallow_yhat_errors", "splitting_errors", "train_steps"]
+
+Array = npt.NDArray[np.float64]
+
+
+def shallow_yhat_errors(family: str, degree: int, cells: list[int], comm: MPI.Comm = MPI.COMM_WORLD) -> list[float]:
+    """max_i |ŷ^i − ŷ^i_exact| / max_i |ŷ^i_exact| of the shallow model, two Gaussian samples, per token mesh.
+
+    The closed form takes ā and b̄ of the reduced head measure of the discrete ρ (an input of the token
+    solve), so the comparison measures the token model alone.
+    """
+    mean = (0.4,) if family == "value" else (0.3, 0.4)
+    errs = []
+    for n in cells:
+        cp = CoupledProblem(gaussian_config(family, 2, (1.0, -0.5), "shallow", token_cells=n, token_degree=degree,
+                                            theta_cells=20, mean=mean), comm)
+        heads = cp.heads()
+        yhat = cp.gradient(heads).yhat
+        h = heads[0]
+        exact = np.array([shallow_yhat(h.abar, h.bbar, M0[i], S0[i], cp.cfg.depth.T) for i in range(2)])
+        errs.append(float(np.abs(yhat - exact).max() / np.abs(exact).max()))
+    return errs
+
+
+@register("shallow_yhat_exact", "§2 (shallow model); §6.2 shallow case", "closed form ŷ = m₀ + T m₀(ā + σ₀² b̄)")
+def check_shallow_yhat(quick: bool) -> Outcome:
+    """DG0 converges at order 1 in h (|slope − 1| < 0.2), for value and scalar heads.
+
+    DG1's error is reported, not judged: it is at round-off level (~1e-12, independent of h) and its
+    round-off bound (softmax error model through the depth step) is not derived yet.
+    """
+    cells = [40, 80, 160]
+    lines, ok, series, worst = [], True, [], 1.0
+    for family in ("value", "scalar"):
+        e0 = shallow_yhat_errors(family, 0, cells)
+        hs = [8.0 / n for n in cells]
+        slope = fit_slope(hs, e0)
+        e1 = shallow_yhat_errors(family, 1, cells[:1])[0]
+        good = abs(slope - 1.0) < 0.2
+        ok &= good
+        worst = slope if abs(slope - 1.0) > abs(worst - 1.0) else worst
+        lines.append(f"{family}: DG0 errors {', '.join(f'{e:.2e}' for e in e0)} slope {slope:.2f}; DG1 {e1:.1e} "
+                     "(not judged)")
+        series.append(Series(hs, e0, "token cell size h", 1.0, slope, f"{family} heads, DG0"))
+    return Outcome(worst, "DG0 |slope − 1| < 0.2", ok, "; ".join(lines), series)
+
+
+def train_steps(cp: CoupledProblem, steps: int, ds: float) -> None:
+    """``steps`` training steps of the config's splitting, as ``mfpde run`` takes them (collective)."""
+    splitting = cp.splitting()
+    for _ in range(steps):
+        heads = cp.heads()
+        cp.state.set_potentials(heads, cp.gradient(heads).D)
+        splitting.step(ds)
+
+
+def rho_moments(cp: CoupledProblem) -> tuple[float, float]:
+    """Mean and variance of ρ (p = 1) from the lumped quadrature (collective)."""
+    th = cp.theta
+    w, x = th.gather(cp.rhos[0]), th.points[:, 0]
+    mean = float(w @ x / w.sum())
+    return mean, float(w @ (x - mean) ** 2 / w.sum())
+
+
+#: The training problem of ``splitting_order``: shallow model, value heads, λ, λ₂, S, ρ₀ = N(0.4, 0.05).
+SPLIT_LAM, SPLIT_LAM2, SPLIT_S = 0.05, 1.0, 1.0
+
+
+def splitting_errors(split: str, dss: list[float], comm: MPI.Comm = MPI.COMM_WORLD, theta_cells: int = 1600
+                     ) -> list[float]:
+    """|mean ρ_S − ā_S| of the shallow value model against the closed-form training law (theory §6.2).
+
+    Tokens DG1 (400 cells; ŷ exact to round-off, see ``shallow_yhat_exact``); Θ = [−2.5, 2.5] with
+    ``theta_cells`` cells, fine enough that the Θ error (first order, the upwind transport of Strang) is
+    below the splitting error at the Δs used.
+    """
+    exact = shallow_training_law(SPLIT_S, 0.4, 0.05, SPLIT_LAM, SPLIT_LAM2, A_FIXED, M0[0], S0[0], 1.0)
+    errs = []
+    for ds in dss:
+        cfg = gaussian_config("value", 1, (1.0,), "shallow", "entropic", SPLIT_LAM, SPLIT_LAM2, ds,
+                              int(round(SPLIT_S / ds)), split, token_cells=400, token_degree=1,
+                              theta_cells=theta_cells, theta_box=2.5)
+        cp = CoupledProblem(cfg, comm)
+        train_steps(cp, cfg.training.steps, ds)
+        errs.append(abs(rho_moments(cp)[0] - float(exact[0])))
+    return errs
+
+
+@register("splitting_order", "§4 (FP); §6.2 training law", "closed-form Gaussian training law (shallow, value heads)")
+def check_splitting_order(quick: bool) -> Outcome:
+    """Fitted order of the error in mean ρ_S: Lie |q − 1| < 0.2, Strang |q − 2| < 0.25 (the value is Strang's)."""
+    dss = [0.5, 0.25, 0.125]
+    series, lines, ok, q2 = [], [], True, math.nan
+    for split, order, tol in (("lie", 1.0, 0.2), ("strang", 2.0, 0.25)):
+        errs = splitting_errors(split, dss)
+        q = fit_slope(dss, errs)
+        ok &= abs(q - order) < tol
+        q2 = q if split == "strang" else q2
+        lines.append(f"{split}: errors {', '.join(f'{e:.2e}' for e in errs)}, order {q:.2f}")
+        series.append(Series(dss, errs, "Δs", order, q, split))
+    return Outcome(q2, "Lie |q − 1| < 0.2, Strang |q − 2| < 0.25", ok, "; ".join(lines), series)
