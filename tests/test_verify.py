@@ -1,0 +1,86 @@
+"""`mfpde verify` and the three holes of issue 11, each a check against an independent reference.
+
+* the adjoint's Taylor test on the direct-sum path (triangles, a gmsh disk) and for DG1;
+* Lie and Strang against the closed-form training law of theory §6.2 (not against the code's own fine run);
+* the shallow model's ŷ against its closed form m₀ + T m₀ (ā + σ₀² b̄).
+
+Each was seen to fail with the bug of the issue planted (see the commit message of this file).
+"""
+
+from __future__ import annotations
+
+import json
+
+from mpi4py import MPI
+
+import numpy as np
+import pytest
+
+from mfpde.cli import main
+from mfpde.verify.adjoint import TAYLOR_CASES, TAYLOR_ORDER, TAYLOR_TOL, taylor_errors
+from mfpde.verify.registry import fit_slope
+from mfpde.verify.shallow import shallow_yhat_errors, splitting_errors
+
+
+@pytest.mark.parametrize("case", list(TAYLOR_CASES))
+def test_adjoint_taylor(case):
+    """|R(ρ+εχ) − R(ρ) − ε⟨δR/δρ, χ⟩| = O(ε²) on every velocity-VJP path (theory §3): slope 2 ± 0.1."""
+    eps, errs, pred = taylor_errors(case)
+    slope = fit_slope(eps, errs)
+    assert abs(pred) > 1e-6, f"{case}: a trivial direction ({pred})"
+    assert abs(slope - TAYLOR_ORDER) < TAYLOR_TOL, f"{case}: Taylor slope {slope:.3f}, remainders {errs}"
+
+
+@pytest.mark.parametrize("family", ["value", "scalar"])
+def test_shallow_yhat_closed_form(family):
+    """ŷ of the single residual layer → m₀ + T m₀ (ā + σ₀² b̄) at order 1 in h (DG0; theory §2, §6.2)."""
+    cells = [40, 80, 160]
+    errs = shallow_yhat_errors(family, 0, cells)
+    slope = fit_slope([8.0 / n for n in cells], errs)
+    assert abs(slope - 1.0) < 0.2, f"{family}: errors {errs}, order {slope:.2f} (expected 1)"
+
+
+@pytest.mark.parametrize(("split", "order", "tol"), [("lie", 1.0, 0.2), ("strang", 2.0, 0.25)])
+def test_splitting_against_exact_law(split, order, tol):
+    """The error of mean ρ_S against the closed-form training law (theory §6.2) falls at the scheme's order."""
+    dss = [0.5, 0.25, 0.125]
+    errs = splitting_errors(split, dss)
+    q = fit_slope(dss, errs)
+    assert abs(q - order) < tol, f"{split}: errors {errs} against the exact law, order {q:.2f} (expected {order})"
+
+
+def _report(out):
+    MPI.COMM_WORLD.Barrier()
+    return json.loads((out / "report.json").read_text())
+
+
+def test_verify_cli_subset(tempdir):
+    """`mfpde verify --quick --only ...`: exit 0, the table's checks in report.json with every field."""
+    names = ["gaussian_exact_d1", "stability_w1_data", "shallow_yhat_exact"]
+    assert main(["verify", "--quick", "--only", *names, "--out", str(tempdir)]) == 0
+    rep = _report(tempdir)
+    assert rep["command"] == "verify" and rep["passed"] is True and rep["comm_size"] == MPI.COMM_WORLD.size
+    assert [c["name"] for c in rep["checks"]] == names
+    for c in rep["checks"]:
+        assert {"name", "value", "threshold", "passed", "detail", "reference"} <= set(c)
+        assert c["passed"] is True and np.isfinite(c["value"]) and c["reference"]
+    assert (tempdir / "plots" / "gaussian_exact_d1.png").exists()
+
+
+def test_verify_unknown_check_is_input_error(tempdir):
+    assert main(["verify", "--only", "no_such_check", "--out", str(tempdir)]) == 2
+
+
+def test_verify_planted_bug_exits_3(tempdir, monkeypatch):
+    """The shallow layer taking 2T instead of T (issue 11's third planted bug): the check fails, exit 3."""
+    import mfpde.training.objective as obj
+
+    orig = obj.solve_shallow
+
+    def twice(tokens, u, heads, T, g=None, tape=None):
+        return orig(tokens, u, heads, 2 * T, g, tape)
+
+    monkeypatch.setattr(obj, "solve_shallow", twice)
+    assert main(["verify", "--quick", "--only", "shallow_yhat_exact", "--out", str(tempdir)]) == 3
+    rep = _report(tempdir)
+    assert rep["passed"] is False and rep["checks"][0]["passed"] is False
