@@ -23,8 +23,8 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_training_law", "shallow_yhat",
-           "value_training_law", "value_yhat"]
+__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point",
+           "shallow_training_law", "shallow_yhat", "value_training_law", "value_yhat"]
 
 Array = npt.NDArray[np.float64]
 
@@ -177,6 +177,33 @@ def shallow_training_law(S: float, abar0: float, var0: float, lam: float, lam2: 
     astar = k * (y - m0) / (lam2 + k * k)
     return np.array([astar + (abar0 - astar) * math.exp(-(lam2 + k * k) * S),
                      lam / lam2 + (var0 - lam / lam2) * math.exp(-2.0 * lam2 * S)])
+
+
+def shallow_fixed_point(lam: float, lam2: float, a: float, m0: float, s0: float, y: float, T: float = 1.0
+                        ) -> tuple[float, float, float]:
+    """The minimiser ρ* = N(ā*, λ/λ₂) of F_λ for the shallow model, value heads, one sample, and F* (theory §6.2).
+
+    With k = Tκ = T m₀(1 + aσ₀²): ā* = k(y − m₀)/(λ₂ + k²), and
+    F* = ½(m₀ + kā* − y)² + (λ₂/2)(ā*² + λ/λ₂) − (λ/2) log(2πe λ/λ₂)   (R + confinement + λ ∫ρ* log ρ*).
+
+    Args:
+        lam: λ > 0.
+        lam2: λ₂ > 0.
+        a: the fixed A = aI.
+        m0: mean of the input N(m₀, σ₀²).
+        s0: variance σ₀² of the input.
+        y: the target.
+        T: the layer's depth.
+
+    Returns:
+        (ā*, λ/λ₂, F*).
+    """
+    k = T * m0 * (1.0 + a * s0)
+    astar = k * (y - m0) / (lam2 + k * k)
+    var = lam / lam2
+    entropy = -0.5 * math.log(2 * math.pi * math.e * var)  # ∫ρ* log ρ* of N(ā*, var)
+    F = 0.5 * (m0 + k * astar - y) ** 2 + 0.5 * lam2 * (astar**2 + var) + lam * entropy
+    return astar, var, F
 
 
 def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float, lam2: float

@@ -19,7 +19,8 @@ M0, S0, A_FIXED = (0.3, -0.5), (0.25, 0.1), 0.5
 def gaussian_config(family: str = "value", n: int = 1, targets: tuple[float, ...] = (1.0,), model: str = "weight-tied",
                     reg: str = "tikhonov", lam: float = 0.0, lam2: float = 0.0, ds: float = 0.05, steps: int = 10,
                     splitting: str = "lie", token_cells: int = 80, token_degree: int = 0, theta_cells: int = 80,
-                    theta_box: float = 2.0, mean: tuple[float, ...] = (0.4,), var: float = 0.05) -> C.Config:
+                    theta_box: float = 2.0, mean: tuple[float, ...] = (0.4,), var: float = 0.05,
+                    token_box: float = 4.0) -> C.Config:
     """A d = 1 problem with n Gaussian samples (the first n of :data:`M0`, :data:`S0`) and a Gaussian ρ₀.
 
     Args:
@@ -33,19 +34,20 @@ def gaussian_config(family: str = "value", n: int = 1, targets: tuple[float, ...
         ds: Δs.
         steps: training steps.
         splitting: ``"lie"`` or ``"strang"``.
-        token_cells: cells of the token interval [−4, 4] (depth steps = cells/4).
+        token_cells: cells of the token interval [−L, L] (depth steps = cells/4).
         token_degree: DG degree of the token density.
         theta_cells: cells per axis of Θ = [−b, b]^p.
         theta_box: b.
         mean: mean of ρ₀, length p.
         var: variance of ρ₀ per axis.
+        token_box: L.
 
     Returns:
         The validated config (no fields, plots or checkpoints; a history row every step).
     """
     p = 1 if family == "value" else 2
     raw: dict[str, Any] = {
-        "tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [token_cells], "degree": token_degree},
+        "tokens": {"dim": 1, "box": [[-token_box, token_box]], "cells": [token_cells], "degree": token_degree},
         "depth": {"T": 1.0, "steps": max(token_cells // 4, 1), "model": model},
         "heads": {"family": family, "a": A_FIXED, "box": [[-theta_box, theta_box]] * p, "cells": [theta_cells] * p,
                   "init": {"kind": "gaussian", "mean": list(mean),
