@@ -30,7 +30,7 @@ class Series:
         fitted: the fitted slope; label: the legend entry.
     """
 
-    x: list[float]
+    x: list[float] | list[int]
     err: list[float]
     xlabel: str
     expected: float | None
@@ -98,6 +98,6 @@ def register(name: str, section: str, reference: str) -> Callable[[CheckFunction
     return deco
 
 
-def fit_slope(x: Array | list[float], err: Array | list[float]) -> float:
+def fit_slope(x: Array | list[float] | list[int], err: Array | list[float]) -> float:
     """The least-squares slope of log err against log x (``np.polyfit``, as scikit-fem's rate tests)."""
     return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(err, float)), 1)[0])
