@@ -54,17 +54,26 @@ def _report(out):
     return json.loads((out / "report.json").read_text())
 
 
-def test_verify_cli_subset(tempdir):
-    """`mfpde verify --quick --only ...`: exit 0, the table's checks in report.json with every field."""
-    names = ["gaussian_exact_d1", "stability_w1_data", "shallow_yhat_exact"]
-    assert main(["verify", "--quick", "--only", *names, "--out", str(tempdir)]) == 0
+def test_verify_quick(tempdir):
+    """`mfpde verify --quick`: exit 0, every registered check in report.json with every field, plots written."""
+    from mfpde.verify.registry import CHECKS
+
+    assert main(["verify", "--quick", "--out", str(tempdir)]) == 0
     rep = _report(tempdir)
     assert rep["command"] == "verify" and rep["passed"] is True and rep["comm_size"] == MPI.COMM_WORLD.size
-    assert [c["name"] for c in rep["checks"]] == names
+    assert [c["name"] for c in rep["checks"]] == list(CHECKS) and len(CHECKS) >= 23
     for c in rep["checks"]:
-        assert {"name", "value", "threshold", "passed", "detail", "reference"} <= set(c)
-        assert c["passed"] is True and np.isfinite(c["value"]) and c["reference"]
-    assert (tempdir / "plots" / "gaussian_exact_d1.png").exists()
+        assert {"name", "value", "threshold", "passed", "detail", "reference", "theory"} <= set(c)
+        assert c["passed"] is True and np.isfinite(c["value"]) and c["reference"], c
+        if c["series"]:
+            assert (tempdir / "plots" / f"{c['name']}.png").exists()
+
+
+def test_verify_only(tempdir):
+    """--only runs just the named checks, in the given order."""
+    names = ["stability_w1_data", "gaussian_exact_d1"]
+    assert main(["verify", "--quick", "--only", *names, "--out", str(tempdir)]) == 0
+    assert [c["name"] for c in _report(tempdir)["checks"]] == names
 
 
 def test_verify_unknown_check_is_input_error(tempdir):

@@ -31,6 +31,7 @@ __all__ = ["TAYLOR_CASES", "gaussian_first_variation_errors", "taylor_errors"]
 #: Taylor-test cases: name → (token mesh kind, d, DG degree, cells per axis). Together they cover the
 #: three VJP paths (tensor separable, direct sums, d = 1 Chebyshev) and both DG degrees.
 TAYLOR_CASES: dict[str, tuple[str, int, int, int]] = {
+    "interval_dg0": ("interval", 1, 0, 24),
     "quad_dg0": ("quadrilateral", 2, 0, 16),
     "triangle_dg0": ("triangle", 2, 0, 10),
     "gmsh_disk_dg0": ("gmsh", 2, 0, 0),
