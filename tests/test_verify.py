@@ -93,3 +93,40 @@ def test_verify_planted_bug_exits_3(tempdir, monkeypatch):
     assert main(["verify", "--quick", "--only", "shallow_yhat_exact", "--out", str(tempdir)]) == 3
     rep = _report(tempdir)
     assert rep["passed"] is False and rep["checks"][0]["passed"] is False
+
+
+def _run_report(tempdir, name, cfg):
+    from mfpde.training import run_training
+
+    out = tempdir / name
+    assert run_training(cfg, out, comm=MPI.COMM_WORLD) == 0
+    return _report(out)
+
+
+def test_report_rates_say_what_applies(tempdir):
+    """rate.theory only where a theorem applies, rate.fitted only against an F* known independently (issue 11)."""
+    from mfpde.verify.models import gaussian_config
+
+    lam, lam2 = 0.1, 1.0
+    # single-layer, entropic, value heads: theory §5.4 gives exactly 2λ₂; F* bracketed by the certificate
+    shallow = _run_report(tempdir, "shallow", gaussian_config("value", 1, (1.0,), "shallow", "entropic", lam, lam2,
+                                                              0.05, 80, token_cells=40))
+    rate = shallow["rate"]
+    assert rate["theory"] == 2 * lam2 and "§5.4" in rate["theory_kind"]
+    assert rate["converged"] is True and rate["fitted"] >= rate["theory"], rate
+    assert "certificate" in rate["fitted_reference"]
+    # the deep model, entropic: no theorem gives a rate, and no independent F*
+    deep = _run_report(tempdir, "deep", gaussian_config("value", 1, (1.0,), "weight-tied", "entropic", lam, lam2,
+                                                        0.05, 6, token_cells=40))
+    rate = deep["rate"]
+    assert rate["theory"] is None and "not convex" in rate["theory_reason"], rate
+    assert rate["fitted"] is None and rate["converged"] is False
+    # the deep model, λ = λ₂ = 0, two samples, θ = v: the NTK is rank 1, so §5.5 does not apply, and it says so
+    ctrl = _run_report(tempdir, "ctrl", gaussian_config("value", 2, (1.0, 0.0), "weight-tied", "tikhonov", 0.0, 0.0,
+                                                        0.1, 4, token_cells=40))
+    ntk = ctrl["final"]["ntk"]
+    assert ntk["degenerate"] is True and ntk["numerical_rank"] == 1 and "§5.5" in ntk["warning"], ntk
+    assert len(ntk["eigenvalues"]) == 2 and ctrl["rate"]["theory"] is None
+    assert "§5.5 does not apply" in ctrl["rate"]["theory_reason"]
+    rows = (tempdir / "shallow" / "history.csv").read_text().splitlines()
+    assert rows[0].split(",")[-2:] == ["kl_gibbs", "gibbs_residual_l1"]
