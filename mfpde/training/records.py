@@ -24,8 +24,8 @@ from mfpde.tokens.adjoint import Gradient
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
-__all__ = ["GIBBS_KEYS", "HISTORY_KEYS", "history_row", "load_resume", "rate_block", "run_report", "save_state",
-           "write_history"]
+__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "history_row", "load_resume", "rate_block", "run_report",
+           "save_state", "write_history"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 HISTORY_KEYS = ["step", "s", "risk", "free_energy", "entropy", "mass_rho", "min_rho", "grad_norm", "wall_s"]
 #: Columns added for entropic runs: KL(ρ_s ‖ p_ρ_s) and ‖ρ_s − p_ρ_s‖_L¹ (summed over layer blocks).
 GIBBS_KEYS = ["kl_gibbs", "gibbs_residual_l1"]
+#: Columns added for classification data (sign of ŷ against the sign of the target).
+ACCURACY_KEYS = ["train_accuracy", "test_accuracy", "test_risk"]
 
 
 def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, float]]]:
@@ -94,6 +96,15 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
         diag = [st.fp.diagnostics(r, phi) for r, phi in zip(st.rhos, st.phis, strict=True)]
         row["kl_gibbs"] = math.fsum(float(d["kl"]) for d in diag)  # type: ignore[arg-type]
         row["gibbs_residual_l1"] = math.fsum(float(d["l1_gibbs"]) for d in diag)  # type: ignore[arg-type]
+    pb = cp.problem
+    if cp.cfg.data.kind == "digits":  # classification: accuracy per row, the held-out set transported once
+        y = np.array([smp.target for smp in pb.train])
+        row["train_accuracy"] = float(np.mean(np.sign(grad.yhat) == np.sign(y)))
+        if pb.test:
+            yt = np.array([smp.target for smp in pb.test])
+            yh = cp.objective.predict(pb.test, cp.heads())
+            row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))
+            row["test_risk"] = float(0.5 * np.mean((yh - yt) ** 2))
     return row
 
 
@@ -101,7 +112,7 @@ def write_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) ->
     """Write ``history.csv`` (12 significant digits) atomically from rank 0."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    keys = HISTORY_KEYS + [k for k in GIBBS_KEYS if history and k in history[0]]
+    keys = HISTORY_KEYS + [k for k in GIBBS_KEYS + ACCURACY_KEYS if history and k in history[0]]
     w.writerow(keys)
     for h in history:
         w.writerow([int(h["step"]) if k == "step" else f"{h[k]:.12g}" for k in keys])
