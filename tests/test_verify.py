@@ -61,7 +61,7 @@ def test_verify_quick(tempdir):
     assert main(["verify", "--quick", "--out", str(tempdir)]) == 0
     rep = _report(tempdir)
     assert rep["command"] == "verify" and rep["passed"] is True and rep["comm_size"] == MPI.COMM_WORLD.size
-    assert [c["name"] for c in rep["checks"]] == list(CHECKS) and len(CHECKS) >= 24
+    assert [c["name"] for c in rep["checks"]] == list(CHECKS) and len(CHECKS) >= 25
     for c in rep["checks"]:
         assert {"name", "value", "threshold", "passed", "detail", "reference", "theory"} <= set(c)
         assert c["passed"] is True and np.isfinite(c["value"]) and c["reference"], c
