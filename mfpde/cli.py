@@ -1,4 +1,4 @@
-"""The command line: ``mfpde run | transport | --version`` (interface.md; ``verify`` is not built yet).
+"""The command line: ``mfpde run | transport | verify | --version`` (interface.md).
 
 The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
 and an exit status; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`) solve and write.
@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
+    v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
+    v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
+    v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
+    v.add_argument("--out", type=Path, default=None, help="output directory (default out/verify)")
     return p
 
 
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 def _out_dir(args: argparse.Namespace) -> Path:
     if args.out is not None:
         return Path(args.out)
+    if args.command == "verify":
+        return Path("out") / "verify"
     stem = Path(args.config).stem if getattr(args, "config", None) else "default"
     return Path("out") / f"{args.command}-{stem}"
 
@@ -90,6 +96,10 @@ def _progress(quiet: bool) -> ProgressFactory | None:
 def _dispatch(args: argparse.Namespace) -> int:
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
+    if args.command == "verify":
+        from mfpde.verify.job import verify_job  # the checks import scipy and gmsh: only when asked
+
+        return verify_job(out, quick=args.quick, only=args.only, comm=comm)
     cfg = config.load(args.config, args.overrides)
     if args.command == "transport":
         transport_job(cfg, out, comm)

@@ -9,6 +9,8 @@ formula is written once. Everything is non-dimensional.
   δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) (theory §6.1).
 * :func:`value_yhat`, :func:`value_training_law`: the value family θ = v with A = aI fixed (theory §6.2):
   ŷ(ā) and the ODEs of the mean and variance of a Gaussian ρ_s.
+* :func:`shallow_yhat`, :func:`shallow_training_law`: the single residual layer (theory §2, §6.2 shallow
+  case): ŷ = m₀ + T m₀ (ā + σ₀² b̄), and for value heads the closed-form Gaussian training law.
 * :func:`ou_moments`: the Fokker–Planck equation with the quadratic potential Φ = (λ₂/2)|θ − c|²
   (Ornstein–Uhlenbeck): Gaussians stay Gaussian with explicit moments.
 """
@@ -21,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "value_training_law", "value_yhat"]
+__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point",
+           "shallow_training_law", "shallow_yhat", "value_training_law", "value_yhat"]
 
 Array = npt.NDArray[np.float64]
 
@@ -124,6 +127,83 @@ def value_training_law(S: float, abar0: float, var0: float, lam: float, lam2: fl
     sol = solve_ivp(lambda s, z: [-dG(z[0]) - lam2 * z[0], -2 * lam2 * z[1] + 2 * lam], (0, S), [abar0, var0],
                     rtol=1e-11, atol=1e-12)
     return sol.y[:, -1]
+
+
+def shallow_yhat(abar: float, bbar: float, m0: float, s0: float, T: float = 1.0) -> float:
+    """ŷ of the single residual layer μ_T = μ₀ − T ∇·(μ₀ V[μ₀; ρ]), readout g = x, μ₀ = N(m₀, σ₀²) (theory §2).
+
+    Derivation: ∫ x dμ_T = m₀ + T ∫ V[μ₀; ρ] dμ₀ (integration by parts), and for μ₀ Gaussian the tilted
+    mean is m₀ + σ₀² a x (theory §6.1), so v_θ(x, μ₀) = v (m₀ + σ₀² a x) and ∫ v_θ dμ₀ = v m₀ (1 + a σ₀²).
+    Averaging over ρ: ŷ = m₀ + T m₀ (ā + σ₀² b̄). For value heads (b̄ = aā) this is m₀ + T κ ā with
+    κ = m₀ (1 + a σ₀²), the shallow case of theory §6.2 (T = 1).
+
+    Args:
+        abar: ā = ∫ v dρ.
+        bbar: b̄ = ∫ a v dρ.
+        m0: mean of the input.
+        s0: variance σ₀² of the input.
+        T: the layer's depth.
+
+    Returns:
+        ŷ.
+    """
+    return float(m0 + T * m0 * (abar + s0 * bbar))
+
+
+def shallow_training_law(S: float, abar0: float, var0: float, lam: float, lam2: float, a: float, m0: float,
+                         s0: float, y: float, T: float = 1.0) -> Array:
+    """Mean and variance of ρ_S for the shallow model with value heads, one Gaussian sample (theory §6.2).
+
+    G(ā) = ½(m₀ + Tκā − y)² is quadratic, so the law of :func:`value_training_law` is linear and solved
+    in closed form: with k = Tκ, ā* = k(y − m₀)/(λ₂ + k²), ā_S = ā* + (ā₀ − ā*) e^{−(λ₂ + k²)S} and
+    v_S = λ/λ₂ + (v₀ − λ/λ₂) e^{−2λ₂S}.
+
+    Args:
+        S: training time.
+        abar0: mean of ρ₀.
+        var0: variance of ρ₀.
+        lam: λ ≥ 0.
+        lam2: λ₂ > 0.
+        a: the fixed A = aI.
+        m0: mean of the input N(m₀, σ₀²).
+        s0: variance σ₀² of the input.
+        y: the target.
+        T: the layer's depth.
+
+    Returns:
+        (ā_S, v_S), shape (2,).
+    """
+    k = T * m0 * (1.0 + a * s0)
+    astar = k * (y - m0) / (lam2 + k * k)
+    return np.array([astar + (abar0 - astar) * math.exp(-(lam2 + k * k) * S),
+                     lam / lam2 + (var0 - lam / lam2) * math.exp(-2.0 * lam2 * S)])
+
+
+def shallow_fixed_point(lam: float, lam2: float, a: float, m0: float, s0: float, y: float, T: float = 1.0
+                        ) -> tuple[float, float, float]:
+    """The minimiser ρ* = N(ā*, λ/λ₂) of F_λ for the shallow model, value heads, one sample, and F* (theory §6.2).
+
+    With k = Tκ = T m₀(1 + aσ₀²): ā* = k(y − m₀)/(λ₂ + k²), and
+    F* = ½(m₀ + kā* − y)² + (λ₂/2)(ā*² + λ/λ₂) − (λ/2) log(2πe λ/λ₂)   (R + confinement + λ ∫ρ* log ρ*).
+
+    Args:
+        lam: λ > 0.
+        lam2: λ₂ > 0.
+        a: the fixed A = aI.
+        m0: mean of the input N(m₀, σ₀²).
+        s0: variance σ₀² of the input.
+        y: the target.
+        T: the layer's depth.
+
+    Returns:
+        (ā*, λ/λ₂, F*).
+    """
+    k = T * m0 * (1.0 + a * s0)
+    astar = k * (y - m0) / (lam2 + k * k)
+    var = lam / lam2
+    entropy = -0.5 * math.log(2 * math.pi * math.e * var)  # ∫ρ* log ρ* of N(ā*, var)
+    F = 0.5 * (m0 + k * astar - y) ** 2 + 0.5 * lam2 * (astar**2 + var) + lam * entropy
+    return astar, var, F
 
 
 def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float, lam2: float

@@ -36,6 +36,24 @@ __all__ = ["Problem", "SampleGroups", "build"]
 logger = logging.getLogger(__name__)
 
 
+#: Split communicators by (parent handle, number of groups): a problem built again on the same ranks reuses
+#: its group's communicator instead of splitting anew. Nothing frees a split communicator, and MPICH has
+#: 2048 context ids a process: a test suite or ``mfpde verify`` that builds hundreds of problems ran out
+#: (the process then ended with status 15 and no message).
+_SPLITS: dict[tuple[int, int], MPI.Comm] = {}
+
+
+def _split(comm: MPI.Comm, n_groups: int) -> MPI.Comm:
+    """The split of comm into n_groups groups by rank mod n_groups (collective the first time, cached after).
+
+    Keyed by the parent's handle: a parent communicator must outlive the problems built on it.
+    """
+    key = (comm.py2f(), n_groups)
+    if key not in _SPLITS:
+        _SPLITS[key] = comm.Split(comm.rank % n_groups, comm.rank)
+    return _SPLITS[key]
+
+
 class SampleGroups:
     """The split of samples over groups of ranks, and the agreement of their failures.
 
@@ -51,7 +69,7 @@ class SampleGroups:
     def __init__(self, comm: MPI.Comm, n_groups: int, split: bool = True) -> None:
         self.comm, self.n_groups = comm, n_groups
         self.color = comm.rank % n_groups
-        self.tcomm = comm.Split(self.color, comm.rank) if split else comm
+        self.tcomm = _split(comm, n_groups) if split else comm
 
     def mine(self, samples: list[Sample]) -> list[int]:
         """Indices of the samples this rank's group works on (sample i goes to group i mod n_groups)."""

@@ -9,21 +9,14 @@ import numpy as np
 import pytest
 from roundoff import gamma
 
-from mfpde.exact import gaussian_risk_derivatives
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
-from mfpde.params.theta import ThetaSpace, first_variation_values
+from mfpde.params.theta import ThetaSpace
 from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import TokenTransport
-
-
-def _setup(d: int, degree: int, n: int):
-    comm = MPI.COMM_WORLD
-    tt = TokenTransport(box(comm, [[-3.0, 3.0]] * d, [n] * d), degree=degree)
-    th = ThetaSpace(box(comm, [[-1.0, 1.0], [-1.0, 1.0]], [6, 6], "triangle"), ScalarHeads())
-    return tt, th
+from mfpde.verify.adjoint import gaussian_first_variation_errors
 
 
 def _risk(tt, th, rho, g, y, d, tape=None, steps=10):
@@ -35,55 +28,13 @@ def _risk(tt, th, rho, g, y, d, tape=None, steps=10):
     return 0.5 * (rep.yhat - y) ** 2, rep.yhat, heads
 
 
-@pytest.mark.parametrize("d,degree,readout", [(1, 0, "second_moment"), (2, 0, "second_moment"), (1, 0, "mean")])
-def test_taylor(d, degree, readout):
-    """|R(ρ+εχ) − R(ρ) − ε⟨δR/δρ, χ⟩| falls like ε² for a mass-zero χ (fitted slope 2 ± 0.1)."""
-    tt, th = _setup(d, degree, 16)
-    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
-    g, y = readout_function(readout), 1.5
-    tape: list = []
-    R0, yh, heads = _risk(tt, th, rho, g, y, d, tape)
-    _, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
-    dR = first_variation_values(th.family, heads, D[0], th.x)
-    chi = dolfinx.fem.Function(th.V)
-    chi.x.array[:] = np.sin(7 * th.x[:, 0] + 3 * th.x[:, 1]) + np.cos(5 * th.x[:, 1])
-    one = dolfinx.fem.Function(th.V)
-    one.x.array[:] = 1.0
-    chi.x.array[:] -= th.mass(chi) / th.mass(one)
-    n = th.n_owned
-    pred = MPI.COMM_WORLD.allreduce(float((th.m[:n] * chi.x.array[:n] * dR[:n]).sum()), op=MPI.SUM)
-    eps = 0.05 / 2.0 ** np.arange(5)
-    errs = []
-    for e in eps:
-        r = dolfinx.fem.Function(th.V)
-        r.x.array[:] = rho.x.array + e * chi.x.array
-        errs.append(abs(_risk(tt, th, r, g, y, d)[0] - R0 - e * pred))
-    slope = np.polyfit(np.log(eps), np.log(errs), 1)[0]
-    assert abs(slope - 2.0) < 0.1, f"Taylor slope {slope:.3f}, errors {errs}"
-    assert abs(pred) > 1e-4  # a non-trivial direction
+# The Taylor tests of the first variation on every token-mesh path (tensor boxes, triangles, a gmsh disk,
+# DG0 and DG1) are mfpde.verify.adjoint.taylor_errors, run by tests/test_verify.py::test_adjoint_taylor.
 
 
 def test_gaussian_first_variation():
     """δR/δρ(a, v) = v (∂_ā G + a ∂_b̄ G) for Gaussian inputs (theory §6.1), at first order (DG0)."""
-    m0, s0, y, T = 0.3, 0.25, 1.0, 1.0
-    errs, hs = [], []
-    for n in (60, 120, 240):
-        comm = MPI.COMM_WORLD
-        tt = TokenTransport(box(comm, [[-4.0, 4.0]], [n]), degree=0)
-        th = ThetaSpace(box(comm, [[-1.0, 1.0], [-1.0, 1.0]], [4, 4], "triangle"), ScalarHeads())
-        rho = th.gaussian([0.1, 0.6], [[0.2, 0.0], [0.0, 0.2]])
-        heads = HeadMeasure.from_heads(th.family, th.points, th.gather(rho), keep_zero=True)
-        u = dolfinx.fem.Function(tt.W)
-        u.interpolate(lambda x: np.exp(-((x[0] - m0) ** 2) / (2 * s0)))
-        u.x.array[:] /= tt.mass(u)
-        g = readout_function("mean")
-        tape: list = []
-        rep = tt.solve(u, heads, T, n // 4, g, tape=tape)
-        _, D = DiscreteAdjoint(tt).backward(tape, (rep.yhat - y) * dyhat_dmu(tt, g), 1)
-        dG_da, dG_db = gaussian_risk_derivatives(heads.abar, heads.bbar, m0, s0, T, y)
-        exact = dG_da + heads.a * dG_db
-        errs.append(np.abs(D[0] - exact).max() / np.abs(exact).max())
-        hs.append(8.0 / n)
+    hs, errs = gaussian_first_variation_errors([60, 120, 240])
     rate = np.polyfit(np.log(hs), np.log(errs), 1)[0]
     print("gaussian first variation errors", errs, "rate", rate)
     assert rate > 0.8, f"first-variation error {errs} has rate {rate:.2f}, expected ~1 (DG0)"

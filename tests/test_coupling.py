@@ -88,6 +88,11 @@ def test_run_default_small(tempdir):
     assert set(rep["accuracy"]) == {"train", "test"}
     rows = list(csv.DictReader((tempdir / "history.csv").open()))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+    for r in rows:  # classification data: accuracies per row (issue 11), in [0, 1]
+        assert 0.0 <= float(r["train_accuracy"]) <= 1.0 and 0.0 <= float(r["test_accuracy"]) <= 1.0
+        assert float(r["test_risk"]) >= 0.0 and float(r["kl_gibbs"]) >= 0.0
+    assert float(rows[-1]["train_accuracy"]) == rep["accuracy"]["train"]
+    assert float(rows[-1]["test_accuracy"]) == rep["accuracy"]["test"]
     risk = [float(r["risk"]) for r in rows]
     assert risk[-1] < risk[0], f"risk did not decrease: {risk}"
     for f in ("plots/loss.png", "plots/rho.png", "plots/tokens.png", "config.toml", "checkpoint/state.npz"):

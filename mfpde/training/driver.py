@@ -33,6 +33,7 @@ from mfpde.tokens.adjoint import Gradient
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import history_row, load_resume, run_report, save_state, write_history
+from mfpde.training.theory import deep_rate, ntk_summary
 
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
 
@@ -201,7 +202,19 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
     heads = cp.heads()
     assert grad.Dy is not None
     K = ntk_gram(cp.theta, cp.rhos, heads, grad.Dy)
-    report["final"]["ntk_min_eigenvalue"] = float(np.linalg.eigvalsh(K)[0]) if K.size else None
+    n = len(pb.train)
+    ntk = ntk_summary(K, n, cfg.training.steps * cfg.training.ds)
+    report["final"]["ntk_min_eigenvalue"] = ntk["min_eigenvalue"]
+    report["final"]["ntk"] = ntk
+    st, rate = cp.state, report["rate"]
+    deep_unregularised = not pb.shallow and st.lam == 0 and st.lam2 == 0
+    if "warning" in ntk:  # a warning where theory §5.5 is the theorem the run relies on
+        (logger.warning if deep_unregularised else logger.info)("%s", ntk["warning"])
+    if deep_unregularised:  # theory §5.5: the local rate from the NTK
+        theory, kind = deep_rate(ntk, n)
+        rate.pop("theory_reason", None)
+        rate["theory"] = theory
+        rate["theory_kind" if theory is not None else "theory_reason"] = kind
     acc = {"train": float(np.mean(np.sign(grad.yhat) == np.sign([s.target for s in pb.train])))}
     test_snaps: Snapshots = {}
     if pb.test:

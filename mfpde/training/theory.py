@@ -1,25 +1,35 @@
-"""Convergence rates: the one fitted from a run and the one the theorems guarantee (theory §5.4, §6.2).
+"""Convergence rates in a run report, each only where it means what it says (theory §5.4, §5.5, §6.2).
 
-* :func:`fit_rate`: c in F(ρ_s) − F* ≈ C e^{−cs}, by least squares on the decaying part.
-* :func:`theoretical_rate`: for entropic training with λ, λ₂ > 0,
-  - ``value`` heads: δR/δρ = v D is linear in θ, so every Gibbs measure p_ρ is Gaussian with
-    α = λ₂/λ and the rate is exactly 2λ₂ (theory §5.4, §6.2);
-  - other families: the Holley–Stroock perturbation of the Bakry–Émery bound,
-    c ≥ 2λ₂ exp(−osc δR/δρ / λ) (theory §5.4), tiny (vacuous) for small λ;
-  - otherwise no rate is guaranteed (None).
+* :func:`theoretical_rate`: the rate a theorem guarantees, or None with the reason none applies:
+  - single-layer model (ŷ linear in ρ, R convex, theory §2), entropic with λ, λ₂ > 0 (theory §5.4):
+    ``value`` heads: δR/δρ = v D is linear in θ, every Gibbs measure p_ρ is Gaussian, α = λ₂/λ and the
+    rate is exactly 2λ₂ (theory §6.2); other families: the Holley–Stroock lower bound
+    2λ₂ exp(−osc δR/δρ / λ);
+  - deep models with λ = λ₂ = 0 (theory §5.5): the local rate 2κ₀/n of R with κ₀ the smallest NTK
+    eigenvalue (:func:`ntk_summary`, :func:`deep_rate`), when the NTK is not degenerate;
+  - otherwise None: R is not convex in ρ for a deep model (theory §2), so §5.4 does not apply, and §5.5
+    is stated for λ = λ₂ = 0 only.
+* :func:`certified_fit`: the rate c of F(ρ_s) − F* ≈ C e^{−cs}, with F* known to within the certificate
+  F(ρ) − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 (single-layer entropic runs): fitted only where the gap
+  F − F(ρ_S) exceeds ten times the certificate at the end, so the unknown F(ρ_S) − F* moves each gap by
+  at most 10%.
+* :func:`fit_rate`: the least-squares fit itself.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["fit_rate", "theoretical_rate"]
+__all__ = ["certified_fit", "deep_rate", "fit_rate", "ntk_summary", "theoretical_rate"]
+
+Array = npt.NDArray[np.float64]
 
 
-def fit_rate(s: npt.NDArray[np.float64], gap: npt.NDArray[np.float64]) -> float:
+def fit_rate(s: Array, gap: Array) -> float:
     """Exponential rate c of gap(s) ≈ C e^{−c s}, by least squares on log gap over its decaying part.
 
     Args:
@@ -35,20 +45,91 @@ def fit_rate(s: npt.NDArray[np.float64], gap: npt.NDArray[np.float64]) -> float:
     return float(-np.polyfit(s[ok], np.log(gap[ok]), 1)[0])
 
 
-def theoretical_rate(family: str, lam: float, lam2: float, oscillation: float) -> tuple[float | None, str | None]:
-    """The exponential rate of F(ρ_s) − F* that theory §5.4 guarantees, and what it is.
+def theoretical_rate(family: str, lam: float, lam2: float, oscillation: float, shallow: bool = True
+                     ) -> tuple[float | None, str]:
+    """The exponential rate of F(ρ_s) − F* that theory §5.4 guarantees, and what it is or why there is none.
 
     Args:
         family: the head family's name.
         lam: λ, the entropy weight.
         lam2: λ₂, the confinement weight.
         oscillation: osc δR/δρ = max − min over Θ (used for families other than ``value``).
+        shallow: whether the model is the single residual layer (ŷ linear in ρ).
 
     Returns:
-        (rate, kind): the rate and a one-line description, or (None, None) when no rate is guaranteed.
+        (rate, kind) or (None, reason).
     """
+    if not shallow:
+        if lam == 0 and lam2 == 0:
+            return None, "deep model, λ = λ₂ = 0: the local rate of theory §5.5 needs the NTK (see ntk)"
+        return None, ("deep model: R is not convex in ρ (theory §2), so the exponential rate of theory §5.4 "
+                      "does not apply; §5.5 is stated for λ = λ₂ = 0")
     if lam > 0 and lam2 > 0 and family == "value":
-        return 2 * lam2, "2 λ₂: Gaussian Gibbs measures, α = λ₂/λ (theory §5.4)"
+        return 2 * lam2, "2 λ₂: Gaussian Gibbs measures, α = λ₂/λ (theory §5.4, §6.2)"
     if lam > 0 and lam2 > 0:
         return 2 * lam2 * math.exp(-oscillation / lam), "lower bound 2 λ₂ exp(−osc δR/δρ / λ) (theory §5.4)"
-    return None, None
+    return None, "single-layer model without entropy (λ = 0) or confinement (λ₂ = 0): theory §5.4 needs both"
+
+
+def ntk_summary(K: Array, n: int, horizon: float) -> dict[str, Any]:
+    """The NTK spectrum and whether it is degenerate for the §5.5 rate over the run (theory §5.5, §6.2).
+
+    R falls at least like exp(−2κ₀ s/n): an eigenvalue κ with 2κS/n < 1 (S the training horizon) gives
+    a direction the run cannot fit, so the NTK counts as degenerate when the smallest one is below
+    n/(2S). The numerical rank counts eigenvalues above n ε λ_max·10⁴ (eigvalsh's backward error times
+    the round-off of the adjoint's Θ integrals, generously).
+
+    Args:
+        K: the Gram matrix, shape (n, n).
+        n: number of training samples.
+        horizon: S = steps · Δs.
+
+    Returns:
+        ``eigenvalues`` (ascending), ``min_eigenvalue``, ``max_eigenvalue``, ``numerical_rank``,
+        ``fit_threshold`` n/(2S), ``degenerate``, and ``warning`` when degenerate.
+    """
+    ev = np.linalg.eigvalsh(K) if K.size else np.zeros(0)
+    lmax = float(ev[-1]) if len(ev) else 0.0
+    tol = n * np.finfo(float).eps * 1e4 * max(lmax, 0.0)
+    thresh = n / (2 * horizon) if horizon > 0 else math.inf
+    degenerate = bool(len(ev) == 0 or ev[0] < thresh)
+    out: dict[str, Any] = {"eigenvalues": ev.tolist(), "min_eigenvalue": float(ev[0]) if len(ev) else None,
+                           "max_eigenvalue": lmax, "numerical_rank": int((ev > tol).sum()),
+                           "fit_threshold": thresh, "degenerate": degenerate}
+    if degenerate:
+        out["warning"] = (f"NTK degenerate: smallest eigenvalue {out['min_eigenvalue']:.3g} < n/(2S) = {thresh:.3g} "
+                          f"(numerical rank {out['numerical_rank']} of {n}): the hypothesis K ⪰ κ₀ I of theory "
+                          "§5.5 fails on this run's horizon")
+    return out
+
+
+def deep_rate(ntk: dict[str, Any], n: int) -> tuple[float | None, str]:
+    """The local rate 2κ₀/n of R (theory §5.5, λ = λ₂ = 0) at the final ρ, or None with the reason."""
+    if ntk["degenerate"]:
+        return None, "theory §5.5 does not apply: " + ntk["warning"]
+    return 2 * ntk["min_eigenvalue"] / n, "2 κ₀/n, κ₀ the smallest NTK eigenvalue at the final ρ (theory §5.5, local)"
+
+
+def certified_fit(s: Array, F: Array, certificate_end: float) -> tuple[float | None, bool, str]:
+    """Rate of F(ρ_s) − F* with F* bracketed by the certificate of theory §5.4 at the end of the run.
+
+    F(ρ_S) − λ KL(ρ_S ‖ p_{ρ_S}) ≤ F* ≤ F(ρ_S), so on the window F − F(ρ_S) ≥ 10 λ KL(ρ_S ‖ p_{ρ_S})
+    the gap F − F(ρ_S) is F − F* to within 10%.
+
+    Args:
+        s: training times, shape (m,).
+        F: free energies, shape (m,).
+        certificate_end: λ KL(ρ_S ‖ p_{ρ_S}) at the last row.
+
+    Returns:
+        (rate or None, converged, what F* is): converged when at least three rows lie in the window.
+    """
+    gap = F - F[-1]
+    if not math.isfinite(certificate_end) or certificate_end < 0:
+        return None, False, "no certificate"
+    win = gap >= 10 * certificate_end
+    win &= gap > 1e-14 * max(1.0, abs(F[-1]))
+    ref = f"F* = F(ρ_S) to within λ KL(ρ_S ‖ p_ρ_S) = {certificate_end:.3g} (certificate, theory §5.4)"
+    if win.sum() < 3:
+        return None, False, ref + "; fewer than three rows with F − F(ρ_S) ≥ 10 × that: not converged"
+    return float(-np.polyfit(s[win], np.log(gap[win]), 1)[0]), True, ref

@@ -1,0 +1,209 @@
+"""Exact properties of the schemes, to round-off, and agreement across rank counts (theory §7 items 1, 2, 7).
+
+* ``token_mass``: mass_T + outflow = mass_0 at every depth step, to the round-off of the operations
+  (each sub-step is conservative in exact arithmetic); DG0 and DG1, interval, quadrilaterals, triangles.
+* ``token_positivity``: μ_t ≥ 0 at every depth step (upwind DG0 and DG1 with the Zhang–Shu limiter, CFL).
+* ``gaussian_exact_d2``: (m_T, Σ_T) in d = 2 (non-diagonal Σ₀) against theory §6.1, DG0 order 1.
+* ``fp_positivity``: ρ ≥ 0 after every Fokker–Planck step, λ > 0 (backward Euler, M-matrix) and λ = 0
+  (upwind, CFL sub-steps), at steps up to 100 times the explicit stability limit.
+* ``fp_gibbs_steady_state``: the Ornstein–Uhlenbeck steady state N(c, λ/λ₂) (:func:`mfpde.exact.ou_moments`
+  as s → ∞) against the solver's, p = 1 and 2: the Scharfetter–Gummel step fixes e^{−Φ/λ} exactly and
+  lumped moments of a Gaussian are spectrally accurate, so the bound is tails + iteration + round-off.
+* ``mpi_consistency``: δR/δρ on a token mesh over all ranks equals the one on each rank alone, to the
+  round-off of the operations.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import dolfinx.mesh
+import numpy as np
+
+from mfpde.exact import gaussian_transport, ou_moments
+from mfpde.mesh import box
+from mfpde.params.densities import gaussian_density
+from mfpde.params.family import ScalarHeads
+from mfpde.params.fokker_planck import ParameterFokkerPlanck
+from mfpde.params.theta import ThetaSpace, first_variation_values
+from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.readout import readout_function
+from mfpde.tokens.transport import Tape, TokenTransport
+from mfpde.verify.registry import Outcome, Series, fit_slope, register
+
+__all__ = ["gamma"]
+
+#: Every head contracting (V·n < 0 on ∂Ω): nothing leaves the box.
+INWARD = HeadMeasure(np.array([-1.0, -0.5]), np.array([0.5, 0.5]))
+CONTRACTING = HeadMeasure(np.array([-0.5, 0.3]), np.array([0.5, 0.25]))
+M0_2D, S0_2D = np.array([0.2, -0.1]), np.array([[0.25, 0.1], [0.1, 0.16]])
+
+
+def gamma(n: float) -> float:
+    """γ_n = nu/(1 − nu), u = ε/2: the relative error of n rounded operations (Higham, Lemma 3.1)."""
+    u = float(np.finfo(np.float64).eps) / 2
+    return n * u / (1.0 - n * u)
+
+
+def _mu0(tt: TokenTransport, mean: np.ndarray, cov: np.ndarray) -> dolfinx.fem.Function:
+    u = dolfinx.fem.Function(tt.W)
+    fill_density(Sample("gaussian", {"mean": np.atleast_1d(mean), "cov": np.atleast_2d(cov)}, 0.0), u, tt.mass)
+    return u
+
+
+#: (bounds, cells, cell, degree, mean, cov, depth steps) of the mass and positivity checks.
+TOKEN_CASES = [([[-4.0, 4.0]], [80], "quadrilateral", 1, np.array([0.2]), np.array([[0.25]]), 20),
+               ([[-4.0, 4.0]] * 2, [16, 16], "quadrilateral", 1, M0_2D, S0_2D, 8),
+               ([[-4.0, 4.0]] * 2, [12, 12], "triangle", 0, M0_2D, S0_2D, 6)]
+
+
+def _token_runs() -> list[tuple[float, float, float]]:
+    """Per case: (max drift of mass + outflow over the depth steps, its round-off bound, min density)."""
+    out = []
+    for bounds, cells, cell, degree, mean, cov, steps in TOKEN_CASES:
+        tt = TokenTransport(box(MPI.COMM_WORLD, bounds, cells, cell), degree)
+        u = _mu0(tt, mean, cov)
+        masses: list[float] = []
+        mins: list[float] = []
+
+        def record(k: int, t: float, v: dolfinx.fem.Function, tt: TokenTransport = tt, masses: list[float] = masses,
+                   mins: list[float] = mins) -> None:
+            masses.append(tt.mass(v))
+            mins.append(tt.min_density(v))
+
+        rep = tt.solve(u, INWARD, 1.0, steps, callback=record)
+        d, k = tt.msh.geometry.dim, tt.degree
+        ndofs = tt.W.dofmap.index_map.size_global
+        ops = 3 * (4 * (2 * d + 1) * (k + 2) ** d + 2 * (k + 1) ** d + 10)  # roundings a dof per sub-step
+        bound = (rep.substeps * gamma(ops) + 2 * gamma(ndofs)) * rep.mass_0
+        drift = max(max(abs(m - rep.mass_0) for m in masses), abs(rep.mass_T + rep.outflow - rep.mass_0))
+        out.append((drift, bound, min(mins)))
+    return out
+
+
+@register("token_mass", "§1.3 (F); §7 item 1", "exact conservation, bounded by the round-off of the operations")
+def check_token_mass(quick: bool) -> Outcome:
+    """Mass drift / round-off bound ≤ 1 (interval DG1, quadrilaterals DG1, triangles DG0)."""
+    runs = _token_runs()
+    ratio = max(d / b for d, b, _ in runs)
+    return Outcome(ratio, "drift ≤ (substeps γ_ops + 2γ_N) mass", ratio <= 1.0,
+                   "drift " + ", ".join(f"{d:.1e} (bound {b:.1e})" for d, b, _ in runs))
+
+
+@register("token_positivity", "§1.3 (F); §7 item 1", "exact positivity of the upwind/limited scheme under CFL")
+def check_token_positivity(quick: bool) -> Outcome:
+    """The minimum over depth steps of μ_t ≥ 0 (value: the minimum over the three meshes)."""
+    runs = _token_runs()
+    low = min(m for *_, m in runs)
+    return Outcome(low, "min μ_t ≥ 0", low >= 0.0, "min density " + ", ".join(f"{m:.2e}" for *_, m in runs))
+
+
+@register("gaussian_exact_d2", "§6.1; §7 item 2", "closed form (m_T, Σ_T) of theory §6.1 (d = 2)")
+def check_gaussian_exact_d2(quick: bool) -> Outcome:
+    """max(|Δm|, |ΔΣ|) in d = 2 (non-diagonal Σ₀, quadrilaterals DG0) at order 1: |q − 1| < 0.2."""
+    m_ex, S_ex = gaussian_transport(M0_2D, S0_2D, CONTRACTING.abar, CONTRACTING.bbar, 1.0)
+    cells = [16, 24, 32]
+    errs = []
+    for n in cells:
+        tt = TokenTransport(box(MPI.COMM_WORLD, [[-4.0, 4.0]] * 2, [n, n]), 0)
+        rep = tt.solve(_mu0(tt, M0_2D, S0_2D), CONTRACTING, 1.0, n // 2)
+        errs.append(max(np.abs(np.asarray(rep.mean_T) - m_ex).max(), np.abs(np.asarray(rep.cov_T) - S_ex).max()))
+    hs = [8.0 / n for n in cells]
+    q = fit_slope(hs, errs)
+    return Outcome(q, "|q − 1| < 0.2", abs(q - 1.0) < 0.2, f"errors {', '.join(f'{e:.2e}' for e in errs)}",
+                   [Series(hs, errs, "token cell size h", 1.0, q, "DG0, d = 2")])
+
+
+def _theta_space(p: int, n: int, half: float) -> dolfinx.fem.FunctionSpace:
+    comm = MPI.COMM_WORLD
+    if p == 1:
+        msh = dolfinx.mesh.create_interval(comm, n, [-half, half])
+    else:
+        msh = dolfinx.mesh.create_rectangle(comm, [[-half, -half], [half, half]], [n, n])
+    return dolfinx.fem.functionspace(msh, ("Lagrange", 1))
+
+
+@register("fp_positivity", "§4 (FP), (WGF); §7 item 1", "exact positivity of the M-matrix / upwind steps")
+def check_fp_positivity(quick: bool) -> Outcome:
+    """ρ ≥ 0 after every step, λ ∈ {0.05, 0}, Δs up to 100× the stability limit, p = 1 and 2."""
+    lows = []
+    for p in (1, 2):
+        V = _theta_space(p, 40 if p == 1 else 16, 2.0)
+        phi = dolfinx.fem.Function(V)
+        phi.interpolate(lambda x, p=p: (x[0] ** 2 - 1) ** 2 + 0.3 * np.sin(3 * x[0]) + (x[1] ** 2 if p == 2 else 0.0))
+        for lam in (0.05, 0.0):
+            rho = gaussian_density(V, [-1.2] * p, 0.01 * np.eye(p))
+            fp = ParameterFokkerPlanck(V, lam, prefix=f"mfpde_verify_fp{p}_{int(lam > 0)}_")
+            limit = fp.stability_limit(phi)
+            low = math.inf
+            for factor in (1.0, 10.0, 100.0):
+                for _ in range(5):
+                    low = min(low, fp.step(rho, phi, factor * limit).min_rho)
+            lows.append(low)
+    return Outcome(min(lows), "min ρ ≥ 0", min(lows) >= 0.0, "min ρ " + ", ".join(f"{x:.2e}" for x in lows))
+
+
+@register("fp_gibbs_steady_state", "§4 (Gibbs measure); §7 item 7", "closed-form OU steady state N(c, λ/λ₂)")
+def check_fp_gibbs_steady_state(quick: bool) -> Outcome:
+    """|moments − (c, λ/λ₂)| ≤ tails beyond the box + iteration remainder + γ_{100N} (value: the worst ratio)."""
+    lam, lam2, half = 0.1, 1.0, 3.5
+    lines, worst = [], 0.0
+    for p, n, c in ((1, 80, [0.3]), (2, 32, [0.3, -0.2])):
+        V = _theta_space(p, n, half)
+        phi = dolfinx.fem.Function(V)
+        phi.interpolate(lambda x, p=p, c=c: 0.5 * lam2 * sum((x[i] - c[i]) ** 2 for i in range(p)))
+        rho = gaussian_density(V, [-0.4] * p, 0.05 * np.eye(p))
+        fp = ParameterFokkerPlanck(V, lam, prefix=f"mfpde_verify_ou{p}_")
+        ds, steps = 1.0, 60
+        prev = None
+        for _ in range(steps):
+            fp.step(rho, phi, ds)
+            d = fp.diagnostics(rho, phi)
+            cur = np.concatenate([d["mean"], np.diag(d["cov"])])  # type: ignore[call-overload]
+            change = 0.0 if prev is None else float(np.abs(cur - prev).max())
+            prev = cur
+        m_ex, v_ex = ou_moments(math.inf, c, [-0.4] * p, [0.05] * p, lam, lam2)
+        err = float(np.abs(cur - np.concatenate([m_ex, v_ex])).max())
+        sd = math.sqrt(lam / lam2)
+        far = half + max(abs(x) for x in c)  # the farthest a truncated point is from the mean
+        tail = math.erfc((half - max(abs(x) for x in c)) / (math.sqrt(2) * sd)) * far**2
+        q = 1 / (1 + lam2 * ds)  # backward Euler on the OU moments contracts by at least this per step
+        bound = tail + q / (1 - q) * change + gamma(100 * V.dofmap.index_map.size_global)
+        worst = max(worst, err / bound)
+        lines.append(f"p = {p}: error {err:.1e}, bound {bound:.1e}")
+    return Outcome(worst, "error ≤ tails + iteration remainder + round-off", worst <= 1.0, "; ".join(lines))
+
+
+def _first_variation(comm: MPI.Comm) -> np.ndarray:
+    tt = TokenTransport(box(comm, [[-3.0, 3.0]] * 2, [12, 12]), degree=0)
+    th = ThetaSpace(box(MPI.COMM_WORLD, [[-1.0, 1.0], [-1.0, 1.0]], [4, 4], "triangle"), ScalarHeads())
+    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+    u = dolfinx.fem.Function(tt.W)
+    u.interpolate(lambda x: np.exp(-((x[:2] - 0.3) ** 2).sum(axis=0) / 0.5))
+    u.x.array[:] /= tt.mass(u)
+    heads = HeadMeasure.from_heads(th.family, th.points, th.gather(rho), keep_zero=True)
+    g = readout_function("mean")
+    tape: Tape = []
+    rep = tt.solve(u, heads, 1.0, 6, g, tape=tape)
+    _, D = DiscreteAdjoint(tt).backward(tape, (rep.yhat - 1.0) * dyhat_dmu(tt, g), 1)
+    return np.asarray(first_variation_values(th.family, heads, D[0], th.points))
+
+
+@register("mpi_consistency", "interface (any rank count)", "the same solve on one rank (COMM_SELF)")
+def check_mpi_consistency(quick: bool) -> Outcome:
+    """|δR/δρ(all ranks) − δR/δρ(one rank)| ≤ 2γ_n max|δR/δρ|, n the roundings of 6 depth steps forward and back.
+
+    n = 2 · 6 · 10 · 3 · 92 + 144: ≤ 10 CFL sub-steps of 3 stages, ≤ 92 roundings a DG0 dof (d = 2), forward
+    and adjoint, then the sum over the 144 token cells (as tests/test_adjoint).
+    """
+    a, b = _first_variation(MPI.COMM_WORLD), _first_variation(MPI.COMM_SELF)
+    n_ops = 2 * 6 * 10 * 3 * 92 + 144
+    tol = 2 * gamma(n_ops) * float(np.abs(b).max())
+    diff = MPI.COMM_WORLD.allreduce(float(np.abs(a - b).max()), op=MPI.MAX)
+    return Outcome(diff, f"≤ {tol:.1e}", diff <= tol,
+                   f"max |Δ δR/δρ| {diff:.1e} on {MPI.COMM_WORLD.size} rank(s) against 1")

@@ -1,0 +1,118 @@
+"""The ``verify`` job (interface.md): run the registered checks, print the table, write report.json and plots.
+
+Exit status: 0 when every check passed, 3 when one failed (a failed check is a numerical finding; a
+check that could not run because a solver failed is a failed check with the error as its detail).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+from mfpde import __version__
+from mfpde.errors import ConfigError, NumericalError
+from mfpde.io import prepare_output_dir, write_report
+from mfpde.verify.registry import CHECKS, Check, Outcome
+
+__all__ = ["format_table", "verify_job"]
+
+logger = logging.getLogger(__name__)
+
+
+def _load_checks() -> None:
+    """Import the check modules (each registers its checks)."""
+    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+
+
+def _run(check: Check, quick: bool) -> Outcome:
+    try:
+        return check.run(quick)
+    except NumericalError as e:  # SolverError included: a solve failed inside the check
+        return Outcome(float("nan"), "", False, f"numerical failure: {e}")
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    """The table of interface.md: check, theory §, measured, threshold, verdict, seconds."""
+    head = ("check", "theory §", "measured", "threshold", "verdict", "s")
+    rows = [(r["name"], r["theory"], "—" if r["value"] is None else f"{r['value']:.4g}", r["threshold"],
+             "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}") for r in records]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _plot(out: Path, record: dict[str, Any]) -> None:
+    """Errors against the step on log axes, with the fitted and the expected slope (rank 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for k, s in enumerate(record["series"]):
+        x, e = np.asarray(s["x"]), np.asarray(s["err"])
+        (line,) = ax.loglog(x, e, "o-", label=f"{s['label']} (fitted slope {s['fitted']:.2f})")
+        if s["expected"] is not None:
+            ax.loglog(x, e[0] * (x / x[0]) ** s["expected"], ":", color=line.get_color(),
+                      label=f"slope {s['expected']:g}" if k == 0 else None)
+    ax.set_xlabel(record["series"][0]["xlabel"])
+    ax.set_ylabel("error")
+    ax.set_title(f"{record['name']} ({'pass' if record['passed'] else 'FAIL'})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "plots" / f"{record['name']}.png", dpi=100)
+    plt.close(fig)
+
+
+def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, comm: MPI.Comm = MPI.COMM_WORLD,
+               plots: bool = True) -> int:
+    """Run the checks (all, or ``only``), print the table (rank 0), write ``report.json`` and plots. Collective.
+
+    Args:
+        out: the output directory.
+        quick: the reduced sizes of each check (a few minutes on 2 cores).
+        only: check names to run (default: all registered).
+        comm: the ranks (every check runs on all of them).
+        plots: write ``plots/<check>.png`` for checks with a convergence series.
+
+    Returns:
+        0 when every check passed, 3 otherwise.
+
+    Raises:
+        ConfigError: an unknown check name, or DIR not writable.
+    """
+    t0 = time.perf_counter()
+    _load_checks()
+    names = list(only) if only else list(CHECKS)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ConfigError(f"--only: unknown check {unknown[0]!r} (known: {', '.join(CHECKS)})")
+    out = Path(out)
+    prepare_output_dir(out, comm)
+    records = []
+    for name in names:
+        t = time.perf_counter()
+        logger.info("check %s ...", name)
+        rec = _run(CHECKS[name], quick).record(CHECKS[name])
+        rec["wall_s"] = time.perf_counter() - t
+        logger.info("check %s: %s (%s)", name, "pass" if rec["passed"] else "FAIL", rec["detail"])
+        records.append(rec)
+        if plots and rec["series"] and comm.rank == 0:
+            _plot(out, rec)
+    passed = all(r["passed"] for r in records)
+    report = {"status": "ok", "command": "verify", "version": __version__, "comm_size": comm.size,
+              "wall_s": time.perf_counter() - t0, "quick": quick, "checks": records, "passed": passed}
+    write_report(out, report, comm)
+    if comm.rank == 0:
+        print(format_table(records), file=sys.stdout, flush=True)
+        print(f"{sum(r['passed'] for r in records)}/{len(records)} checks passed -> {out / 'report.json'}",
+              file=sys.stdout, flush=True)
+    return 0 if passed else 3

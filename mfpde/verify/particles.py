@@ -1,0 +1,150 @@
+"""Checks of the finite-N, finite-H and finite-L approximations (theory §5.3; verification plan §7 items 9, 10).
+
+* ``particle_agreement_n``: N iid tokens from μ₀ moved by the particle code (the McKean–Vlasov ODE, RK4):
+  E|ŷ_N − ŷ_PDE| ~ N^{−1/2} against the PDE solution (DG1).
+* ``finite_heads_rate``: H iid heads from a Gaussian ρ on θ = (a, v): E|ŷ_H − ŷ_ρ| ~ H^{−1/2}, ŷ_ρ the closed
+  form of theory §6.1, ŷ_H the particle code with the H heads.
+* ``depth_order``: the L-layer residual network x ← x + (T/L) V[μ^N; ρ](x) (theory §1.1) against the
+  continuous flow's closed form (theory §6.1): error O(1/L).
+* ``langevin_heads_rate``: H noisy heads dθ = −∇_θ(δR/δρ + λ₂|θ|²/2) ds + √(2λ) dB (an independent
+  particle code with the closed-form drift of theory §6.2) against the Fokker–Planck solution of the code:
+  sup_s E|mean_H(s) − mean ρ_s| ~ H^{−1/2} (uniform in s for λ > 0).
+
+Expectations are averaged over seeds split across ranks (the same seed set on any rank count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mpi4py import MPI
+
+import numpy as np
+from scipy.stats import norm
+
+from mfpde.exact import gaussian_transport
+from mfpde.params.family import ScalarHeads
+from mfpde.tokens.attention import HeadMeasure, velocity
+from mfpde.tokens.particles import transport_particles
+from mfpde.verify.models import A_FIXED, M0, S0
+from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.transport import HEADS, transport_gaussian
+
+__all__ = ["seed_mean"]
+
+#: Tolerance on a fitted Monte-Carlo exponent −1/2 (as tests/test_transport).
+MC_TOL = 0.15
+T = 1.0
+
+
+def seed_mean(f: Callable[[int], float], seeds: int, comm: MPI.Comm = MPI.COMM_WORLD) -> float:
+    """(1/seeds) Σ_s f(s), the seeds split over the ranks and summed (collective)."""
+    local = sum(f(s) for s in range(comm.rank, seeds, comm.size))
+    return float(comm.allreduce(local, op=MPI.SUM) / seeds)
+
+
+def _quantile_tokens(N: int, m0: float, s0: float) -> tuple[np.ndarray, np.ndarray]:
+    x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
+    return x, np.full(N, 1.0 / N)
+
+
+@register("particle_agreement_n", "§5.3 (finite N)", "independent particle code (RK4 McKean–Vlasov ODE)")
+def check_particle_agreement_n(quick: bool) -> Outcome:
+    """Fitted exponent of E|ŷ_N − ŷ_PDE| in N: |q + 1/2| < 0.15."""
+    m0, s0 = 0.3, 0.25
+    *_, y_pde = transport_gaussian(400, 1, m0, HEADS)
+    Ns = [50, 100, 200, 400] if quick else [50, 100, 200, 400, 800]
+    errs = []
+    for N in Ns:
+        def one(s: int, N: int = N) -> float:
+            rng = np.random.default_rng((2024, N, s))
+            x = rng.normal(m0, np.sqrt(s0), (N, 1))
+            return abs(float(transport_particles(x, np.full(N, 1.0 / N), HEADS, T, 4)[:, 0].mean()) - y_pde)
+
+        errs.append(seed_mean(one, max(100, 32000 // N)))
+    q = fit_slope(Ns, errs)
+    return Outcome(q, f"|q + 1/2| < {MC_TOL}", abs(q + 0.5) < MC_TOL,
+                   f"E|ŷ_N − ŷ_PDE| {', '.join(f'{e:.2e}' for e in errs)} at N = {Ns}",
+                   [Series(Ns, errs, "tokens N", -0.5, q, "E|ŷ_N − ŷ_PDE|")])
+
+
+#: ρ = N((0.3, 0.6), 0.05 I) on θ = (a, v): ā = 0.6, b̄ = 0.18.
+RHO_MEAN, RHO_VAR = np.array([0.3, 0.6]), 0.05
+
+
+@register("finite_heads_rate", "§5.3 (finite H)", "closed form ŷ_ρ = m_T(ā, b̄) (theory §6.1)")
+def check_finite_heads_rate(quick: bool) -> Outcome:
+    """Fitted exponent of E|ŷ_H − ŷ_ρ| in H: |q + 1/2| < 0.15 (2000 quantile tokens: their error ≪ the H error)."""
+    m0, s0 = 0.3, 0.25
+    x, w = _quantile_tokens(2000, m0, s0)
+    y_rho = float(gaussian_transport(m0, s0, RHO_MEAN[1], RHO_MEAN[0] * RHO_MEAN[1] + 0.0, T)[0][0])
+    Hs = [4, 16, 64] if quick else [4, 16, 64, 256]
+    errs = []
+    for H in Hs:
+        def one(s: int, H: int = H) -> float:
+            th = np.random.default_rng((7, H, s)).normal(RHO_MEAN, np.sqrt(RHO_VAR), (H, 2))
+            heads = HeadMeasure.from_heads(ScalarHeads(), th, np.full(H, 1.0 / H))
+            return abs(float(transport_particles(x, w, heads, T, 8)[:, 0].mean()) - y_rho)
+
+        errs.append(seed_mean(one, 24))
+    q = fit_slope(Hs, errs)
+    return Outcome(q, f"|q + 1/2| < {MC_TOL}", abs(q + 0.5) < MC_TOL,
+                   f"E|ŷ_H − ŷ_ρ| {', '.join(f'{e:.2e}' for e in errs)} at H = {Hs}",
+                   [Series(Hs, errs, "heads H", -0.5, q, "E|ŷ_H − ŷ_ρ|")])
+
+
+@register("depth_order", "§1.1; §5.3 (finite L); §7 item 10", "closed-form continuous flow (theory §6.1)")
+def check_depth_order(quick: bool) -> Outcome:
+    """L-layer Euler network against the continuous closed form: fitted order |q − 1| < 0.1 in 1/L.
+
+    4000 quantile tokens of N(0.3, 0.25): their own error (≲1e-6) stays below the Euler error at L ≤ 64.
+    """
+    m0, s0 = 0.3, 0.25
+    x0, w = _quantile_tokens(4000, m0, s0)
+    y_ex = float(gaussian_transport(m0, s0, HEADS.abar, HEADS.bbar, T)[0][0])
+    Ls = [8, 16, 32, 64]
+    errs = []
+    for L in Ls:
+        x = x0.copy()
+        for _ in range(L):
+            x = x + (T / L) * velocity(x, x, w, HEADS)
+        errs.append(abs(float(x[:, 0].mean()) - y_ex))
+    q = fit_slope([T / L for L in Ls], errs)
+    return Outcome(q, "|q − 1| < 0.1", abs(q - 1.0) < 0.1,
+                   f"|ŷ_L − ŷ| {', '.join(f'{e:.2e}' for e in errs)} at L = {Ls}",
+                   [Series([T / L for L in Ls], errs, "layer step T/L", 1.0, q, "|ŷ_L − ŷ|")])
+
+
+@register("langevin_heads_rate", "§4 (particle version); §5.3 (propagation of chaos)",
+          "independent Langevin particle code (closed-form drift)")
+def check_langevin_heads_rate(quick: bool) -> Outcome:
+    """sup_s E|mean_H(s) − mean ρ_s| against H: fitted exponent |q + 1/2| < 0.15.
+
+    The FP solution is the code's (shallow value model, Lie, Δs = 0.05 up to s = 2); the particles use
+    δR/δρ(v) = v G'(ā_H), G'(ā) = k(m₀ + kā − y) (theory §6.2), by Euler–Maruyama with the same Δs/10.
+    """
+    from mfpde.verify.training import K_SHALLOW, LAM, LAM2, trajectory
+
+    ds, steps, sub = 0.05, 40, 10
+    tr = trajectory(ds, steps)
+    Hs = [16, 64, 256] if quick else [16, 64, 256, 1024]
+    errs = []
+    for H in Hs:
+        def one(s: int, H: int = H) -> float:
+            rng = np.random.default_rng((11, H, s))
+            v = rng.normal(0.4, np.sqrt(0.05), H)
+            h = ds / sub
+            worst = abs(v.mean() - tr["mean"][0])
+            for step in range(steps):
+                for _ in range(sub):
+                    dG = K_SHALLOW * (M0[0] + K_SHALLOW * v.mean() - 1.0)
+                    v = v - h * (dG + LAM2 * v) + np.sqrt(2 * LAM * h) * rng.standard_normal(H)
+                worst = max(worst, abs(v.mean() - tr["mean"][step + 1]))
+            return worst
+
+        errs.append(seed_mean(one, 32))
+    q = fit_slope(Hs, errs)
+    _ = A_FIXED, S0  # the problem's a and σ₀² enter through K_SHALLOW
+    return Outcome(q, f"|q + 1/2| < {MC_TOL}", abs(q + 0.5) < MC_TOL,
+                   f"sup_s E|mean_H − mean ρ_s| {', '.join(f'{e:.2e}' for e in errs)} at H = {Hs}",
+                   [Series(Hs, errs, "heads H", -0.5, q, "sup_s E|mean_H(s) − mean ρ_s|")])

@@ -1,0 +1,103 @@
+"""The registry of verification checks: name, theory section, reference, and the function that measures.
+
+A check measures one number, compares it with a threshold that comes from the theory or from the order of
+the scheme (never read off a run), and says what it was compared with (``reference``): a closed form of
+theory §6, finite differences, or an independent particle code. Check functions are collective: every rank
+calls them and every rank gets the same :class:`Outcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["CHECKS", "Check", "Outcome", "Series", "fit_slope", "register"]
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass
+class Series:
+    """A convergence series for a log-log plot: errors against a step (h, Δs, N, H, L or δ).
+
+    Attributes:
+        x: the steps, shape (m,); err: the errors, shape (m,); xlabel: what x is;
+        expected: the expected slope (the scheme's order or the theorem's exponent), or None;
+        fitted: the fitted slope; label: the legend entry.
+    """
+
+    x: list[float] | list[int]
+    err: list[float]
+    xlabel: str
+    expected: float | None
+    fitted: float
+    label: str = "error"
+
+
+@dataclass
+class Outcome:
+    """What a check measured.
+
+    Attributes:
+        value: the measured number; threshold: the bound it is compared with (a string says how);
+        passed: the verdict; detail: one line with the numbers behind it;
+        series: convergence series to plot (may be empty).
+    """
+
+    value: float
+    threshold: str
+    passed: bool
+    detail: str
+    series: list[Series] = field(default_factory=list)
+
+    def record(self, check: Check) -> dict[str, Any]:
+        """The ``checks`` entry of report.json (interface.md), plus the theory section and the series."""
+        return {"name": check.name, "value": _finite(self.value), "threshold": self.threshold,
+                "passed": bool(self.passed), "detail": self.detail, "reference": check.reference,
+                "theory": check.section, "series": [asdict(s) for s in self.series]}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registered check.
+
+    Attributes:
+        name: the check name of interface.md; section: the theory.md section it verifies;
+        reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
+        (collective).
+    """
+
+    name: str
+    section: str
+    reference: str
+    run: Callable[[bool], Outcome]
+
+
+#: The registered checks, in the order of the table.
+CHECKS: dict[str, Check] = {}
+
+
+CheckFunction = Callable[[bool], Outcome]
+
+
+def register(name: str, section: str, reference: str) -> Callable[[CheckFunction], CheckFunction]:
+    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name``."""
+
+    def deco(fn: CheckFunction) -> CheckFunction:
+        CHECKS[name] = Check(name, section, reference, fn)
+        return fn
+
+    return deco
+
+
+def fit_slope(x: Array | list[float] | list[int], err: Array | list[float]) -> float:
+    """The least-squares slope of log err against log x (``np.polyfit``, as scikit-fem's rate tests)."""
+    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(err, float)), 1)[0])
