@@ -19,6 +19,13 @@ from mfpde.tokens.transport import TokenTransport
 from mfpde.verify.adjoint import gaussian_first_variation_errors
 
 
+def _setup(d: int, degree: int, n: int):
+    comm = MPI.COMM_WORLD
+    tt = TokenTransport(box(comm, [[-3.0, 3.0]] * d, [n] * d), degree=degree)
+    th = ThetaSpace(box(comm, [[-1.0, 1.0], [-1.0, 1.0]], [6, 6], "triangle"), ScalarHeads())
+    return tt, th
+
+
 def _risk(tt, th, rho, g, y, d, tape=None, steps=10):
     u = dolfinx.fem.Function(tt.W)
     u.interpolate(lambda x: np.exp(-((x[:d] - 0.3) ** 2).sum(axis=0) / 0.5))
