@@ -128,7 +128,8 @@ class HeadDensities:
         osc = 0.0
         for phi in self.phis:
             dr = phi.x.array[:n] - self.confinement[:n]
-            hi = self.comm.allreduce(float(dr.max()), op=MPI.MAX)
-            lo = self.comm.allreduce(float(dr.min()), op=MPI.MIN)
+            # a rank may own no Θ node (more ranks than Θ vertices): it joins the reductions with ±inf
+            hi = self.comm.allreduce(float(np.max(dr, initial=-math.inf)), op=MPI.MAX)
+            lo = self.comm.allreduce(float(np.min(dr, initial=math.inf)), op=MPI.MIN)
             osc = max(osc, hi - lo)
         return osc
