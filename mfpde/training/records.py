@@ -57,8 +57,12 @@ def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, floa
                 err = "--resume: the checkpoint holds non-finite or negative densities"
             elif not 0 <= int(ck["step"]) <= steps:
                 err = f"--resume: checkpoint step {int(ck['step'])} is beyond training.steps = {steps}"
+            elif ck["history"].size and ck["history"].shape[-1] != len(ck["history_keys"]):
+                err = "--resume: the checkpoint's history is malformed"
         except ConfigError as e:
             err = str(e)
+        except (TypeError, ValueError, IndexError) as e:  # arrays of the wrong kind in a readable file
+            err = f"--resume: checkpoint {str(out / 'checkpoint' / 'state.npz')!r} is malformed: {e}"
     ck, err = comm.bcast((ck, err), root=0)
     if err:
         raise ConfigError(err)
