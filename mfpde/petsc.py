@@ -14,6 +14,10 @@ defaults, which are set only for keys that neither of the others set. So
 to CG/GAMG without a config change. A default that only makes sense with another default (MUMPS with
 LU, the LU of block Jacobi's blocks) is dropped when the user chose another preconditioner.
 
+Options of the config's ``[petsc]`` table that PETSc did not read while setting the solver up (a misspelt
+key, or one the chosen KSP/PC ignores) are an input error naming them, as is an option PETSc rejects
+(one line: PETSc's reason, without its error stack).
+
 Every solve checks the KSP converged reason and raises :class:`~mfpde.errors.SolverError` if it is ≤ 0.
 """
 
@@ -34,6 +38,12 @@ _DEPENDS: dict[str, tuple[str, frozenset[str]]] = {
 }
 
 
+def _reason(e: PETSc.Error) -> str:
+    """PETSc's own one-line reason of an error (the last line of its stack), without the stack."""
+    lines = [ln.split("] ", 1)[-1].strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else str(e)
+
+
 class LinearSolver:
     """A PETSc KSP solving A x = b for a fixed operator A, options under ``prefix``.
 
@@ -46,7 +56,8 @@ class LinearSolver:
         what: the name of the solve in error messages (e.g. ``"petsc.param"``).
 
     Raises:
-        ConfigError: PETSc rejected the options (unknown type, bad value); the message starts with ``what``.
+        ConfigError: PETSc rejected the options (unknown type, bad value), or did not use one of ``options``;
+            the message starts with ``what``.
         ValueError: the prefix is empty.
     """
 
@@ -76,14 +87,19 @@ class LinearSolver:
         try:
             self.ksp.setFromOptions()
             self.ksp.setUp()  # reads the sub-solver and factor options (bjacobi blocks, MUMPS) while they are set
+            self.ksp.setUpOnBlocks()
+            unused = sorted(k for k in user if not db.used(prefix + k))
         except PETSc.Error as e:
-            raise ConfigError(f"{what}: PETSc rejected the options {user}: {e}") from None
+            raise ConfigError(f"{what}: PETSc rejected the options {user}: {_reason(e)}") from None
         finally:
             for k, old in saved.items():  # tidy the global database: leave it as it was
                 if old is None:
                     db.delValue(prefix + k)
                 else:
                     db.setValue(prefix + k, old)
+        if unused:
+            raise ConfigError(f"{what}: PETSc did not use the option(s) {', '.join(unused)} (misspelt, or not "
+                              f"read by the chosen KSP {self.ksp_type} / PC {self.pc_type})")
 
     def solve(self, b: PETSc.Vec, x: PETSc.Vec) -> int:
         """Solve A x = b into x (owned entries; the caller scatters ghosts). Collective.

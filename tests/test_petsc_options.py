@@ -82,6 +82,29 @@ def test_rejected_options_and_non_convergence():
         s.solve(b, x)
 
 
+def test_unused_and_rejected_options_one_line():
+    """A misspelt key (PETSc never reads it) and an unknown type are input errors in one line, no PETSc stack."""
+    A = _mass_matrix()
+    with pytest.raises(ConfigError, match="petsc.param: PETSc did not use the option.s. ksp_tpye") as e:
+        LinearSolver(A, "test_ls_f_", {"ksp_tpye": "cg", "pc_type": "jacobi"}, what="petsc.param")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="Unable to find requested PC type bork") as e:
+        LinearSolver(A, "test_ls_g_", {"pc_type": "bork"}, what="petsc.param")
+    assert "\n" not in str(e.value) and "[0]" not in str(e.value)
+    assert not _keys("test_ls_f_") and not _keys("test_ls_g_")
+
+
+def test_two_runs_in_one_process_do_not_share_options(tempdir, capfd):
+    """The first transport's ksp_max_it = 1 (GMRES without preconditioner: exit 3) must not reach the second."""
+    from mfpde.cli import main
+
+    demo = str(ROOT / "demos" / "transport_small.toml")
+    bad = "petsc.token={ksp_type = 'gmres', pc_type = 'none', ksp_max_it = 1, ksp_rtol = 1e-14}"
+    assert main(["transport", demo, "--out", str(tempdir / "a"), "--set", bad]) == 3
+    assert main(["transport", demo, "--out", str(tempdir / "b")]) == 0, capfd.readouterr().err
+    assert not _keys("mfpde_token_")
+
+
 @pytest.mark.serial
 def test_petsc_options_environment_takes_effect(tempdir):
     """PETSC_OPTIONS="-mfpde_param_ksp_type gmres -mfpde_param_pc_type jacobi ..." switches the Fokker–Planck
