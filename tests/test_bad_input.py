@@ -2,11 +2,9 @@
 file, on every rank, before anything is written; never exit 1 (a bug) and never a traceback.
 
 The table covers wrong types, out-of-range values, inconsistent dimensions, ρ_0 and data outside their
-boxes, and missing files, for `transport` and for `run`. Cases marked xfail (strict: they fail the suite
-once fixed, so the mark must go) are known defects of issues 14 and 15. Not in the table yet, because they
-allocate or run for ever instead of failing (issue 14: refuse at the door what cannot run):
-`tokens.cells = [100000000]`, `tokens.box = [[-1e308, 1e308]]`, `tokens.cfl = 1e-300`,
-`depth.steps = 10^12`.
+boxes, missing files, and what cannot run (sizes that cannot fit, work that cannot end, absurd boxes,
+values nested thousands deep), for `transport` and for `run`. Cases marked xfail (strict: they fail the
+suite once fixed, so the mark must go) are known defects.
 """
 
 from __future__ import annotations
@@ -69,6 +67,14 @@ CASES = [
     # most of the mass outside Θ = [-2, 2]² (about 16% inside) or Ω = [-4, 4] (about 16% inside)
     ("run", ["heads.init={kind = 'gaussian', mean = [2.5, 0.5], cov = [[0.25, 0.0], [0.0, 0.01]]}"], "heads.init"),
     ("transport", ["data.mean=[[4.5]]"], "data.mean[0]"),
+    # refused at the door: they allocated for ever, ran for ever or raised (MemoryError, IndexError, ...)
+    ("transport", ["tokens.cells=[100000000]"], "tokens.cells"),
+    ("transport", ["tokens.box=[[-1e308, 1e308]]"], "tokens.box"),
+    ("transport", ["tokens.cfl=1e-300"], "tokens.cfl"),
+    ("transport", ["depth.steps=1000000000000"], "depth.steps"),
+    ("transport", ["data.mean=" + "[" * 5000 + "0.3" + "]" * 5000], "data.mean"),
+    ("run", ["training.steps=1000000000000"], "training.steps"),
+    ("run", ["heads.cells=[1000000, 1000000]"], "heads.cells"),
     ("run", ["heads.box=[[2.0, -2.0], [-2.0, 2.0]]"], "heads.box"),
     ("run", ["heads.cells=[0, 8]"], "heads.cells"),
     ("run", ["heads.cells=[8]"], "heads.cells"),
@@ -119,3 +125,14 @@ def test_bad_input_exit_2_one_line(tempdir, capfd, command, overrides, names):
     problem = comm.bcast(problem, root=0)
     assert problem is None, problem
     assert not (out / "report.json").exists()
+
+
+def test_config_file_nested_too_deeply(tempdir, capfd):
+    """A TOML file with an array nested 5000 deep: exit 2 naming the file (was a RecursionError traceback)."""
+    cfg = tempdir / "deep.toml"
+    cfg.write_text("[data]\nmean = " + "[" * 5000 + "0.3" + "]" * 5000 + "\n")
+    code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "deep.toml" in err and "nested too deeply" in err and "Traceback" not in err, err
