@@ -143,7 +143,9 @@ def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
 def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
     """Deposit weighted points into the DG0 function u0 (value w/|cell|), preserving Σ w exactly.
 
-    A point on a cell boundary goes to the cell of smallest global index, once across all ranks.
+    A point on a cell boundary (a vertex or facet shared by cells, possibly of different ranks) goes to the
+    candidate cell of smallest original cell index, once across all ranks: a rule every partition agrees on,
+    so the deposit does not depend on the number of ranks.
 
     Raises:
         ConfigError: a point lies outside the mesh.
@@ -161,7 +163,8 @@ def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
     cells = np.asarray(coll.array, dtype=np.int32)
     keep = cells < nloc
     owner, cells = owner[keep], cells[keep]
-    gcell = msh.topology.index_map(tdim).local_to_global(cells)
+    # the original (input) cell index: the same on any partition, unlike the global index of the index map
+    gcell = np.asarray(msh.topology.original_cell_index, dtype=np.int64)[cells]
     glob = np.full(len(points), big, dtype=np.int64)
     np.minimum.at(glob, owner, gcell)
     best = np.empty_like(glob)
