@@ -17,14 +17,17 @@ import time
 import traceback
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
 from mfpde import __version__, config
+from mfpde.environment import OutputLock, blas_threads, check_launcher, private_caches
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
-from mfpde.tokens.job import transport_job
-from mfpde.training.driver import ProgressFactory, run_job
+
+if TYPE_CHECKING:
+    from mfpde.training.driver import ProgressFactory
 
 logger = logging.getLogger("mfpde")
 
@@ -65,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     comm = MPI.COMM_WORLD
     try:
-        code = _dispatch(args)
+        check_launcher(comm)
+        private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
+        with blas_threads(comm):
+            code = _dispatch(args)
     except ConfigError as e:  # MeshError included
         _err(str(e))
         code = 2
@@ -133,14 +139,19 @@ def _progress(quiet: bool) -> ProgressFactory | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from mfpde.tokens.job import transport_job  # imports dolfinx: after private_caches
+    from mfpde.training.driver import run_job
+
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
     cfg = config.load(args.config, args.overrides)
     if args.command == "transport":
-        transport_job(cfg, out, comm)
+        with OutputLock(out, comm):
+            transport_job(cfg, out, comm)
         return 0
     if args.command == "run":
-        result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
+        with OutputLock(out, comm):
+            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
         if result.status == "failed":
             if comm.rank == 0:
                 print(f"mfpde: numerical failure: {result.error}; last good state in {out / 'checkpoint'}",
