@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -353,9 +354,13 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
         if not src.is_file():
             raise ConfigError(f"config file {str(path)!r} not found")
     try:
-        raw = tomllib.loads(src.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+        text = src.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not an error
+        raw = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # quote the line tomllib points at
+        m = re.search(r"at line (\d+)", str(e)) if isinstance(e, tomllib.TOMLDecodeError) else None
+        lines = text.splitlines() if m else []
+        at = f": {lines[int(m.group(1)) - 1].strip()[:80]!r}" if m and int(m.group(1)) <= len(lines) else ""
+        raise ConfigError(f"{source}: not valid TOML: {e}{at}") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     for item in overrides:

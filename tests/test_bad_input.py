@@ -136,3 +136,19 @@ def test_config_file_nested_too_deeply(tempdir, capfd):
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
         assert "deep.toml" in err and "nested too deeply" in err and "Traceback" not in err, err
+
+
+def test_toml_messages_bom_and_duplicate_key(tempdir):
+    """A byte-order mark is accepted (was "Invalid statement (line 1, col 1)"); a duplicate key's message
+    quotes the line, so names the key (was "Cannot overwrite a value (at line 3, column 14)" alone)."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    bom, dup = tempdir / "bom.toml", tempdir / "dup.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        bom.write_bytes(b"\xef\xbb\xbf[tokens]\ncells = [100]\n")
+        dup.write_text("[tokens]\ncells = [100]\ncells = [200]\n")
+    MPI.COMM_WORLD.Barrier()
+    assert config.load(bom).tokens.cells == [100]
+    with pytest.raises(ConfigError, match=r"dup.toml: not valid TOML: .*'cells = \[200\]'"):
+        config.load(dup)
