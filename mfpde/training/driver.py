@@ -165,6 +165,9 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             last = cp.state.values()
             if step % oc.every == 0 or step == tr.steps:
                 row = history_row(cp, grad, step, step * tr.ds, time.perf_counter() - t0)
+                bad = [k for k, v in row.items() if not np.isfinite(v)]
+                if bad:  # e.g. an extreme training.lambda2: never a status "ok" with inf/NaN in the history
+                    raise NumericalError(f"non-finite {', '.join(bad)}")
                 history.append(row)
                 if writer is not None:
                     writer.write(step * tr.ds)
