@@ -137,9 +137,12 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
                             cfg.petsc.token)
     u = dolfinx.fem.Function(tokens.W)
     with groups.collective_failure(ConfigError):
-        for samples in (train, test):
+        for samples, which in ((train, "sample"), (test, "held-out sample")):
             for i in groups.mine(samples):
-                fill_density(samples[i], u, tokens.mass)
+                try:
+                    fill_density(samples[i], u, tokens.mass)
+                except ConfigError as e:  # say which sample
+                    raise ConfigError(f"{e} ({which} {i})") from None
     if h.init["kind"] == "gaussian":
         theta = theta_space(comm, cfg, family)
         heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))

@@ -152,3 +152,29 @@ def test_toml_messages_bom_and_duplicate_key(tempdir):
     assert config.load(bom).tokens.cells == [100]
     with pytest.raises(ConfigError, match=r"dup.toml: not valid TOML: .*'cells = \[200\]'"):
         config.load(dup)
+
+
+@pytest.mark.parametrize(("damage", "names"), [("nan", "sample 1: non-finite"), ("negative", "sample 1: weights"),
+                                               ("outside", "(sample 1)")],
+                         ids=["nan", "negative", "outside"])  # not the names: the message quotes the path
+def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
+    """Data-file errors say which sample (they named only the file)."""
+    import numpy as np
+
+    path = tempdir / "data.npz"
+    if MPI.COMM_WORLD.rank == 0:
+        pts, wts = np.zeros((3, 2, 1)), np.ones((3, 2))
+        if damage == "nan":
+            pts[1, 0, 0] = np.nan
+        elif damage == "negative":
+            wts[1, 1] = -1.0
+        else:
+            pts[1, 1, 0] = 9.0  # outside Ω = [-4, 4]
+        np.savez(path, points=pts, weights=wts, target=np.ones(3))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert names in err and len(err.strip().splitlines()) == 1, err

@@ -82,10 +82,14 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
                           f"got {pts.shape}, {wts.shape}, {tgt.shape}")
     if pts.shape[0] < 1 or pts.shape[1] < 1:
         raise ConfigError(f"data.path {str(path)!r}: needs at least one sample with at least one point")
-    if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(wts)) and np.all(np.isfinite(tgt))):
-        raise ConfigError(f"data.path {str(path)!r}: non-finite values")
-    if np.any(wts < 0) or np.any(wts.sum(axis=1) <= 0):
-        raise ConfigError(f"data.path {str(path)!r}: weights must be >= 0 with a positive sum per sample")
+    finite = np.isfinite(pts).all(axis=(1, 2)) & np.isfinite(wts).all(axis=1) & np.isfinite(tgt)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise ConfigError(f"data.path {str(path)!r}: sample {i}: non-finite points, weights or target")
+    bad = (wts < 0).any(axis=1) | (wts.sum(axis=1) <= 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ConfigError(f"data.path {str(path)!r}: sample {i}: weights must be >= 0 with a positive sum")
     return [Sample("points", {"points": p, "weights": w}, float(y)) for p, w, y in zip(pts, wts, tgt, strict=True)], []
 
 
