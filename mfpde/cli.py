@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from mpi4py import MPI
 
 from mfpde import __version__, config
-from mfpde.environment import OutputLock, blas_threads, check_launcher, private_caches
+from mfpde.environment import OutputLock, blas_threads, check_launcher, jit_cache_problem, private_caches
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
 
@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mfpde: numerical failure: {e}", file=sys.stderr)
         code = 3
     except Exception as e:  # a bug (exit 1): under MPI the other ranks may wait in a collective for ever
+        jit = jit_cache_problem(e)
+        if jit:  # not a bug: the environment's FFCx cache
+            _err(jit)
+            _join(comm, 2)
+            return 2
         if comm.size == 1:
             raise
         _abort(comm, f"unexpected {type(e).__name__} on rank {comm.rank} of {comm.size}: {e}", tb=True)

@@ -12,6 +12,9 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
   run before ``dolfinx`` and ``matplotlib`` are imported (they read the variables at import).
 * :func:`blas_threads`: one BLAS thread per rank under MPI (threadpoolctl), unless the user set
   ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``MFPDE_BLAS_THREADS``.
+* :func:`jit_cache_problem`: an exception caused by a damaged or unusable FFCx cache (a truncated ``.so``,
+  a ``.c`` left by a killed compile, a read-only cache lacking a module) becomes one line naming the cache
+  and the fix, instead of a traceback.
 * :class:`OutputLock`: one job per DIR: ``DIR/.mfpde.lock`` is created with ``O_EXCL`` by rank 0 and
   removed at the end; a lock of a dead process on this host is taken over (a killed job, then ``--resume``).
 """
@@ -31,7 +34,7 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError
 
-__all__ = ["OutputLock", "blas_threads", "check_launcher", "private_caches"]
+__all__ = ["OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "private_caches"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,3 +198,42 @@ class OutputLock:
                 with contextlib.suppress(OSError):
                     self.path.parent.rmdir()
         self.held = False
+
+
+def _jit_frames(tb: TracebackType | None) -> bool:
+    """Whether a traceback passes through FFCx's JIT (the cache lookup, load and compile)."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("ffcx/codegeneration/jit.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def jit_cache_problem(e: BaseException) -> str:
+    """One line for an exception caused by a damaged or unusable FFCx JIT cache, else "".
+
+    Recognised: ImportError (a truncated module), TimeoutError (a ``.c`` left by a killed compile) and
+    OSError (a read-only cache) raised inside FFCx's JIT, and DOLFINx's "JIT compilation failed on rank 0"
+    / "JIT cache load failed" on the other ranks of an MPI job. Compiler and form errors are not.
+    """
+    chain: list[BaseException] = []
+    x: BaseException | None = e
+    while x is not None and len(chain) < 10:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fenics"
+    cause: BaseException | None = next((x for x in chain if isinstance(x, ImportError | TimeoutError | OSError)
+                                        and _jit_frames(x.__traceback__)), None)
+    for x in chain if cause is None else ():
+        msg = str(x)
+        if not isinstance(x, RuntimeError):
+            continue
+        if msg.startswith("Failed JIT compilation of form:") and (str(cache) in msg or "timed out" in msg):
+            cause = x  # rank 0 of an MPI job: DOLFINx re-raises the cache error as a message
+        elif msg.startswith(("JIT compilation failed on rank", "JIT cache load failed")):
+            cause = x  # the other ranks
+    if cause is None:
+        return ""
+    what = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})"
+    return (f"the FFCx JIT cache {str(cache)!r} is damaged or unusable{what}: remove it, or set XDG_CACHE_HOME "
+            "to an empty directory, and run again")

@@ -165,3 +165,28 @@ def test_lock_is_agreed_under_mpi(tmp_path):
     (out / OutputLock.NAME).write_text(f"{os.getpid()} {socket.gethostname()}\n")
     rc, err, _ = launch(["transport", DEMO, "--out", str(out)])
     assert rc == 2 and "in use by another mfpde job" in err, err
+
+
+@pytest.mark.serial
+def test_damaged_jit_cache_exit_2_naming_it(tmp_path):
+    """A truncated compiled module (serially and on 2 ranks) and a .c left by a killed compile: one line naming
+    the cache and the fix, exit 2 (was ImportError / 'JIT compilation failed on rank 0' / TimeoutError, exit 1)."""
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    args = ["transport", DEMO, "--set", "output.fields=false"]
+    rc, err, _ = launch([*args, "--out", str(tmp_path / "fill")], n=1, env=env)
+    assert rc == 0, err
+    modules = sorted((cache / "fenics").glob("*.so"))
+    assert modules
+    for m in modules:
+        m.write_bytes(m.read_bytes()[:100])
+    for n in (1, 2):
+        rc, err, _ = launch([*args, "--out", str(tmp_path / f"trunc{n}")], n=n, env=env)
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("JIT cache load failed")]
+        assert rc == 2, err
+        assert len(lines) == 1 and "FFCx JIT cache" in lines[0] and str(cache / "fenics") in lines[0], err
+    for m in modules:  # a killed compile: the .c exists, the module and its ready mark do not
+        m.unlink()
+        m.with_name(m.name.split(".")[0] + ".c.cached").unlink()
+    rc, err, _ = launch([*args, "--out", str(tmp_path / "left")], n=1, env=env)
+    assert rc == 2 and "TimeoutError" in err and "FFCx JIT cache" in err, err
