@@ -84,3 +84,43 @@ def test_atomic_writes_fsync_before_rename(tempdir, monkeypatch):
         assert (tempdir / "report.json").read_text() == "{}\n"
     else:
         assert events == []
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize("delay", [0.0, 0.7])
+def test_sigkill_then_resume_gives_the_straight_run(tempdir, delay):
+    """SIGKILL a run once its first checkpoint exists (plus ``delay`` s), then --resume: the history (but wall_s),
+    the final report values and every ρ snapshot of rho.bp equal those of an uninterrupted run."""
+    import csv
+    import signal
+    import subprocess
+    import sys
+
+    from test_mpi_failures import ROOT
+
+    args = [a for s in [*SMALL, "training.steps=8", "output.checkpoint_every=2"] for a in ("--set", s)]
+    straight, killed = tempdir / "straight", tempdir / "killed"
+    assert main(["run", "--out", str(straight), "--quiet", *args]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "mfpde", "run", "--out", str(killed), "--quiet", *args], cwd=ROOT,
+                            stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    while not (killed / "checkpoint" / "state.npz").exists() and proc.poll() is None:
+        assert time.monotonic() - t0 < 300, "no checkpoint"
+        time.sleep(0.01)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run ended before the kill: lengthen it"
+    assert not (killed / "report.json").exists()
+    assert main(["run", "--out", str(killed), "--quiet", "--resume", *args]) == 0
+    rows = [list(csv.DictReader((d / "history.csv").open())) for d in (straight, killed)]
+    assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]]
+    for a, b in zip(*rows, strict=True):
+        for k in a:
+            if k != "wall_s":
+                assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-9, abs=1e-14), (k, a, b)
+    fa, fb = (json.loads((d / "report.json").read_text())["final"] for d in (straight, killed))
+    assert fb["risk"] == pytest.approx(fa["risk"], rel=1e-9) and fb["rho_mean"] == pytest.approx(fa["rho_mean"])
+    sa, ra = _read_rho(straight / "fields" / "rho.bp")
+    sb, rb = _read_rho(killed / "fields" / "rho.bp")
+    np.testing.assert_allclose(sb, sa, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(rb, ra, rtol=1e-9, atol=1e-12)
