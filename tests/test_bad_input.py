@@ -95,6 +95,7 @@ CASES = [
     ("run", ["output.checkpoint_every=0"], "output.checkpoint_every"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
+    ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
 ]
 
 
