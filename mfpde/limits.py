@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -87,7 +88,7 @@ def _memory_bytes() -> float:
         return math.inf
 
 
-def check_resources(cfg, size: int, command: str) -> None:  # noqa: ANN001 (Config; no import cycle)
+def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: importing it would be a cycle
     """Refuse a config whose memory cannot fit on a node or whose work cannot end within a year.
 
     Args:
