@@ -125,3 +125,32 @@ def test_petsc_options_environment_takes_effect(tempdir):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mfpde_param_: KSP preonly, PC lu (mumps)" in r.stderr, r.stderr
+
+
+def test_unused_option_from_the_database_is_an_input_error():
+    """A misspelt key from PETSC_OPTIONS or the command line (already in the options database) is exit 2 naming
+    it, and only it is taken out of the database (PETSc would repeat it at exit)."""
+    A = _mass_matrix()
+    db = PETSc.Options()
+    db["test_ls_h_ksp_tpye"] = "cg"
+    db["test_ls_h_pc_type"] = "jacobi"
+    try:
+        with pytest.raises(ConfigError, match="did not use the option.s. -test_ls_h_ksp_tpye of PETSC_OPTIONS"):
+            LinearSolver(A, "test_ls_h_", None, {"ksp_type": "cg"}, what="petsc.param")
+        assert _keys("test_ls_h_") == {"test_ls_h_pc_type"}
+    finally:
+        for k in ("test_ls_h_ksp_tpye", "test_ls_h_pc_type"):
+            if db.hasName(k):
+                db.delValue(k)
+
+
+@pytest.mark.serial
+def test_misspelt_petsc_options_environment_exit_2(tempdir):
+    """PETSC_OPTIONS="-mfpde_param_ksp_tpye cg" ended with exit 0 and PETSc's four-line "Option left" warning;
+    now exit 2 and one line naming the option."""
+    env = dict(os.environ, PETSC_OPTIONS="-mfpde_param_ksp_tpye cg")
+    args = [a for s in SMALL for a in ("--set", s)]
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--quiet", "--out", str(tempdir), *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "-mfpde_param_ksp_tpye" in lines[0], r.stderr
