@@ -131,7 +131,8 @@ from mfpde import cli
 def record(pb, out, write_fields=True):
     from threadpoolctl import threadpool_info
     n = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
-    print(json.dumps({{"rank": MPI.COMM_WORLD.rank, "blas_threads": n}}), flush=True)
+    with open({record!r} + f"-{{MPI.COMM_WORLD.rank}}.json", "w") as f:  # not stdout: mpiexec mixes the ranks' lines
+        json.dump({{"rank": MPI.COMM_WORLD.rank, "blas_threads": n}}, f)
     return {{}}
 
 job.run_transport = record
@@ -147,10 +148,11 @@ def test_one_blas_thread_per_rank_under_mpi(tmp_path, env, expected):
     chose (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS, MFPDE_BLAS_THREADS)."""
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                                "MKL_NUM_THREADS", "MFPDE_BLAS_THREADS")}
-    cmd = [MPIEXEC, "-n", "2", sys.executable, "-c", THREADS.format(out=str(tmp_path / "out"))]
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-c",
+           THREADS.format(out=str(tmp_path / "out"), record=str(tmp_path / "threads"))]
     r = subprocess.run(cmd, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    seen = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    seen = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("threads-*.json"))]
     assert sorted(s["rank"] for s in seen) == [0, 1], r.stdout
     assert all(s["blas_threads"] == expected for s in seen), seen
 
