@@ -1,8 +1,9 @@
 # mfpde in a container. Users: `docker build -t mfpde .` (official python:3.13-slim base).
 # CI without a registry: `.ci/docker-smoke` builds a Debian trixie stand-in base and passes
 # `--build-arg BASE=localhost/mfpde-base:trixie`.
-#   docker run --rm IMAGE                        -> mfpde run (the main job)
-#   docker run --rm IMAGE mpiexec -n 4 mfpde run -> the same on 4 MPI ranks (MPICH from the wheel)
+#   docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/out:/work/out" IMAGE    -> mfpde run (the main job)
+#   docker run --rm --shm-size=1g ... IMAGE mpiexec -n 4 mfpde run              -> the same on 4 MPI ranks
+# (MPICH from the wheel talks through /dev/shm, 64 MB by default in Docker: a bus error without --shm-size.)
 ARG BASE=python:3.13-slim
 FROM ${BASE}
 

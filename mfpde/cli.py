@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
+import traceback
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
 from mfpde import __version__, config
+from mfpde.environment import OutputLock, blas_threads, check_launcher, jit_cache_problem, private_caches
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
-from mfpde.tokens.job import transport_job
-from mfpde.training.driver import ProgressFactory, run_job
+
+if TYPE_CHECKING:
+    from mfpde.training.driver import ProgressFactory
 
 logger = logging.getLogger("mfpde")
 
@@ -64,15 +70,65 @@ def main(argv: list[str] | None = None) -> int:
     # numpy's RuntimeWarnings (overflow in a discarded branch, ...) are not actionable for users and would
     # break the one-line error contract; failures are detected and reported by the solvers themselves.
     warnings.filterwarnings("ignore", category=RuntimeWarning)
+    comm = MPI.COMM_WORLD
     try:
-        return _dispatch(args)
+        check_launcher(comm)
+        private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
+        with blas_threads(comm):
+            code = _dispatch(args)
     except ConfigError as e:  # MeshError included
         _err(str(e))
-        return 2
+        code = 2
     except NumericalError as e:
-        if MPI.COMM_WORLD.rank == 0:
+        if comm.rank == 0:
             print(f"mfpde: numerical failure: {e}", file=sys.stderr)
-        return 3
+        code = 3
+    except Exception as e:  # a bug (exit 1): under MPI the other ranks may wait in a collective for ever
+        jit = jit_cache_problem(e)
+        if jit:  # not a bug: the environment's FFCx cache
+            _err(jit)
+            _join(comm, 2)
+            return 2
+        if comm.size == 1:
+            raise
+        _abort(comm, f"unexpected {type(e).__name__} on rank {comm.rank} of {comm.size}: {e}", tb=True)
+    _join(comm, code)
+    return code
+
+
+#: Seconds a rank that ends waits for the others before it aborts the MPI job (``MFPDE_MPI_EXIT_TIMEOUT``).
+EXIT_TIMEOUT = 60.0
+
+
+def _abort(comm: MPI.Comm, msg: str, tb: bool = False) -> None:
+    """Say why on this rank (whatever its number), then end every rank of the job with exit status 1."""
+    sys.stderr.write(f"mfpde: error: {msg}; aborting the MPI job\n")
+    if tb:
+        traceback.print_exc(file=sys.stderr)
+    sys.stderr.flush()
+    comm.Abort(1)
+
+
+def _join(comm: MPI.Comm, code: int) -> None:
+    """Wait (non-blocking barrier, bounded) for every rank to end; abort the job if some never come.
+
+    All ranks normally end together. A rank that raised alone (its error not agreed on) leaves the others
+    in a collective: rather than hang until the allocation runs out, it aborts the job after
+    ``MFPDE_MPI_EXIT_TIMEOUT`` seconds.
+    """
+    if comm.size == 1:
+        return
+    try:
+        timeout = float(os.environ.get("MFPDE_MPI_EXIT_TIMEOUT", EXIT_TIMEOUT))
+    except ValueError:
+        timeout = EXIT_TIMEOUT
+    req = comm.Ibarrier()
+    t0 = time.monotonic()
+    while not req.Test():
+        if time.monotonic() - t0 > timeout:
+            _abort(comm, f"rank {comm.rank} ended with exit status {code}, the other ranks did not end within "
+                   f"{timeout:g} s (MFPDE_MPI_EXIT_TIMEOUT)")
+        time.sleep(0.01)
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
@@ -94,6 +150,9 @@ def _progress(quiet: bool) -> ProgressFactory | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from mfpde.tokens.job import transport_job  # imports dolfinx: after private_caches
+    from mfpde.training.driver import run_job
+
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
     if args.command == "verify":
@@ -102,10 +161,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return verify_job(out, quick=args.quick, only=args.only, comm=comm)
     cfg = config.load(args.config, args.overrides)
     if args.command == "transport":
-        transport_job(cfg, out, comm)
+        with OutputLock(out, comm):
+            transport_job(cfg, out, comm)
         return 0
     if args.command == "run":
-        result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
+        with OutputLock(out, comm):
+            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
         if result.status == "failed":
             if comm.rank == 0:
                 print(f"mfpde: numerical failure: {result.error}; last good state in {out / 'checkpoint'}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.errors import ConfigError
+from mfpde.limits import check_box, check_gaussian_inside
 
 __all__ = ["Config", "ConfigError", "from_dict", "load", "to_toml", "validate"]
 
@@ -240,6 +242,7 @@ def validate(cfg: Config) -> None:
         _check_box("tokens.box", t.box, t.dim)
         _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                  f"needs {t.dim} integers >= 2, got {t.cells}")
+        check_box("tokens.box", t.box, t.cells)
     _require(t.degree in (0, 1), "tokens.degree", f"must be 0 or 1, got {t.degree}")
     _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
     _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
@@ -258,6 +261,7 @@ def validate(cfg: Config) -> None:
         _check_box("heads.box", h.box, p)
         _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
                  f"needs {p} positive integers, got {h.cells}")
+        check_box("heads.box", h.box, h.cells)
     _require(h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported")
     kind = h.init.get("kind")
     if kind == "gaussian":
@@ -265,6 +269,8 @@ def validate(cfg: Config) -> None:
         mean = _check_type("heads.init.mean", h.init.get("mean"), list[float])
         _require(len(mean) == p, "heads.init.mean", f"needs length {p}")
         _check_matrix("heads.init.cov", _check_type("heads.init.cov", h.init.get("cov", []), list[list[float]]), p)
+        if not h.mesh:  # a mesh Θ: checked against its bounding box when ρ₀ is built (params/theta.py)
+            check_gaussian_inside("heads.init", mean, h.init["cov"], h.box, "heads.box (Θ)")
     elif kind == "diracs":
         _require(set(h.init) <= {"kind", "points", "weights"}, "heads.init", "diracs take points and weights")
         pts = _check_type("heads.init.points", h.init.get("points", []), list[list[float]])
@@ -281,6 +287,9 @@ def validate(cfg: Config) -> None:
         _require(len(da.cov) == n, "data.cov", f"needs one {t.dim}x{t.dim} matrix per sample ({n})")
         for i, c in enumerate(da.cov):
             _check_matrix(f"data.cov[{i}]", c, t.dim)
+            if not t.mesh:
+                check_gaussian_inside(f"data (sample {i}: data.mean[{i}], data.cov[{i}])", da.mean[i], c, t.box,
+                                      "tokens.box (Ω)")
         _require(len(da.target) == n, "data.target", f"needs one target per sample ({n})")
     elif da.kind == "digits":
         _require(t.dim == 2, "data.kind", "digits are images on the unit square: needs tokens.dim = 2")
@@ -325,6 +334,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
     return path, value
 
 
@@ -343,9 +354,15 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
         if not src.is_file():
             raise ConfigError(f"config file {str(path)!r} not found")
     try:
-        raw = tomllib.loads(src.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+        text = src.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not an error
+        raw = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # quote the line tomllib points at
+        m = re.search(r"at line (\d+)", str(e)) if isinstance(e, tomllib.TOMLDecodeError) else None
+        lines = text.splitlines() if m else []
+        at = f": {lines[int(m.group(1)) - 1].strip()[:80]!r}" if m and int(m.group(1)) <= len(lines) else ""
+        raise ConfigError(f"{source}: not valid TOML: {e}{at}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     for item in overrides:
         keys, value = parse_override(item)
         table = raw

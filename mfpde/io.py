@@ -2,13 +2,15 @@
 
 File formats (all under the command's DIR):
 
-* ``report.json``, ``config.toml``: written by rank 0 to a temporary name and renamed, so a reader
-  never sees a half-written file.
+* ``report.json``, ``config.toml``, ``history.csv``: written by rank 0 to a temporary name, fsynced and
+  renamed (then the directory fsynced), so a reader never sees a half-written or, after a node crash,
+  empty file.
 * ``history.csv``: one row per output step (``run``).
 * ``fields/*.bp``: VTX (ADIOS2) files, one per field, readable by ParaView (open the ``.bp`` folder
   with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ).
 * ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
-  :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically by rank 0.
+  :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically and durably
+  (fsync before the rename) by rank 0.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +55,9 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
             (out / "history.csv").unlink(missing_ok=True)
             for sub in ("fields", "plots") if keep else ("fields", "plots", "checkpoint"):
                 shutil.rmtree(out / sub, ignore_errors=True)
+            for sub in ("fields", "plots", "checkpoint"):  # a file where mfpde writes a directory
+                if (out / sub).exists() and not (out / sub).is_dir():
+                    err = f"--out {str(out)!r}: {str(out / sub)!r} is not a directory (move it away)"
         except OSError as e:
             err = f"--out {str(out)!r}: {e.strerror or e}"
     err = comm.bcast(err, root=0)
@@ -59,14 +65,54 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
         raise ConfigError(err)
 
 
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in directory d durable (the directory entry is flushed too)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a file system that cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def _replace_durably(tmp: Path, path: Path) -> None:
+    """Flush the finished temporary file to disk (fsync), rename it over path and fsync the directory.
+
+    Without the fsync a node crash after the rename can leave an empty file under the final name.
+    """
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _agree(err: str, comm: MPI.Comm) -> None:
+    """Share rank 0's write error with every rank and raise it everywhere (a hang otherwise)."""
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
+
+
 def write_atomic(path: Path, text: str, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-    """Write text to path on rank 0 via a temporary file and a rename (atomic on POSIX)."""
+    """Write text to path on rank 0 via a temporary file, fsync and a rename (atomic and durable on POSIX).
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write (a full disk, a file in the way).
+    """
+    err = ""
     if comm.rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    comm.Barrier()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(text)
+            _replace_durably(tmp, path)
+        except OSError as e:
+            err = f"cannot write {str(path)!r}: {e.strerror or e}"
+    _agree(err, comm)
 
 
 def _jsonable(x: Any) -> Any:
@@ -89,14 +135,22 @@ def write_report(out: Path, report: dict[str, Any], comm: MPI.Comm = MPI.COMM_WO
 
 
 def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-    """Save global arrays (identical on all ranks) to ``checkpoint/state.npz`` atomically."""
+    """Save global arrays (identical on all ranks) to ``checkpoint/state.npz`` atomically and durably.
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write the checkpoint.
+    """
+    err = ""
     if comm.rank == 0:
         d = out / "checkpoint"
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / "state.tmp.npz"
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
-        os.replace(tmp, d / "state.npz")
-    comm.Barrier()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / "state.tmp.npz"
+            np.savez(tmp, **arrays)  # type: ignore[arg-type]
+            _replace_durably(tmp, d / "state.npz")
+        except OSError as e:
+            err = f"cannot write the checkpoint {str(d / 'state.npz')!r}: {e.strerror or e}"
+    _agree(err, comm)
 
 
 def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
@@ -111,8 +165,8 @@ def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(f, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError, TypeError, AttributeError) as e:
-        raise ConfigError(f"--resume: checkpoint {str(f)!r} cannot be read: {e}") from None
+    except (OSError, ValueError, TypeError, AttributeError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"--resume: checkpoint {str(f)!r} cannot be read ({type(e).__name__}: {e})") from None
 
 
 class RankFilter(logging.Filter):

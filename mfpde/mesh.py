@@ -77,35 +77,39 @@ def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
     path = Path(path)
     if not path.is_file():
         raise MeshError(f"mesh file {str(path)!r} not found")
-    if not gmsh.isInitialized():
-        gmsh.initialize()
-    gmsh.option.setNumber("General.Terminal", 0)
-    # Validate on rank 0 first (with meshio) and agree on the outcome: read_from_msh is collective, and an
-    # exception on rank 0 alone would leave the other ranks waiting forever.
+    # Validate with the reader that loads (DOLFINx's, through gmsh): rank 0 reads the file alone first and
+    # every rank agrees on the outcome, since read_from_msh is collective and an exception on rank 0 alone
+    # would leave the other ranks waiting for ever. (meshio, used before, accepted files DOLFINx rejects
+    # and refused MSH 4.0 files it reads.)
     err = ""
     if comm.rank == 0:
-        import meshio
-
         try:
-            m = meshio.gmsh.read(path)
-            tagged = m.cell_data.get("gmsh:physical", [])
-            dims = [c.dim for c, t in zip(m.cells, tagged, strict=False) if len(c.data)]
-            if not dims:
-                err = "has no physical groups (dolfinx reads only tagged cells)"
-            elif max(dims) != gdim:
-                err = f"has cells of dimension {max(dims)}, expected {gdim}"
-        except Exception as e:  # meshio raises ReadError, ValueError, ... on malformed files
+            _quiet_gmsh()
+            tdim = dolfinx.io.gmsh.read_from_msh(path, MPI.COMM_SELF, 0, gdim=gdim).mesh.topology.dim
+            if tdim != gdim:
+                err = f"has cells of dimension {tdim}, expected {gdim}"
+        except Exception as e:  # gmsh and DOLFINx raise Exception, RuntimeError, ValueError, ... on bad files
             err = f"could not be read: {type(e).__name__}: {e}"
+            if gmsh.isInitialized():
+                gmsh.finalize()
     err = comm.bcast(err, root=0)
     if err:
         raise MeshError(f"mesh file {str(path)!r} {err}")
     # Ghost cells across shared facets, as the built-in meshes do: DG interior-facet integrals need them.
     part = dolfinx.cpp.mesh.create_cell_partitioner(dolfinx.mesh.GhostMode.shared_facet, 2)
-    data = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim, partitioner=part)
-    msh = data.mesh
-    if msh.topology.dim != gdim:
-        raise MeshError(f"mesh file {str(path)!r} has cells of dimension {msh.topology.dim}, expected {gdim}")
+    if comm.rank == 0:
+        _quiet_gmsh()
+    msh = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim, partitioner=part).mesh
     return Domain(msh, None)
+
+
+def _quiet_gmsh() -> None:
+    """Initialise gmsh without its "Info: Reading ..." lines on the terminal (read_from_msh finalises it)."""
+    import gmsh
+
+    if not gmsh.isInitialized():
+        gmsh.initialize()
+    gmsh.option.setNumber("General.Terminal", 0)
 
 
 def make_domain(comm: MPI.Comm, dim: int, mesh_file: str, bounds: list[list[float]], cells: list[int],

@@ -14,6 +14,11 @@ defaults, which are set only for keys that neither of the others set. So
 to CG/GAMG without a config change. A default that only makes sense with another default (MUMPS with
 LU, the LU of block Jacobi's blocks) is dropped when the user chose another preconditioner.
 
+Options of the config's ``[petsc]`` table that PETSc did not read while setting the solver up (a misspelt
+key, or one the chosen KSP/PC ignores) are an input error naming them, as is an option PETSc rejects
+(one line: PETSc's reason, without its error stack). So is an option under the solver's prefix from
+``PETSC_OPTIONS`` or the command line that PETSc did not read.
+
 Every solve checks the KSP converged reason and raises :class:`~mfpde.errors.SolverError` if it is ≤ 0.
 """
 
@@ -27,11 +32,20 @@ from mfpde.errors import ConfigError, SolverError
 
 __all__ = ["LinearSolver"]
 
+#: The option prefixes of mfpde's solvers (an option under a longer one is not a shorter one's to check).
+PREFIXES = ("mfpde_token_", "mfpde_param_", "mfpde_param_wgf_")
+
 # A default key -> (the key it depends on, the values of that key for which the default applies).
 _DEPENDS: dict[str, tuple[str, frozenset[str]]] = {
     "pc_factor_mat_solver_type": ("pc_type", frozenset({"lu", "cholesky"})),
     "sub_pc_type": ("pc_type", frozenset({"bjacobi", "asm"})),
 }
+
+
+def _reason(e: PETSc.Error) -> str:
+    """PETSc's own one-line reason of an error (the last line of its stack), without the stack."""
+    lines = [ln.split("] ", 1)[-1].strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[-1] if lines else str(e)
 
 
 class LinearSolver:
@@ -46,7 +60,8 @@ class LinearSolver:
         what: the name of the solve in error messages (e.g. ``"petsc.param"``).
 
     Raises:
-        ConfigError: PETSc rejected the options (unknown type, bad value); the message starts with ``what``.
+        ConfigError: PETSc rejected the options (unknown type, bad value), or did not use one of ``options``;
+            the message starts with ``what``.
         ValueError: the prefix is empty.
     """
 
@@ -76,14 +91,29 @@ class LinearSolver:
         try:
             self.ksp.setFromOptions()
             self.ksp.setUp()  # reads the sub-solver and factor options (bjacobi blocks, MUMPS) while they are set
+            self.ksp.setUpOnBlocks()
+            unused = sorted(k for k in user if not db.used(prefix + k))
+            # options of this prefix from PETSC_OPTIONS or the command line (not another solver's longer prefix)
+            env_unused = sorted(k for k in db.getAll() if k.startswith(prefix) and k[len(prefix):] not in effective
+                                and not k.startswith(tuple(p for p in PREFIXES if len(p) > len(prefix)))
+                                and not db.used(k))
         except PETSc.Error as e:
-            raise ConfigError(f"{what}: PETSc rejected the options {user}: {e}") from None
+            raise ConfigError(f"{what}: PETSc rejected the options {user}: {_reason(e)}") from None
         finally:
             for k, old in saved.items():  # tidy the global database: leave it as it was
                 if old is None:
                     db.delValue(prefix + k)
                 else:
                     db.setValue(prefix + k, old)
+        if env_unused:
+            for k in env_unused:  # reported here: PETSc would repeat them in four lines at exit ("Option left")
+                db.delValue(k)
+            raise ConfigError(f"{what}: PETSc did not use the option(s) {', '.join('-' + k for k in env_unused)} "
+                              f"of PETSC_OPTIONS or the command line (misspelt, or not read by the chosen KSP "
+                              f"{self.ksp_type} / PC {self.pc_type})")
+        if unused:
+            raise ConfigError(f"{what}: PETSc did not use the option(s) {', '.join(unused)} (misspelt, or not "
+                              f"read by the chosen KSP {self.ksp_type} / PC {self.pc_type})")
 
     def solve(self, b: PETSc.Vec, x: PETSc.Vec) -> int:
         """Solve A x = b into x (owned entries; the caller scatters ghosts). Collective.

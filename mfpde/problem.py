@@ -23,6 +23,7 @@ import dolfinx.fem
 
 from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
+from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
 from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
@@ -142,9 +143,11 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
             token mesh on a sub-communicator (``run``); else one token mesh distributed over ``comm``.
 
     Raises:
-        ConfigError, MeshError: invalid input (exit status 2), on every rank.
+        ConfigError, MeshError: invalid input (exit status 2), on every rank; also a config that cannot fit
+            in memory or end within a year (:func:`mfpde.limits.check_resources`).
     """
     t, h = cfg.tokens, cfg.heads
+    check_resources(cfg, comm.size, "run" if split_samples else "transport")
     family = make_family(h.family, h.a)
     train, test = load_samples(cfg)
     groups = SampleGroups(comm, min(comm.size, len(train)) if split_samples else 1, split=split_samples)
@@ -152,9 +155,12 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
                             cfg.petsc.token)
     u = dolfinx.fem.Function(tokens.W)
     with groups.collective_failure(ConfigError):
-        for samples in (train, test):
+        for samples, which in ((train, "sample"), (test, "held-out sample")):
             for i in groups.mine(samples):
-                fill_density(samples[i], u, tokens.mass)
+                try:
+                    fill_density(samples[i], u, tokens.mass)
+                except ConfigError as e:  # say which sample
+                    raise ConfigError(f"{e} ({which} {i})") from None
     if h.init["kind"] == "gaussian":
         theta = theta_space(comm, cfg, family)
         heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))

@@ -2,11 +2,9 @@
 file, on every rank, before anything is written; never exit 1 (a bug) and never a traceback.
 
 The table covers wrong types, out-of-range values, inconsistent dimensions, ρ_0 and data outside their
-boxes, and missing files, for `transport` and for `run`. Cases marked xfail (strict: they fail the suite
-once fixed, so the mark must go) are known defects of issues 14 and 15. Not in the table yet, because they
-allocate or run for ever instead of failing (issue 14: refuse at the door what cannot run):
-`tokens.cells = [100000000]`, `tokens.box = [[-1e308, 1e308]]`, `tokens.cfl = 1e-300`,
-`depth.steps = 10^12`.
+boxes, missing files, and what cannot run (sizes that cannot fit, work that cannot end, absurd boxes,
+values nested thousands deep), for `transport` and for `run`. Cases marked xfail (strict: they fail the
+suite once fixed, so the mark must go) are known defects.
 """
 
 from __future__ import annotations
@@ -61,12 +59,22 @@ CASES = [
     ("transport", ["output.every=0"], "output.every"),
     ("transport", ["nosuch.key=1"], "nosuch"),
     ("transport", ["tokens.nosuch=1"], "tokens.nosuch"),
-    pytest.param("transport", ["petsc.token={ksp_type = 'bork'}"], "petsc.token",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 15: PETSc's error stack is printed too")),
+    ("transport", ["petsc.token={ksp_type = 'bork'}"], "petsc.token"),
+    ("transport", ["petsc.token={pc_type = 'jacobi', ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["heads.init={kind = 'gaussian', mean = [0.5], cov = [[0.1]]}"], "heads.init"),
     ("run", ["heads.init={kind = 'gaussian', mean = [0.5, 0.5], cov = [[0.1, 0.0], [0.0, -0.1]]}"], "heads.init"),
-    pytest.param("run", ["heads.init={kind = 'gaussian', mean = [9.0, 0.5], cov = [[0.1, 0.0], [0.0, 0.1]]}"],
-                 "heads.init", marks=pytest.mark.xfail(strict=True, reason="issue 14: ρ_0 outside Θ is renormalised")),
+    ("run", ["heads.init={kind = 'gaussian', mean = [9.0, 0.5], cov = [[0.1, 0.0], [0.0, 0.1]]}"], "heads.init"),
+    # most of the mass outside Θ = [-2, 2]² (about 16% inside) or Ω = [-4, 4] (about 16% inside)
+    ("run", ["heads.init={kind = 'gaussian', mean = [2.5, 0.5], cov = [[0.25, 0.0], [0.0, 0.01]]}"], "heads.init"),
+    ("transport", ["data.mean=[[4.5]]"], "data.mean[0]"),
+    # refused at the door: they allocated for ever, ran for ever or raised (MemoryError, IndexError, ...)
+    ("transport", ["tokens.cells=[100000000]"], "tokens.cells"),
+    ("transport", ["tokens.box=[[-1e308, 1e308]]"], "tokens.box"),
+    ("transport", ["tokens.cfl=1e-300"], "tokens.cfl"),
+    ("transport", ["depth.steps=1000000000000"], "depth.steps"),
+    ("transport", ["data.mean=" + "[" * 5000 + "0.3" + "]" * 5000], "data.mean"),
+    ("run", ["training.steps=1000000000000"], "training.steps"),
+    ("run", ["heads.cells=[1000000, 1000000]"], "heads.cells"),
     ("run", ["heads.box=[[2.0, -2.0], [-2.0, 2.0]]"], "heads.box"),
     ("run", ["heads.cells=[0, 8]"], "heads.cells"),
     ("run", ["heads.cells=[8]"], "heads.cells"),
@@ -85,8 +93,9 @@ CASES = [
     ("run", ["depth.model='depth-indexed'", "depth.layers=3"], "depth.layers"),
     ("run", ["depth.layers=0"], "depth.layers"),
     ("run", ["output.checkpoint_every=0"], "output.checkpoint_every"),
-    pytest.param("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param",
-                 marks=pytest.mark.xfail(strict=True, reason="issue 15: an unknown pc_type ends with exit 0")),
+    ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
+    ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
+    ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
 ]
 
 
@@ -117,3 +126,56 @@ def test_bad_input_exit_2_one_line(tempdir, capfd, command, overrides, names):
     problem = comm.bcast(problem, root=0)
     assert problem is None, problem
     assert not (out / "report.json").exists()
+
+
+def test_config_file_nested_too_deeply(tempdir, capfd):
+    """A TOML file with an array nested 5000 deep: exit 2 naming the file (was a RecursionError traceback)."""
+    cfg = tempdir / "deep.toml"
+    cfg.write_text("[data]\nmean = " + "[" * 5000 + "0.3" + "]" * 5000 + "\n")
+    code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "deep.toml" in err and "nested too deeply" in err and "Traceback" not in err, err
+
+
+def test_toml_messages_bom_and_duplicate_key(tempdir):
+    """A byte-order mark is accepted (was "Invalid statement (line 1, col 1)"); a duplicate key's message
+    quotes the line, so names the key (was "Cannot overwrite a value (at line 3, column 14)" alone)."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    bom, dup = tempdir / "bom.toml", tempdir / "dup.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        bom.write_bytes(b"\xef\xbb\xbf[tokens]\ncells = [100]\n")
+        dup.write_text("[tokens]\ncells = [100]\ncells = [200]\n")
+    MPI.COMM_WORLD.Barrier()
+    assert config.load(bom).tokens.cells == [100]
+    with pytest.raises(ConfigError, match=r"dup.toml: not valid TOML: .*'cells = \[200\]'"):
+        config.load(dup)
+
+
+@pytest.mark.parametrize(("damage", "names"), [("nan", "sample 1: non-finite"), ("negative", "sample 1: weights"),
+                                               ("outside", "(sample 1)")],
+                         ids=["nan", "negative", "outside"])  # not the names: the message quotes the path
+def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
+    """Data-file errors say which sample (they named only the file)."""
+    import numpy as np
+
+    path = tempdir / "data.npz"
+    if MPI.COMM_WORLD.rank == 0:
+        pts, wts = np.zeros((3, 2, 1)), np.ones((3, 2))
+        if damage == "nan":
+            pts[1, 0, 0] = np.nan
+        elif damage == "negative":
+            wts[1, 1] = -1.0
+        else:
+            pts[1, 1, 0] = 9.0  # outside Ω = [-4, 4]
+        np.savez(path, points=pts, weights=wts, target=np.ones(3))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert names in err and len(err.strip().splitlines()) == 1, err

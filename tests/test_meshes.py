@@ -123,3 +123,36 @@ def test_transport_on_disk_conserves_mass(degree, tol):
     kappa = max(1.0, float(np.max(np.abs(outs(rep2) - outs(rep1)))) / delta)
     tol = 2 * kappa * bound / rep.mass_0
     assert np.all(np.abs(outs(rep) - outs(rep1)) <= tol), (outs(rep) - outs(rep1), tol, kappa)
+
+
+def _write_rectangle(path: Path, version: float, physical: bool, save_all: bool) -> None:
+    """The rectangle [-2, 2]² meshed by gmsh and saved as MSH ``version`` (on rank 0; all ranks wait)."""
+    if MPI.COMM_WORLD.rank == 0:
+        import gmsh
+
+        gmsh.initialize()
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.add("rectangle")
+        s = gmsh.model.occ.addRectangle(-2, -2, 0, 4, 4)
+        gmsh.model.occ.synchronize()
+        if physical:
+            gmsh.model.addPhysicalGroup(2, [s], 1)
+        gmsh.option.setNumber("Mesh.MeshSizeMax", 1.0)
+        gmsh.model.mesh.generate(2)
+        gmsh.option.setNumber("Mesh.MshFileVersion", version)
+        gmsh.option.setNumber("Mesh.SaveAll", 1 if save_all else 0)
+        gmsh.write(str(path))
+        gmsh.finalize()
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_msh_checked_by_the_reader_that_loads_it(tempdir):
+    """Issue 15: the meshio check passed an MSH 2.2 file saved with Mesh.SaveAll=1 (no physical groups), which
+    DOLFINx's reader then refused with a traceback, and refused an MSH 4.0 file DOLFINx reads (OverflowError)."""
+    save_all, v40 = tempdir / "saveall22.msh", tempdir / "v40.msh"
+    _write_rectangle(save_all, 2.2, physical=False, save_all=True)
+    _write_rectangle(v40, 4.0, physical=True, save_all=False)
+    with pytest.raises(MeshError, match="could not be read.*physical groups"):
+        read_msh(MPI.COMM_WORLD, save_all, 2)
+    msh = read_msh(MPI.COMM_WORLD, v40, 2).mesh
+    assert measure(msh) == pytest.approx(16.0, rel=gamma(msh.topology.index_map(2).size_global + 8))

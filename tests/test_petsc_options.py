@@ -82,6 +82,29 @@ def test_rejected_options_and_non_convergence():
         s.solve(b, x)
 
 
+def test_unused_and_rejected_options_one_line():
+    """A misspelt key (PETSc never reads it) and an unknown type are input errors in one line, no PETSc stack."""
+    A = _mass_matrix()
+    with pytest.raises(ConfigError, match="petsc.param: PETSc did not use the option.s. ksp_tpye") as e:
+        LinearSolver(A, "test_ls_f_", {"ksp_tpye": "cg", "pc_type": "jacobi"}, what="petsc.param")
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="Unable to find requested PC type bork") as e:
+        LinearSolver(A, "test_ls_g_", {"pc_type": "bork"}, what="petsc.param")
+    assert "\n" not in str(e.value) and "[0]" not in str(e.value)
+    assert not _keys("test_ls_f_") and not _keys("test_ls_g_")
+
+
+def test_two_runs_in_one_process_do_not_share_options(tempdir, capfd):
+    """The first transport's ksp_max_it = 1 (GMRES without preconditioner: exit 3) must not reach the second."""
+    from mfpde.cli import main
+
+    demo = str(ROOT / "demos" / "transport_small.toml")
+    bad = "petsc.token={ksp_type = 'gmres', pc_type = 'none', ksp_max_it = 1, ksp_rtol = 1e-14}"
+    assert main(["transport", demo, "--out", str(tempdir / "a"), "--set", bad]) == 3
+    assert main(["transport", demo, "--out", str(tempdir / "b")]) == 0, capfd.readouterr().err
+    assert not _keys("mfpde_token_")
+
+
 @pytest.mark.serial
 def test_petsc_options_environment_takes_effect(tempdir):
     """PETSC_OPTIONS="-mfpde_param_ksp_type gmres -mfpde_param_pc_type jacobi ..." switches the Fokker–Planck
@@ -102,3 +125,32 @@ def test_petsc_options_environment_takes_effect(tempdir):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mfpde_param_: KSP preonly, PC lu (mumps)" in r.stderr, r.stderr
+
+
+def test_unused_option_from_the_database_is_an_input_error():
+    """A misspelt key from PETSC_OPTIONS or the command line (already in the options database) is exit 2 naming
+    it, and only it is taken out of the database (PETSc would repeat it at exit)."""
+    A = _mass_matrix()
+    db = PETSc.Options()
+    db["test_ls_h_ksp_tpye"] = "cg"
+    db["test_ls_h_pc_type"] = "jacobi"
+    try:
+        with pytest.raises(ConfigError, match="did not use the option.s. -test_ls_h_ksp_tpye of PETSC_OPTIONS"):
+            LinearSolver(A, "test_ls_h_", None, {"ksp_type": "cg"}, what="petsc.param")
+        assert _keys("test_ls_h_") == {"test_ls_h_pc_type"}
+    finally:
+        for k in ("test_ls_h_ksp_tpye", "test_ls_h_pc_type"):
+            if db.hasName(k):
+                db.delValue(k)
+
+
+@pytest.mark.serial
+def test_misspelt_petsc_options_environment_exit_2(tempdir):
+    """PETSC_OPTIONS="-mfpde_param_ksp_tpye cg" ended with exit 0 and PETSc's four-line "Option left" warning;
+    now exit 2 and one line naming the option."""
+    env = dict(os.environ, PETSC_OPTIONS="-mfpde_param_ksp_tpye cg")
+    args = [a for s in SMALL for a in ("--set", s)]
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--quiet", "--out", str(tempdir), *args], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "-mfpde_param_ksp_tpye" in lines[0], r.stderr

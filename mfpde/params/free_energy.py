@@ -84,7 +84,7 @@ def training_free_energy(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], co
         ent += comm.allreduce(float(m @ xl), op=MPI.SUM)
         conf_energy += comm.allreduce(float(m @ (conf[:n] * x)), op=MPI.SUM)
         mass += comm.allreduce(float(m @ x), op=MPI.SUM) / len(rhos)
-        rmin = min(rmin, comm.allreduce(float(x.min()), op=MPI.MIN))
+        rmin = min(rmin, comm.allreduce(float(np.min(x, initial=math.inf)), op=MPI.MIN))
     return {"risk": risk, "free_energy": risk + conf_energy + lam * ent, "entropy": ent, "mass_rho": mass,
             "min_rho": rmin}
 

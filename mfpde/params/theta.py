@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import ConfigError
+from mfpde.limits import check_gaussian_inside
 from mfpde.mesh import Domain, make_domain
 from mfpde.params.densities import gaussian_density
 from mfpde.params.family import HeadFamily
@@ -86,8 +87,11 @@ class ThetaSpace:
         """The Gaussian density N(mean, cov) interpolated at the P1 nodes, renormalised to mass 1.
 
         Raises:
-            ConfigError: the Gaussian has (numerically) no mass on Θ.
+            ConfigError: the Gaussian has (numerically) no mass on Θ, or less than half of it in the bounding
+                box of Θ (it would be truncated and renormalised into another density).
         """
+        lo, hi = self.points.min(axis=0), self.points.max(axis=0)
+        check_gaussian_inside("heads.init", mean, cov, np.stack([lo, hi], axis=1).tolist(), "Θ (heads.mesh)")
         with np.errstate(all="ignore"):
             rho = gaussian_density(self.V, mean, cov)
         if not np.all(np.isfinite(rho.x.array)):

@@ -82,10 +82,14 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
                           f"got {pts.shape}, {wts.shape}, {tgt.shape}")
     if pts.shape[0] < 1 or pts.shape[1] < 1:
         raise ConfigError(f"data.path {str(path)!r}: needs at least one sample with at least one point")
-    if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(wts)) and np.all(np.isfinite(tgt))):
-        raise ConfigError(f"data.path {str(path)!r}: non-finite values")
-    if np.any(wts < 0) or np.any(wts.sum(axis=1) <= 0):
-        raise ConfigError(f"data.path {str(path)!r}: weights must be >= 0 with a positive sum per sample")
+    finite = np.isfinite(pts).all(axis=(1, 2)) & np.isfinite(wts).all(axis=1) & np.isfinite(tgt)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise ConfigError(f"data.path {str(path)!r}: sample {i}: non-finite points, weights or target")
+    bad = (wts < 0).any(axis=1) | (wts.sum(axis=1) <= 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ConfigError(f"data.path {str(path)!r}: sample {i}: weights must be >= 0 with a positive sum")
     return [Sample("points", {"points": p, "weights": w}, float(y)) for p, w, y in zip(pts, wts, tgt, strict=True)], []
 
 
@@ -143,7 +147,9 @@ def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
 def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
     """Deposit weighted points into the DG0 function u0 (value w/|cell|), preserving Σ w exactly.
 
-    A point on a cell boundary goes to the cell of smallest global index, once across all ranks.
+    A point on a cell boundary (a vertex or facet shared by cells, possibly of different ranks) goes to the
+    candidate cell of smallest original cell index, once across all ranks: a rule every partition agrees on,
+    so the deposit does not depend on the number of ranks.
 
     Raises:
         ConfigError: a point lies outside the mesh.
@@ -161,7 +167,8 @@ def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
     cells = np.asarray(coll.array, dtype=np.int32)
     keep = cells < nloc
     owner, cells = owner[keep], cells[keep]
-    gcell = msh.topology.index_map(tdim).local_to_global(cells)
+    # the original (input) cell index: the same on any partition, unlike the global index of the index map
+    gcell = np.asarray(msh.topology.original_cell_index, dtype=np.int64)[cells]
     glob = np.full(len(points), big, dtype=np.int64)
     np.minimum.at(glob, owner, gcell)
     best = np.empty_like(glob)

@@ -32,7 +32,15 @@ from mfpde.plots import plot_run
 from mfpde.tokens.adjoint import Gradient
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
-from mfpde.training.records import history_row, load_resume, run_report, save_state, write_history
+from mfpde.training.records import (
+    Resumed,
+    Snapshot,
+    history_row,
+    load_resume,
+    run_report,
+    save_state,
+    write_history,
+)
 from mfpde.training.theory import deep_rate, ntk_summary
 
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
@@ -88,12 +96,11 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
     t0 = time.perf_counter()
     cp = CoupledProblem(cfg, comm)
     out = Path(out)
-    step0, history = load_resume(cp, out) if resume else (0, [])
-    if history:  # wall time accumulates over resumed runs
-        t0 -= history[-1]["wall_s"]
+    r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
+    t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
     prepare_output_dir(out, comm, keep=resume)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
-    return train(cp, out, step0, history, t0, progress)
+    return train(cp, out, r.step, r.history, t0, progress, r.snapshots)
 
 
 def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -109,7 +116,8 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
 
 
 def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str, float]] | None = None,
-          t0: float | None = None, progress: ProgressFactory | None = None) -> RunResult:
+          t0: float | None = None, progress: ProgressFactory | None = None,
+          rho_snapshots: list[Snapshot] | None = None) -> RunResult:
     """Train from step ``step0`` to ``training.steps``, writing into ``out`` (prepared by the caller).
 
     Args:
@@ -119,6 +127,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         history: the history rows before ``step0``.
         t0: ``time.perf_counter()`` at the start of the job (wall times are measured from it).
         progress: makes the progress display, or None.
+        rho_snapshots: the ρ snapshots written to ``fields/rho.bp`` before ``step0`` (a resumed run rewrites
+            them first, so that the file holds every output step, as after an uninterrupted run).
 
     Returns:
         The result; ``report.json``, ``history.csv`` and the checkpoint are written whatever the status.
@@ -128,7 +138,15 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     t0 = time.perf_counter() if t0 is None else t0
     history = [] if history is None else history
     splitting = cp.splitting()
+    rho_snaps = [] if rho_snapshots is None else rho_snapshots
     writer = dolfinx.io.VTXWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
+    if writer is not None and rho_snaps:  # a new VTX file starts empty: write the earlier snapshots again
+        now = cp.state.values()
+        for st, values in rho_snaps:
+            for k, r in enumerate(cp.rhos):
+                cp.theta.set_values(r, values[k])
+            writer.write(st * tr.ds)
+        cp.state.restore(now)
     bar = progress(tr.steps, step0) if progress is not None else None
     status, fail_msg, last = "ok", "", None
     step, grad = step0, None
@@ -148,13 +166,17 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             last = cp.state.values()
             if step % oc.every == 0 or step == tr.steps:
                 row = history_row(cp, grad, step, step * tr.ds, time.perf_counter() - t0)
+                bad = [k for k, v in row.items() if not np.isfinite(v)]
+                if bad:  # e.g. an extreme training.lambda2: never a status "ok" with inf/NaN in the history
+                    raise NumericalError(f"non-finite {', '.join(bad)}")
                 history.append(row)
                 if writer is not None:
                     writer.write(step * tr.ds)
+                    rho_snaps.append((step, np.stack([cp.theta.gather_values(r) for r in cp.rhos])))
                 logger.info("step %d s=%.4g risk=%.6g F=%.6g min_rho=%.3g |grad|=%.3g", step, step * tr.ds,
                             row["risk"], row["free_energy"], row["min_rho"], row["grad_norm"])
             if step > 0 and (step % oc.checkpoint_every == 0 or step == tr.steps):
-                save_state(cp, out, step, history)
+                save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
             if step == tr.steps:
                 break
             splitting.step(tr.ds)
@@ -164,7 +186,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         status, fail_msg = "failed", f"{e} (training step {step}, s = {step * tr.ds:.6g})"
         if last is not None:
             cp.state.restore(last)
-        save_state(cp, out, step, history)
+        save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
     finally:
         if writer is not None:
             writer.close()
@@ -178,6 +200,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         return RunResult(status, step, report, history, out, fail_msg, splitting.timings)
     assert grad is not None
     _final_outputs(cp, out, history, report, grad, snapshots)
+    report["wall_s"] = time.perf_counter() - t0  # the final outputs (NTK, held-out samples, plots) included
     write_report(out, report, comm)
     acc = report.get("accuracy", {})
     logger.info("done: %d steps, risk %.6g, free energy %.6g%s -> %s", step, report["final"]["risk"],

@@ -11,7 +11,7 @@ import io
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from mpi4py import MPI
 
@@ -24,8 +24,8 @@ from mfpde.tokens.adjoint import Gradient
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
-__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "history_row", "load_resume", "rate_block", "run_report",
-           "save_state", "write_history"]
+__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "history_row", "load_resume",
+           "rate_block", "run_report", "save_state", "write_history"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +37,32 @@ GIBBS_KEYS = ["kl_gibbs", "gibbs_residual_l1"]
 ACCURACY_KEYS = ["train_accuracy", "test_accuracy", "test_risk"]
 
 
-def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, float]]]:
-    """Load ρ, the step and the history rows before it from DIR/checkpoint; validated on rank 0.
+#: A field snapshot: (training step, ρ per layer block, shape (n_layers, N_θ), global Θ order).
+Snapshot = tuple[int, np.ndarray]
+_REQUIRED = {"rho", "theta", "step", "history_keys", "history"}
+_OPTIONAL = {"snap_step", "snap_rho", "wall_s"}  # absent from checkpoints written before issue 14
+
+
+class Resumed(NamedTuple):
+    """What a resumed run continues from.
+
+    Attributes:
+        step: the training step of the checkpoint; history: the history rows before it;
+        snapshots: the ρ snapshots written to ``fields/rho.bp`` before it (rewritten on resume, so that
+        the file keeps every snapshot); wall_s: the wall seconds of the runs before, up to the checkpoint.
+    """
+
+    step: int
+    history: list[dict[str, float]]
+    snapshots: list[Snapshot]
+    wall_s: float
+
+
+def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
+    """Load ρ, the step, the history rows and field snapshots before it from DIR/checkpoint (checked on rank 0).
 
     Returns:
-        (step, history rows before it); ρ of ``cp`` is set from the checkpoint.
+        What the run continues from; ρ of ``cp`` is set from the checkpoint.
 
     Raises:
         ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh or layer count.
@@ -53,7 +74,7 @@ def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, floa
             ck = load_checkpoint(out)
             if ck is None:
                 err = f"--resume: no checkpoint in {out / 'checkpoint'}"
-            elif set(ck) != {"rho", "theta", "step", "history_keys", "history"}:
+            elif not _REQUIRED <= set(ck) <= _REQUIRED | _OPTIONAL:
                 err = "--resume: the checkpoint is incomplete"
             elif ck["rho"].shape != (cp.state.n_layers, len(theta.points)) or not np.allclose(ck["theta"],
                                                                                              theta.points):
@@ -62,8 +83,12 @@ def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, floa
                 err = "--resume: the checkpoint holds non-finite or negative densities"
             elif not 0 <= int(ck["step"]) <= steps:
                 err = f"--resume: checkpoint step {int(ck['step'])} is beyond training.steps = {steps}"
+            elif ck["history"].size and ck["history"].shape[-1] != len(ck["history_keys"]):
+                err = "--resume: the checkpoint's history is malformed"
         except ConfigError as e:
             err = str(e)
+        except (TypeError, ValueError, IndexError) as e:  # arrays of the wrong kind in a readable file
+            err = f"--resume: checkpoint {str(out / 'checkpoint' / 'state.npz')!r} is malformed: {e}"
     ck, err = comm.bcast((ck, err), root=0)
     if err:
         raise ConfigError(err)
@@ -73,16 +98,28 @@ def load_resume(cp: CoupledProblem, out: Path) -> tuple[int, list[dict[str, floa
     step0 = int(ck["step"])
     keys = ck["history_keys"].tolist()
     history = [h for h in (dict(zip(keys, row, strict=True)) for row in ck["history"]) if h["step"] < step0]
+    snaps = [(int(st), r) for st, r in zip(ck.get("snap_step", []), ck.get("snap_rho", []), strict=True)
+             if st < step0]
+    wall = float(ck["wall_s"]) if "wall_s" in ck else (history[-1]["wall_s"] if history else 0.0)
     logger.info("resuming from step %d", step0)
-    return step0, history
+    return Resumed(step0, history, snaps, wall)
 
 
-def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str, float]]) -> None:
-    """Write ``checkpoint/state.npz``: ρ per block (global, Θ order), Θ points, the step and the history."""
+def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str, float]],
+               snapshots: list[Snapshot] | None = None, wall: float = 0.0) -> None:
+    """Write ``checkpoint/state.npz``, atomically and durably.
+
+    It holds ρ per block (global, Θ order), the Θ points, the step, the history rows, the ρ snapshots of
+    ``fields/rho.bp`` (``snap_step``, ``snap_rho``) and the wall seconds so far (``wall_s``).
+    """
+    snapshots = snapshots or []
     rho = np.stack([cp.theta.gather_values(r) for r in cp.rhos])
     keys = list(history[0].keys()) if history else []
+    snap_rho = np.stack([v for _, v in snapshots]) if snapshots else np.zeros((0, *rho.shape))
     save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "step": np.array(step), "history_keys": np.array(keys),
-                          "history": np.array([[h[k] for k in keys] for h in history])}, cp.comm)
+                          "history": np.array([[h[k] for k in keys] for h in history]),
+                          "snap_step": np.array([st for st, _ in snapshots], dtype=np.int64), "snap_rho": snap_rho,
+                          "wall_s": np.array(wall)}, cp.comm)
 
 
 def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float) -> dict[str, float]:

@@ -44,7 +44,8 @@ class HeadDensities:
         fp_transport: the λ = 0 solver, the Wasserstein transport by a potential (explicit upwind).
 
     Raises:
-        ConfigError: the initial ρ is not a density, PETSc rejected ``petsc.param``, or the Θ mesh is obtuse.
+        ConfigError: the initial ρ is not a density, PETSc rejected ``petsc.param`` (or it is set for the
+            explicit λ = 0 step, which has no linear solve), or the Θ mesh is obtuse.
     """
 
     def __init__(self, pb: Problem) -> None:
@@ -59,6 +60,9 @@ class HeadDensities:
             r.name = f"rho_{k}" if self.n_layers > 1 else "rho"
         self.lam = cfg.training.lam if cfg.training.regularization == "entropic" else 0.0
         self.lam2 = cfg.training.lambda2
+        if self.lam == 0.0 and cfg.petsc.param:
+            raise ConfigError(f"petsc.param: {sorted(cfg.petsc.param)} would not be used: with training.regularization "
+                              "= 'tikhonov' (λ = 0) the Fokker–Planck step is explicit, without a linear solve")
         V = self.theta.V
         try:
             self.fp = ParameterFokkerPlanck(V, self.lam, cfg.petsc.param)
@@ -128,7 +132,8 @@ class HeadDensities:
         osc = 0.0
         for phi in self.phis:
             dr = phi.x.array[:n] - self.confinement[:n]
-            hi = self.comm.allreduce(float(dr.max()), op=MPI.MAX)
-            lo = self.comm.allreduce(float(dr.min()), op=MPI.MIN)
+            # a rank may own no Θ node (more ranks than Θ vertices): it joins the reductions with ±inf
+            hi = self.comm.allreduce(float(np.max(dr, initial=-math.inf)), op=MPI.MAX)
+            lo = self.comm.allreduce(float(np.min(dr, initial=math.inf)), op=MPI.MIN)
             osc = max(osc, hi - lo)
         return osc

@@ -1,0 +1,239 @@
+"""The job's environment on clusters and in containers (issue 15): checked or fixed before anything runs.
+
+Called by :mod:`mfpde.cli` only (the library never changes the process environment):
+
+* :func:`check_launcher`: a launcher that started N > 1 tasks (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``,
+  ``SLURM_STEP_NUM_TASKS``) while MPI sees one rank means the launcher and mfpde's MPI do not match (``srun``
+  without ``--mpi=pmi2``, another MPI's ``mpiexec``): N serial copies would write one DIR. Exit 2 with
+  the fix, unless ``MFPDE_ALLOW_SINGLETON=1``. ``SLURM_NTASKS`` alone is not a sign: it is also set in the
+  batch script of a multi-task job, where a serial run is legitimate.
+* :func:`private_caches`: FFCx's JIT cache (``$XDG_CACHE_HOME/fenics``) and matplotlib's config dir need a
+  writable directory; with a read-only home they go to ``$TMPDIR/mfpde-cache-<uid>`` (one log line). Must
+  run before ``dolfinx`` and ``matplotlib`` are imported (they read the variables at import).
+* :func:`blas_threads`: one BLAS thread per rank under MPI (threadpoolctl), unless the user set
+  ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``MFPDE_BLAS_THREADS``.
+* :func:`jit_cache_problem`: an exception caused by a damaged or unusable FFCx cache (a truncated ``.so``,
+  a ``.c`` left by a killed compile, a read-only cache lacking a module) becomes one line naming the cache
+  and the fix, instead of a traceback.
+* :class:`OutputLock`: one job per DIR: ``DIR/.mfpde.lock`` is created with ``O_EXCL`` by rank 0 and
+  removed at the end; a lock of a dead process on this host is taken over (a killed job, then ``--resume``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+from mpi4py import MPI
+
+from mfpde.errors import ConfigError
+
+__all__ = ["OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "private_caches"]
+
+logger = logging.getLogger(__name__)
+
+#: Variables by which launchers announce the number of tasks they started.
+LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+#: Variables by which the user chooses the number of BLAS threads (mfpde then leaves it alone).
+THREAD_VARS = ("MFPDE_BLAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def check_launcher(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = None) -> None:
+    """Refuse to run as one of N serial copies when the launcher started N > 1 tasks.
+
+    Raises:
+        ConfigError: the launcher announces N > 1 tasks and ``comm`` has one rank (the message names the fix).
+    """
+    env = dict(os.environ) if env is None else env
+    if comm.size > 1 or env.get("MFPDE_ALLOW_SINGLETON", "") not in ("", "0"):
+        return
+    for var in LAUNCHER_SIZE_VARS:
+        try:
+            n = int(env.get(var, "1"))
+        except ValueError:
+            continue
+        if n > 1:
+            raise ConfigError(
+                f"the launcher started {n} tasks ({var}={n}) but MPI sees 1 rank: the launcher does not match "
+                "mfpde's MPI (MPICH); use the venv's mpiexec, or srun --mpi=pmi2, or a site MPICH-ABI MPI "
+                "(README: Clusters); MFPDE_ALLOW_SINGLETON=1 runs independent serial copies anyway")
+
+
+def _writable(d: Path) -> bool:
+    """Whether files can be created in d (created if missing)."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def private_caches(env: os._Environ[str] | dict[str, str] | None = None) -> Path | None:
+    """Point ``XDG_CACHE_HOME`` and ``MPLCONFIGDIR`` to a private temporary directory if theirs is not writable.
+
+    Returns:
+        The directory now used, or None if nothing was changed.
+    """
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or "~").expanduser()
+    cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else home / ".cache"
+    mpl = Path(env["MPLCONFIGDIR"]) if env.get("MPLCONFIGDIR") else \
+        (Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config") / "matplotlib"
+    bad_cache, bad_mpl = not _writable(cache / "fenics"), not _writable(mpl)
+    if not (bad_cache or bad_mpl):
+        return None
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    private = Path(tempfile.gettempdir()) / f"mfpde-cache-{uid}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    if bad_cache:
+        env["XDG_CACHE_HOME"] = str(private)
+        logger.info("the cache directory %s is not writable: FFCx compiles into %s (XDG_CACHE_HOME)", cache, private)
+    if bad_mpl:
+        env["MPLCONFIGDIR"] = str(private / "matplotlib")
+        logger.info("matplotlib's config directory %s is not writable: using %s (MPLCONFIGDIR)", mpl,
+                    private / "matplotlib")
+    return private
+
+
+@contextlib.contextmanager
+def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = None) -> Iterator[int | None]:
+    """Limit BLAS to one thread per rank under MPI while the block runs (threadpoolctl).
+
+    Yields:
+        The limit set (1), or None: a single rank, or a thread count chosen by the user (``THREAD_VARS``;
+        ``MFPDE_BLAS_THREADS=N`` sets N).
+    """
+    env = dict(os.environ) if env is None else env
+    if "MFPDE_BLAS_THREADS" in env:
+        limit: int | None = int(env["MFPDE_BLAS_THREADS"]) if env["MFPDE_BLAS_THREADS"].isdigit() else None
+    elif comm.size > 1 and not any(v in env for v in THREAD_VARS):
+        limit = 1
+    else:
+        limit = None
+    if limit is None:
+        yield None
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=limit, user_api="blas"):
+        yield limit
+
+
+class OutputLock:
+    """One job per output directory: ``DIR/.mfpde.lock`` made with ``O_EXCL`` by rank 0, removed on exit.
+
+    Args:
+        out: the output directory (created if missing).
+        comm: the ranks of the job; rank 0 takes the lock, every rank learns the outcome.
+
+    Raises:
+        ConfigError: on every rank, if another job holds the lock, or DIR cannot be created.
+    """
+
+    NAME = ".mfpde.lock"
+
+    def __init__(self, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+        self.path, self.comm, self.held = Path(out) / self.NAME, comm, False
+        self._made_dir = False
+
+    def __enter__(self) -> OutputLock:
+        """Take the lock (rank 0) and agree on the outcome (every rank)."""
+        err = ""
+        if self.comm.rank == 0:
+            try:
+                self._made_dir = not self.path.parent.exists()
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                err = self._take()
+            except OSError as e:
+                err = f"--out {str(self.path.parent)!r}: {e.strerror or e}"
+        err = self.comm.bcast(err, root=0)
+        if err:
+            raise ConfigError(err)
+        self.held = True
+        return self
+
+    def _take(self) -> str:
+        me = f"{os.getpid()} {socket.gethostname()}\n"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self._stale():
+                    owner = self.path.read_text(errors="replace").strip() or "?"
+                    return (f"--out {str(self.path.parent)!r} is in use by another mfpde job (pid and host: {owner}); "
+                            f"if that job is dead, remove {str(self.path)!r}")
+                self.path.unlink(missing_ok=True)
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            return ""
+        return f"--out {str(self.path.parent)!r}: could not take the lock {str(self.path)!r}"
+
+    def _stale(self) -> bool:
+        """A lock of a process of this host that no longer runs (a killed job)."""
+        try:
+            pid, host = self.path.read_text().split()
+            if host != socket.gethostname():
+                return False
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except (OSError, ValueError):  # unreadable, half-written, or a process we may not signal
+            return False
+        return False
+
+    def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Remove the lock (rank 0), and DIR if the lock created it and it is still empty."""
+        if self.held and self.comm.rank == 0:
+            self.path.unlink(missing_ok=True)
+            if self._made_dir:  # leave no empty DIR behind an input error
+                with contextlib.suppress(OSError):
+                    self.path.parent.rmdir()
+        self.held = False
+
+
+def _jit_frames(tb: TracebackType | None) -> bool:
+    """Whether a traceback passes through FFCx's JIT (the cache lookup, load and compile)."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("ffcx/codegeneration/jit.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def jit_cache_problem(e: BaseException) -> str:
+    """One line for an exception caused by a damaged or unusable FFCx JIT cache, else "".
+
+    Recognised: ImportError (a truncated module), TimeoutError (a ``.c`` left by a killed compile) and
+    OSError (a read-only cache) raised inside FFCx's JIT, and DOLFINx's "JIT compilation failed on rank 0"
+    / "JIT cache load failed" on the other ranks of an MPI job. Compiler and form errors are not.
+    """
+    chain: list[BaseException] = []
+    x: BaseException | None = e
+    while x is not None and len(chain) < 10:
+        chain.append(x)
+        x = x.__cause__ or x.__context__
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fenics"
+    cause: BaseException | None = next((x for x in chain if isinstance(x, ImportError | TimeoutError | OSError)
+                                        and _jit_frames(x.__traceback__)), None)
+    for x in chain if cause is None else ():
+        msg = str(x)
+        if not isinstance(x, RuntimeError):
+            continue
+        if msg.startswith("Failed JIT compilation of form:") and (str(cache) in msg or "timed out" in msg):
+            cause = x  # rank 0 of an MPI job: DOLFINx re-raises the cache error as a message
+        elif msg.startswith(("JIT compilation failed on rank", "JIT cache load failed")):
+            cause = x  # the other ranks
+    if cause is None:
+        return ""
+    what = f" ({type(cause).__name__}: {str(cause).splitlines()[0][:200]})"
+    return (f"the FFCx JIT cache {str(cache)!r} is damaged or unusable{what}: remove it, or set XDG_CACHE_HOME "
+            "to an empty directory, and run again")

@@ -1,0 +1,132 @@
+"""Refuse at the door what cannot run: sizes that cannot fit, work that cannot end, densities off their domain.
+
+The estimates are deliberately optimistic (a lower bound on memory and time), so that only a config that
+cannot run on any machine is refused; the message names the key to change.
+
+* Memory: about :data:`BYTES_PER_CELL` bytes per token cell and degree-of-freedom block (measured: a 1-D
+  P1 transport of 2·10⁵ cells takes 200 MB), per rank of the group that holds the mesh, against the
+  node's physical memory.
+* Time: each depth (sub-)step of each transport costs at least :data:`SECONDS_PER_STEP` plus
+  :data:`SECONDS_PER_CELL` per cell; a run does a forward and an adjoint solve per training sample and
+  step. More than :data:`MAX_SECONDS` (a year), even spread over every rank, is refused.
+* A Gaussian ρ₀ or datum with less than :data:`MIN_MASS_INSIDE` of its mass inside its box (Θ or Ω) would
+  be silently truncated and renormalised into another density: refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+from mfpde.errors import ConfigError
+
+__all__ = ["check_box", "check_gaussian_inside", "check_resources", "gaussian_box_mass"]
+
+#: Bytes per token cell and per (degree + 1)^d block of DG values (mesh, spaces, forms, work vectors).
+BYTES_PER_CELL = 1000.0
+#: Bytes per Θ cell (the mesh and P1 space, distributed) and per Θ vertex (gathered on every rank).
+BYTES_PER_THETA_CELL, BYTES_PER_THETA_POINT = 1000.0, 200.0
+#: Optimistic cost of one depth step (Python and PETSc overhead) and of one cell in it, in seconds.
+SECONDS_PER_STEP, SECONDS_PER_CELL = 1e-4, 1e-8
+#: The work refused: more than a year of wall time at the optimistic speed, over all ranks.
+MAX_SECONDS = 3.2e7
+#: Largest coordinate of a box (non-dimensional; beyond it squares and exponentials of the kernel overflow).
+MAX_COORD = 1e12
+#: A Gaussian with less of its mass inside its box is refused.
+MIN_MASS_INSIDE = 0.5
+
+
+def check_box(key: str, box: Sequence[Sequence[float]], cells: Sequence[int]) -> None:
+    """Refuse a box whose coordinates are absurd or whose cells are too small to tell apart.
+
+    Raises:
+        ConfigError: a bound beyond ±:data:`MAX_COORD`, or a cell width below 1e-10 of the coordinates.
+    """
+    for (lo, hi), n in zip(box, cells, strict=False):
+        if max(abs(lo), abs(hi)) > MAX_COORD:
+            raise ConfigError(f"{key}: bounds beyond ±{MAX_COORD:g} are not supported (rescale), got {[lo, hi]}")
+        if n >= 1 and (hi - lo) / n <= 1e-10 * max(abs(lo), abs(hi), 1.0):
+            raise ConfigError(f"{key}: cells of width {(hi - lo) / n:.3g} cannot be resolved at {[lo, hi]}")
+
+
+def gaussian_box_mass(mean: Sequence[float], cov: Sequence[Sequence[float]], box: Sequence[Sequence[float]]) -> float:
+    """The probability that N(mean, cov) puts on the box ∏ [lo_j, hi_j] (p = 1 or 2), by scipy.stats."""
+    m = np.asarray(mean, dtype=float)
+    c = np.asarray(cov, dtype=float)
+    lo = np.array([b[0] for b in box], dtype=float)
+    hi = np.array([b[1] for b in box], dtype=float)
+    if len(m) == 1:
+        s = math.sqrt(c[0, 0])
+        return float(scipy.stats.norm.cdf(hi[0], m[0], s) - scipy.stats.norm.cdf(lo[0], m[0], s))
+    mvn = scipy.stats.multivariate_normal(m, c)
+    return float(mvn.cdf(hi, lower_limit=lo))
+
+
+def check_gaussian_inside(key: str, mean: Sequence[float], cov: Sequence[Sequence[float]],
+                          box: Sequence[Sequence[float]], where: str) -> None:
+    """Refuse a Gaussian with less than :data:`MIN_MASS_INSIDE` of its mass in ``box``.
+
+    Raises:
+        ConfigError: naming ``key`` and the fraction inside.
+    """
+    frac = gaussian_box_mass(mean, cov, box)
+    if not frac >= MIN_MASS_INSIDE:
+        raise ConfigError(f"{key}: only {100 * frac:.3g}% of the Gaussian's mass lies in {where}; it would be "
+                          f"truncated and renormalised (move the mean inside or enlarge {where})")
+
+
+def _memory_bytes() -> float:
+    """Physical memory of this node in bytes (inf if unknown)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return math.inf
+
+
+def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: importing it would be a cycle
+    """Refuse a config whose memory cannot fit on a node or whose work cannot end within a year.
+
+    Args:
+        cfg: the validated :class:`~mfpde.config.Config`.
+        size: the number of MPI ranks.
+        command: ``"run"`` (samples split over rank groups, forward and adjoint every training step) or
+            ``"transport"`` (one mesh over all ranks, one forward solve per sample).
+
+    Raises:
+        ConfigError: naming the key that dominates the estimate.
+    """
+    t, d, da, tr = cfg.tokens, cfg.depth, cfg.data, cfg.training
+    mem = _memory_bytes()
+    cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
+    n_train = len(da.mean) if da.kind == "gaussian" else da.samples if da.kind == "digits" else 1
+    n_test = da.test_samples if da.kind == "digits" else 0
+    groups = min(size, n_train) if command == "run" else 1
+    per_rank = cells * BYTES_PER_CELL * (t.degree + 1) ** t.dim / max(size // groups, 1)
+    if per_rank > mem:
+        raise ConfigError(f"tokens.cells: {t.cells} needs about {per_rank / 1e9:.3g} GB per rank, more than the "
+                          f"{mem / 1e9:.3g} GB of this node")
+    h = cfg.heads
+    if command == "run" and not h.mesh and h.init.get("kind") == "gaussian":
+        tc = float(np.prod(np.asarray(h.cells, dtype=float)))
+        theta = tc * BYTES_PER_THETA_CELL / size + tc * BYTES_PER_THETA_POINT
+        if theta > mem:
+            raise ConfigError(f"heads.cells: {h.cells} needs about {theta / 1e9:.3g} GB per rank, more than the "
+                              f"{mem / 1e9:.3g} GB of this node")
+    solves = (tr.steps + 1) * 2 * n_train + n_test if command == "run" else n_train + n_test
+    steps = 1 if d.model == "shallow" else d.steps
+    sub = max(1.0, 0.4 / t.cfl)  # sub-cycling grows as the CFL factor shrinks
+    seconds = solves * steps * sub * (SECONDS_PER_STEP + SECONDS_PER_CELL * cells / max(size // groups, 1)) / groups
+    if seconds > MAX_SECONDS:
+        factors = {"depth.steps": steps / 100, "tokens.cfl": sub, "tokens.cells": cells / 400,
+                   "data.samples": (n_train + n_test) / 40}
+        if command == "run":
+            factors["training.steps"] = (tr.steps + 1) / 200
+        key = max(factors, key=lambda k: factors[k])
+        raise ConfigError(f"{key}: the job would take more than {seconds / 3.15e7:.3g} years even at an optimistic "
+                          f"{SECONDS_PER_STEP:g} s per depth step (depth.steps = {d.steps}, tokens.cfl = {t.cfl:g}, "
+                          f"tokens.cells = {t.cells}, {n_train + n_test} samples)")

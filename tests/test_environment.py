@@ -1,0 +1,194 @@
+"""Cluster and container hygiene (issue 15): launcher mismatch, one job per DIR, read-only home, BLAS threads.
+
+The launcher mismatch and the read-only home are simulated with environment variables: ``HOME`` is a
+directory nobody can write, even root (``/sys/kernel``; a directory without write permission does not stop
+root), or, for the unit test, a path below a regular file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mpi4py import MPI
+
+import pytest
+from test_mpi_failures import MPIEXEC, ROOT, launch
+
+from mfpde.cli import main
+from mfpde.environment import OutputLock, check_launcher, private_caches
+from mfpde.errors import ConfigError
+
+DEMO = str(ROOT / "demos" / "transport_small.toml")
+
+
+@pytest.mark.parametrize("var", ["PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"])
+def test_check_launcher(var):
+    with pytest.raises(ConfigError, match=f"{var}=4.*srun --mpi=pmi2") if MPI.COMM_WORLD.size == 1 else \
+            _nothing():
+        check_launcher(MPI.COMM_WORLD, {var: "4", "SLURM_NTASKS": "4"})
+    check_launcher(MPI.COMM_WORLD, {var: "4", "MFPDE_ALLOW_SINGLETON": "1"})  # overridden
+    check_launcher(MPI.COMM_WORLD, {"SLURM_NTASKS": "4"})  # a batch script's serial step
+    check_launcher(MPI.COMM_WORLD, {var: "1"})
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.serial
+def test_launcher_mismatch_exit_2(tmp_path):
+    """What srun with a mismatched PMI gives: SLURM_NTASKS=4, SLURM_PROCID, PMI_SIZE=4 and one rank."""
+    env = {**os.environ, "SLURM_NTASKS": "4", "SLURM_PROCID": "1", "PMI_SIZE": "4", "PMI_RANK": "1"}
+    r = subprocess.run([sys.executable, "-m", "mfpde", "transport", DEMO, "--out", str(tmp_path / "out")], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr
+    assert len(lines) == 1 and "PMI_SIZE=4" in lines[0] and "srun --mpi=pmi2" in lines[0], r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _lock(out: Path, text: str) -> None:
+    if MPI.COMM_WORLD.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / OutputLock.NAME).write_text(text)
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_output_dir_locked_by_a_running_job(tempdir, capfd):
+    """A second job on a DIR in use: exit 2 on every rank naming DIR; the first job's lock and files stay."""
+    import socket
+
+    out = tempdir / "out"
+    _lock(out, f"{os.getppid()} {socket.gethostname()}\n")  # a live process of this host
+    code = main(["transport", DEMO, "--out", str(out)])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "in use by another mfpde job" in err and str(out) in err, err
+    assert (out / OutputLock.NAME).exists() and not (out / "report.json").exists()
+
+
+def test_stale_lock_of_a_dead_job_is_taken_over(tempdir):
+    """A job killed on this host leaves its lock: the next job (e.g. --resume) takes it over and removes it."""
+    import socket
+
+    out = tempdir / "out"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _lock(out, f"{dead.pid} {socket.gethostname()}\n")
+    assert main(["transport", DEMO, "--out", str(out)]) == 0
+    MPI.COMM_WORLD.Barrier()
+    assert (out / "report.json").exists() and not (out / OutputLock.NAME).exists()
+
+
+def test_private_caches_when_home_is_read_only(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = {"HOME": str(tmp_path / "file" / "home")}
+    private = private_caches(env)
+    assert private is not None and env["XDG_CACHE_HOME"] == str(private)
+    assert env["MPLCONFIGDIR"] == str(private / "matplotlib")
+    ok = {"HOME": str(tmp_path / "home")}
+    assert private_caches(ok) is None and "XDG_CACHE_HOME" not in ok
+
+
+@pytest.mark.serial
+def test_run_with_read_only_home(tmp_path):
+    """No XDG_CACHE_HOME, HOME not writable: the FFCx cache and matplotlib go to a private directory (was a
+    traceback, exit 1), with one log line each and no matplotlib warning."""
+    home = Path("/sys/kernel")
+    try:
+        (home / ".cache").mkdir()
+        pytest.skip("no read-only directory to stand in for a read-only home")
+    except OSError:
+        pass
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "XDG_CONFIG_HOME")}
+    env["HOME"] = str(home)
+    small = ["tokens.cells=[8, 8]", "heads.cells=[4, 4]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
+             "training.steps=1", "output.fields=false"]
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tmp_path / "out"),
+                        *[a for s in small for a in ("--set", s)]], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "(XDG_CACHE_HOME)" in r.stderr and "(MPLCONFIGDIR)" in r.stderr, r.stderr
+    assert "Matplotlib" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "out" / "plots" / "loss.png").is_file()
+
+
+THREADS = '''
+import json, sys
+from mpi4py import MPI
+import mfpde.tokens.job as job
+from mfpde import cli
+
+def record(pb, out, write_fields=True):
+    from threadpoolctl import threadpool_info
+    n = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
+    with open({record!r} + f"-{{MPI.COMM_WORLD.rank}}.json", "w") as f:  # not stdout: mpiexec mixes the ranks' lines
+        json.dump({{"rank": MPI.COMM_WORLD.rank, "blas_threads": n}}, f)
+    return {{}}
+
+job.run_transport = record
+sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
+'''
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize(("env", "expected"), [({}, 1), ({"OPENBLAS_NUM_THREADS": "2"}, 2),
+                                               ({"MFPDE_BLAS_THREADS": "2"}, 2)])
+def test_one_blas_thread_per_rank_under_mpi(tmp_path, env, expected):
+    """mpiexec -n 2 on 2 cores: each rank's OpenBLAS used 2 threads (4 on 2 cores); now 1, unless the user
+    chose (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS, MFPDE_BLAS_THREADS)."""
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                               "MKL_NUM_THREADS", "MFPDE_BLAS_THREADS")}
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-c",
+           THREADS.format(out=str(tmp_path / "out"), record=str(tmp_path / "threads"))]
+    r = subprocess.run(cmd, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    seen = [json.loads(f.read_text()) for f in sorted(tmp_path.glob("threads-*.json"))]
+    assert sorted(s["rank"] for s in seen) == [0, 1], r.stdout
+    assert all(s["blas_threads"] == expected for s in seen), seen
+
+
+@pytest.mark.serial
+def test_lock_is_agreed_under_mpi(tmp_path):
+    """Under mpiexec -n 2, a DIR locked by a live job is exit 2 on both ranks (rank 0 decides, all agree)."""
+    import socket
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / OutputLock.NAME).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    rc, err, _ = launch(["transport", DEMO, "--out", str(out)])
+    assert rc == 2 and "in use by another mfpde job" in err, err
+
+
+@pytest.mark.serial
+def test_damaged_jit_cache_exit_2_naming_it(tmp_path):
+    """A truncated compiled module (serially and on 2 ranks) and a .c left by a killed compile: one line naming
+    the cache and the fix, exit 2 (was ImportError / 'JIT compilation failed on rank 0' / TimeoutError, exit 1)."""
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    args = ["transport", DEMO, "--set", "output.fields=false"]
+    rc, err, _ = launch([*args, "--out", str(tmp_path / "fill")], n=1, env=env)
+    assert rc == 0, err
+    modules = sorted((cache / "fenics").glob("*.so"))
+    assert modules
+    for m in modules:
+        m.write_bytes(m.read_bytes()[:100])
+    for n in (1, 2):
+        rc, err, _ = launch([*args, "--out", str(tmp_path / f"trunc{n}")], n=n, env=env)
+        lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("JIT cache load failed")]
+        assert rc == 2, err
+        assert len(lines) == 1 and "FFCx JIT cache" in lines[0] and str(cache / "fenics") in lines[0], err
+    for m in modules:  # a killed compile: the .c exists, the module and its ready mark do not
+        m.unlink()
+        m.with_name(m.name.split(".")[0] + ".c.cached").unlink()
+    rc, err, _ = launch([*args, "--out", str(tmp_path / "left")], n=1, env=env)
+    assert rc == 2 and "TimeoutError" in err and "FFCx JIT cache" in err, err

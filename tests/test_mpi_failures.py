@@ -1,0 +1,131 @@
+"""Failures under ``mpiexec -n 2`` end the job, on every rank, instead of hanging (issue 14).
+
+Each case launches the wheel's ``mpiexec -n 2`` in a subprocess under a timeout (a hang fails the test
+instead of the suite): an unexpected exception on one rank, an input error raised on one rank only, a rank
+that owns no Θ node, a truncated or empty checkpoint with ``--resume``, a file named ``checkpoint`` in
+DIR and a DIR that cannot be created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mpi4py import MPI  # noqa: F401  (import order)
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
+         "training.steps=2", "output.plots=false", "output.fields=false", "output.checkpoint_every=1"]
+#: value heads on a Θ mesh of one cell (two vertices): with 2 ranks one rank may own no Θ node
+ONE_CELL = ["heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[1]",
+            "heads.init={kind = 'gaussian', mean = [0.5], cov = [[0.1]]}", "training.steps=0",
+            "tokens.outflow_tol=0.5", "data.test_samples=0", "output.plots=false"]
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [a for s in overrides for a in ("--set", s)]
+
+
+def launch(args: list[str], n: int = 2, timeout: float = 240, env: dict[str, str] | None = None,
+           python: bool = False) -> tuple[int, str, float]:
+    """Run ``mpiexec -n n`` (python -c ... or ``-m mfpde``) with a timeout; (exit status, stderr, seconds).
+
+    A run that does not end in time is killed with its whole process group and fails the test.
+    """
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, *(args if python else ["-m", "mfpde", *args])]
+    e = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=e, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"hung: {' '.join(args)} (killed after {timeout:g} s)")
+    return proc.returncode, err, time.monotonic() - t0
+
+
+PLANT = '''
+import sys
+from mpi4py import MPI
+import mfpde.tokens.job as job
+from mfpde import cli
+from mfpde.errors import ConfigError
+
+def planted(pb, out, write_fields=True):
+    if MPI.COMM_WORLD.rank == 1:
+        raise {exc}("planted on rank 1")
+    MPI.COMM_WORLD.allreduce(1)  # rank 0 waits here for rank 1, which never comes
+
+job.run_transport = planted
+sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
+'''
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize(("exc", "code"), [("RuntimeError", 1), ("ConfigError", 2)])
+def test_one_rank_exception_ends_the_job(tmp_path, exc, code):
+    """A bug on one rank aborts at once with its traceback; an input error on one rank alone aborts after
+    ``MFPDE_MPI_EXIT_TIMEOUT`` instead of leaving rank 0 in its allreduce for ever."""
+    rc, err, dt = launch(["-c", PLANT.format(exc=exc, out=str(tmp_path / "out"))], python=True,
+                         env={"MFPDE_MPI_EXIT_TIMEOUT": "3"})
+    assert rc != 0, err
+    assert dt < 120, f"took {dt:.0f} s: {err}"
+    if exc == "RuntimeError":
+        assert "unexpected RuntimeError on rank 1 of 2: planted on rank 1" in err, err
+        assert "Traceback" in err, err
+    else:
+        assert "rank 1 ended with exit status 2" in err and "MFPDE_MPI_EXIT_TIMEOUT" in err, err
+
+
+@pytest.mark.serial
+def test_rank_without_theta_node_gives_the_serial_result(tmp_path):
+    results = {}
+    for n in (1, 2):
+        out = tmp_path / f"n{n}"
+        rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(ONE_CELL)], n=n)
+        assert rc == 0, err
+        results[n] = json.loads((out / "report.json").read_text())["final"]
+    for key in ("risk", "free_energy", "mass_rho", "min_rho"):
+        assert results[2][key] == pytest.approx(results[1][key], rel=1e-12, abs=1e-14), key
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_damaged_checkpoint_resume_exit_2_on_every_rank(tmp_path, damage):
+    out = tmp_path / "out"
+    rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(SMALL)])
+    assert rc == 0, err
+    f = out / "checkpoint" / "state.npz"
+    f.write_bytes(f.read_bytes()[:100] if damage == "truncated" else b"")
+    rc, err, _ = launch(["run", "--quiet", "--resume", "--out", str(out), *_sets(SMALL)])
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2, err
+    assert len(lines) == 1 and str(f) in lines[0] and "Traceback" not in err, err
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("case", ["checkpoint_file", "out_under_a_file"])
+def test_bad_output_dir_exit_2_on_every_rank(tmp_path, case):
+    if case == "checkpoint_file":
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / "checkpoint").write_text("not a directory")
+        names = str(out / "checkpoint")
+    else:
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+        names = str(out)
+    rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(SMALL)])
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2, err
+    assert len(lines) == 1 and names in lines[0] and "Traceback" not in err, err
