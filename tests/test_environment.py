@@ -146,8 +146,11 @@ sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}])
 def test_one_blas_thread_per_rank_under_mpi(tmp_path, env, expected):
     """mpiexec -n 2 on 2 cores: each rank's OpenBLAS used 2 threads (4 on 2 cores); now 1, unless the user
     chose (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS, MFPDE_BLAS_THREADS)."""
+    # Not under make test-coretypes' emulation either: its LD_PRELOAD loads a second OpenBLAS into the process
+    # (numpy's symbols resolve to it), which threadpoolctl reports beside numpy's own; a user's run has one.
     base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                               "MKL_NUM_THREADS", "MFPDE_BLAS_THREADS")}
+                                                               "MKL_NUM_THREADS", "MFPDE_BLAS_THREADS",
+                                                               "LD_PRELOAD", "OPENBLAS_CORETYPE")}
     cmd = [MPIEXEC, "-n", "2", sys.executable, "-c",
            THREADS.format(out=str(tmp_path / "out"), record=str(tmp_path / "threads"))]
     r = subprocess.run(cmd, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=300)
