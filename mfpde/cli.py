@@ -106,6 +106,9 @@ def _abort(comm: MPI.Comm, msg: str, tb: bool = False) -> None:
     if tb:
         traceback.print_exc(file=sys.stderr)
     sys.stderr.flush()
+    # The launcher forwards a rank's stderr through a pipe; MPI_Abort kills the ranks and their proxies, and a
+    # line still in the pipe is lost (seen: the reason missing from a job's log under load). Give it a second.
+    time.sleep(1.0)
     comm.Abort(1)
 
 
