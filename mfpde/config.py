@@ -64,9 +64,8 @@ class Heads:
     mesh: str = ""
     cells: list[int] = field(default_factory=lambda: [48, 48])
     degree: int = 1
-    init: dict[str, Any] = field(
-        default_factory=lambda: {"kind": "gaussian", "mean": [0.5, 1.0], "cov": [[0.01, 0.0], [0.0, 0.01]]}
-    )
+    init: dict[str, Any] = field(default_factory=lambda: {"kind": "gaussian", "mean": [0.5, 1.0],
+                                                          "cov": [[0.01, 0.0], [0.0, 0.01]]})
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,7 @@ class Data:
     test_samples: int = 40
     seed: int = 0
     origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
+    split: float = 0.0  # digits: if > 0, all images of the pair, this fraction for training (samples ignored)
     path: str = ""
 
 

@@ -105,6 +105,8 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
     cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
     n_train = len(da.mean) if da.kind == "gaussian" else da.samples if da.kind == "digits" else 1
     n_test = da.test_samples if da.kind == "digits" else 0
+    if da.kind == "digits" and da.split > 0:  # at most 365 images in a pair of scikit-learn's digits
+        n_train, n_test = max(2, round(365 * da.split)), 365 - max(2, round(365 * da.split))
     groups = min(size, n_train) if command == "run" else 1
     per_rank = cells * BYTES_PER_CELL * (t.degree + 1) ** t.dim / max(size // groups, 1)
     if per_rank > mem:

@@ -92,9 +92,15 @@ class DiscreteAdjoint:
         self.costate.x.scatter_forward()
         tokens.mass_solver.solve(self.costate.x.petsc_vec, self.z.x.petsc_vec)  # M symmetric: M⁻ᵀ = M⁻¹
         self.z.x.scatter_forward()
-        for f, form in ((self.r, self.JuT), (self.xi, self.JVT)):
-            f.x.array[:] = 0.0
-            dolfinx.fem.assemble_vector(f.x.array, form)
+        self.r.x.array[:] = 0.0
+        self.xi.x.array[:] = 0.0
+        if tokens.fv is not None:  # k = 0: the facet arrays of the same scheme
+            tokens.fv.transpose(v, self.z.x.array, tokens.fv.normal_flux(tokens.vel.x.array), self.r.x.array,
+                                self.xi.x.array)
+        else:
+            dolfinx.fem.assemble_vector(self.r.x.array, self.JuT)
+            dolfinx.fem.assemble_vector(self.xi.x.array, self.JVT)
+        for f in (self.r, self.xi):
             f.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self.r.x.array[:n].copy()
         gw, gc = tokens.velocity.vjp(self.xi)

@@ -62,15 +62,18 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
         digits = load_digits()
         c0, c1 = da.classes
         idx = np.flatnonzero((digits.target == c0) | (digits.target == c1))
+        if not (da.split == 0 or 0 < da.split < 1):
+            raise ConfigError(f"data.split: must be 0 (use data.samples) or in (0, 1), got {da.split}")
         idx = np.random.default_rng(da.seed).permutation(idx)
-        need = da.samples + da.test_samples
+        n_train = max(2, round(da.split * len(idx))) if da.split > 0 else da.samples
+        need = n_train + (len(idx) - n_train if da.split > 0 else da.test_samples)
         if need > len(idx):
             raise ConfigError(f"data.samples + data.test_samples = {need} exceeds the {len(idx)} images of "
                               f"classes {da.classes}")
         mk = [Sample("image", {"image": digits.images[i], "origin": tuple(da.origin)},
                      1.0 if digits.target[i] == c1 else -1.0)
               for i in idx[:need]]
-        return mk[: da.samples], mk[da.samples :]
+        return mk[:n_train], mk[n_train:]
     path = Path(da.path)
     try:
         with np.load(path) as f:

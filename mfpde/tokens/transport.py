@@ -25,10 +25,11 @@ Design, and why:
   The quadrature is the lumped-mass rule, Σ_i m_i μ_i δ_{x_i} with m_i = ∫ φ_i: exact for the mass,
   positive weights whenever μ_h ≥ 0, midpoint rule for k = 0.
 * The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
-  ``mfpde_token_``; block Jacobi with exact LU per rank block by default).
+  ``mfpde_token_``; block Jacobi with exact LU per rank block by default). For k = 0 the form is evaluated by
+  arrays over the facets (:mod:`mfpde.tokens.upwind`), the same scheme without form-assembly overhead.
 
-Cost per stage: one velocity evaluation (see :mod:`mfpde.tokens.attention` for its cost), one vector assembly
-and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
+Cost per stage: one velocity evaluation (see :mod:`mfpde.tokens.attention`), one vector assembly (k = 1) or
+facet sums (k = 0) and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ from mfpde.spaces import lumped_mass
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.readout import Readout
+from mfpde.tokens.tape import TAPE_BUDGET_BYTES, EulerStep, RK3Step, Tape
+from mfpde.tokens.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
 __all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
@@ -62,48 +65,6 @@ logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
 #: mfpde's options for the DG mass solve (block diagonal: exact LU per rank block), prefix ``mfpde_token_``.
 TOKEN_PETSC_DEFAULTS = {"ksp_type": "preonly", "pc_type": "bjacobi", "sub_pc_type": "lu"}
-#: Memory per tape for the velocity linearisations of the stages (:class:`RK3Step`); beyond it the reverse
-#: pass re-evaluates the velocity at the stages left without one (about one forward kernel more per stage).
-TAPE_BUDGET_BYTES = 2**30
-
-
-@dataclass(frozen=True)
-class RK3Step:
-    """One taped SSP-RK3 sub-step, what the discrete adjoint (:mod:`mfpde.tokens.adjoint`) differentiates.
-
-    Attributes:
-        h: the sub-step size in depth.
-        heads: the reduced head distribution the step used.
-        v0, v1, v2: the three stage states (local DG dofs, owned and ghost), shape (n_local,).
-        layer: the layer block whose ρ the step used (0 for weight-tied models).
-        lin: the velocity's linearisation at each stage (what the reverse pass would otherwise recompute),
-            or None where the tape's memory budget (``TAPE_BUDGET_BYTES``) was spent.
-    """
-
-    h: float
-    heads: HeadMeasure
-    v0: Array
-    v1: Array
-    v2: Array
-    layer: int
-    lin: tuple[VelocityLinearization | None, ...] = (None, None, None)
-
-
-@dataclass(frozen=True)
-class EulerStep:
-    """The taped single explicit layer of the shallow model (:mod:`mfpde.tokens.shallow`): μ_T = v0 + h F(v0)."""
-
-    h: float
-    heads: HeadMeasure
-    v0: Array
-    layer: int
-    lin: VelocityLinearization | None = None
-
-
-#: The forward → adjoint hand-off: the taped steps of one forward solve, in depth order.
-Tape = list[RK3Step | EulerStep]
-
-
 @dataclass
 class TransportReport:
     """Diagnostics of one token solve (theory §1.3; the ``transport`` report of interface.md)."""
@@ -149,7 +110,7 @@ class TokenTransport:
         self.degree = degree
         self.cfl = cfl * (1.0 if degree == 0 else 0.5)
         self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
-        self.Q = dolfinx.fem.functionspace(msh, ("DG", 0))
+        self.Q = self.W if degree == 0 else dolfinx.fem.functionspace(msh, ("DG", 0))
         self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
         self.rhs = dolfinx.fem.Function(self.W)
         self.du = dolfinx.fem.Function(self.W)
@@ -159,6 +120,7 @@ class TokenTransport:
         self.vel, self.P = self.velocity.field, self.velocity.P
         self.m = lumped_mass(self.W)
         self.n_owned = self.W.dofmap.index_map.size_local
+        self.fv = UpwindFiniteVolume(self.W, self.P) if degree == 0 else None
         self._forms()
         self._mass_solver(petsc_options or {})
         if degree == 1:
@@ -176,13 +138,15 @@ class TokenTransport:
         vnp = 0.5 * (vn + abs(vn))
         vf = ufl.dot(V("+"), n("+"))
         flux = u("+") * 0.5 * (vf + abs(vf)) - u("-") * 0.5 * (abs(vf) - vf)
-        self.L_expr = (u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * ufl.dS
-                       - u * vnp * w * ufl.ds)
+        # k = 0: the facet rule of the facet-array scheme (mfpde.tokens.upwind); k = 1: UFL's estimated degree
+        md = {"quadrature_degree": FACET_QUADRATURE_DEGREE} if self.degree == 0 else {}
+        dS, ds = ufl.Measure("dS", msh, metadata=md), ufl.Measure("ds", msh, metadata=md)
+        self.L_expr = u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * dS - u * vnp * w * ds
         self.L = dolfinx.fem.form(self.L_expr)
-        self.outflow_rate = dolfinx.fem.form(u * vnp * ufl.ds)
+        self.outflow_rate = dolfinx.fem.form(u * vnp * ds)
         # Per cell: total outflow velocity flux through its facets, for the CFL condition.
-        self.cell_out = dolfinx.fem.form(0.5 * (vf + abs(vf)) * q("+") * ufl.dS
-                                         + 0.5 * (abs(vf) - vf) * q("-") * ufl.dS + vnp * q * ufl.ds)
+        self.cell_out = dolfinx.fem.form(0.5 * (vf + abs(vf)) * q("+") * dS + 0.5 * (abs(vf) - vf) * q("-") * dS
+                                         + vnp * q * ds)
         self.cell_vol = lumped_mass(self.Q)[: self.Q.dofmap.index_map.size_local]
         self._out = dolfinx.fem.Function(self.Q)
 
@@ -207,19 +171,26 @@ class TokenTransport:
         Raises:
             SolverError: the mass solve did not converge.
         """
-        self.u.x.array[:] = u.x.array
         self.rhs.x.array[:] = 0.0
-        dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
+        rate: float | complex
+        if self.fv is not None:
+            rate = self.fv.rate(u.x.array, self.fv.normal_flux(self.vel.x.array), self.rhs.x.array)
+        else:
+            self.u.x.array[:] = u.x.array
+            dolfinx.fem.assemble_vector(self.rhs.x.array, self.L)
+            rate = dolfinx.fem.assemble_scalar(self.outflow_rate)
         self.rhs.x.scatter_reverse(dolfinx.la.InsertMode.add)
         self.mass_solver.solve(self.rhs.x.petsc_vec, self.du.x.petsc_vec)
         self.du.x.scatter_forward()
-        rate = self.comm.allreduce(dolfinx.fem.assemble_scalar(self.outflow_rate), op=MPI.SUM)
-        return self.du, rate
+        return self.du, self.comm.allreduce(rate, op=MPI.SUM)
 
     def max_stable_dt(self) -> float:
         """The largest Δt with Δt · outflow(cell)/|cell| ≤ cfl for the current velocity."""
         self._out.x.array[:] = 0.0
-        dolfinx.fem.assemble_vector(self._out.x.array, self.cell_out)
+        if self.fv is not None:  # k = 0: Q = W
+            self._out.x.array[:] = self.fv.cell_outflow(self.fv.normal_flux(self.vel.x.array))
+        else:
+            dolfinx.fem.assemble_vector(self._out.x.array, self.cell_out)
         self._out.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self._out.x.array[: len(self.cell_vol)]
         ratio = np.max(out / self.cell_vol) if len(out) else 0.0
