@@ -1,0 +1,143 @@
+"""Where does this model learn? Held-out accuracy on scikit-learn's digits, every pair of classes, per readout.
+
+Issue 13: the default `mfpde run` trained on a pair (6 vs 7) that the untrained ρ₀ already separates. This
+script makes the table that says where training, not ρ₀, makes the classifier. For each pair of digits
+(45 pairs, or ``--pairs``) and each readout, on all images of the pair with the seeded 80/20 split of
+``data.split`` (the same split for every column; targets −1 for the first class, +1 for the second):
+
+* **pixels**: logistic regression on the 64 pixels (scikit-learn, default regularisation): what the data allow;
+* **mean sign**: the sign of the readout of μ₀ itself (no flow): what the data placement gives for free;
+* **first order**: the best the model can do to first order in depth. One explicit step of the flow of
+  theory §1.3 moves the readout to w·(m₀ + T ∫ v f(a) dρ(a, v)) with f(a) = ∫ m_a dμ₀ (m_a: the tilted mean
+  of head a, the attention kernel of :mod:`mfpde.tokens.attention`), so ŷ is linear in the features
+  w·f(a) over the a-grid of Θ (f(0) = m₀), with no offset: the held-out accuracy of a logistic regression on
+  them without intercept (C = 100) bounds what training can reach to first order. Seconds for all pairs;
+* **ρ₀ / trained** (``--pde``): ``mfpde run`` itself: the held-out accuracy of the embedded default's ρ₀
+  (``training.steps = 0``) and after ``--steps`` training steps (Lie, entropic, all training images), for
+  the pairs where ρ₀ is at most ``--train-below``. A full-size training run on ~290 images takes tens of
+  minutes on 2 cores; ``--set tokens.cells=[16,16]`` screens at a quarter of the cost.
+
+Readouts: ``vertical``: ŷ = 4∫x₂ dμ_T (the default); ``horizontal``: ŷ = 4∫x₁ dμ_T.
+
+Writes ``out/bench/digit_pairs.json`` (PDE rows as they finish: rerunning continues) and prints a markdown
+table. Run: ``python bench/digit_pairs.py`` (the screen), ``python bench/digit_pairs.py --pde --pairs 0,6``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde import config as C
+from mfpde.tokens.data import load_samples
+from mfpde.training.driver import run_job
+
+ROOT = Path(__file__).resolve().parent.parent
+READOUTS = {"vertical": ["loss.w=[0.0, 4.0]"], "horizontal": ["loss.w=[4.0, 0.0]"]}
+AXIS = {"vertical": 1, "horizontal": 0}
+BASE = ['loss.readout="linear"', "loss.b=0.0", "data.split=0.8", "output.fields=false", "output.plots=false",
+        "output.checkpoint_every=100000"]
+
+
+def pixels_accuracy(cfg: C.Config) -> float:
+    """Held-out accuracy of logistic regression on the 64 pixels, on the split of ``cfg``."""
+    from sklearn.linear_model import LogisticRegression
+
+    train, test = load_samples(cfg)
+    X = [np.ravel(s.params["image"]) for s in train]
+    model = LogisticRegression(max_iter=5000).fit(X, [s.target for s in train])
+    return float(model.score([np.ravel(s.params["image"]) for s in test], [s.target for s in test]))
+
+
+def first_order(cfg: C.Config, axis: int) -> tuple[float, float]:
+    """(mean-sign accuracy, first-order accuracy) on the held-out images of ``cfg``'s split (see the module doc)."""
+    from sklearn.linear_model import LogisticRegression
+
+    from mfpde.tokens.attention import softmax_moments_direct
+
+    j, i = np.meshgrid(np.arange(8), np.arange(8))
+    pts = np.stack([(j.ravel() + 0.5) / 8, 1.0 - (i.ravel() + 0.5) / 8], axis=1) + np.asarray(cfg.data.origin)
+    a_grid = np.linspace(*cfg.heads.box[0], cfg.heads.cells[0] + 1)
+
+    def features(samples: list) -> np.ndarray:
+        out = []
+        for smp in samples:
+            w = np.ravel(smp.params["image"]) / np.sum(smp.params["image"])
+            out.append([w @ softmax_moments_direct(pts, pts, w, float(a))[1][:, axis] for a in a_grid])
+        return np.array(out)
+
+    train, test = load_samples(cfg)
+    Xtr, Xte = features(train), features(test)
+    ytr, yte = np.array([s.target for s in train]), np.array([s.target for s in test])
+    mean_sign = float(np.mean(np.sign(Xte[:, np.argmin(np.abs(a_grid))]) == yte))
+    model = LogisticRegression(fit_intercept=False, C=100.0, max_iter=5000).fit(Xtr, ytr)
+    return mean_sign, float(model.score(Xte, yte))
+
+
+def accuracy(overrides: list[str]) -> tuple[float, float, float]:
+    """(held-out accuracy at ρ₀, at the end of the run, wall seconds) of ``mfpde run`` with these overrides."""
+    cfg = C.load(None, overrides)
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run_job(cfg, Path(tmp) / "run", comm=MPI.COMM_SELF)
+    if res.status != "ok":
+        raise RuntimeError(f"run failed: {overrides}")
+    return float(res.history[0]["test_accuracy"]), float(res.history[-1]["test_accuracy"]), time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--readouts", nargs="*", default=list(READOUTS), choices=list(READOUTS))
+    parser.add_argument("--pairs", nargs="*", default=None, help="pairs as 'a,b' (default: all 45)")
+    parser.add_argument("--pde", action="store_true", help="also the ρ₀ / trained columns by mfpde run")
+    parser.add_argument("--steps", type=int, default=30, help="training steps of the trained column")
+    parser.add_argument("--train-below", type=float, default=0.65, help="train only where ρ₀'s accuracy is ≤ this")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="further config overrides for every run (e.g. a coarser token mesh to screen)")
+    parser.add_argument("--out", default=str(ROOT / "out" / "bench" / "digit_pairs.json"))
+    args = parser.parse_args()
+    pairs = [tuple(int(c) for c in p.split(",")) for p in args.pairs] if args.pairs else list(
+        itertools.combinations(range(10), 2))
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [r for r in json.loads(path.read_text()) if "first_order" in r] if path.is_file() else []
+    done = {(tuple(r["pair"]), r["readout"]) for r in rows}
+    for (c0, c1), name in itertools.product(pairs, args.readouts):
+        key = ((c0, c1), name)
+        ov = [*BASE, *READOUTS[name], f"data.classes=[{c0}, {c1}]", *args.overrides]
+        if key not in done:
+            cfg = C.load(None, ov)
+            ms, fo = first_order(cfg, AXIS[name])
+            rows.append({"pair": [c0, c1], "readout": name, "overrides": args.overrides, "pixels":
+                         pixels_accuracy(cfg), "mean_sign": ms, "first_order": fo, "rho0": None, "trained": None})
+            done.add(key)
+        row = next(r for r in rows if (tuple(r["pair"]), r["readout"]) == key)
+        if args.pde and row["rho0"] is None:
+            row["rho0"], _, row["forward_s"] = accuracy([*ov, "training.steps=0"])
+            row["pde_overrides"] = args.overrides
+            if row["rho0"] <= args.train_below:
+                _, row["trained"], row["train_s"] = accuracy([*ov, f"training.steps={args.steps}"])
+                row["steps"] = args.steps
+            print(json.dumps(row), flush=True)
+        path.write_text(json.dumps(rows, indent=1))
+
+    def fmt(x: float | None) -> str:
+        return "—" if x is None else f"{x:.3f}"
+
+    print("\n| pair | readout | pixels (logistic) | mean sign | first order | ρ₀ | trained |")
+    print("|---|---|---|---|---|---|---|")
+    for r in sorted(rows, key=lambda r: -(r["first_order"] - r["mean_sign"])):
+        print(f"| {r['pair'][0]} vs {r['pair'][1]} | {r['readout']} | {fmt(r['pixels'])} | {fmt(r['mean_sign'])} | "
+              f"{fmt(r['first_order'])} | {fmt(r['rho0'])} | {fmt(r['trained'])} |")
+
+
+if __name__ == "__main__":
+    main()
