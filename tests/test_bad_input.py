@@ -82,6 +82,8 @@ CASES = [
     ("run", ["data.classes=[0, 0]"], "data.classes"),
     ("run", ["data.classes=[0, 10]"], "data.classes"),
     ("run", ["data.samples=0"], "data.samples"),
+    ("run", ["data.split=1.0"], "data.split"),
+    ("run", ["data.split=-0.2"], "data.split"),
     ("run", ["data.kind='file'", "data.path='nosuch.npz'"], "nosuch.npz"),
     ("run", ["training.regularization='lasso'"], "training.regularization"),
     ("run", ["training.lambda=-1"], "training.lambda"),

@@ -286,3 +286,30 @@ def test_resume_on_another_rank_count(tempdir):
     assert abs(a["mass_rho"] - 1.0) <= bound["mass_rho"]
     rows = list(csv.DictReader((mine / "history.csv").open()))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
+
+
+def test_digits_split_uses_every_image_of_the_pair_once() -> None:
+    """data.split: all images of the two classes (scikit-learn's counts), disjoint, the fraction for training."""
+    from sklearn.datasets import load_digits
+
+    from mfpde.tokens.data import load_samples
+
+    target = load_digits().target
+    n = int(np.sum((target == 3) | (target == 9)))
+    cfg = C.load(None, ["data.classes=[3, 9]", "data.split=0.8", "data.seed=4"])
+    train, test = load_samples(cfg)
+    assert (len(train), len(test)) == (round(0.8 * n), n - round(0.8 * n))
+    images = {np.asarray(s.params["image"]).tobytes() for s in train + test}
+    assert len(images) == n - _duplicates(3, 9), "every image of the pair exactly once"
+    again, _ = load_samples(cfg)
+    assert [s.target for s in again] == [s.target for s in train], "the split is fixed by the seed"
+    assert {s.target for s in train} == {-1.0, 1.0}
+
+
+def _duplicates(c0: int, c1: int) -> int:
+    """Identical images within the pair in scikit-learn's digits (a set of bytes counts them once)."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    imgs = [d.images[i].tobytes() for i in np.flatnonzero((d.target == c0) | (d.target == c1))]
+    return len(imgs) - len(set(imgs))
