@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from mfpde.params import free_energy
 from mfpde.params.densities import lumped_mass_owned
 from mfpde.params.eafe import check_p1, global_sum, lam_bernoulli, make_index_map
+from mfpde.params.muscl import MusclTransport
 from mfpde.petsc import LinearSolver
 
 __all__ = ["ParameterFokkerPlanck", "StepInfo"]
@@ -102,19 +103,18 @@ class ParameterFokkerPlanck:
       π_i ∝ m_i e^{−Φ_i/λ}. With F(ρ) = Σ m_i(Φ_i ρ_i + λ ρ_i log ρ_i) = λ KL(μ‖π) − λ log Z (mass 1),
       the data-processing inequality KL(Pμ‖Pπ) ≤ KL(μ‖π) (Cover & Thomas, *Elements of Information
       Theory*, 2nd ed., §4.4) gives F(ρ^{n+1}) ≤ F(ρ^n) for every Δs (theory §7 item 5), at fixed Φ;
-    * λ = 0 (Tikhonov, pure transport): r_ij = max(Φ_i − Φ_j, 0) (upwind). Forward Euler
-      ρ ← ρ − h M_L^{-1} L ρ is conservative and positive iff h ≤ Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i−Φ_j, 0)
-      (diagonal 1 − h L_ii/m_i ≥ 0, off-diagonals ≥ 0); :meth:`step` takes n_sub = ⌈Δs/Δs_CFL⌉ equal
-      sub-steps. The scheme is first order in h (upwind) and in Δs.
+    * λ = 0 (Tikhonov, pure transport): r_ij = max(Φ_i − Φ_j, 0) (upwind rates). ``order=2`` (default):
+      the limited MUSCL flux with SSP-RK2 of :class:`mfpde.params.muscl.MusclTransport`, second order in h
+      and Δs, positive and conservative in ⌈Δs/(Δs_CFL/2)⌉ sub-steps. ``order=1``: forward-Euler upwind
+      ρ ← ρ − h M_L^{-1} L ρ, positive iff h ≤ Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i−Φ_j, 0), in
+      ⌈Δs/Δs_CFL⌉ sub-steps; first order in h and Δs.
 
     The non-obtuse-mesh condition K_ij ≤ 0 (i ≠ j) is checked at construction. Φ enters only through the
     matrix values; the sparsity of K, the Mat and the KSP are created once.
 
-    MPI: Θ is distributed by DOLFINx; rows are the owned dofs and the PETSc AIJ numbering is the global dof
-    numbering. The P1 index map does *not* in general ghost every column of the owned rows (with
-    ``create_rectangle``'s shared_facet ghosting on 2 ranks one column of the 8×8 mesh is missing), so the
-    solver builds its own column IndexMap (owned dofs + every off-process column of the owned rows) and
-    scatters Φ and ρ into it.
+    MPI: rows are the owned dofs, numbered globally as in PETSc. V's index map does not in general ghost
+    every column of the owned rows (one is missing on an 8×8 mesh on 2 ranks), so the solver builds its own
+    column IndexMap (owned dofs + every off-process column of the owned rows) and scatters Φ and ρ into it.
 
     Attributes:
         v_ghosts_cover_columns: Whether V's own ghosts happen to contain every off-process column of the
@@ -128,6 +128,7 @@ class ParameterFokkerPlanck:
             apply only where neither these nor the options database (``PETSC_OPTIONS``) set a key.
         prefix: PETSc options prefix (``PETSC_OPTIONS="-mfpde_param_ksp_view"`` etc. work).
         options_key: the name of the options in error messages (the config key).
+        order: order in h of the λ = 0 transport, 2 (limited MUSCL, default) or 1 (upwind); unused for λ > 0.
 
     Raises:
         ConfigError: PETSc rejected the options.
@@ -142,11 +143,14 @@ class ParameterFokkerPlanck:
         petsc_options: dict[str, object] | None = None,
         prefix: str = "mfpde_param_",
         options_key: str = "petsc.param",
+        order: int = 2,
     ) -> None:
         check_p1(V)
         lam = float(lam)
         if not (math.isfinite(lam) and lam >= 0.0):
             raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
+        if order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order!r}")
         if not prefix:
             raise ValueError("a non-empty PETSc options prefix is required")
         self.V = V
@@ -175,7 +179,6 @@ class ParameterFokkerPlanck:
             raise RuntimeError("stiffness matrix has a missing diagonal entry")
         self._diag_pos = diag_pos
 
-        # --- Non-obtuse check: K_ij <= tol * max_i K_ii for i != j (collective decision).
         kmax = self.comm.allreduce(float(np.max(kvals[diag_pos], initial=0.0)), op=MPI.MAX)
         koff = kvals[offdiag]
         worst = self.comm.allreduce(float(np.max(koff, initial=-math.inf)), op=MPI.MAX)
@@ -226,12 +229,18 @@ class ParameterFokkerPlanck:
             self._b = A.createVecRight()
             self.solver = LinearSolver(A, prefix, petsc_options, PARAM_PETSC_DEFAULTS, what=options_key)
         K.destroy()
+        self.order = order
+        self._muscl = MusclTransport(self) if lam == 0.0 and order == 2 else None
 
     # ------------------------------------------------------------------------------------------------
     def gather(self, f: fem.Function) -> NDArray[np.float64]:
         """Owned + column-ghost values of f (shape (n_owned + n_colghosts,)); collective."""
+        return self.gather_array(f.x.array[: self.n_owned])
+
+    def gather_array(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Owned + column-ghost values from owned values a (shape (n_owned,)); collective."""
         arr = self._colvec.array
-        arr[: self.n_owned] = f.x.array[: self.n_owned]
+        arr[: self.n_owned] = a[: self.n_owned]
         self._colvec.scatter_forward()
         return arr.copy()
 
@@ -252,8 +261,8 @@ class ParameterFokkerPlanck:
     def stability_limit(self, phi: fem.Function) -> float:
         """Explicit-Euler stability limit min_i m_i / L_ii of the current generator (collective).
 
-        For λ = 0 this is the CFL limit Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i − Φ_j, 0) used for sub-stepping;
-        for λ > 0 it is the limit of explicit Euler, which the implicit scheme is free to exceed.
+        For λ = 0 this is Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i − Φ_j, 0) (the sub-steps are Δs_CFL for order 1,
+        Δs_CFL/2 for MUSCL); for λ > 0 the limit of explicit Euler, which the implicit scheme may exceed.
 
         Args:
             phi: The full potential Φ in V.
@@ -271,7 +280,8 @@ class ParameterFokkerPlanck:
         """Advance ρ in place from s to s + Δs with the (frozen) full potential Φ. Collective.
 
         λ > 0: one backward-Euler step (M_L + Δs L) ρ^{n+1} = M_L ρ^n (unconditionally positive, conservative
-        and free-energy decreasing). λ = 0: n_sub = ⌈Δs/Δs_CFL⌉ forward-Euler upwind sub-steps.
+        and free-energy decreasing). λ = 0: ⌈Δs/(Δs_CFL/2)⌉ MUSCL SSP-RK2 sub-steps (order 2), or
+        ⌈Δs/Δs_CFL⌉ forward-Euler upwind sub-steps (order 1).
 
         Args:
             rho: Density ρ in V (P1, nodal values), updated in place (owned and ghost values).
@@ -310,6 +320,8 @@ class ParameterFokkerPlanck:
             self._b.array[:] = self.m * rho.x.array[:n]
             its, nsub = self.solver.solve(self._b, rho.x.petsc_vec), 1
             rho.x.scatter_forward()
+        elif self._muscl is not None:
+            nsub, its = self._muscl.advance(rho, *self.rates(self.gather(phi)), ds), 0
         else:
             out, inn = self.rates(self.gather(phi))
             lii = np.bincount(self.rows, weights=out, minlength=n)
