@@ -6,13 +6,14 @@ a :class:`Scheme`: a sequence of sub-flows, each run for a fraction of Δs. Sub-
 (:class:`SubFlow`: ``advance(ds)``):
 
 * ``fokker_planck``: ∂_s ρ = ∇·(ρ∇Φ_s) + λΔρ with Φ_s frozen: one implicit Scharfetter–Gummel step for
-  λ > 0 (positive, conservative, frozen-Φ free energy non-increasing for every Δs), explicit upwind with
-  CFL sub-steps for λ = 0 (:class:`mfpde.params.fokker_planck.ParameterFokkerPlanck`);
+  λ > 0 (positive, conservative, frozen-Φ free energy non-increasing for every Δs), the limited MUSCL flux
+  with SSP-RK2 in CFL sub-steps for λ = 0 (:class:`mfpde.params.fokker_planck.ParameterFokkerPlanck`,
+  :mod:`mfpde.params.muscl`; second order in h_Θ);
 * ``ornstein_uhlenbeck``: ∂_s ρ = ∇·(ρ λ₂θ) + λΔρ, the linear part, exact in time
   (:meth:`~mfpde.params.fokker_planck.ParameterFokkerPlanck.exact_step`);
 * ``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]), the Wasserstein transport by the risk, by SSP-RK2
-  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) on the upwind
-  generator, δR/δρ recomputed (forward + adjoint) at both stages, in sub-steps of at most half its
+  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) of
+  the λ = 0 transport steps (limited MUSCL, second order in h_Θ), δR/δρ recomputed (forward + adjoint) at both stages, in sub-steps of at most half its
   CFL limit (positive and conservative). Costs two gradients per sub-step.
 
 Schemes (:data:`SCHEMES`; add one with :func:`register`):
@@ -111,7 +112,7 @@ class OrnsteinUhlenbeckFlow:
 
 
 class RiskTransportFlow:
-    """``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]) by SSP-RK2 on the upwind generator.
+    """``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]) by SSP-RK2 over the λ = 0 (MUSCL) transport steps.
 
     Args:
         state: the densities.

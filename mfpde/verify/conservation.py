@@ -5,7 +5,7 @@
 * ``token_positivity``: μ_t ≥ 0 at every depth step (upwind DG0 and DG1 with the Zhang–Shu limiter, CFL).
 * ``gaussian_exact_d2``: (m_T, Σ_T) in d = 2 (non-diagonal Σ₀) against theory §6.1, DG0 order 1.
 * ``fp_positivity``: ρ ≥ 0 after every Fokker–Planck step, λ > 0 (backward Euler, M-matrix) and λ = 0
-  (upwind, CFL sub-steps), at steps up to 100 times the explicit stability limit.
+  (limited MUSCL, SSP-RK2 in CFL sub-steps), at steps up to 100 times the explicit stability limit.
 * ``fp_gibbs_steady_state``: the Ornstein–Uhlenbeck steady state N(c, λ/λ₂) (:func:`mfpde.exact.ou_moments`
   as s → ∞) against the solver's, p = 1 and 2: the Scharfetter–Gummel step fixes e^{−Φ/λ} exactly and
   lumped moments of a Gaussian are spectrally accurate, so the bound is tails + iteration + round-off.
@@ -128,7 +128,7 @@ def _theta_space(p: int, n: int, half: float) -> dolfinx.fem.FunctionSpace:
     return dolfinx.fem.functionspace(msh, ("Lagrange", 1))
 
 
-@register("fp_positivity", "§4 (FP), (WGF); §7 item 1", "exact positivity of the M-matrix / upwind steps")
+@register("fp_positivity", "§4 (FP), (WGF); §7 item 1", "exact positivity of the M-matrix / MUSCL steps")
 def check_fp_positivity(quick: bool) -> Outcome:
     """ρ ≥ 0 after every step, λ ∈ {0.05, 0}, Δs up to 100× the stability limit, p = 1 and 2."""
     lows = []
