@@ -12,9 +12,9 @@ a :class:`Scheme`: a sequence of sub-flows, each run for a fraction of Δs. Sub-
 * ``ornstein_uhlenbeck``: ∂_s ρ = ∇·(ρ λ₂θ) + λΔρ, the linear part, exact in time
   (:meth:`~mfpde.params.fokker_planck.ParameterFokkerPlanck.exact_step`);
 * ``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]), the Wasserstein transport by the risk, by SSP-RK2
-  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) of
-  the λ = 0 transport steps (limited MUSCL, second order in h_Θ), δR/δρ recomputed (forward + adjoint) at both stages, in sub-steps of at most half its
-  CFL limit (positive and conservative). Costs two gradients per sub-step.
+  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) of the λ = 0 transport
+  steps (limited MUSCL, second order in h_Θ), δR/δρ recomputed (forward + adjoint) at both stages, in
+  sub-steps of at most half its CFL limit (positive and conservative). Costs two gradients per sub-step.
 
 Schemes (:data:`SCHEMES`; add one with :func:`register`):
 
