@@ -107,8 +107,11 @@ class MusclTransport:
         a = rj - ri
         s_out = van_leer(a, 2.0 * np.einsum("ek,ek->e", g[fp.rows], self._d) - a)
         s_in = van_leer(-a, 2.0 * np.einsum("ek,ek->e", g[fp.lcols], -self._d) + a)
-        f_out = ri + 0.5 * np.minimum(s_out, 2.0 * ri)
-        f_in = rj + 0.5 * np.minimum(s_in, 2.0 * rj)
+        lo, hi = np.minimum(ri, rj), np.maximum(ri, rj)
+        # Between ρ_i and ρ_j in exact arithmetic (|σ| ≤ 2|a|, sign a); the clip removes the round-off of
+        # ρ + σ/2 with σ ≈ −2ρ (which left −2e-84 where ρ underflows towards 0).
+        f_out = np.clip(ri + 0.5 * np.minimum(s_out, 2.0 * ri), lo, hi)
+        f_in = np.clip(rj + 0.5 * np.minimum(s_in, 2.0 * rj), lo, hi)
         return np.where(self._off, f_out, ri), np.where(self._off, f_in, rj)
 
     def euler(self, rc: Array, out: Array, inn: Array, h: float) -> Array:
