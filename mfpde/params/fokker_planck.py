@@ -9,11 +9,8 @@ the entropic (FP) equation of theory §4 for λ > 0 and the Tikhonov (WGF) equat
 through Φ, which the caller recomputes between steps (theory §4, item 3 of the coupled loop).
 
 Discretisation (theory §7, "Parameters"): P1 Lagrange on Θ with the lumped mass m_i = ∫ φ_i and the
-edge-averaged exponential fitting (EAFE, the finite-element Scharfetter–Gummel scheme) of
-
-- J. Xu and L. Zikatanov, *A monotone finite element scheme for convection-diffusion equations*,
-  Math. Comp. 68 (1999) 1429–1446 (the edge formula, their §3),
-- D. L. Scharfetter and H. K. Gummel, IEEE Trans. Electron Devices 16 (1969) 64–77 (the 1D flux).
+edge-averaged exponential fitting (EAFE, finite-element Scharfetter–Gummel) of J. Xu and L. Zikatanov,
+Math. Comp. 68 (1999) 1429–1446 (their §3), and Scharfetter & Gummel, IEEE TED 16 (1969) 64–77 (1-D flux).
 
 With K the P1 stiffness matrix (K_ij ≤ 0 off the diagonal on non-obtuse meshes, w_ij = −K_ij ≥ 0) the
 semi-discrete equation is M_L dρ/ds = −L ρ with the generator
@@ -116,10 +113,6 @@ class ParameterFokkerPlanck:
     every column of the owned rows (one is missing on an 8×8 mesh on 2 ranks), so the solver builds its own
     column IndexMap (owned dofs + every off-process column of the owned rows) and scatters Φ and ρ into it.
 
-    Attributes:
-        v_ghosts_cover_columns: Whether V's own ghosts happen to contain every off-process column of the
-            owned rows (informational; the solver does not rely on it).
-
     Args:
         V: Scalar P1 Lagrange space on Θ (interval or triangle mesh, non-obtuse).
         lam: Entropic regularisation λ ≥ 0 (non-dimensional); λ = 0 selects the explicit upwind WGF path.
@@ -208,9 +201,6 @@ class ParameterFokkerPlanck:
             n + np.searchsorted(ghosts, self._gcols.astype(np.int64)),
         )
         self._colvec = dolfinx.la.vector(self._colmap)
-        # Verification of the brief's assumption: do V's own ghosts cover every column?
-        loc = imap.global_to_local(self._gcols.astype(np.int64))
-        self.v_ghosts_cover_columns: bool = bool(self.comm.allreduce(int(np.all(loc >= 0)), op=MPI.MIN))
 
         # --- PETSc Mat (pattern of K), RHS and KSP, created once.
         self._A: PETSc.Mat | None = None
@@ -339,24 +329,33 @@ class ParameterFokkerPlanck:
                 rho.x.array[:n] = keep * rc[:n] + (h / self.m) * inflow
                 rho.x.scatter_forward()
             its = 0
+        return self._info(rho, ds, its, nsub)
+
+    def _info(self, rho: fem.Function, ds: float, its: int, nsub: int) -> StepInfo:
+        n = self.n_owned
         mass = global_sum(self.comm, np.dot(self.m, rho.x.array[:n]))
         rmin = float(self.comm.allreduce(float(np.min(rho.x.array[:n], initial=math.inf)), op=MPI.MIN))
         logger.debug("param FP step ds=%g its=%d nsub=%d mass=%.16g min=%.3e", ds, its, nsub, mass, rmin)
         return StepInfo(ds=ds, iterations=its, substeps=nsub, mass=mass, min_rho=rmin)
 
+    def euler_transport(self, rho: fem.Function, phi: fem.Function, ds: float) -> StepInfo:
+        """One forward-Euler MUSCL stage of the λ = 0 transport (sub-stepped only if Δs > Δs_CFL/2). Collective.
+
+        The stage of an outer SSP-RK2 whose Φ changes between stages (Strang's risk transport); with
+        ``order=1`` (or λ > 0) it is :meth:`step`. Raises as :meth:`step`.
+        """
+        if self._muscl is None:
+            return self.step(rho, phi, ds)
+        self.check_args(rho, phi)
+        return self._info(rho, ds, 0, self._muscl.advance(rho, *self.rates(self.gather(phi)), ds, rk2=False))
+
     def exact_step(self, rho: fem.Function, phi: fem.Function, ds: float) -> StepInfo:
         """ρ ← exp(−Δs M_L⁻¹ L) ρ: the semi-discrete flow with frozen Φ, exact in time. Collective.
 
-        The generator G = −M_L⁻¹ L is a Metzler matrix with zero column sums against the lumped mass, so
-        its exponential keeps ρ ≥ 0 and the mass, for every Δs (and is of any order in Δs, which is what
-        Strang splitting needs of its sub-flows). It is applied by ``scipy.sparse.linalg.expm_multiply``
-        (Al-Mohy & Higham, SIAM J. Sci. Comput. 33, 2011) to the gathered global generator, redundantly
-        on every rank: Θ meshes are small (≤ 10⁵ dofs), and every rank gets the same ρ.
-
-        Args:
-            rho: Density, updated in place.
-            phi: The potential Φ, frozen.
-            ds: Step Δs > 0.
+        G = −M_L⁻¹ L is Metzler with zero m-weighted column sums, so e^{ΔsG} keeps ρ ≥ 0 and the mass for every
+        Δs (any order in Δs, as Strang needs). Applied by ``scipy.sparse.linalg.expm_multiply`` (Al-Mohy &
+        Higham, SIAM J. Sci. Comput. 33, 2011) to the gathered generator, redundantly on every rank (Θ ≤ 10⁵
+        dofs). Args: rho (updated in place), phi (Φ, frozen), ds (Δs > 0).
         """
         import scipy.sparse
         import scipy.sparse.linalg
@@ -378,9 +377,7 @@ class ParameterFokkerPlanck:
         new = scipy.sparse.linalg.expm_multiply(ds * G, full)
         rho.x.array[:n] = np.maximum(new[self._r0 : self._r0 + n], 0.0)  # clip round-off (≈1e-17) only
         rho.x.scatter_forward()
-        mass = global_sum(comm, np.dot(self.m, rho.x.array[:n]))
-        rmin = float(comm.allreduce(float(np.min(rho.x.array[:n], initial=math.inf)), op=MPI.MIN))
-        return StepInfo(ds=ds, iterations=0, substeps=1, mass=mass, min_rho=rmin)
+        return self._info(rho, ds, 0, 1)
 
     def diagnostics(self, rho: fem.Function, phi: fem.Function) -> dict[str, object]:
         """Mass, entropy, free energy, dissipation and Gibbs distances of ρ against Φ (collective).
@@ -391,9 +388,7 @@ class ParameterFokkerPlanck:
 
     def destroy(self) -> None:
         """Free the PETSc objects (optional; they are also freed by garbage collection)."""
-        if self.solver is not None:
-            self.solver.destroy()
-        for obj in (self._A, self._b):
+        for obj in (self.solver, self._A, self._b):
             if obj is not None:
                 obj.destroy()
         self.solver = None

@@ -30,7 +30,7 @@ mass Σ m_i ρ_i is conserved to round-off.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mpi4py import MPI
 
@@ -41,12 +41,26 @@ import ufl
 from dolfinx import fem
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from mfpde.params.fokker_planck import ParameterFokkerPlanck
-
 __all__ = ["ORDER", "MusclTransport", "van_leer"]
 
 Array = NDArray[np.float64]
+
+
+class _Graph(Protocol):
+    """What MUSCL uses of :class:`mfpde.params.fokker_planck.ParameterFokkerPlanck` (no import: no cycle)."""
+
+    V: fem.FunctionSpace
+    comm: MPI.Comm
+    n_owned: int
+    m: Array
+    rows: NDArray[np.int64]
+    lcols: NDArray[np.int64]
+    _indptr: NDArray[np.int32]
+    _gcols: NDArray[np.int32]
+
+    def gather(self, f: fem.Function) -> Array: ...
+
+    def gather_array(self, a: Array) -> Array: ...
 
 #: The order in h (and Δs) of the scheme where ρ is smooth: what ``theta_transport_order`` expects.
 ORDER = 2
@@ -72,7 +86,7 @@ class MusclTransport:
         RuntimeError: the gradient matrices do not have the stiffness matrix's sparsity pattern.
     """
 
-    def __init__(self, fp: ParameterFokkerPlanck) -> None:
+    def __init__(self, fp: _Graph) -> None:
         self.fp = fp
         V = fp.V
         p = V.mesh.geometry.dim
@@ -123,14 +137,17 @@ class MusclTransport:
         # ≥ 0 in exact arithmetic (module docstring); the clip removes round-off only.
         return np.maximum(rc[:n] - (h / fp.m) * outflow, 0.0) + (h / fp.m) * inflow
 
-    def advance(self, rho: fem.Function, out: Array, inn: Array, ds: float) -> int:
+    def advance(self, rho: fem.Function, out: Array, inn: Array, ds: float, rk2: bool = True) -> int:
         """ρ ← ρ(s + ds) by n = ⌈ds/(Δs_CFL/2)⌉ SSP-RK2 sub-steps with the rates (out, inn) frozen. Collective.
+
+        With ``rk2=False`` the sub-steps are single forward-Euler steps E (the stages of an outer SSP-RK2).
 
         Args:
             rho: density in the P1 space, updated in place (owned and ghosts).
             out: c_ij = w_ij max(Φ_i − Φ_j, 0) per CSR entry, shape (nnz,).
             inn: c_ji per CSR entry, shape (nnz,).
             ds: the step, > 0.
+            rk2: SSP-RK2 sub-steps (True) or forward-Euler ones.
 
         Returns:
             The number of sub-steps n.
@@ -145,7 +162,6 @@ class MusclTransport:
         for _ in range(nsub):
             r0 = fp.gather(rho)
             r1 = self.euler(r0, out, inn, h)
-            r2 = self.euler(fp.gather_array(r1), out, inn, h)
-            rho.x.array[:n] = 0.5 * (r0[:n] + r2)
+            rho.x.array[:n] = 0.5 * (r0[:n] + self.euler(fp.gather_array(r1), out, inn, h)) if rk2 else r1
             rho.x.scatter_forward()
         return nsub

@@ -123,7 +123,11 @@ class RiskTransportFlow:
         self.state, self.risk_potentials = state, risk_potentials
 
     def advance(self, ds: float) -> None:
-        """SSP-RK2 (Heun) in n = ⌈ds / (CFL/2)⌉ equal sub-steps, δR/δρ recomputed at both stages."""
+        """SSP-RK2 (Heun) in n = ⌈ds / (CFL/2)⌉ equal sub-steps, δR/δρ recomputed at both stages.
+
+        Each stage is one forward-Euler MUSCL step (``euler_transport``; it sub-steps only if the stage's own
+        CFL limit is smaller), so the scheme is SSP-RK2 with the MUSCL flux, of order 2 in Δs and h_Θ.
+        """
         st = self.state
         self.risk_potentials()
         cfl = min(st.fp_transport.stability_limit(p) for p in st.phi_risk)
@@ -134,10 +138,10 @@ class RiskTransportFlow:
                 self.risk_potentials()
             start = st.values()
             for k in range(st.n_layers):
-                st.check(st.fp_transport.step(st.rhos[k], st.phi_risk[k], h), "transport step")
+                st.check(st.fp_transport.euler_transport(st.rhos[k], st.phi_risk[k], h), "transport step")
             self.risk_potentials()
             for k in range(st.n_layers):
-                st.check(st.fp_transport.step(st.rhos[k], st.phi_risk[k], h), "transport step")
+                st.check(st.fp_transport.euler_transport(st.rhos[k], st.phi_risk[k], h), "transport step")
                 st.rhos[k].x.array[:] = 0.5 * (start[k] + st.rhos[k].x.array)
 
 
