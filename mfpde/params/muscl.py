@@ -62,6 +62,7 @@ class _Graph(Protocol):
 
     def gather_array(self, a: Array) -> Array: ...
 
+
 #: The order in h (and Δs) of the scheme where ρ is smooth: what ``theta_transport_order`` expects.
 ORDER = 2
 
