@@ -69,6 +69,21 @@ def test_verify_quick(tempdir):
             assert (tempdir / "plots" / f"{c['name']}.png").exists()
 
 
+def test_interface_check_names_are_registered():
+    """Every check name that docs/interface.md lists under ``verify`` is a registered check."""
+    import re
+    from pathlib import Path
+
+    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify.registry import CHECKS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "interface.md").read_text()
+    block = text[text.index("Check names (more may be added)"):text.index("Each check also records")]
+    names = re.findall(r"`([a-z0-9_]+)`", block)
+    assert len(names) >= 24 and "token_space_order" in names, names
+    assert set(names) <= set(CHECKS), sorted(set(names) - set(CHECKS))
+
+
 def test_verify_only(tempdir):
     """--only runs just the named checks, in the given order."""
     names = ["stability_w1_data", "gaussian_exact_d1"]

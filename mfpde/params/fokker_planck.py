@@ -9,11 +9,8 @@ the entropic (FP) equation of theory §4 for λ > 0 and the Tikhonov (WGF) equat
 through Φ, which the caller recomputes between steps (theory §4, item 3 of the coupled loop).
 
 Discretisation (theory §7, "Parameters"): P1 Lagrange on Θ with the lumped mass m_i = ∫ φ_i and the
-edge-averaged exponential fitting (EAFE, the finite-element Scharfetter–Gummel scheme) of
-
-- J. Xu and L. Zikatanov, *A monotone finite element scheme for convection-diffusion equations*,
-  Math. Comp. 68 (1999) 1429–1446 (the edge formula, their §3),
-- D. L. Scharfetter and H. K. Gummel, IEEE Trans. Electron Devices 16 (1969) 64–77 (the 1D flux).
+edge-averaged exponential fitting (EAFE, finite-element Scharfetter–Gummel) of J. Xu and L. Zikatanov,
+Math. Comp. 68 (1999) 1429–1446 (their §3), and Scharfetter & Gummel, IEEE TED 16 (1969) 64–77 (1-D flux).
 
 With K the P1 stiffness matrix (K_ij ≤ 0 off the diagonal on non-obtuse meshes, w_ij = −K_ij ≥ 0) the
 semi-discrete equation is M_L dρ/ds = −L ρ with the generator
@@ -45,6 +42,7 @@ from numpy.typing import NDArray
 from mfpde.params import free_energy
 from mfpde.params.densities import lumped_mass_owned
 from mfpde.params.eafe import check_p1, global_sum, lam_bernoulli, make_index_map
+from mfpde.params.muscl import MusclTransport
 from mfpde.petsc import LinearSolver
 
 __all__ = ["ParameterFokkerPlanck", "StepInfo"]
@@ -102,23 +100,18 @@ class ParameterFokkerPlanck:
       π_i ∝ m_i e^{−Φ_i/λ}. With F(ρ) = Σ m_i(Φ_i ρ_i + λ ρ_i log ρ_i) = λ KL(μ‖π) − λ log Z (mass 1),
       the data-processing inequality KL(Pμ‖Pπ) ≤ KL(μ‖π) (Cover & Thomas, *Elements of Information
       Theory*, 2nd ed., §4.4) gives F(ρ^{n+1}) ≤ F(ρ^n) for every Δs (theory §7 item 5), at fixed Φ;
-    * λ = 0 (Tikhonov, pure transport): r_ij = max(Φ_i − Φ_j, 0) (upwind). Forward Euler
-      ρ ← ρ − h M_L^{-1} L ρ is conservative and positive iff h ≤ Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i−Φ_j, 0)
-      (diagonal 1 − h L_ii/m_i ≥ 0, off-diagonals ≥ 0); :meth:`step` takes n_sub = ⌈Δs/Δs_CFL⌉ equal
-      sub-steps. The scheme is first order in h (upwind) and in Δs.
+    * λ = 0 (Tikhonov, pure transport): r_ij = max(Φ_i − Φ_j, 0) (upwind rates). ``order=2`` (default):
+      the limited MUSCL flux with SSP-RK2 of :class:`mfpde.params.muscl.MusclTransport`, second order in h
+      and Δs, positive and conservative in ⌈Δs/(Δs_CFL/2)⌉ sub-steps. ``order=1``: forward-Euler upwind
+      ρ ← ρ − h M_L^{-1} L ρ, positive iff h ≤ Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i−Φ_j, 0), in
+      ⌈Δs/Δs_CFL⌉ sub-steps; first order in h and Δs.
 
     The non-obtuse-mesh condition K_ij ≤ 0 (i ≠ j) is checked at construction. Φ enters only through the
     matrix values; the sparsity of K, the Mat and the KSP are created once.
 
-    MPI: Θ is distributed by DOLFINx; rows are the owned dofs and the PETSc AIJ numbering is the global dof
-    numbering. The P1 index map does *not* in general ghost every column of the owned rows (with
-    ``create_rectangle``'s shared_facet ghosting on 2 ranks one column of the 8×8 mesh is missing), so the
-    solver builds its own column IndexMap (owned dofs + every off-process column of the owned rows) and
-    scatters Φ and ρ into it.
-
-    Attributes:
-        v_ghosts_cover_columns: Whether V's own ghosts happen to contain every off-process column of the
-            owned rows (informational; the solver does not rely on it).
+    MPI: rows are the owned dofs, numbered globally as in PETSc. V's index map does not in general ghost
+    every column of the owned rows (one is missing on an 8×8 mesh on 2 ranks), so the solver builds its own
+    column IndexMap (owned dofs + every off-process column of the owned rows) and scatters Φ and ρ into it.
 
     Args:
         V: Scalar P1 Lagrange space on Θ (interval or triangle mesh, non-obtuse).
@@ -128,6 +121,7 @@ class ParameterFokkerPlanck:
             apply only where neither these nor the options database (``PETSC_OPTIONS``) set a key.
         prefix: PETSc options prefix (``PETSC_OPTIONS="-mfpde_param_ksp_view"`` etc. work).
         options_key: the name of the options in error messages (the config key).
+        order: order in h of the λ = 0 transport, 2 (limited MUSCL, default) or 1 (upwind); unused for λ > 0.
 
     Raises:
         ConfigError: PETSc rejected the options.
@@ -142,11 +136,14 @@ class ParameterFokkerPlanck:
         petsc_options: dict[str, object] | None = None,
         prefix: str = "mfpde_param_",
         options_key: str = "petsc.param",
+        order: int = 2,
     ) -> None:
         check_p1(V)
         lam = float(lam)
         if not (math.isfinite(lam) and lam >= 0.0):
             raise ValueError(f"lam must be finite and >= 0, got {lam!r}")
+        if order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {order!r}")
         if not prefix:
             raise ValueError("a non-empty PETSc options prefix is required")
         self.V = V
@@ -175,7 +172,6 @@ class ParameterFokkerPlanck:
             raise RuntimeError("stiffness matrix has a missing diagonal entry")
         self._diag_pos = diag_pos
 
-        # --- Non-obtuse check: K_ij <= tol * max_i K_ii for i != j (collective decision).
         kmax = self.comm.allreduce(float(np.max(kvals[diag_pos], initial=0.0)), op=MPI.MAX)
         koff = kvals[offdiag]
         worst = self.comm.allreduce(float(np.max(koff, initial=-math.inf)), op=MPI.MAX)
@@ -205,9 +201,6 @@ class ParameterFokkerPlanck:
             n + np.searchsorted(ghosts, self._gcols.astype(np.int64)),
         )
         self._colvec = dolfinx.la.vector(self._colmap)
-        # Verification of the brief's assumption: do V's own ghosts cover every column?
-        loc = imap.global_to_local(self._gcols.astype(np.int64))
-        self.v_ghosts_cover_columns: bool = bool(self.comm.allreduce(int(np.all(loc >= 0)), op=MPI.MIN))
 
         # --- PETSc Mat (pattern of K), RHS and KSP, created once.
         self._A: PETSc.Mat | None = None
@@ -226,12 +219,18 @@ class ParameterFokkerPlanck:
             self._b = A.createVecRight()
             self.solver = LinearSolver(A, prefix, petsc_options, PARAM_PETSC_DEFAULTS, what=options_key)
         K.destroy()
+        self.order = order
+        self._muscl = MusclTransport(self) if lam == 0.0 and order == 2 else None
 
     # ------------------------------------------------------------------------------------------------
     def gather(self, f: fem.Function) -> NDArray[np.float64]:
         """Owned + column-ghost values of f (shape (n_owned + n_colghosts,)); collective."""
+        return self.gather_array(f.x.array[: self.n_owned])
+
+    def gather_array(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Owned + column-ghost values from owned values a (shape (n_owned,)); collective."""
         arr = self._colvec.array
-        arr[: self.n_owned] = f.x.array[: self.n_owned]
+        arr[: self.n_owned] = a[: self.n_owned]
         self._colvec.scatter_forward()
         return arr.copy()
 
@@ -252,8 +251,8 @@ class ParameterFokkerPlanck:
     def stability_limit(self, phi: fem.Function) -> float:
         """Explicit-Euler stability limit min_i m_i / L_ii of the current generator (collective).
 
-        For λ = 0 this is the CFL limit Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i − Φ_j, 0) used for sub-stepping;
-        for λ > 0 it is the limit of explicit Euler, which the implicit scheme is free to exceed.
+        For λ = 0 this is Δs_CFL = min_i m_i / Σ_j w_ij max(Φ_i − Φ_j, 0) (the sub-steps are Δs_CFL for order 1,
+        Δs_CFL/2 for MUSCL); for λ > 0 the limit of explicit Euler, which the implicit scheme may exceed.
 
         Args:
             phi: The full potential Φ in V.
@@ -271,7 +270,8 @@ class ParameterFokkerPlanck:
         """Advance ρ in place from s to s + Δs with the (frozen) full potential Φ. Collective.
 
         λ > 0: one backward-Euler step (M_L + Δs L) ρ^{n+1} = M_L ρ^n (unconditionally positive, conservative
-        and free-energy decreasing). λ = 0: n_sub = ⌈Δs/Δs_CFL⌉ forward-Euler upwind sub-steps.
+        and free-energy decreasing). λ = 0: ⌈Δs/(Δs_CFL/2)⌉ MUSCL SSP-RK2 sub-steps (order 2), or
+        ⌈Δs/Δs_CFL⌉ forward-Euler upwind sub-steps (order 1).
 
         Args:
             rho: Density ρ in V (P1, nodal values), updated in place (owned and ghost values).
@@ -310,6 +310,8 @@ class ParameterFokkerPlanck:
             self._b.array[:] = self.m * rho.x.array[:n]
             its, nsub = self.solver.solve(self._b, rho.x.petsc_vec), 1
             rho.x.scatter_forward()
+        elif self._muscl is not None:
+            nsub, its = self._muscl.advance(rho, *self.rates(self.gather(phi)), ds), 0
         else:
             out, inn = self.rates(self.gather(phi))
             lii = np.bincount(self.rows, weights=out, minlength=n)
@@ -327,24 +329,33 @@ class ParameterFokkerPlanck:
                 rho.x.array[:n] = keep * rc[:n] + (h / self.m) * inflow
                 rho.x.scatter_forward()
             its = 0
+        return self._info(rho, ds, its, nsub)
+
+    def _info(self, rho: fem.Function, ds: float, its: int, nsub: int) -> StepInfo:
+        n = self.n_owned
         mass = global_sum(self.comm, np.dot(self.m, rho.x.array[:n]))
         rmin = float(self.comm.allreduce(float(np.min(rho.x.array[:n], initial=math.inf)), op=MPI.MIN))
         logger.debug("param FP step ds=%g its=%d nsub=%d mass=%.16g min=%.3e", ds, its, nsub, mass, rmin)
         return StepInfo(ds=ds, iterations=its, substeps=nsub, mass=mass, min_rho=rmin)
 
+    def euler_transport(self, rho: fem.Function, phi: fem.Function, ds: float) -> StepInfo:
+        """One forward-Euler MUSCL stage of the λ = 0 transport (sub-stepped only if Δs > Δs_CFL/2). Collective.
+
+        The stage of an outer SSP-RK2 whose Φ changes between stages (Strang's risk transport); with
+        ``order=1`` (or λ > 0) it is :meth:`step`. Raises as :meth:`step`.
+        """
+        if self._muscl is None:
+            return self.step(rho, phi, ds)
+        self.check_args(rho, phi)
+        return self._info(rho, ds, 0, self._muscl.advance(rho, *self.rates(self.gather(phi)), ds, rk2=False))
+
     def exact_step(self, rho: fem.Function, phi: fem.Function, ds: float) -> StepInfo:
         """ρ ← exp(−Δs M_L⁻¹ L) ρ: the semi-discrete flow with frozen Φ, exact in time. Collective.
 
-        The generator G = −M_L⁻¹ L is a Metzler matrix with zero column sums against the lumped mass, so
-        its exponential keeps ρ ≥ 0 and the mass, for every Δs (and is of any order in Δs, which is what
-        Strang splitting needs of its sub-flows). It is applied by ``scipy.sparse.linalg.expm_multiply``
-        (Al-Mohy & Higham, SIAM J. Sci. Comput. 33, 2011) to the gathered global generator, redundantly
-        on every rank: Θ meshes are small (≤ 10⁵ dofs), and every rank gets the same ρ.
-
-        Args:
-            rho: Density, updated in place.
-            phi: The potential Φ, frozen.
-            ds: Step Δs > 0.
+        G = −M_L⁻¹ L is Metzler with zero m-weighted column sums, so e^{ΔsG} keeps ρ ≥ 0 and the mass for every
+        Δs (any order in Δs, as Strang needs). Applied by ``scipy.sparse.linalg.expm_multiply`` (Al-Mohy &
+        Higham, SIAM J. Sci. Comput. 33, 2011) to the gathered generator, redundantly on every rank (Θ ≤ 10⁵
+        dofs). Args: rho (updated in place), phi (Φ, frozen), ds (Δs > 0).
         """
         import scipy.sparse
         import scipy.sparse.linalg
@@ -366,9 +377,7 @@ class ParameterFokkerPlanck:
         new = scipy.sparse.linalg.expm_multiply(ds * G, full)
         rho.x.array[:n] = np.maximum(new[self._r0 : self._r0 + n], 0.0)  # clip round-off (≈1e-17) only
         rho.x.scatter_forward()
-        mass = global_sum(comm, np.dot(self.m, rho.x.array[:n]))
-        rmin = float(comm.allreduce(float(np.min(rho.x.array[:n], initial=math.inf)), op=MPI.MIN))
-        return StepInfo(ds=ds, iterations=0, substeps=1, mass=mass, min_rho=rmin)
+        return self._info(rho, ds, 0, 1)
 
     def diagnostics(self, rho: fem.Function, phi: fem.Function) -> dict[str, object]:
         """Mass, entropy, free energy, dissipation and Gibbs distances of ρ against Φ (collective).
@@ -379,9 +388,7 @@ class ParameterFokkerPlanck:
 
     def destroy(self) -> None:
         """Free the PETSc objects (optional; they are also freed by garbage collection)."""
-        if self.solver is not None:
-            self.solver.destroy()
-        for obj in (self._A, self._b):
+        for obj in (self.solver, self._A, self._b):
             if obj is not None:
                 obj.destroy()
         self.solver = None

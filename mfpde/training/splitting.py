@@ -6,14 +6,15 @@ a :class:`Scheme`: a sequence of sub-flows, each run for a fraction of Δs. Sub-
 (:class:`SubFlow`: ``advance(ds)``):
 
 * ``fokker_planck``: ∂_s ρ = ∇·(ρ∇Φ_s) + λΔρ with Φ_s frozen: one implicit Scharfetter–Gummel step for
-  λ > 0 (positive, conservative, frozen-Φ free energy non-increasing for every Δs), explicit upwind with
-  CFL sub-steps for λ = 0 (:class:`mfpde.params.fokker_planck.ParameterFokkerPlanck`);
+  λ > 0 (positive, conservative, frozen-Φ free energy non-increasing for every Δs), the limited MUSCL flux
+  with SSP-RK2 in CFL sub-steps for λ = 0 (:class:`mfpde.params.fokker_planck.ParameterFokkerPlanck`,
+  :mod:`mfpde.params.muscl`; second order in h_Θ);
 * ``ornstein_uhlenbeck``: ∂_s ρ = ∇·(ρ λ₂θ) + λΔρ, the linear part, exact in time
   (:meth:`~mfpde.params.fokker_planck.ParameterFokkerPlanck.exact_step`);
 * ``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]), the Wasserstein transport by the risk, by SSP-RK2
-  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) on the upwind
-  generator, δR/δρ recomputed (forward + adjoint) at both stages, in sub-steps of at most half its
-  CFL limit (positive and conservative). Costs two gradients per sub-step.
+  (Heun; Shu & Osher, J. Comput. Phys. 77 (1988) 439–471, the two-stage scheme) of the λ = 0 transport
+  steps (limited MUSCL, second order in h_Θ), δR/δρ recomputed (forward + adjoint) at both stages, in
+  sub-steps of at most half its CFL limit (positive and conservative). Costs two gradients per sub-step.
 
 Schemes (:data:`SCHEMES`; add one with :func:`register`):
 
@@ -111,7 +112,7 @@ class OrnsteinUhlenbeckFlow:
 
 
 class RiskTransportFlow:
-    """``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]) by SSP-RK2 on the upwind generator.
+    """``risk_transport``: ∂_s ρ = ∇·(ρ ∇δR/δρ[ρ]) by SSP-RK2 over the λ = 0 (MUSCL) transport steps.
 
     Args:
         state: the densities.
@@ -122,7 +123,11 @@ class RiskTransportFlow:
         self.state, self.risk_potentials = state, risk_potentials
 
     def advance(self, ds: float) -> None:
-        """SSP-RK2 (Heun) in n = ⌈ds / (CFL/2)⌉ equal sub-steps, δR/δρ recomputed at both stages."""
+        """SSP-RK2 (Heun) in n = ⌈ds / (CFL/2)⌉ equal sub-steps, δR/δρ recomputed at both stages.
+
+        Each stage is one forward-Euler MUSCL step (``euler_transport``; it sub-steps only if the stage's own
+        CFL limit is smaller), so the scheme is SSP-RK2 with the MUSCL flux, of order 2 in Δs and h_Θ.
+        """
         st = self.state
         self.risk_potentials()
         cfl = min(st.fp_transport.stability_limit(p) for p in st.phi_risk)
@@ -133,10 +138,10 @@ class RiskTransportFlow:
                 self.risk_potentials()
             start = st.values()
             for k in range(st.n_layers):
-                st.check(st.fp_transport.step(st.rhos[k], st.phi_risk[k], h), "transport step")
+                st.check(st.fp_transport.euler_transport(st.rhos[k], st.phi_risk[k], h), "transport step")
             self.risk_potentials()
             for k in range(st.n_layers):
-                st.check(st.fp_transport.step(st.rhos[k], st.phi_risk[k], h), "transport step")
+                st.check(st.fp_transport.euler_transport(st.rhos[k], st.phi_risk[k], h), "transport step")
                 st.rhos[k].x.array[:] = 0.5 * (start[k] + st.rhos[k].x.array)
 
 

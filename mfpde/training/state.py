@@ -41,7 +41,7 @@ class HeadDensities:
         phis: Φ^ℓ = δR/δρ^ℓ + (λ₂/2)|θ|² per block (set by :meth:`set_potentials`).
         phi_risk: δR/δρ^ℓ alone per block (set by :meth:`set_risk_potentials`, for the Strang sub-flow).
         fp: the Fokker–Planck solver with λ (prefix ``mfpde_param_``).
-        fp_transport: the λ = 0 solver, the Wasserstein transport by a potential (explicit upwind).
+        fp_transport: the λ = 0 solver, the Wasserstein transport by a potential (limited MUSCL, SSP-RK2).
 
     Raises:
         ConfigError: the initial ρ is not a density, PETSc rejected ``petsc.param`` (or it is set for the

@@ -61,12 +61,54 @@ def risk_history(n: int, targets: tuple[float, ...], ds: float, steps: int, comm
     return np.arange(steps + 1) * ds, np.array(R), np.array(ab), float(dy)
 
 
+def _d2yhat(ab: float, i: int, e: float = 1e-4) -> float:
+    return (_yhat(ab + e, i) - 2 * _yhat(ab, i) + _yhat(ab - e, i)) / e**2
+
+
+def ntk_rate_tolerance(astar: float, ds: float, e_w: float, dy: float) -> float:
+    """Relative tolerance of the fitted rate of R against c_Δs = −2 log(1 − ΔsK)/Δs, K = ŷ'(ā*)² (theory §6.2).
+
+    Derivation (n = 1, λ = λ₂ = 0, the Lie step on ā is the Euler map ā ← ā − Δs G'(ā), G = ½(ŷ − y)²).
+    With e = ā − ā*, ŷ(ā*) = y: G'(ā) = K e + (3/2) ŷ'ŷ'' e² + O(e³), so one step multiplies e by
+    1 − ΔsK − (3/2)Δs ŷ'ŷ'' e, and log R = 2 log|ŷ'e| + 2 log(1 + ŷ''e/(2ŷ')) + O(e²). Per step, −(1/Δs)Δ log R
+    therefore differs from c_Δs by at most
+      δ₁ = 3|ŷ'ŷ''| e_w / (1 − ΔsK)     (the contraction's dependence on e)
+      δ₂ = |ŷ''/ŷ'| K e_w               (the second factor of R changes by 2κ(e_{k+1} − e_k), κ = ŷ''/(2ŷ'))
+    with e_w = max |ā − ā*| over the fitted rows. A least-squares slope is a weighted mean of the local
+    slopes (weights ≥ 0, sum 1), so the fitted c is within δ₁ + δ₂ of c_Δs. The token error δŷ moves the
+    zero of the discrete residual by δā = δŷ/|ŷ'|, and K with it by δ₃ = 2|ŷ''|δā|ŷ'|; its derivative
+    (the discrete adjoint is exact for ŷ_h, see ``adjoint_taylor``) is of the order of δŷ/e₀ and is
+    included as δ₄ = 2|ŷ'|δŷ/e₀ with e₀ = 0.15 = |ā₀ − ā*|. The Θ transport (MUSCL) moves the mean by
+    the Euler map up to its limiter at the extremum of ρ, O(h_Θ²) relative, below 1e-3 on 160 cells
+    (``theta_transport_order``), added as δ₅ = 1e-3·c_Δs. The ratio (δ₁ + … + δ₅)/c_Δs is returned; the
+    neglected O(e_w²) terms are below e_w times it. (This replaces a hand-set 5%.)
+
+    Args:
+        astar: the zero-loss ā*.
+        ds: Δs.
+        e_w: max |ā − ā*| on the fitted rows.
+        dy: the token error δŷ.
+
+    Returns:
+        The relative tolerance on |c − c_Δs| / c_Δs.
+    """
+    y1, y2 = _dyhat(astar, 0), _d2yhat(astar, 0)
+    K = y1**2
+    c_ds = -2 * math.log(1 - ds * K) / ds
+    d1 = 3 * abs(y1 * y2) * e_w / (1 - ds * K)
+    d2 = abs(y2 / y1) * K * e_w
+    d3 = 2 * abs(y2) * dy
+    d4 = 2 * abs(y1) * dy / 0.15
+    d5 = 1e-3 * c_ds
+    return (d1 + d2 + d3 + d4 + d5) / c_ds * (1 + e_w)
+
+
 @register("deep_ntk_rate", "§5.5; §6.2 deep case; §7 item 8", "closed-form NTK ŷ'(ā*)² and Euler map rate")
 def check_deep_ntk_rate(quick: bool) -> Outcome:
-    """Fitted rate of R on 1e-2 > R/R₀ > 1e-8 within 5% of c_Δs, and R_s ≤ e^{−2κ₀s}R₀(1 + slack) at every row.
+    """Fitted rate of R on 1e-2 > R/R₀ > 1e-8 within :func:`ntk_rate_tolerance` of c_Δs; R_s ≤ e^{−2κ₀s}R₀.
 
-    5%: the fit window starts where |ā − ā*| ≈ 0.1|ā₀ − ā*| and ŷ is linear in ā to |ā − ā*| ŷ''/ŷ' ≲ 1%
-    there, the token error shifts K by 2δŷ''-order (< 0.1% here); 5% is three times their sum, rounded up.
+    The tolerance is derived from the closed form (the nonlinearity of ŷ over the fitted rows, the token
+    error δŷ measured against the closed form, the Θ transport's order), see :func:`ntk_rate_tolerance`.
     """
     astar = 0.55
     ds, steps = 0.2, (60 if quick else 100)
@@ -75,15 +117,18 @@ def check_deep_ntk_rate(quick: bool) -> Outcome:
     c_ds = -2 * math.log(1 - ds * K) / ds
     win = (R < 1e-2 * R[0]) & (R > 1e-8 * R[0])
     c = -float(np.polyfit(s[win], np.log(R[win]), 1)[0]) if win.sum() >= 3 else math.nan
+    e_w = float(np.abs(ab[win] - astar).max()) if win.any() else math.nan
+    tol = ntk_rate_tolerance(astar, ds, e_w, dy)
     grid = np.linspace(min(ab.min(), astar), max(ab.max(), astar), 201)
     kappa0 = min(_dyhat(float(x), 0) ** 2 for x in grid)
     # R = ½ r², r = ŷ_h − y: the token error δŷ moves r by δŷ, so R by |r|δŷ + δŷ²/2
     slack = np.sqrt(2 * R) * dy + 0.5 * dy**2
     bound_ok = bool(np.all(R <= np.exp(-2 * kappa0 * s) * R[0] + slack + np.sqrt(2 * R[0]) * dy))
-    ok = abs(c - c_ds) < 0.05 * c_ds and bound_ok
-    return Outcome(c, f"|c − c_Δs| < 5% of {c_ds:.4f}; R_s ≤ e^(−2κ₀s)R₀", ok,
-                   f"fitted {c:.4f} on {int(win.sum())} rows; c_Δs {c_ds:.4f}, 2ŷ'(ā*)² = {2 * K:.4f}; "
-                   f"κ₀ = {kappa0:.4f}; bound {'holds' if bound_ok else 'VIOLATED'}; δŷ = {dy:.1e}")
+    ok = abs(c - c_ds) < tol * c_ds and bound_ok
+    return Outcome(c, f"|c − c_Δs| < {100 * tol:.2g}% of {c_ds:.4f} (derived); R_s ≤ e^(−2κ₀s)R₀", ok,
+                   f"fitted {c:.4f} on {int(win.sum())} rows ({100 * abs(c - c_ds) / c_ds:.2f}% off); c_Δs {c_ds:.4f}, "
+                   f"2ŷ'(ā*)² = {2 * K:.4f}; e_w = {e_w:.3g}; κ₀ = {kappa0:.4f}; bound "
+                   f"{'holds' if bound_ok else 'VIOLATED'}; δŷ = {dy:.1e}")
 
 
 @register("ntk_degenerate_control", "§5.5; §6.2 (rank-1 NTK)", "closed-form least-squares residual min_ā G(ā)")
@@ -143,18 +188,29 @@ def ntk_errors(theta_cells: list[int], comm: MPI.Comm = MPI.COMM_WORLD) -> list[
     return errs
 
 
+#: The order in h_Θ of the NTK against its closed form on uniform right-triangle meshes (see the check).
+NTK_ORDER = 2.0
+
+
 @register("ntk_gaussian_exact", "§5.5 (NTK); §6.1", "closed-form NTK of Gaussian inputs, scalar heads")
 def check_ntk_gaussian_exact(quick: bool) -> Outcome:
-    """The code's NTK → the closed form at order ≥ 1 in the Θ cell size (P1 gradients): fitted slope > 0.8.
+    """The code's NTK against the closed form: relative error of order 2 in h_Θ, |q − 2| < 0.25.
 
-    Order 1 is what P1 gradients guarantee; on these uniform meshes the error falls faster (≈ 2,
-    superconvergence), down to the token discretisation's share.
+    Why 2 (not the 1 that P1 gradients guarantee pointwise): δŷ^i/δρ(a, v) = v(α + aβ) (α = ∂_āŷ, β = ∂_b̄ŷ of the
+    closed form) is bilinear. On the two right triangles of a square of side h its P1 gradient is off by
+    ∓(h/3)β(1, 1) (a direct computation on the reference square: the interpolant of av has gradients 0 and
+    (h, h) against a·v's mean gradients (h/3, h/3) and (2h/3, 2h/3)), so the O(h) errors of neighbouring
+    cells cancel against the smooth weight ρ∇f and what is left of ∫ρ(|∇f_h|² − |∇f|²) is O(h²) (the
+    paired-cell remainder and the (h/3)²β² term). The closed-form side is integrated with the lumped
+    (trapezoidal) weights, also O(h²). The token error (DG1, 160 cells, order 2 in h_tok) is far below.
+    So the error falls at order 2 ± 0.25 (the tolerance of the DG1 order checks); a wrong NTK (e.g. a
+    wrong adjoint, or a gradient missing the av term) leaves an O(1) error and the slope near 0.
     """
     cells = [8, 16, 32]
     errs = ntk_errors(cells)
     hs = [4.0 / n for n in cells]
     q = fit_slope(hs, errs)
-    return Outcome(q, "slope > 0.8 (P1 gradients: order ≥ 1)", q > 0.8,
+    return Outcome(q, f"|q − {NTK_ORDER:g}| < 0.25 (against the closed form)", abs(q - NTK_ORDER) < 0.25,
                    f"relative errors {', '.join(f'{e:.2e}' for e in errs)} at h_Θ = "
-                   f"{', '.join(f'{h:.3g}' for h in hs)}",
-                   [Series(hs, errs, "Θ cell size h", 1.0, q, "max|K_h − K|/max|K|")])
+                   f"{', '.join(f'{h:.3g}' for h in hs)}: order {q:.2f}, expected {NTK_ORDER:g}",
+                   [Series(hs, errs, "Θ cell size h", NTK_ORDER, q, "max|K_h − K|/max|K|")])
