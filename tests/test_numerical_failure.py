@@ -25,6 +25,12 @@ def test_extreme_lambda2_is_a_numerical_failure(tempdir, capfd):
         assert "numerical failure: non-finite" in err and len(err.strip().splitlines()) == 1, err
     for row in csv.DictReader((tempdir / "history.csv").open()):
         assert all(v not in ("inf", "-inf", "nan") for v in row.values()), row
+    # which and where, and the last good state saved: ρ_0 (finite, mass 1) at training step 0
+    assert "training step 0" in report["error"], report["error"]
+    import numpy as np
+
+    with np.load(tempdir / "checkpoint" / "state.npz") as ck:
+        assert int(ck["step"]) == 0 and np.all(np.isfinite(ck["rho"])) and np.all(ck["rho"] >= 0), ck["rho"]
 
 
 def test_saturated_heads_run(tempdir, capfd):

@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from mpi4py import MPI
 
-import dolfinx.io
 import numpy as np
 
 from mfpde.config import Config, to_toml
 from mfpde.errors import NumericalError
+from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.plots import plot_run
 from mfpde.tokens.adjoint import Gradient
@@ -139,7 +139,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     history = [] if history is None else history
     splitting = cp.splitting()
     rho_snaps = [] if rho_snapshots is None else rho_snapshots
-    writer = dolfinx.io.VTXWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
+    writer = FieldWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
     if writer is not None and rho_snaps:  # a new VTX file starts empty: write the earlier snapshots again
         now = cp.state.values()
         for st, values in rho_snaps:
