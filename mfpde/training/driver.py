@@ -148,7 +148,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             writer.write(st * tr.ds)
         cp.state.restore(now)
     bar = progress(tr.steps, step0) if progress is not None else None
-    status, fail_msg, last = "ok", "", None
+    status, fail_msg, last, agreed = "ok", "", None, False
     step, grad = step0, None
     snapshots: Snapshots = {}
     n_train = len(cp.problem.train)
@@ -182,13 +182,17 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             splitting.step(tr.ds)
             if bar is not None:
                 bar.update(1)
+        agreed = True
     except NumericalError as e:  # SolverError included
         status, fail_msg = "failed", f"{e} (training step {step}, s = {step * tr.ds:.6g})"
         if last is not None:
             cp.state.restore(last)
         save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
+        agreed = True
     finally:
-        if writer is not None:
+        # Closing the VTX file is collective: after an unexpected exception on one rank (a bug; the CLI aborts
+        # the job) the others wait in another collective, and closing here would hang this rank with them.
+        if writer is not None and (agreed or comm.size == 1):
             writer.close()
         if bar is not None:
             bar.close()
