@@ -110,6 +110,7 @@ def _abort(comm: MPI.Comm, msg: str, tb: bool = False) -> None:
     # line still in the pipe is lost (seen: the reason missing from a job's log under load). Give it a second.
     time.sleep(1.0)
     comm.Abort(1)
+    os._exit(1)  # not reached: seen once returning while another rank's abort was under way
 
 
 def _join(comm: MPI.Comm, code: int) -> None:

@@ -7,7 +7,8 @@ File formats (all under the command's DIR):
   empty file.
 * ``history.csv``: one row per output step (``run``).
 * ``fields/*.bp``: VTX (ADIOS2) files, one per field, readable by ParaView (open the ``.bp`` folder
-  with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ).
+  with the "ADIOS2VTXReader"). Time is the depth t (token fields) or training time s (ρ). Each rank writes
+  its owned cells only (:class:`mfpde.fields.FieldWriter`): every cell once, on any number of ranks.
 * ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
   :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically and durably
   (fsync before the rename) by rank 0.

@@ -136,9 +136,12 @@ def diagnostics(fp: Generator, rho: fem.Function, phi: fem.Function) -> dict[str
     if lam > 0.0:
         fmin = comm.allreduce(float(np.min(f, initial=math.inf)), op=MPI.MIN)
         e = np.exp(-(f - fmin) / lam)
-        p = e / global_sum(comm, np.dot(m, e))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kl_terms = np.where(r > 0.0, r * np.log(np.where(r > 0.0, r, 1.0) / p), 0.0)
+        z = global_sum(comm, np.dot(m, e))
+        p = e / z
+        # log p = −(Φ − Φ_min)/λ − log Z in the log domain: p underflows to 0 where (Φ − Φ_min)/λ > 745 while ρ > 0
+        # (a large first variation or λ₂), and log(ρ/0) made the KL infinite (a false exit 3, issue 14).
+        logp = -(f - fmin) / lam - math.log(z)
+        kl_terms = np.where(r > 0.0, r * (np.log(np.where(r > 0.0, r, 1.0)) - logp), 0.0)
         kl = global_sum(comm, np.dot(m, kl_terms))
         l1 = global_sum(comm, np.dot(m, np.abs(r - p)))
         gibbs_arr: NDArray[np.float64] | None = p

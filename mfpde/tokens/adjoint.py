@@ -3,15 +3,17 @@
 **Discrete adjoint** (chosen over the continuous costate (B)): the reverse pass differentiates exactly
 the discrete forward map of :class:`~mfpde.tokens.transport.TokenTransport`, one SSP-RK3 sub-step at a time,
 
-    v₁ = v₀ + h F(v₀),  v₂ = ¾v₀ + ¼(v₁ + h F(v₁)),  v₃ = ⅓v₀ + ⅔(v₂ + h F(v₂)),
-    p₂ = ⅔(I + hF'(v₂))ᵀp₃,  p₁ = ¼(I + hF'(v₁))ᵀp₂,  p₀ = ⅓p₃ + ¾p₂ + (I + hF'(v₀))ᵀp₁,
+    v₁ = L₁(v₀ + h F(v₀)),  v₂ = L₂(¾v₀ + ¼(v₁ + h F(v₁))),  v₃ = L₃(⅓v₀ + ⅔(v₂ + h F(v₂))),
+    q₃ = L₃'ᵀp₃,  q₂ = L₂'ᵀ ⅔(I + hF'(v₂))ᵀq₃,  q₁ = L₁'ᵀ ¼(I + hF'(v₁))ᵀq₂,  p₀ = ⅓q₃ + ¾q₂ + (I + hF'(v₀))ᵀq₁,
 
 with the costate p (∂R/∂v of each stage state; written p, not λ, which is the entropy weight),
 F(v) = M⁻¹ b(V[v], v) and F'(v)ᵀp = J_uᵀ z + (∂V/∂v)ᵀ J_Vᵀ z, z = M⁻¹p. J_u and J_V are the UFL
-derivatives of the upwind-DG form with respect to μ and to the velocity field; (∂V/∂v)ᵀ is the
+derivatives of the upwind-DG form with respect to μ and to the velocity field; L_i is the positivity limiter
+of DG1 (the identity for DG0 and on unlimited cells; its transpose: :mod:`mfpde.tokens.limiter`); (∂V/∂v)ᵀ is the
 nonlocal McKean–Vlasov term, the discrete counterpart of the source S_t of theory §3.1 (B), computed by
-:func:`mfpde.tokens.attention.velocity_vjp`. So the gradient is the exact derivative of the discrete risk (for
-DG0; for DG1 wherever the positivity limiter is inactive) and the Taylor test has slope 2.
+:func:`mfpde.tokens.attention.velocity_vjp`. So the gradient is the exact derivative of the discrete risk (DG0
+and DG1, limiter included, away from the kinks where a cell starts or stops being limited) and the Taylor test
+has slope 2.
 The upwind flux is only piecewise smooth in the velocity: where V·n = 0 on a facet (e.g. V ≡ 0 when
 ∫ v dρ = 0 for every a) the discrete risk has a kink and the reverse pass returns the average of the
 one-sided derivatives (UFL's sign(0) = 0), which need not be a descent direction. Start ρ_0 off that set.
@@ -38,6 +40,7 @@ import numpy.typing as npt
 import ufl
 
 from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.limiter import limit_transpose
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.transport import EulerStep, Tape, TokenTransport
 from mfpde.tokens.velocity import VelocityLinearization
@@ -130,13 +133,14 @@ class DiscreteAdjoint:
                 prev = dR_dc[step.layer]
                 dR_dc[step.layer] = step.h * c0 if prev is None else prev + step.h * c0
                 continue
-            h, heads = step.h, step.heads
-            f2, c2 = self._Ft(step.v2, heads, p3, step.lin[2])
-            p2 = 2.0 / 3.0 * (p3 + h * f2)
-            f1, c1 = self._Ft(step.v1, heads, p2, step.lin[1])
-            p1 = 0.25 * (p2 + h * f1)
-            f0, c0 = self._Ft(step.v0, heads, p1, step.lin[0])
-            p3 = p3 / 3.0 + 0.75 * p2 + p1 + h * f0
+            h, heads, lim = step.h, step.heads, step.limiter
+            q3 = limit_transpose(lim[2], p3)  # the costate before each stage's limiter (k = 1)
+            f2, c2 = self._Ft(step.v2, heads, q3, step.lin[2])
+            q2 = limit_transpose(lim[1], 2.0 / 3.0 * (q3 + h * f2))
+            f1, c1 = self._Ft(step.v1, heads, q2, step.lin[1])
+            q1 = limit_transpose(lim[0], 0.25 * (q2 + h * f1))
+            f0, c0 = self._Ft(step.v0, heads, q1, step.lin[0])
+            p3 = q3 / 3.0 + 0.75 * q2 + q1 + h * f0
             gc = h * (2.0 / 3.0 * c2 + 0.25 * c1 + c0)
             prev = dR_dc[step.layer]
             dR_dc[step.layer] = gc if prev is None else prev + gc

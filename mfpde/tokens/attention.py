@@ -44,6 +44,9 @@ Array = npt.NDArray[np.float64]
 
 #: Block size (rows of x) for the direct path: bounds memory at _BLOCK * N_y doubles.
 _BLOCK = 2048
+#: Cap on the exponents of shifted softmax factors, reached only off the support of μ (where the factor multiplies
+#: a zero weight): e^{700} < 1.8e308, the largest double.
+EXP_CAP = 700.0
 
 
 class Family(Protocol):
@@ -190,14 +193,15 @@ def tilted_kernel(lo: float, hi: float, n: int, y: Array, w: Array, rows: slice 
 
     Returns:
         (σ, Q, Z̃): the nodes σ_l = (lo + hi)/2 + (hi − lo)/2 cos(πl/n), shape (n + 1,) (or the rows asked for);
-        Q = e^{σ_l y − s_l} with s_l = max over the support of σ_l y + log w_y, capped at e^{700} (reached only
-        off the support), shape (len(σ), N_y); and Z̃ = Σ_y w_y Q ∈ [1, N_y]. The kernel P(σ, y) = e^{σy − Λ(σ)}
-        is Q / Z̃.
+        Q = e^{σ_l y − s_l} ≤ 1/w_y with s_l = max over the support of σ_l y + log w_y, and 0 off the support
+        (:func:`support_only`), shape (len(σ), N_y); and Z̃ = Σ_y w_y Q ∈ [1, N_y]. The kernel
+        P(σ, y) = e^{σy − Λ(σ)} is Q / Z̃ on the support.
     """
     sup = w > 0
     nodes = (0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n))[rows]
     shift = (nodes[:, None] * y[sup][None, :] + np.log(w[sup])[None, :]).max(axis=1)
-    Q = np.exp(np.minimum(nodes[:, None] * y[None, :] - shift[:, None], 700.0))
+    Q = np.zeros((len(nodes), len(y)))
+    Q[:, sup] = np.exp(np.minimum(nodes[:, None] * y[sup][None, :] - shift[:, None], EXP_CAP))
     return nodes, Q, Q[:, sup] @ w[sup]
 
 
@@ -334,9 +338,11 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
 
     Returns:
         (g_w, g_c) of shapes (N_y,) and (N_a,). Cost 2 N_a N_x N_y exponentials (N_a N_x N_y with
-        ``moments``). Factors e^{a x·y}/Z are capped at e^{700} (only reached where w_y ≈ 0).
+        ``moments``). g_w is formed on the support of μ only and is 0 where w_y = 0 (:func:`support_only`).
     """
-    gw = np.zeros(len(y))
+    sup = w > 0
+    ys = y[sup]
+    gs = np.zeros(len(ys))
     gc = np.zeros(len(heads.a))
     for k, (ak, ck) in enumerate(zip(heads.a, heads.c, strict=True)):
         logz, m = softmax_moments_direct(x, y, w, ak) if moments is None else (moments[0][k], moments[1][k])
@@ -344,7 +350,24 @@ def velocity_vjp(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
         gc[k] = xm.sum()
         if ck == 0.0:
             continue
-        for s in range(0, len(x), _BLOCK):
-            e = np.exp(np.minimum(ak * (x[s : s + _BLOCK] @ y.T) - logz[s : s + _BLOCK, None], 700.0))
-            gw += ck * (((xi[s : s + _BLOCK].T @ e) * y.T).sum(axis=0) - xm[s : s + _BLOCK] @ e)
+        for s in range(0, len(x), _BLOCK):  # e^{a x·y − log Z(x)} ≤ 1/w_y on the support: no overflow
+            e = np.exp(np.minimum(ak * (x[s : s + _BLOCK] @ ys.T) - logz[s : s + _BLOCK, None], EXP_CAP))
+            gs += ck * (((xi[s : s + _BLOCK].T @ e) * ys.T).sum(axis=0) - xm[s : s + _BLOCK] @ e)
+    gw = np.zeros(len(y))
+    gw[sup] = gs
     return gw, gc
+
+
+def support_only(g: Array, w: Array) -> Array:
+    """The VJPs' convention at a zero weight: g where w > 0 and 0 where w = 0, shape of g.
+
+    The forward softmax sums over the support of μ, shifted by its maximum there (the log domain). The derivative
+    with respect to a weight w_y that is zero, (y − m(x)) e^{a x·y}/Z(x), is not: e^{a x·(y − y*)} for a point y
+    off the support can exceed any float (e^{1152} for a = 300 on [−4, 4] with μ = δ_{−3}), and capping it leaves
+    values that overflow once summed or multiplied (issue 14: exit 3 "non-finite first variation"). It is not
+    needed: the transport is positive (DG0 upwind, and DG1 with the Zhang–Shu limiter, whose clipped nodes are
+    zero for every nearby ρ), so a weight that is zero at a stage is zero for every ρ near the current one, its
+    costate is multiplied by a zero derivative wherever it would reach ∂R/∂c, and the first variation is exact
+    with 0 in its place. (The costate p_0 = ∂R/∂μ_0 at a zero of μ_0 is then not formed.)
+    """
+    return np.where(w > 0, g, 0.0)

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from mfpde.tokens.attention import (
     CHEBYSHEV_DEGREES,
+    EXP_CAP,
     HeadMeasure,
     TiltedInterpolant,
     chebyshev_coefficients,
@@ -78,8 +79,8 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
     Returns:
         (g_w, g_c, n): shapes (N_y,) and (N_a,) as the direct path (theory §3.1 (B)), and the degree used;
         or None where the direct path is as cheap (few sources) or the interpolation does not reach
-        ``tol`` by degree 512. Factors P(σ, y) are capped at e^{700}, as in the direct path (only reached
-        where w_y ≈ 0).
+        ``tol`` by degree 512. As the direct path, g_w is 0 where w_y = 0
+        (:func:`~mfpde.tokens.attention.support_only`).
     """
     xs, ys, cot = x[:, 0], y[:, 0], xi[:, 0]
     s = np.outer(heads.a, xs)  # (N_a, N_x) sources
@@ -93,7 +94,10 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
     lo, hi = (interp.lo, interp.hi) if interp is not None else (float(src.min()), float(src.max()))
     if hi - lo < 1e-12:  # one s: no interpolation
         logz = softmax_moments_direct(np.array([[lo]]), y, w, 1.0)[0][0]
-        return (ys * u.sum() - u @ msrc) * np.exp(np.minimum(lo * ys - logz, 700.0)), gc, 0
+        sup = w > 0
+        e = np.zeros(len(ys))
+        e[sup] = np.exp(np.minimum(lo * ys[sup] - logz, EXP_CAP))
+        return (ys * u.sum() - u @ msrc) * e, gc, 0
     t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
     if interp is not None and interp.kernel_coef is not None:  # the forward converged the kernel's series
         A, B = _chebyshev_moments(t, np.stack([u, u * msrc]), interp.n).T

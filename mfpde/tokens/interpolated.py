@@ -102,7 +102,9 @@ class InterpolatedSoftmax:
         for j in range(2):
             S = a[:, None, None] * np.outer(self.nodes[j], y[:, j])[None]  # (K, n + 1, N_y)
             shift = S[:, :, sup].max(axis=2)
-            E.append(np.exp(np.minimum(S - shift[..., None], 700.0)))
+            Ej = np.zeros_like(S)  # 0 off the support (zero weights; the VJP is 0 there: attention.support_only)
+            Ej[:, :, sup] = np.exp(S[:, :, sup] - shift[..., None])
+            E.append(Ej)
         self._E = E
         F = np.stack([w, w * y[:, 0], w * y[:, 1]])  # (3, N_y)
         num = np.matmul(E[0][:, None] * F[None, :, None, :], E[1].transpose(0, 2, 1)[:, None])  # (K, 3, n+1, n+1)

@@ -14,12 +14,12 @@ from typing import Any
 from mpi4py import MPI
 
 import dolfinx.fem
-import dolfinx.io
 import numpy as np
 
 from mfpde import __version__
 from mfpde.config import Config, to_toml
 from mfpde.errors import NumericalError
+from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.problem import Problem, build
 from mfpde.tokens.data import fill_density
@@ -87,10 +87,10 @@ def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list
         fill_density(s, u, tokens.mass)
         writer = None
         if write_fields and cfg.output.fields:
-            writer = dolfinx.io.VTXWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
+            writer = FieldWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
             writer.write(0.0)
 
-        def cb(step: int, t: float, u: dolfinx.fem.Function, writer: dolfinx.io.VTXWriter | None = writer) -> None:
+        def cb(step: int, t: float, u: dolfinx.fem.Function, writer: FieldWriter | None = writer) -> None:
             if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
                 writer.write(t)
 

@@ -19,8 +19,8 @@ nonlocal source of the discrete adjoint, theory §3.1 (B)),
              − E₁ᵀ (ξ·m_k/Z̃) E₂](y),          g_c(k) = Σ_x ξ(x)·m_k(x),
 
 come from the same factors, so the reverse pass costs one batched product more than the forward. Factors
-off the support are capped at e^{700} (they multiply zero weights in the forward; in the VJP they give the
-derivative with respect to a weight that is zero now).
+off the support of μ's marginals are 0 (they multiply zero weights in the forward; the VJP is 0 where a weight
+is zero, :func:`~mfpde.tokens.attention.support_only`: off the support e^{a x·y} overflows).
 
 Inputs are non-dimensional; no dolfinx here.
 """
@@ -32,7 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, velocity, velocity_vjp
+from mfpde.tokens.attention import (
+    HeadMeasure,
+    TensorGrid,
+    softmax_moments_direct,
+    support_only,
+    velocity,
+    velocity_vjp,
+)
 
 __all__ = ["SeparableFactors", "TensorSoftmax", "velocity_tensor"]
 
@@ -116,7 +123,9 @@ class TensorSoftmax:
             S_sup = S[:, :, sup]
             shift = S_sup.max(axis=2)  # (N_a, m_j)
             rng += (shift - S_sup.min(axis=2)).max(axis=1)
-            E.append(np.exp(np.minimum(S - shift[..., None], 700.0)))
+            Ej = np.zeros_like(S)  # 0 off the marginal support: the factors multiply zero weights there
+            Ej[:, :, sup] = np.exp(S_sup - shift[..., None])
+            E.append(Ej)
             shifts.append(shift)
         self.separable = sep = rng <= _TENSOR_RANGE_MAX
         self._E = tuple(E) if sep.all() else tuple(e[sep] for e in E)
@@ -201,7 +210,7 @@ class TensorSoftmax:
             g, _ = velocity_vjp(self.xg.points(), self.yg.points(), self.W.ravel(),
                                 HeadMeasure(self.a[rest], c[rest]), Xi.reshape(-1, d))
             gW += g.reshape(self.yg.shape)
-        return gW, gc
+        return support_only(gW, self.W), gc
 
 
 def velocity_tensor(xg: TensorGrid, yg: TensorGrid, W: Array, heads: HeadMeasure) -> Array:

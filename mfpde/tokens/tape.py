@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.limiter import LimiterRecord
 from mfpde.tokens.velocity import VelocityLinearization
 
 __all__ = ["TAPE_BUDGET_BYTES", "EulerStep", "RK3Step", "Tape"]
@@ -33,6 +34,7 @@ class RK3Step:
         layer: the layer block whose ρ the step used (0 for weight-tied models).
         lin: the velocity's linearisation at each stage (what the reverse pass would otherwise recompute),
             or None where the tape's memory budget (``TAPE_BUDGET_BYTES``) was spent.
+        limiter: the positivity limiter after each of the three stages (k = 1; None where no cell was limited).
     """
 
     h: float
@@ -42,6 +44,7 @@ class RK3Step:
     v2: Array
     layer: int
     lin: tuple[VelocityLinearization | None, ...] = (None, None, None)
+    limiter: tuple[LimiterRecord | None, ...] = (None, None, None)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from mfpde.mesh import Domain
 from mfpde.petsc import LinearSolver
 from mfpde.spaces import lumped_mass
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
+from mfpde.tokens.limiter import LimiterRecord, limit
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.tape import TAPE_BUDGET_BYTES, EulerStep, RK3Step, Tape
@@ -199,20 +200,12 @@ class TokenTransport:
             raise NumericalError("non-finite token velocity")
         return math.inf if ratio <= 0 else self.cfl / ratio
 
-    def limit(self, u: dolfinx.fem.Function) -> None:
-        """Zhang–Shu scaling limiter (k = 1): nodal values ≥ 0 with the cell mean kept."""
-        if self.degree == 0:
-            return
-        vals = u.x.array[self.cell_dofs]
-        mw = self.m[self.cell_dofs]
-        mean = (vals * mw).sum(axis=1) / mw.sum(axis=1)
-        vmin = vals.min(axis=1)
-        bad = vmin < 0
-        if np.any(bad):
-            theta = np.ones_like(mean)
-            theta[bad] = np.clip(mean[bad] / (mean[bad] - vmin[bad]), 0.0, 1.0)
-            # The limited minimum is 0 up to round-off; clip that round-off (|change| ~ 1e-16 mean).
-            u.x.array[self.cell_dofs] = np.maximum(mean[:, None] + theta[:, None] * (vals - mean[:, None]), 0.0)
+    def limit(self, u: dolfinx.fem.Function) -> LimiterRecord | None:
+        """Zhang–Shu scaling limiter (k = 1, :mod:`mfpde.tokens.limiter`): nodal values ≥ 0, cell means kept.
+
+        Returns what the adjoint needs to transpose it (None: no cell limited, or k = 0).
+        """
+        return None if self.degree == 0 else limit(u.x.array, self.cell_dofs, self.m)
 
     def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure,
                 tape: Tape | None = None, layer: int = 0) -> float:
@@ -228,7 +221,7 @@ class TokenTransport:
         o1 = dt * r
         stage = self._stage
         stage.x.array[:] = u.x.array + dt * du.x.array
-        self.limit(stage)
+        lim = [self.limit(stage)]
         v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
         self.velocity.update(stage, heads, linearize=tape is not None)
         if tape is not None:
@@ -236,16 +229,17 @@ class TokenTransport:
         du, r = self.rate(stage)
         stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
         o2 = 0.25 * (o1 + dt * r)
-        self.limit(stage)
+        lim.append(self.limit(stage))
         v2 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
         self.velocity.update(stage, heads, linearize=tape is not None)
         if tape is not None:
-            assert v0 is not None and v1 is not None and v2 is not None
             lin.append(self._taped_linearization())
-            tape.append(RK3Step(dt, heads, v0, v1, v2, layer, tuple(lin)))
         du, r = self.rate(stage)
         u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
-        self.limit(u)
+        lim.append(self.limit(u))
+        if tape is not None:
+            assert v0 is not None and v1 is not None and v2 is not None
+            tape.append(RK3Step(dt, heads, v0, v1, v2, layer, tuple(lin), tuple(lim)))
         return 2.0 / 3.0 * (o2 + dt * r)
 
     def _taped_linearization(self) -> VelocityLinearization | None:

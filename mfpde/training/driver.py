@@ -22,11 +22,11 @@ from typing import Any, Protocol
 
 from mpi4py import MPI
 
-import dolfinx.io
 import numpy as np
 
 from mfpde.config import Config, to_toml
 from mfpde.errors import NumericalError
+from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.plots import plot_run
 from mfpde.tokens.adjoint import Gradient
@@ -139,7 +139,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     history = [] if history is None else history
     splitting = cp.splitting()
     rho_snaps = [] if rho_snapshots is None else rho_snapshots
-    writer = dolfinx.io.VTXWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
+    writer = FieldWriter(comm, out / "fields" / "rho.bp", cp.rhos) if oc.fields else None
     if writer is not None and rho_snaps:  # a new VTX file starts empty: write the earlier snapshots again
         now = cp.state.values()
         for st, values in rho_snaps:
@@ -148,7 +148,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             writer.write(st * tr.ds)
         cp.state.restore(now)
     bar = progress(tr.steps, step0) if progress is not None else None
-    status, fail_msg, last = "ok", "", None
+    status, fail_msg, last, agreed = "ok", "", None, False
     step, grad = step0, None
     snapshots: Snapshots = {}
     n_train = len(cp.problem.train)
@@ -182,13 +182,17 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             splitting.step(tr.ds)
             if bar is not None:
                 bar.update(1)
+        agreed = True
     except NumericalError as e:  # SolverError included
         status, fail_msg = "failed", f"{e} (training step {step}, s = {step * tr.ds:.6g})"
         if last is not None:
             cp.state.restore(last)
         save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
+        agreed = True
     finally:
-        if writer is not None:
+        # Closing the VTX file is collective: after an unexpected exception on one rank (a bug; the CLI aborts
+        # the job) the others wait in another collective, and closing here would hang this rank with them.
+        if writer is not None and (agreed or comm.size == 1):
             writer.close()
         if bar is not None:
             bar.close()

@@ -15,11 +15,11 @@ from mpi4py import MPI
 
 import dolfinx.fem
 import dolfinx.fem.petsc
-import dolfinx.io
 import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.fields import FieldWriter
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
 from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
@@ -60,7 +60,7 @@ class Objective:
                 snapshots: Snapshots | None, snapshot: range) -> None:
         """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_0, μ_T for plots if i is wanted."""
         if fields is not None:
-            with dolfinx.io.VTXWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
+            with FieldWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
                 w.write(self.pb.cfg.depth.T)
         if snapshots is not None and i in snapshot and u0 is not None:
             snapshots[i] = (u0, self.tokens.quad.gather(u))
