@@ -80,7 +80,7 @@ def train(name, cfg):
 m1, s1, a_star = 0.3, 0.25, 0.55
 y1 = float(value_yhat(a_star, A, m1, s1))
 ds1 = 0.5
-s_1, R_1, rep1 = train("one_sample", problem("value", [(m1, s1)], [y1], [0.4], ds1, 25 if quick else 40, 160,
+s_1, R_1, rep1 = train("one_sample", problem("value", [(m1, s1)], [y1], [0.4], ds1, 20 if quick else 40, 160,
                                              token_box=6.0, theta_box=(-2.0, 2.0)))
 eps = 1e-6
 K1 = ((float(value_yhat(a_star + eps, A, m1, s1)) - float(value_yhat(a_star - eps, A, m1, s1))) / (2 * eps)) ** 2
@@ -99,7 +99,7 @@ if comm.rank == 0:
 # +
 samples = [(1.0, 0.8), (-1.0, 0.05)]
 targets = [yhat(m, v, 0.7, 0.1) for m, v in samples]
-ds2, steps2 = 0.2, (12 if quick else 40)
+ds2, steps2 = 0.2, (10 if quick else 40)
 s_v, R_v, rep_v = train("value_heads", problem("value", samples, targets, [0.5], ds2, steps2, 160))
 s_s, R_s, rep_s = train("scalar_heads", problem("scalar", samples, targets, [0.5, 0.5], ds2, steps2,
                                                 8 if quick else 16))
