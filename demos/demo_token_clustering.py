@@ -16,8 +16,8 @@
 # with v < 0
 # $$\frac{d}{dt}\operatorname{Var}(\mu_t) = 2v\,\operatorname{Cov}_{\mu_t}(x, m_a(x)) \le 0 .$$
 # Why the clusters then hardly move: a token at the right cluster x = c sees π_c ∝ e^{2cy} μ, which weighs the
-# clusters at ±c by e^{±2c²}; for c = 0.3 its velocity is −c tanh(2c²) ≈ −0.05, while inside a cluster of
-# width s the contraction rate is 2|b̄| = 4 per unit of s⁻² (theory §6.1): sharpening is fast, merging slow.
+# clusters at ±c by e^{±2c²}; for c = 0.3 its velocity is −c tanh(2c²) ≈ −0.05, while inside a cluster
+# 1/σ² grows at the rate 2|b̄| = 4 (theory §6.1): sharpening is fast, merging slow.
 #
 # Run: `mpiexec -n 2 python3 demos/demo_token_clustering.py` (`--quick` or `MFPDE_DEMO_QUICK=1`: coarse).
 # Output: `out_demo_token_clustering/clustering.png`.
