@@ -7,11 +7,11 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +43,8 @@ class Tokens:
 class Depth:
     """Depth interval [0, T] and the number of depth steps.
 
-    ``model``: "weight-tied" (one ρ at every depth), "depth-indexed" (one ρ per block of ``layers``), or
-    "shallow": a single residual attention layer of depth T, μ_T = μ_0 − T ∇·(μ_0 V[μ_0; ρ]), so that ŷ is
-    linear in ρ and R convex (theory §2, §5.4); ``steps`` is then not used.
+    ``model``: "weight-tied" (one ρ at every depth), "depth-indexed" (one ρ per block of ``layers``), or "shallow":
+    one residual attention layer, μ_T = μ_0 − T ∇·(μ_0 V[μ_0; ρ]): ŷ linear in ρ, R convex (theory §2, §5.4).
     """
 
     T: float = 1.0
@@ -54,18 +53,26 @@ class Depth:
     layers: int = 1
 
 
+#: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "scalar": {"box": [[-2.0, 2.0], [-2.0, 2.0]], "cells": [48, 48],
+               "init": {"kind": "gaussian", "mean": [0.5, 1.0], "cov": [[0.01, 0.0], [0.0, 0.01]]}},
+    "value": {"box": [[-2.0, 2.0]], "cells": [80], "init": {"kind": "gaussian", "mean": [1.0], "cov": [[0.01]]}},
+}
+_FAMILY_KEYS = ("box", "mesh", "cells", "init")
+
+
 @dataclass(frozen=True)
 class Heads:
-    """Head family and the parameter space Θ ⊂ R^p with the initial head distribution ρ_0."""
+    """Head family, Θ ⊂ R^p and ρ_0; ``box``, ``cells``, ``init`` left out take the family's :data:`FAMILY_DEFAULTS`."""
 
     family: str = "scalar"
     a: float = 0.5
-    box: list[list[float]] = field(default_factory=lambda: [[-2.0, 2.0], [-2.0, 2.0]])
+    box: list[list[float]] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["box"]))
     mesh: str = ""
-    cells: list[int] = field(default_factory=lambda: [48, 48])
+    cells: list[int] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["cells"]))
     degree: int = 1
-    init: dict[str, Any] = field(default_factory=lambda: {"kind": "gaussian", "mean": [0.5, 1.0],
-                                                          "cov": [[0.01, 0.0], [0.0, 0.01]]})
+    init: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["init"]))
 
 
 @dataclass(frozen=True)
@@ -154,13 +161,9 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if not math.isfinite(value):
             raise ConfigError(f"{key}: must be finite, got {value!r}")
         return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        return value
-    if tp is bool or tp is str:
-        if not isinstance(value, tp):
-            raise ConfigError(f"{key}: expected a {tp.__name__}, got {value!r}")
+    if tp in (int, bool, str):  # a bool is an int to isinstance, but not a config integer
+        if isinstance(value, bool) is not (tp is bool) or not isinstance(value, tp):
+            raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a ' + tp.__name__}, got {value!r}")
         return value
     if origin is list:
         if not isinstance(value, list):
@@ -171,8 +174,6 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a table, got {value!r}")
         return dict(value)
-    if isinstance(tp, types.UnionType):  # pragma: no cover - not used yet
-        return value
     raise TypeError(f"unsupported annotation {tp} for {key}")
 
 
@@ -190,14 +191,16 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
             raise ConfigError(f"unknown config section [{name}]")
         if not isinstance(table, dict):
             raise ConfigError(f"[{name}] must be a table")
-        cls = hints[name]
-        fhints = typing.get_type_hints(cls)
+        fhints = typing.get_type_hints(cls := hints[name])
         kwargs = {}
         for key, value in table.items():
             attr = _ALIASES.get((name, key), key)
             if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
                 raise ConfigError(f"unknown config key {name}.{key}")
             kwargs[attr] = _check_type(f"{name}.{key}", value, fhints[attr])
+        if name == "heads" and not kwargs.get("mesh"):  # family-dependent defaults (deep copies)
+            fam = FAMILY_DEFAULTS.get(kwargs.get("family", "scalar"), {})
+            kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
         sections[name] = cls(**kwargs)
     cfg = Config(**sections, source=source)
     validate(cfg)
@@ -345,17 +348,12 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     Raises:
         ConfigError: the file is missing or not valid TOML, or any key is invalid.
     """
-    if path is None:
-        src = Path(__file__).parent / "defaults" / default
-        source = "<default>"
-    else:
-        src = Path(path)
-        source = str(path)
-        if not src.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found")
+    src, source = ((Path(__file__).parent / "defaults" / default, "<default>") if path is None
+                   else (Path(path), str(path)))
+    if path is not None and not src.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found")
     try:
-        text = src.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not an error
-        raw = tomllib.loads(text)
+        raw = tomllib.loads(text := src.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows) is no error
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # quote the line tomllib points at
         m = re.search(r"at line (\d+)", str(e)) if isinstance(e, tomllib.TOMLDecodeError) else None
         lines = text.splitlines() if m else []
@@ -363,8 +361,12 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
         raise ConfigError(f"{source}: not valid TOML: {e}{at}") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
-    for item in overrides:
-        keys, value = parse_override(item)
+    parsed = [parse_override(item) for item in overrides]
+    fam, heads = [v for k, v in parsed if k == ["heads", "family"]], raw.get("heads")
+    if fam and isinstance(heads, dict) and fam[-1] != heads.get("family", "scalar"):  # --set changes the family:
+        for k in set(_FAMILY_KEYS) - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of the
+            heads.pop(k, None)  # other p) give way to the new family's defaults, unless --set gives them too
+    for item, (keys, value) in zip(overrides, parsed, strict=True):
         table = raw
         for k in keys[:-1]:
             table = table.setdefault(k, {})
@@ -389,9 +391,7 @@ def _toml_value(v: Any) -> str:
 def to_toml(cfg: Config) -> str:
     """The resolved config as TOML text (round-trips through :func:`from_dict`)."""
     lines = []
-    for f in dataclasses.fields(cfg):
-        if f.name == "source":
-            continue
+    for f in (f for f in dataclasses.fields(cfg) if f.name != "source"):
         lines.append(f"[{f.name}]")
         for g in dataclasses.fields(getattr(cfg, f.name)):
             key = _ALIASES_BACK.get((f.name, g.name), g.name)

@@ -16,12 +16,14 @@ File formats (all under the command's DIR):
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
 import shutil
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +189,98 @@ def setup_logging(quiet: bool = False) -> None:
     root = logging.getLogger("mfpde")
     root.handlers[:] = [h]
     root.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+#: VTK cell types of the VTX files (Lagrange interval, triangle, quadrilateral) and their vertex counts.
+_VTK_CELLS = {68: 2, 69: 3, 70: 4}
+
+
+@dataclass
+class VTXField:
+    """A field read back from a VTX (``.bp``) file: one snapshot per written time, all ranks' blocks joined.
+
+    Attributes:
+        name: the field's name (``"mu"``, ``"mu_T"``, ``"rho"``).
+        times: the written times (depth t or training time s), shape (n,).
+        values: per snapshot the nodal values (point data: P1, DG1) or cell values (cell data: DG0).
+        cell_data: whether the values are per cell.
+        points: per snapshot the node coordinates, shape (N, 3).
+        cells: per snapshot the vertices of each cell (indices into ``points``), shape (C, 2, 3 or 4); a
+            ghost cell that several ranks wrote appears once.
+    """
+
+    name: str
+    times: np.ndarray
+    values: list[np.ndarray]
+    cell_data: bool
+    points: list[np.ndarray]
+    cells: list[np.ndarray]
+
+    def integral(self, k: int) -> float:
+        """∫ of snapshot k: Σ_cells |K| × (cell value, or the mean of its vertex values).
+
+        Exact for DG0, for P1/DG1 on intervals and triangles, and for bilinear fields on parallelograms
+        (box meshes).
+        """
+        x, c, v = self.points[k][:, :2], self.cells[k], self.values[k]
+        if c.shape[1] == 2:
+            size = np.abs(x[c[:, 1], 0] - x[c[:, 0], 0])
+        else:  # shoelace formula; VTK orders the vertices of triangles and quadrilaterals counter-clockwise
+            xs, ys = x[c, 0], x[c, 1]
+            size = 0.5 * np.abs(np.sum(xs * np.roll(ys, -1, axis=1) - np.roll(xs, -1, axis=1) * ys, axis=1))
+        avg = v if self.cell_data else v[c].mean(axis=1)
+        return float(size @ avg)
+
+
+def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
+    """Read a field of an mfpde ``.bp`` file (``fields/rho.bp``, ``fields/mu_<i>.bp``, ...) into numpy.
+
+    Needs the ``adios2`` wheel (``pip install adios2``, in the ``[test]`` extra); DOLFINx is imported first,
+    because the wheel's ADIOS2 library loaded before DOLFINx's breaks the latter. Serial: call it on one rank.
+
+    Args:
+        path: the ``.bp`` directory.
+        name: the field (default: the one data array that is not geometry or VTK bookkeeping).
+
+    Returns:
+        The snapshots, blocks of every writing rank joined (cell indices shifted accordingly).
+
+    Raises:
+        ConfigError: the file is missing or holds no such field.
+    """
+    importlib.import_module("dolfinx")  # before adios2, see above
+    import adios2
+
+    if not Path(path).is_dir():
+        raise ConfigError(f"{str(path)!r}: no such .bp directory")
+    skip = {"NumberOfEntities", "NumberOfCells", "NumberOfNodes", "connectivity", "geometry", "step", "types",
+            "vtkGhostType", "vtkOriginalPointIds"}
+    with adios2.FileReader(str(path)) as f:
+        avail = f.available_variables()
+        names = [k for k in avail if k not in skip]
+        name = name if name is not None else (names[0] if len(names) == 1 else None)
+        if name is None or name not in avail:
+            raise ConfigError(f"{str(path)!r}: field {name!r} not found (fields: {', '.join(names)})")
+        xml = f.read_attribute_string("vtk.xml")
+        xml = xml if isinstance(xml, str) else xml[0]
+        cell_data = "<CellData>" in xml and f'Name="{name}"' in xml.split("<CellData>", 1)[1]
+        n = f.num_steps()
+        times, values, points, cells = [], [], [], []
+        for k in range(n):
+            times.append(float(f.read("step", step_selection=[k, 1]).ravel()[0]))
+            nv = _VTK_CELLS[int(f.read("types", step_selection=[k, 1]).ravel()[0])]
+            blocks = range(len(f.all_blocks_info("geometry")[k]))
+            x = [f.read("geometry", block_id=b, step_selection=[k, 1]).reshape(-1, 3) for b in blocks]
+            conn = [f.read("connectivity", block_id=b, step_selection=[k, 1]).reshape(-1, nv + 1)[:, 1:]
+                    for b in blocks]
+            shift = np.cumsum([0] + [len(p) for p in x[:-1]])
+            gid = np.concatenate([f.read("vtkOriginalPointIds", block_id=b, step_selection=[k, 1]).ravel()
+                                  for b in blocks])
+            c = np.concatenate([c + s for c, s in zip(conn, shift, strict=True)])
+            # a rank also writes its ghost cells: keep each cell once, by the global ids of its nodes
+            keep = np.sort(np.unique(np.sort(gid[c], axis=1), axis=0, return_index=True)[1])
+            points.append(np.concatenate(x))
+            cells.append(c[keep])
+            v = np.concatenate([f.read(name, block_id=b, step_selection=[k, 1]).ravel() for b in blocks])
+            values.append(v[keep] if cell_data else v)
+    return VTXField(name, np.array(times), values, cell_data, points, cells)

@@ -1,0 +1,130 @@
+"""The example configs of demos/ run (shrunk), family-dependent defaults, and fields read back (issue 13)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mpi4py import MPI  # noqa: F401  (before dolfinx, via mfpde)
+
+import pytest
+from roundoff import gamma, reordered
+
+from mfpde import config as C
+from mfpde.cli import main
+from mfpde.io import read_vtx
+
+ROOT = Path(__file__).resolve().parent.parent
+#: --set overrides that shrink each example config to seconds (same model, coarser everything).
+SHRINK = {
+    "gaussian_2d": ["tokens.cells=[12, 12]", "heads.cells=[8, 8]", "depth.steps=4", "training.steps=3"],
+    "shallow": ["tokens.cells=[40]", "heads.cells=[40]", "training.steps=6"],
+    "depth_indexed": ["tokens.cells=[40]", "depth.steps=8", "heads.cells=[8, 8]", "training.steps=3"],
+    "value_heads": ["tokens.cells=[40]", "depth.steps=10", "heads.cells=[30]", "training.steps=4"],
+}
+QUIET = ["output.every=1", "output.plots=false", "output.fields=false"]
+#: the ρ mass that a run allows before it stops with exit status 3 (training/state: checked every step)
+MASS_TOL = 1e-8
+
+
+def _sets(items: list[str]) -> list[str]:
+    return [a for s in items for a in ("--set", s)]
+
+
+def _run(cfg: str | None, out: Path, sets: list[str]) -> tuple[dict, list[dict]]:
+    args = ["run", *([cfg] if cfg else []), "--out", str(out), "--quiet", *_sets(sets)]
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    with open(out / "history.csv") as f:
+        history = [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+    return report, history
+
+
+def test_every_example_config_is_listed():
+    assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small"}
+
+
+@pytest.mark.parametrize("name", sorted(SHRINK))
+def test_example_config_runs(name, tempdir):
+    """Each example runs shrunk and shows what its comment line says."""
+    path = ROOT / "demos" / f"{name}.toml"
+    assert path.read_text().startswith("# "), "first line: what the config shows"
+    cfg = C.load(path, SHRINK[name])
+    report, history = _run(str(path), tempdir / name, SHRINK[name] + QUIET)
+    assert report["status"] == "ok" and report["steps_done"] == cfg.training.steps
+    assert len(history) == cfg.training.steps + 1
+    assert all(abs(h["mass_rho"] - 1) <= MASS_TOL and h["min_rho"] >= 0 for h in history)
+    mean = report["final"]["rho_mean"]
+    if name == "gaussian_2d":
+        assert cfg.tokens.dim == 2 and len(mean) == 2
+    elif name == "shallow":  # theory §5.4: the theorem's rate for value heads is 2λ₂ (α = λ₂/λ)
+        assert report["rate"]["theory"] == pytest.approx(2 * cfg.training.lambda2, rel=gamma(4))
+    elif name == "depth_indexed":
+        assert len(mean) == cfg.depth.layers == 4 and all(len(m) == 2 for m in mean)
+    else:  # p = 1 from heads.family alone
+        fam = C.FAMILY_DEFAULTS["value"]
+        assert (cfg.heads.box, cfg.heads.init) == (fam["box"], fam["init"]) and len(mean) == 1
+
+
+def test_value_family_alone_is_a_p1_config():
+    """heads.family = "value" on the embedded default and in a file gives Θ ⊂ R, ρ_0 on it."""
+    cfg = C.load(None, ['heads.family="value"'])
+    assert cfg.heads.box == [[-2.0, 2.0]] and cfg.heads.cells == [80] and len(cfg.heads.init["mean"]) == 1
+    assert C.load(None, ['heads.family="value"', "heads.cells=[20]"]).heads.cells == [20]
+    assert C.from_dict({"heads": {"family": "value"}}).heads.box == [[-2.0, 2.0]]
+    assert C.load(None, []).heads.cells == [16, 16]  # the file's own family keeps the file's keys
+    with pytest.raises(C.ConfigError, match="heads.box"):  # given explicitly, a 2-D box is still an error
+        C.load(None, ['heads.family="value"', "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]"])
+    with pytest.raises(C.ConfigError, match="heads.init.mean"):
+        C.from_dict({"heads": {"family": "value", "init": {"kind": "gaussian", "mean": [0.0, 1.0],
+                                                            "cov": [[0.1, 0.0], [0.0, 0.1]]}}})
+    assert C.Heads().box is not C.Heads().box  # defaults are copies
+
+
+def test_value_family_on_the_default_runs(tempdir):
+    sets = ['heads.family="value"', "data.samples=4",
+            "data.test_samples=2", "training.steps=2"]
+    report, _ = _run(None, tempdir / "value", sets + QUIET)
+    assert report["status"] == "ok" and len(report["final"]["rho_mean"]) == 1
+
+
+@pytest.mark.serial  # reads the files on one process
+def test_read_back_rho_and_mu(tempdir):
+    """ρ_s snapshots of a run and μ_t of a transport, read from the .bp files: mass 1 to round-off.
+
+    The integral of a P1/DG field over its cells is the same sum as the solver's lumped mass, in another
+    order: the two agree to 2γ_N Σ|terms| (roundoff.reordered); ∫ρ_s is 1 to the run's own mass check,
+    ∫μ_0 = 1 (normalised), and ∫μ_T is the report's mass_T.
+    """
+    out = tempdir / "run"
+    sets = SHRINK["value_heads"] + ["output.every=1", "output.plots=false"]
+    _, history = _run(str(ROOT / "demos" / "value_heads.toml"), out, sets)
+    rho = read_vtx(out / "fields" / "rho.bp")
+    assert rho.name == "rho" and not rho.cell_data and len(rho.times) == len(history)
+    n = len(rho.values[0])
+    for k, h in enumerate(history):
+        assert rho.times[k] == pytest.approx(h["s"], abs=gamma(4))
+        assert abs(rho.integral(k) - h["mass_rho"]) <= reordered(2 * n) + gamma(4)
+        assert abs(rho.integral(k) - 1) <= MASS_TOL
+    mu_T = read_vtx(out / "fields" / "mu_T_train_0.bp")
+    assert len(mu_T.times) == 1 and abs(mu_T.integral(0) - 1) <= 1e-2  # outflow_tol: mass that may leave Ω
+    for n_ranks in (1, 2):
+        tr = tempdir / f"transport{n_ranks}"
+        cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(n_ranks), sys.executable, "-m", "mfpde",
+               "transport", str(ROOT / "demos" / "transport_small.toml"), "--out", str(tr)]
+        subprocess.run(cmd, check=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        mu = read_vtx(tr / "fields" / "mu_0.bp")
+        rep = json.loads((tr / "report.json").read_text())["samples"][0]
+        n = len(mu.values[0])
+        assert len(mu.cells[0]) == 200  # each cell once, whatever the ranks wrote (ghost cells)
+        assert abs(mu.integral(0) - 1) <= reordered(2 * n) + gamma(2 * n + 1)
+        assert abs(mu.integral(len(mu.times) - 1) - rep["mass_T"]) <= reordered(2 * n)
+
+
+def test_read_vtx_errors(tempdir):
+    with pytest.raises(C.ConfigError, match="no such"):
+        read_vtx(tempdir / "missing.bp")
