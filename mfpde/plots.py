@@ -126,7 +126,7 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
     ax.set_ylabel("risk, free-energy gap (non-dimensional, log)")
     ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="best")
     if acc is not None:
         ax = axes[0][1]
         test_risk, test_acc = _col(history, "test_risk"), _col(history, "test_accuracy")
@@ -144,7 +144,7 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
         ax2.set_ylabel("accuracy (fraction, chance 0.5)")
         h1, l1 = ax.get_legend_handles_labels()
         h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
+        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=4)
         ax.set_title("held-out and training risk, accuracy")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
