@@ -164,45 +164,58 @@ def _refined(points: Array, values: Array) -> tuple[Any, Array]:
 
 
 def _theta_panel(fig: Figure, ax: Axes, points: Array, values: Array, title: str, label: str) -> None:
-    if points.shape[1] == 1:
-        order = np.argsort(points[:, 0])
-        ax.plot(points[order, 0], values[order])
-        ax.set_xlabel("v")
-        ax.set_ylabel(label)
-    else:
-        tri, v = _refined(points, values)
-        top = float(v.max()) if v.size and v.max() > 0 else 1.0
-        tc = ax.tricontourf(tri, v, levels=np.linspace(0.0, top, 41), cmap="viridis", extend="max")
-        cb = fig.colorbar(tc, ax=ax, ticks=np.linspace(0.0, top, 5), format="%.3g")
-        cb.set_label(label)
-        ax.set_xlabel("a")
-        ax.set_ylabel("v")
-        ax.set_aspect("equal")
+    """One ρ (or p_ρ) on a 2-D Θ: filled contours on the refined triangulation, with a labelled colour bar."""
+    tri, v = _refined(points, values)
+    top = float(v.max()) if v.size and v.max() > 0 else 1.0
+    tc = ax.tricontourf(tri, v, levels=np.linspace(0.0, top, 41), cmap="viridis", extend="max")
+    cb = fig.colorbar(tc, ax=ax, ticks=np.linspace(0.0, top, 5), format="%.3g")
+    cb.set_label(label)
+    ax.set_xlabel("a")
+    ax.set_ylabel("v")
+    ax.set_aspect("equal")
     ax.set_title(title, fontsize=9)
+
+
+def _theta_curves(ax: Axes, series: RhoSeries, pick: list[int], k: int, blk: str) -> None:
+    """ρ_s on a 1-D Θ at the picked snapshots (light to dark) and p_ρ at the last (dashed), on one axis."""
+    order = np.argsort(series.points[:, 0])
+    v = series.points[order, 0]
+    for j, i in enumerate(pick):
+        ax.plot(v, series.values[i][k][order], color=(0.1, 0.3, 0.9, 0.35 + 0.65 * (j + 1) / len(pick)),
+                label=f"ρ_s, s = {series.s[i]:.3g}")
+    if series.gibbs is not None:
+        ax.plot(v, series.gibbs[k][order], "k--", label=f"Gibbs p_ρ ∝ exp(−Φ/λ), s = {series.s[-1]:.3g}")
+    ax.set_xlabel("v")
+    ax.set_ylabel("density on Θ (v)")
+    ax.set_title(f"ρ_s from ρ_0 to the last{blk}", fontsize=9)
+    ax.legend(fontsize=7)
 
 
 def rho_figure(series: RhoSeries) -> Figure:
     """ρ_s on Θ at up to :data:`N_RHO_PANELS` training times from ρ_0 to the last, and p_ρ beside the last.
 
-    One row per layer block; the 2-D fields are drawn on a refined triangulation of the Θ nodes.
+    One row per layer block. For p = 2 one panel per ρ_s, drawn on a refined triangulation of the Θ
+    nodes, and p_ρ in the last column; for p = 1 all curves on one axis.
 
     Returns:
-        The figure (one axis per panel, plus a colour bar per panel for p = 2).
+        The figure (p = 2: one axis per panel, plus a colour bar each; p = 1: one axis per layer block).
     """
     import matplotlib.pyplot as plt
 
     m = len(series.values)
     pick = sorted(set(np.linspace(0, m - 1, min(m, N_RHO_PANELS)).round().astype(int).tolist()))
     n_layers = series.values[-1].shape[0]
-    ncol = len(pick) + (series.gibbs is not None)
-    fig, axes = plt.subplots(n_layers, ncol, figsize=(4.2 * ncol, 3.6 * n_layers), squeeze=False,
-                             layout="constrained")
-    what = "density of ρ on Θ = (a, v)" if series.points.shape[1] == 2 else "density of ρ on Θ (v)"
+    ncol = len(pick) + (series.gibbs is not None) if series.points.shape[1] == 2 else 1
+    fig, axes = plt.subplots(n_layers, ncol, figsize=(4.2 * ncol + 2.0 * (ncol == 1), 3.6 * n_layers),
+                             squeeze=False, layout="constrained")
     for k in range(n_layers):
         blk = f" (layer block {k})" if n_layers > 1 else ""
+        if ncol == 1:
+            _theta_curves(axes[k][0], series, pick, k, blk)
+            continue
         for j, i in enumerate(pick):
             _theta_panel(fig, axes[k][j], series.points, series.values[i][k],
-                         f"ρ_s at s = {series.s[i]:.3g}{blk}", what)
+                         f"ρ_s at s = {series.s[i]:.3g}{blk}", "density of ρ on Θ = (a, v)")
         if series.gibbs is not None:
             _theta_panel(fig, axes[k][-1], series.points, series.gibbs[k],
                          f"Gibbs p_ρ ∝ exp(−Φ/λ) at s = {series.s[-1]:.3g}{blk}", "density of p_ρ on Θ")

@@ -212,3 +212,13 @@ def test_progress_bar_has_an_eta_and_log_lines_do_not_break_it(monkeypatch):
     # the log line is a line of its own (tqdm.write clears the bar first), not glued to the bar
     lines = [seg for ln in text.split("\n") for seg in ln.split("\r")]
     assert "mfpde[0/1] step 1 s=0.2" in lines, lines
+
+
+def test_rho_figure_one_dimensional_heads_on_one_axis():
+    pts = np.linspace(-2, 2, 9)[:, None]
+    vals = [np.exp(-((pts[:, 0] - c) ** 2))[None, :] for c in (0.0, 0.3, 0.6, 0.9, 1.2)]
+    fig = plots.rho_figure(plots.RhoSeries(pts, [0.0, 1.0, 2.0, 3.0, 4.0], vals, gibbs=vals[-1]))
+    assert len(fig.axes) == 1
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels == ["ρ_s, s = 0", "ρ_s, s = 1", "ρ_s, s = 3", "ρ_s, s = 4", "Gibbs p_ρ ∝ exp(−Φ/λ), s = 4"], labels
+    plt.close(fig)
