@@ -144,13 +144,41 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return Path("out") / f"{args.command}-{stem}"
 
 
+#: The progress bar: steps done of the total, elapsed time, ETA (tqdm's estimate of the remaining time), rate.
+BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
+              "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}]")
+
+
+class _Bar:
+    """A tqdm bar on stderr with the ``mfpde`` log lines written above it (``logging_redirect_tqdm``) until closed."""
+
+    def __init__(self, total: int, initial: int) -> None:
+        from tqdm import tqdm  # only on a terminal
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        self._redirect = logging_redirect_tqdm(loggers=[logger])
+        self._redirect.__enter__()
+        self._bar = tqdm(total=total, initial=initial, desc="mfpde run", unit="step", file=sys.stderr,
+                         bar_format=BAR_FORMAT)
+
+    def update(self, n: int = 1) -> object:
+        """Advance by n training steps."""
+        return self._bar.update(n)
+
+    def close(self) -> None:
+        """Close the bar and give the log lines their handler back."""
+        self._bar.close()
+        self._redirect.__exit__(None, None, None)
+
+
 def _progress(quiet: bool) -> ProgressFactory | None:
-    """A tqdm bar on a terminal (rank 0 only), else None (a log line per output step is printed instead)."""
+    """A tqdm bar with an ETA on a terminal (rank 0 only), else None (a log line per output step is printed instead).
+
+    While the bar is shown, log lines go through ``tqdm.write`` so they do not break it.
+    """
     if quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty():
         return None
-    from tqdm import tqdm  # only on a terminal
-
-    return lambda total, initial: tqdm(total=total, initial=initial, desc="mfpde run", file=sys.stderr)
+    return _Bar
 
 
 def _dispatch(args: argparse.Namespace) -> int:

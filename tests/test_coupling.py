@@ -85,7 +85,7 @@ def test_run_default_small(tempdir):
     assert abs(fin["mass_rho"] - 1.0) <= mass_bound and fin["min_rho"] >= 0.0, (fin["mass_rho"], mass_bound)
     assert len(fin["rho_mean"]) == 2 and np.shape(fin["rho_cov"]) == (2, 2)
     assert 0.0 <= fin["gibbs_residual_l1"] <= 2.0
-    assert set(rep["accuracy"]) == {"train", "test"}
+    assert set(rep["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)
     rows = list(csv.DictReader((tempdir / "history.csv").open()))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
     for r in rows:  # classification data: accuracies per row (issue 11), in [0, 1]

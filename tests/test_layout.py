@@ -74,4 +74,4 @@ def test_run_returns_a_result(tempdir):
     assert isinstance(res, RunResult) and res.status == "ok" and res.steps_done == 2
     assert [int(h["step"]) for h in res.history] == [0, 2] and res.report["final"]["risk"] == res.history[-1]["risk"]
     assert set(res.timings) == {"fokker_planck"} and res.timings["fokker_planck"] > 0
-    assert set(res.report["accuracy"]) == {"train", "test"}
+    assert set(res.report["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)

@@ -4,8 +4,9 @@ Each training step evaluates the token half at ρ_s (every sample forward in dep
 adjoint backward: R, δR/δρ and Φ_s = δR/δρ + (λ₂/2)|θ|², theory §3, §4), records a history row every
 ``output.every`` steps and a checkpoint every ``output.checkpoint_every`` steps, then advances ρ by the
 splitting scheme of :mod:`mfpde.training.splitting`. The last evaluation also gives, once, what the
-final outputs need: ŷ of the training samples (accuracy), ∂ŷ^i/∂c (the NTK), μ_T fields and the token
-snapshots of the plots. The held-out samples are transported once.
+final outputs need: ŷ of the training samples (accuracy), ∂ŷ^i/∂c (the NTK) and μ_T fields. The held-out
+samples are transported once. Every output step also writes the plots (:mod:`mfpde.plots`: loss, ρ_s
+with its Gibbs measure, μ_t of a few training samples of each class), so a run that fails has them.
 
 A numerical failure stops the run with the last good ρ restored and checkpointed, and a report with
 status "failed" (the CLI turns it into exit status 3).
@@ -28,7 +29,6 @@ from mfpde.config import Config, to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
-from mfpde.plots import plot_run
 from mfpde.tokens.adjoint import Gradient
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
@@ -37,17 +37,17 @@ from mfpde.training.records import (
     Snapshot,
     history_row,
     load_resume,
+    plot_samples,
     run_report,
     save_state,
     write_history,
+    write_plots,
 )
 from mfpde.training.theory import deep_rate, ntk_summary
 
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
 
 logger = logging.getLogger(__name__)
-#: Samples (first of the training, then of the held-out set) whose μ_0 and μ_T go into ``tokens.png``.
-N_SNAPSHOTS = 3
 
 
 class Progress(Protocol):
@@ -150,21 +150,23 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     bar = progress(tr.steps, step0) if progress is not None else None
     status, fail_msg, last, agreed = "ok", "", None, False
     step, grad = step0, None
-    snapshots: Snapshots = {}
-    n_train = len(cp.problem.train)
+    plotted: dict[str, Any] = {}
     try:
         for step in range(step0, tr.steps + 1):
             heads = cp.heads()
+            output = step % oc.every == 0 or step == tr.steps
+            snaps: Snapshots = {}
+            keep = plot_samples(cp) if oc.plots and output else []
             if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
                 grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train_",
-                                             snapshots=snapshots, snapshot=_snap(oc.plots, 0, n_train))
+                                             snapshots=snaps, snapshot=keep)
             else:
-                grad = cp.objective.gradient(heads)
+                grad = cp.objective.gradient(heads, snapshots=snaps, snapshot=keep)
             if not np.isfinite(grad.risk) or not all(np.all(np.isfinite(d)) for d in grad.D):
                 raise NumericalError("non-finite risk or first variation")
             cp.state.set_potentials(heads, grad.D)
             last = cp.state.values()
-            if step % oc.every == 0 or step == tr.steps:
+            if output:
                 row = history_row(cp, grad, step, step * tr.ds, time.perf_counter() - t0)
                 bad = [k for k, v in row.items() if not np.isfinite(v)]
                 if bad:  # e.g. an extreme training.lambda2: never a status "ok" with inf/NaN in the history
@@ -172,7 +174,10 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                 history.append(row)
                 if writer is not None:
                     writer.write(step * tr.ds)
+                if writer is not None or oc.plots:
                     rho_snaps.append((step, np.stack([cp.theta.gather_values(r) for r in cp.rhos])))
+                if oc.plots:
+                    plotted = write_plots(cp, out, history, rho_snaps, snaps, grad.yhat)
                 logger.info("step %d s=%.4g risk=%.6g F=%.6g min_rho=%.3g |grad|=%.3g", step, step * tr.ds,
                             row["risk"], row["free_energy"], row["min_rho"], row["grad_norm"])
             if step > 0 and (step % oc.checkpoint_every == 0 or step == tr.steps):
@@ -203,12 +208,16 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         write_report(out, report, comm)
         return RunResult(status, step, report, history, out, fail_msg, splitting.timings)
     assert grad is not None
-    _final_outputs(cp, out, history, report, grad, snapshots)
+    _final_outputs(cp, out, history, report, grad)
+    if oc.plots and report["rate"] != plotted:  # the deep λ = λ₂ = 0 rate comes from the final NTK
+        write_plots(cp, out, history, rho_snaps, snaps, grad.yhat, report["rate"])
     report["wall_s"] = time.perf_counter() - t0  # the final outputs (NTK, held-out samples, plots) included
     write_report(out, report, comm)
     acc = report.get("accuracy", {})
     logger.info("done: %d steps, risk %.6g, free energy %.6g%s -> %s", step, report["final"]["risk"],
-                report["final"]["free_energy"], "".join(f", {k} accuracy {v:.3f}" for k, v in acc.items()), out)
+                report["final"]["free_energy"], "".join(f", {k} accuracy {v:.3f} (ρ_0: {v0:.3f})" for k, v in
+                                                        acc.items() if (v0 := acc["initial"].get(k)) is not None),
+                out)
     logger.debug("splitting sub-flow wall times: %s", splitting.timings)
     return RunResult(status, step, report, history, out, "", splitting.timings)
 
@@ -217,14 +226,9 @@ def _fields(cp: CoupledProblem, out: Path) -> Path | None:
     return out / "fields" if cp.cfg.output.fields else None
 
 
-def _snap(plots: bool, offset: int, n: int) -> range:
-    """The sample indices of a set (starting at ``offset`` in train + test) whose snapshots the plots show."""
-    return range(0, max(0, min(N_SNAPSHOTS - offset, n))) if plots else range(0)
-
-
 def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]], report: dict[str, Any],
-                   grad: Gradient, snapshots: Snapshots) -> None:
-    """NTK, accuracy on classification data, μ_T of the held-out samples, plots; from the last evaluation."""
+                   grad: Gradient) -> None:
+    """NTK, accuracy on classification data (of ρ_0 too, from the first history row), μ_T of the held-out samples."""
     cfg, pb = cp.cfg, cp.problem
     heads = cp.heads()
     assert grad.Dy is not None
@@ -242,19 +246,11 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
         rate.pop("theory_reason", None)
         rate["theory"] = theory
         rate["theory_kind" if theory is not None else "theory_reason"] = kind
-    acc = {"train": float(np.mean(np.sign(grad.yhat) == np.sign([s.target for s in pb.train])))}
-    test_snaps: Snapshots = {}
+    acc: dict[str, Any] = {"train": float(np.mean(np.sign(grad.yhat) == np.sign([s.target for s in pb.train])))}
     if pb.test:
-        yh = cp.objective.predict(pb.test, heads, _fields(cp, out), tag="test_", snapshots=test_snaps,
-                                  snapshot=_snap(cfg.output.plots, len(pb.train), len(pb.test)))
+        yh = cp.objective.predict(pb.test, heads, _fields(cp, out), tag="test_")
         acc["test"] = float(np.mean(np.sign(yh) == np.sign([s.target for s in pb.test])))
     if cfg.data.kind == "digits":
+        h0 = history[0] if history and history[0]["step"] == 0 else {}
+        acc["initial"] = {k: h0[f"{k}_accuracy"] for k in ("train", "test") if f"{k}_accuracy" in h0}
         report["accuracy"] = acc
-    if cfg.output.plots:
-        rho_values = [cp.theta.gather_values(r) for r in cp.rhos]
-        train_snaps = cp.objective.gather_snapshots(snapshots)
-        held_out = cp.objective.gather_snapshots(test_snaps)
-        if cp.comm.rank == 0:
-            tokens = [train_snaps[i] for i in sorted(train_snaps)] + [held_out[i] for i in sorted(held_out)]
-            plot_run(out, history, report.get("rate", {}), cp.theta.points, rho_values, pb.tokens.quad.points,
-                     tokens)

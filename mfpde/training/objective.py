@@ -9,6 +9,7 @@ each group transports its share on its own token mesh, and the sums over samples
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
 from pathlib import Path
 
 from mpi4py import MPI
@@ -31,8 +32,9 @@ from mfpde.tokens.transport import Tape, TransportReport
 __all__ = ["Objective", "Snapshots", "ntk_gram"]
 
 Array = npt.NDArray[np.float64]
-#: μ_0 and μ_T of a few samples as global quadrature weights (for plots), keyed by sample index.
-Snapshots = dict[int, tuple[Array, Array]]
+#: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
+#: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
+Snapshots = dict[int, tuple[Array, ...]]
 
 
 class Objective:
@@ -47,26 +49,45 @@ class Objective:
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
 
-    def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None
-                ) -> TransportReport:
-        """μ_0 ↦ μ_T in place for ρ given per layer block (theory §1.3 (F), or the shallow layer of §2)."""
+    def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
+                keep: list[Array] | None = None) -> TransportReport:
+        """μ_0 ↦ μ_T in place for ρ given per layer block (theory §1.3 (F), or the shallow layer of §2).
+
+        ``keep``, if given, receives the weights of μ_t at the intermediate :attr:`snapshot_depths`.
+        """
         cfg = self.pb.cfg
         if self.pb.shallow:
             return solve_shallow(self.tokens, u, heads[0], cfg.depth.T, self.pb.g, tape)
         return self.tokens.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, tape=tape,
-                                 outflow_tol=cfg.tokens.outflow_tol)
+                                 outflow_tol=cfg.tokens.outflow_tol, callback=self._keeper(keep))
 
-    def _output(self, i: int, u0: Array | None, u: dolfinx.fem.Function, fields: Path | None, tag: str,
-                snapshots: Snapshots | None, snapshot: range) -> None:
-        """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_0, μ_T for plots if i is wanted."""
+    @property
+    def snapshot_depths(self) -> list[float]:
+        """The depths t of the snapshots: 0, T/2 (nearest depth step; deep models with ≥ 2 steps) and T."""
+        T, steps = self.pb.cfg.depth.T, self.pb.cfg.depth.steps
+        return [0.0, T] if self.pb.shallow or steps < 2 else [0.0, T * (steps // 2) / steps, T]
+
+    def _keeper(self, keep: list[Array] | None) -> Callable[[int, float, dolfinx.fem.Function], None] | None:
+        if keep is None or len(self.snapshot_depths) < 3:
+            return None
+        half = self.pb.cfg.depth.steps // 2
+
+        def callback(k: int, t: float, u: dolfinx.fem.Function) -> None:
+            if k == half:
+                keep.append(self.tokens.quad.gather(u))
+        return callback
+
+    def _output(self, i: int, mus: list[Array] | None, u: dolfinx.fem.Function, fields: Path | None, tag: str,
+                snapshots: Snapshots | None, snapshot: Container[int]) -> None:
+        """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_t for plots if i is wanted."""
         if fields is not None:
             with FieldWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
                 w.write(self.pb.cfg.depth.T)
-        if snapshots is not None and i in snapshot and u0 is not None:
-            snapshots[i] = (u0, self.tokens.quad.gather(u))
+        if snapshots is not None and i in snapshot and mus is not None:
+            snapshots[i] = (*mus, self.tokens.quad.gather(u))
 
     def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
-                tag: str = "", snapshots: Snapshots | None = None, snapshot: range = range(0)) -> Array:
+                tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Array:
         """ŷ^i for the samples (forward only), shape (n,), the same on every rank.
 
         Args:
@@ -74,8 +95,8 @@ class Objective:
             heads: ρ per layer block, reduced.
             fields: if given, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX).
             tag: the file-name tag of the fields.
-            snapshots: where μ_0 and μ_T (gathered quadrature weights) of the samples in ``snapshot``
-                are stored, on this rank's group (see :meth:`gather_snapshots`).
+            snapshots: where μ_t at :attr:`snapshot_depths` (gathered quadrature weights) of the samples in
+                ``snapshot`` are stored, on this rank's group (see :meth:`gather_snapshots`).
             snapshot: the indices of the samples to keep snapshots of.
 
         Raises:
@@ -86,14 +107,14 @@ class Objective:
             for i in self.groups.mine(samples):
                 u = dolfinx.fem.Function(self.tokens.W, name="mu_T")
                 fill_density(samples[i], u, self.tokens.mass)
-                u0 = self.tokens.quad.gather(u) if i in snapshot else None
-                rep = self.forward(u, heads)
+                mus = [self.tokens.quad.gather(u)] if i in snapshot else None
+                rep = self.forward(u, heads, keep=mus)
                 y[i] = rep.yhat if self.groups.tcomm.rank == 0 else 0.0
-                self._output(i, u0, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, fields, tag, snapshots, snapshot)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
     def gradient(self, heads: list[HeadMeasure], per_sample: bool = False, fields: Path | None = None,
-                 tag: str = "", snapshots: Snapshots | None = None, snapshot: range = range(0)) -> Gradient:
+                 tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Gradient:
         """R(ρ), ŷ and ∂R/∂c per layer block by forward + discrete adjoint over the training samples (theory §3).
 
         Args:
@@ -119,9 +140,9 @@ class Objective:
             for i in self.groups.mine(pb.train):
                 u = dolfinx.fem.Function(tokens.W, name="mu_T")
                 fill_density(pb.train[i], u, tokens.mass)
-                u0 = tokens.quad.gather(u) if i in snapshot else None
+                mus = [tokens.quad.gather(u)] if i in snapshot else None
                 tape: Tape = []
-                rep = self.forward(u, heads, tape)
+                rep = self.forward(u, heads, tape, mus)
                 _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, n_layers)
                 r = rep.yhat - pb.train[i].target
                 if self.groups.tcomm.rank == 0:
@@ -131,7 +152,7 @@ class Objective:
                             D[k] += r * dyhat_dc[k] / n
                             if Dy is not None:
                                 Dy[k][i] = dyhat_dc[k]
-                self._output(i, u0, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, fields, tag, snapshots, snapshot)
         comm = pb.comm
         yhat = comm.allreduce(yhat, op=MPI.SUM)
         D = [comm.allreduce(x, op=MPI.SUM) for x in D]

@@ -15,17 +15,21 @@ from typing import Any, NamedTuple
 
 from mpi4py import MPI
 
+import dolfinx.fem
 import numpy as np
 
 from mfpde import __version__
 from mfpde.errors import ConfigError
 from mfpde.io import load_checkpoint, save_checkpoint, write_atomic
+from mfpde.params.densities import gibbs
+from mfpde.plots import RhoSeries, TokenSeries, plot_run
 from mfpde.tokens.adjoint import Gradient
+from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
 __all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "history_row", "load_resume",
-           "rate_block", "run_report", "save_state", "write_history"]
+           "plot_samples", "rate_block", "run_report", "save_state", "write_history", "write_plots"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,8 @@ HISTORY_KEYS = ["step", "s", "risk", "free_energy", "entropy", "mass_rho", "min_
 GIBBS_KEYS = ["kl_gibbs", "gibbs_residual_l1"]
 #: Columns added for classification data (sign of ŷ against the sign of the target).
 ACCURACY_KEYS = ["train_accuracy", "test_accuracy", "test_risk"]
+#: Training samples per class (sign of the target) whose μ_t go into ``tokens.png``.
+N_SNAPSHOTS = 2
 
 
 #: A field snapshot: (training step, ρ per layer block, shape (n_layers, N_θ), global Θ order).
@@ -201,4 +207,52 @@ def rate_block(cp: CoupledProblem, history: list[dict[str, float]]) -> dict[str,
     else:
         rate["fitted_reference"] = ("no F* independent of this run: the certificate F − F* ≤ λ KL(ρ ‖ p_ρ) "
                                     "(theory §5.4) holds for the single-layer entropic model only")
+    return rate
+
+
+def plot_samples(cp: CoupledProblem) -> list[int]:
+    """The training samples whose μ_t the plots show: the first :data:`N_SNAPSHOTS` of each sign of the target."""
+    signs = np.sign([smp.target for smp in cp.problem.train])
+    return sorted(i for c in np.unique(signs) for i in np.flatnonzero(signs == c)[:N_SNAPSHOTS].tolist())
+
+
+def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], rho_snaps: list[Snapshot],
+                snaps: Snapshots, yhat: np.ndarray, rate: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the plots of the current output step (collective: gathers on every rank, rank 0 draws).
+
+    A plot that fails is logged as a warning: it never stops the run nor leaves the other ranks waiting.
+
+    Args:
+        cp: the coupled problem (ρ and Φ of the current step).
+        out: the output directory (plots go to ``out/plots``).
+        history: the history rows so far.
+        rho_snaps: (step, ρ per block, shape (n_layers, N_θ)) at the output steps so far.
+        snaps: μ_t of the samples of :func:`plot_samples` (this rank group's; gathered here).
+        yhat: ŷ of the training samples, shape (n,).
+        rate: the report's rate block (default: :func:`rate_block` of ``history``).
+
+    Returns:
+        The rate block drawn.
+    """
+    st, pb, cfg = cp.state, cp.problem, cp.cfg
+    rate = rate_block(cp, history) if rate is None else rate
+    p = np.stack([cp.theta.gather_values(gibbs(cp.theta.V, phi, st.lam)) for phi in st.phis]) if st.lam > 0 else None
+    ones = dolfinx.fem.Function(pb.tokens.W)
+    ones.x.array[:] = 1.0
+    mass = pb.tokens.quad.gather(ones)  # the lumped mass of each token node (density = weight / mass)
+    merged = cp.objective.gather_snapshots(snaps)
+    if cp.comm.rank != 0:
+        return rate
+    rho = RhoSeries(cp.theta.points, [k * cfg.training.ds for k, _ in rho_snaps], [v for _, v in rho_snaps], p)
+    tok = TokenSeries(pb.tokens.quad.points, mass, cp.objective.snapshot_depths)
+    for i in sorted(merged):
+        y = pb.train[i].target
+        name = f"class {cfg.data.classes[int(y > 0)]}" if cfg.data.kind == "digits" else f"sample {i}"
+        tok.weights.append(np.stack(merged[i]))
+        tok.labels.append(f"{name} (y = {y:+g})")
+        tok.yhat.append(float(yhat[i]))
+    try:
+        plot_run(out, history, rate, rho, tok, st.lam, pb.shallow and st.lam > 0)
+    except Exception as e:  # noqa: BLE001  a plot never stops a run, nor leaves the other ranks waiting
+        logger.warning("plots not written at step %d: %s: %s", int(history[-1]["step"]), type(e).__name__, e)
     return rate

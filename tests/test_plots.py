@@ -1,0 +1,224 @@
+"""The run's plots (issue 13): written at every output step, atomically, by rank 0; what each figure shows;
+the initial accuracy in the report; a failed run keeps the plots of its last output step; log lines that
+do not break the progress bar."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import sys
+
+from mpi4py import MPI
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.image
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from mfpde import plots
+from mfpde.cli import main
+from mfpde.errors import NumericalError
+from mfpde.training import records
+from mfpde.training.splitting import Splitting
+
+TINY = ["tokens.cells=[8, 8]", "depth.steps=2", "heads.cells=[4, 4]", "data.samples=4", "data.test_samples=4",
+        "training.steps=2", "output.every=1", "output.fields=false"]
+PNGS = ("loss.png", "rho.png", "tokens.png")
+
+
+def _args(extra=()):
+    return [a for s in [*TINY, *extra] for a in ("--set", s)]
+
+
+class _Recorder:
+    """Wraps plot_run: after each call, the step drawn, the PNGs' (height, width) and the figures' axes counts."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[dict] = []
+        real = records.plot_run
+
+        def wrapped(out, history, rate, rho, tokens, lam=0.0, certificate=False):
+            real(out, history, rate, rho, tokens, lam, certificate)
+            shapes = {}
+            for name in PNGS:
+                path = out / "plots" / name
+                assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
+                shapes[name] = matplotlib.image.imread(path).shape[:2]
+            figs = {"loss": plots.loss_figure(history, rate, lam, certificate), "rho": plots.rho_figure(rho),
+                    "tokens": plots.tokens_figure(tokens)}
+            self.calls.append({"step": int(history[-1]["step"]), "shapes": shapes, "rho": rho, "tokens": tokens,
+                               "axes": {k: len(f.axes) for k, f in figs.items()},
+                               "loss_labels": [ax.get_legend_handles_labels()[1] for ax in figs["loss"].axes],
+                               "tmp": sorted(p.name for p in (out / "plots").glob("*.tmp"))})
+            for f in figs.values():
+                plt.close(f)
+
+        monkeypatch.setattr(records, "plot_run", wrapped)
+
+
+def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
+    rec = _Recorder(monkeypatch)
+    assert main(["run", "--out", str(tempdir), "--quiet", *_args()]) == 0
+    if MPI.COMM_WORLD.rank != 0:
+        assert rec.calls == []  # only rank 0 draws and writes
+        return
+    assert [c["step"] for c in rec.calls] == [0, 1, 2], [c["step"] for c in rec.calls]
+    for c in rec.calls:
+        assert c["tmp"] == [], c["tmp"]  # written through a temporary file, renamed into place
+        assert all(h > 200 and w > 400 for h, w in c["shapes"].values()), c["shapes"]
+        # loss: risk panel + risk/accuracy panel + its twin axis (digits); certificate curve, no theory line
+        # (deep model: report rate.theory is null)
+        assert c["axes"]["loss"] == 3, c["axes"]
+        assert any("KL" in lab for lab in c["loss_labels"][0]), c["loss_labels"]
+        assert not any(lab.startswith("theory") for lab in c["loss_labels"][0]), c["loss_labels"]
+        assert {"test accuracy", "train accuracy", "test risk"} <= {*c["loss_labels"][1], *c["loss_labels"][2]}
+        # rho: one panel per snapshot so far (≤ 4) + the Gibbs measure, each with its colour bar
+        n_snap = min(c["step"] + 1, plots.N_RHO_PANELS)
+        assert c["axes"]["rho"] == 2 * (n_snap + 1), (c["axes"], n_snap)
+        # tokens: 2 samples per class (4 training samples, 2 per digit) × depths 0, T/2, T, one colour bar per row
+        tok = c["tokens"]
+        assert tok.depths == [0.0, 0.5, 1.0] and len(tok.weights) == 4, (tok.depths, len(tok.weights))
+        assert c["axes"]["tokens"] == 4 * 3 + 4, c["axes"]
+        assert sorted(lab.split(" (")[0] for lab in tok.labels) == ["class 6"] * 2 + ["class 7"] * 2, tok.labels
+        for w in tok.weights:  # μ_0 of mass 1; mass through depth only lost by outflow, a little in this box
+            m = w.sum(axis=1)
+            assert w.shape == (3, len(tok.mass)) and abs(m[0] - 1) < 1e-12 and np.all(np.diff(m) <= 1e-14), m
+            assert m[-1] > 0.99 and np.all(w >= 0), m
+    assert rec.calls[-1]["rho"].s == [0.0, 0.2, 0.4]
+    report = json.loads((tempdir / "report.json").read_text())
+    first = next(csv.DictReader((tempdir / "history.csv").open()))
+    init = report["accuracy"]["initial"]
+    assert set(init) == {"train", "test"}, report["accuracy"]
+    assert init["train"] == pytest.approx(float(first["train_accuracy"]))
+    assert init["test"] == pytest.approx(float(first["test_accuracy"]))
+    assert sorted(p.name for p in (tempdir / "plots").iterdir()) == sorted(PNGS)
+
+
+def test_failed_run_keeps_the_plots_of_its_last_output_step(tempdir, monkeypatch):
+    """The second training step fails: exit 3, and the plots of output step 1 are there."""
+    rec = _Recorder(monkeypatch)
+    real, n = Splitting.step, []
+
+    def failing(self, ds):
+        n.append(1)
+        if len(n) == 2:
+            raise NumericalError("injected failure")
+        return real(self, ds)
+
+    monkeypatch.setattr(Splitting, "step", failing)
+    assert main(["run", "--out", str(tempdir), "--quiet", *_args(["training.steps=3"])]) == 3
+    assert json.loads((tempdir / "report.json").read_text())["status"] == "failed"
+    if MPI.COMM_WORLD.rank == 0:
+        assert [c["step"] for c in rec.calls] == [0, 1], [c["step"] for c in rec.calls]
+        for name in PNGS:
+            assert matplotlib.image.imread(tempdir / "plots" / name).shape[0] > 200, name
+
+
+def _history(m, classification=True):
+    s = 0.5 * np.arange(m)
+    rows = [{"step": k, "s": s[k], "risk": 0.2 * np.exp(-s[k]) + 0.01, "free_energy": 1 + np.exp(-0.5 * s[k]),
+             "kl_gibbs": 3 * np.exp(-0.5 * s[k])} for k in range(m)]
+    if classification:
+        for r in rows:
+            r.update(train_accuracy=0.6, test_accuracy=0.55, test_risk=0.3)
+    return rows
+
+
+def test_loss_figure_draws_the_theory_rate_only_where_given():
+    rate = {"fitted": None, "theory": 0.2, "theory_kind": "2 λ₂"}
+    fig = plots.loss_figure(_history(6), rate, lam=0.01, certificate=True)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert any(lab.startswith("theory") for lab in labels) and any("certificate" in lab for lab in labels), labels
+    assert "training time s" in fig.axes[0].get_xlabel() and fig.axes[0].get_yscale() == "log"
+    plt.close(fig)
+    fig = plots.loss_figure(_history(6, classification=False), {"fitted": None, "theory": None})
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert len(fig.axes) == 1 and not any(lab.startswith("theory") for lab in labels), labels
+    assert not any("KL" in lab for lab in labels), labels  # λ = 0: no certificate
+    plt.close(fig)
+
+
+def test_rho_figure_is_finer_than_the_cells_and_labelled():
+    g = np.linspace(-2, 2, 5)
+    pts = np.array([[a, v] for a in g for v in g])
+    vals = [np.exp(-((pts - c) ** 2).sum(axis=1))[None, :] for c in (0.0, 0.5, 1.0)]
+    fig = plots.rho_figure(plots.RhoSeries(pts, [0.0, 1.0, 2.0], vals, gibbs=vals[-1]))
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split(" at")[0] for ax in panels] == ["ρ_s"] * 3 + ["Gibbs p_ρ ∝ exp(−Φ/λ)"]
+    bars = [ax.get_ylabel() for ax in fig.axes if not ax.get_title()]
+    assert bars == ["density of ρ on Θ = (a, v)"] * 3 + ["density of p_ρ on Θ"], bars
+    fine, _ = plots._refined(pts, vals[0][0])
+    assert len(fine.x) > 16 * len(pts), len(fine.x)  # refined beyond the Θ nodes
+    plt.close(fig)
+
+
+def test_tokens_figure_shows_densities_on_a_shared_scale_per_row():
+    """Weights m_i μ_i in, μ_i out: the image is the density, the same colour limits along a row."""
+    h = 0.25
+    c = np.arange(-1 + h / 2, 1, h)
+    pts = np.array([[x, y] for x in c for y in c])
+    mass = np.full(len(pts), h * h)
+    rng = np.random.default_rng(0)
+    dens = [rng.random((3, len(pts))) for _ in range(2)]
+    series = plots.TokenSeries(pts, mass, [0.0, 0.5, 1.0], [d * mass for d in dens],
+                               ["class 6 (y = -1)", "class 7 (y = +1)"], [-0.3, 0.4])
+    fig = plots.tokens_figure(series)
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 6
+    for row in range(2):
+        clims = {images[3 * row + j].get_clim() for j in range(3)}
+        assert clims == {(0.0, dens[row].max())}, clims
+        for j in range(3):  # image row = x₂ index, column = x₁ index; x₁ varies slowest in pts
+            np.testing.assert_allclose(np.asarray(images[3 * row + j].get_array()).T.ravel(), dens[row][j])
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert titles[0].startswith("class 6 (y = -1), ŷ = -0.300") and titles[3].startswith("class 7"), titles
+    plt.close(fig)
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.serial  # the bar is rank 0's
+def test_progress_bar_has_an_eta_and_log_lines_do_not_break_it(monkeypatch):
+    from mfpde import cli
+    from mfpde.io import setup_logging
+
+    root = logging.getLogger("mfpde")
+    saved = root.handlers[:], root.level
+    fake = _Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    try:
+        setup_logging()
+        factory = cli._progress(quiet=False)
+        assert factory is not None
+        bar = factory(4, 0)
+        bar.update(1)
+        logging.getLogger("mfpde.training.driver").info("step 1 s=0.2")
+        bar.update(1)
+        bar.close()
+        assert isinstance(root.handlers[0], logging.StreamHandler) and root.handlers[0].stream is fake
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    text = fake.getvalue()
+    assert "ETA" in text, text
+    # the log line is a line of its own (tqdm.write clears the bar first), not glued to the bar
+    lines = [seg for ln in text.split("\n") for seg in ln.split("\r")]
+    assert "mfpde[0/1] step 1 s=0.2" in lines, lines
+
+
+def test_rho_figure_one_dimensional_heads_on_one_axis():
+    pts = np.linspace(-2, 2, 9)[:, None]
+    vals = [np.exp(-((pts[:, 0] - c) ** 2))[None, :] for c in (0.0, 0.3, 0.6, 0.9, 1.2)]
+    fig = plots.rho_figure(plots.RhoSeries(pts, [0.0, 1.0, 2.0, 3.0, 4.0], vals, gibbs=vals[-1]))
+    assert len(fig.axes) == 1
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert labels == ["ρ_s, s = 0", "ρ_s, s = 1", "ρ_s, s = 3", "ρ_s, s = 4", "Gibbs p_ρ ∝ exp(−Φ/λ), s = 4"], labels
+    plt.close(fig)
