@@ -68,7 +68,8 @@ def collective_teardown(request: pytest.FixtureRequest):
 def tempdir(request: pytest.FixtureRequest):
     """A directory that all ranks agree on, cleaned before the test (rank 0 creates it)."""
     comm = MPI.COMM_WORLD
-    path = Path(__file__).parent.parent / "out" / "test-tmp" / request.node.name
+    # per rank count: a serial and an MPI suite run side by side do not clean each other's directories
+    path = Path(__file__).parent.parent / "out" / "test-tmp" / f"np{comm.size}" / request.node.name
     if comm.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)

@@ -153,3 +153,24 @@ def test_dg1_tiny_mesh_taylor(n, a, c):
     if r.max() > 1e3 * gamma(1) * max(abs(y0), 1.0):
         assert abs(rate - 2.0) < 0.2, f"Taylor remainders {r.tolist()} (∂ŷ/∂c = {D[0].tolist()}): rate {rate:.2f}"
     assert np.all(np.isfinite(D[0])) and np.abs(dy) < 1e6, D
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e170])
+def test_limiter_transpose_is_scale_invariant(scale: float) -> None:
+    """The limiter is positively homogeneous, L(αv) = αL(v), so its Jacobian at αv is its Jacobian at v.
+
+    Cells of ~1e-160 occur in the tails of a transported density; the transpose must not square the cell's
+    range there (D² underflowed to 0 and the reverse pass of a DG1 run became NaN).
+    """
+    from mfpde.tokens.limiter import limit, limit_transpose
+
+    rng = np.random.default_rng(3)
+    cell_dofs = np.arange(12, dtype=np.int32).reshape(4, 3)
+    m = rng.uniform(0.5, 1.5, 12)
+    v = rng.uniform(-0.3, 1.0, 12)
+    p = rng.normal(size=12)
+    ref = limit_transpose(limit(v.copy(), cell_dofs, m), p)
+    got = limit_transpose(limit(scale * v, cell_dofs, m), p)
+    assert np.all(np.isfinite(got))
+    # both are the same ~10 rounded operations on values of the order of p: γ₃₂ relative to Σ|p|
+    assert np.abs(got - ref).max() <= gamma(32) * np.abs(p).sum() * 10, np.abs(got - ref).max()

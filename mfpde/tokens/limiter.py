@@ -92,11 +92,11 @@ def limit_transpose(rec: LimiterRecord | None, p: Array) -> Array:
     P[rows, imin] = 0.0  # u_{i*} ≡ 0: its costate does not reach v
     D = -dev[rows, imin]  # v̄ − v_min ≥ 0, and 0 only where v̄ < 0 (the cell is then 0)
     D = np.where(D > 0.0, D, 1.0)
-    vmin = mean - D
-    dtheta = -q * vmin[:, None]
-    dtheta[rows, imin] += mean
-    dtheta /= (D * D)[:, None]
-    S, R = P.sum(axis=1), (P * dev).sum(axis=1)
+    # ∂θ/∂v = ((1 − θ) q + θ e_{i*}) / D (θ = v̄/D): no D², which underflows for cells of ~1e-160; and R/D is
+    # bounded by |P|/min q, since every |v_i − v̄| ≤ D/q_i for a weighted mean.
+    dtheta = (1.0 - theta)[:, None] * q
+    dtheta[rows, imin] += theta
+    S, R = P.sum(axis=1), (P * dev).sum(axis=1) / D
     out = q * ((1.0 - theta) * S)[:, None] + theta[:, None] * P + R[:, None] * dtheta
     out[mean <= 0.0] = 0.0  # the limited cell is identically 0
     res = p.copy()
