@@ -151,6 +151,15 @@ def shallow_yhat(abar: float, bbar: float, m0: float, s0: float, T: float = 1.0)
     return float(m0 + T * m0 * (abar + s0 * bbar))
 
 
+def _shallow_gain(lam2: float, a: float, m0: float, s0: float, y: float, T: float) -> tuple[float, float]:
+    """(k, ā*) of the shallow model, value heads, one sample (theory §6.2).
+
+    k = T m₀(1 + aσ₀²) (ŷ = m₀ + kā), ā* = k(y − m₀)/(λ₂ + k²).
+    """
+    k = T * m0 * (1.0 + a * s0)
+    return k, k * (y - m0) / (lam2 + k * k)
+
+
 def shallow_training_law(S: float, abar0: float, var0: float, lam: float, lam2: float, a: float, m0: float,
                          s0: float, y: float, T: float = 1.0) -> Array:
     """Mean and variance of ρ_S for the shallow model with value heads, one Gaussian sample (theory §6.2).
@@ -174,8 +183,7 @@ def shallow_training_law(S: float, abar0: float, var0: float, lam: float, lam2: 
     Returns:
         (ā_S, v_S), shape (2,).
     """
-    k = T * m0 * (1.0 + a * s0)
-    astar = k * (y - m0) / (lam2 + k * k)
+    k, astar = _shallow_gain(lam2, a, m0, s0, y, T)
     return np.array([astar + (abar0 - astar) * math.exp(-(lam2 + k * k) * S),
                      lam / lam2 + (var0 - lam / lam2) * math.exp(-2.0 * lam2 * S)])
 
@@ -199,8 +207,7 @@ def shallow_fixed_point(lam: float, lam2: float, a: float, m0: float, s0: float,
     Returns:
         (ā*, λ/λ₂, F*).
     """
-    k = T * m0 * (1.0 + a * s0)
-    astar = k * (y - m0) / (lam2 + k * k)
+    k, astar = _shallow_gain(lam2, a, m0, s0, y, T)
     var = lam / lam2
     entropy = -0.5 * math.log(2 * math.pi * math.e * var)  # ∫ρ* log ρ* of N(ā*, var)
     F = 0.5 * (m0 + k * astar - y) ** 2 + 0.5 * lam2 * (astar**2 + var) + lam * entropy
