@@ -92,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         if comm.size == 1:
             raise
         _abort(comm, f"unexpected {type(e).__name__} on rank {comm.rank} of {comm.size}: {e}", tb=True)
+    if code == 0:  # every rank got here: free the PETSc objects of this command's solvers (see mfpde.petsc)
+        from mfpde.petsc import collect_garbage  # after private_caches (petsc4py is imported in _dispatch)
+
+        collect_garbage()
     _join(comm, code)
     return code
 

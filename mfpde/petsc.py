@@ -20,17 +20,58 @@ key, or one the chosen KSP/PC ignores) are an input error naming them, as is an 
 ``PETSC_OPTIONS`` or the command line that PETSc did not read.
 
 Every solve checks the KSP converged reason and raises :class:`~mfpde.errors.SolverError` if it is ≤ 0.
+
+Freeing: a parallel PETSc object is not destroyed when Python frees its petsc4py wrapper; petsc4py defers it
+to PETSc's garbage of the object's communicator, and nothing cleans that for a mesh's communicator. Each
+solver left there keeps PETSc's and MUMPS's duplicated communicators (MPICH has 2048 context ids a process:
+the MPI test suite died of it, "Cannot allocate context ID"). Destroying in ``__del__`` (as DOLFINx's
+``LinearProblem`` does) is collective at a moment the garbage collector picks, which differs between ranks
+for objects in reference cycles: a rank then waits in MUMPS's finalisation for ever (seen). So the owners
+call :func:`release` in ``__del__`` (local), and :func:`collect_garbage`, called where all ranks meet (the
+end of a run, of a verification check, of a test), destroys what was released, in creation order.
 """
 
 from __future__ import annotations
 
+import gc
+import itertools
 from collections.abc import Mapping
+from typing import Any
 
 from petsc4py import PETSc
 
 from mfpde.errors import ConfigError, SolverError
 
-__all__ = ["LinearSolver"]
+__all__ = ["LinearSolver", "collect_garbage", "release"]
+
+#: Creation serial numbers of the PETSc-owning objects: the same sequence on every rank of a communicator.
+SERIAL = itertools.count()
+#: ((serial, position), PETSc object) released by freed owners, destroyed by :func:`collect_garbage`.
+_RELEASED: list[tuple[tuple[int, int], Any]] = []
+
+
+def release(serial: int, *objs: Any, first: int = 1) -> None:
+    """Hand the PETSc objects of a freed owner (solver number ``serial``) to :func:`collect_garbage`.
+
+    They are destroyed in the order (serial, first + position in ``objs``): the same on every rank whatever
+    order the garbage collector freed the owners in. Local (no communication): safe in ``__del__``. Keeps the
+    objects, and so their communicators, alive until then.
+    """
+    _RELEASED.extend(((serial, first + i), o) for i, o in enumerate(objs) if o is not None)
+
+
+def collect_garbage() -> int:
+    """Destroy the PETSc objects released so far, in creation order; returns how many.
+
+    Collective over every rank that may have released objects: call it where all ranks of the job meet.
+    Runs Python's cycle collector first, so that every rank has released the same owners.
+    """
+    gc.collect()
+    done = sorted(_RELEASED, key=lambda t: t[0])
+    _RELEASED.clear()
+    for _, obj in done:
+        obj.destroy()
+    return len(done)
 
 #: The option prefixes of mfpde's solvers (an option under a longer one is not a shorter one's to check).
 PREFIXES = ("mfpde_token_", "mfpde_param_", "mfpde_param_wgf_")
@@ -82,6 +123,7 @@ class LinearSolver:
                 if chosen not in values:
                     del effective[k]
         effective.update(user)
+        self.serial = next(SERIAL)
         self.ksp = PETSc.KSP().create(A.getComm())
         self.ksp.setOptionsPrefix(prefix)
         self.ksp.setOperators(A)
@@ -149,5 +191,11 @@ class LinearSolver:
         return f"{self.prefix}: KSP {self.ksp_type}, PC {self.pc_type}{factor}"
 
     def destroy(self) -> None:
-        """Free the KSP (optional; it is also freed by garbage collection)."""
-        self.ksp.destroy()
+        """Free the KSP now (collective over its communicator)."""
+        ksp = getattr(self, "ksp", None)
+        if ksp is not None:
+            ksp.destroy()
+
+    def __del__(self) -> None:
+        """Release the KSP to :func:`collect_garbage` (see the module doc)."""
+        release(getattr(self, "serial", -1), getattr(self, "ksp", None), first=0)

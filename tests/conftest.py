@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import sys
@@ -12,6 +11,8 @@ from pathlib import Path
 from mpi4py import MPI
 
 import pytest
+
+from mfpde.petsc import collect_garbage
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,7 +47,7 @@ def collective_teardown(request: pytest.FixtureRequest):
     calls ``MPI.COMM_WORLD.Abort``, which ends every rank: the run fails instead of hanging.
     """
     yield
-    gc.collect()
+    collect_garbage()  # gc.collect(), then the PETSc objects of freed solvers, on every rank here
     comm = MPI.COMM_WORLD
     if comm.size == 1:
         return

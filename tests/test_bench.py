@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_langevin  # noqa: E402
 import bench_particles  # noqa: E402
 import bench_training_step  # noqa: E402
+import digit_pairs  # noqa: E402
 
 pytestmark = pytest.mark.serial
 
@@ -47,3 +48,24 @@ def test_bench_langevin_shrunk(tmp_path, monkeypatch):
     row = bench_langevin.pde(0.5, 20, 40)
     assert np.isfinite(row["err"]) and row["err"] < 0.1, row
     assert bench_langevin.per_head_cost() > 0
+
+
+def test_measure_fit_against_least_squares():
+    """digit_pairs.measure_fit: inside the ℓ1 ball it is the least-squares solution (numpy's lstsq); on it, the
+    constraint holds with equality and the risk is no larger than at the rescaled least-squares solution."""
+    rng = np.random.default_rng(3)
+    F, b = rng.normal(size=(40, 5)), rng.normal(size=40)
+    y = b + F @ np.array([0.3, -0.2, 0.0, 0.1, 0.05]) + 0.01 * rng.normal(size=40)
+    c_ls = np.linalg.lstsq(F, y - b, rcond=None)[0]
+    c = digit_pairs.measure_fit(b, F, y, 10.0)
+    # SLSQP's stationarity to ftol = 1e-12 on a problem with condition number κ(F)²: c to about √ftol·κ
+    assert np.allclose(c, c_ls, atol=1e-4 * np.linalg.cond(F)), (c, c_ls)
+    vmax = 0.3 * np.abs(c_ls).sum()
+    c = digit_pairs.measure_fit(b, F, y, vmax)
+
+    def risk(x):
+        return 0.5 * np.mean((b + F @ x - y) ** 2)
+
+    assert abs(np.abs(c).sum() - vmax) <= 1e-8 * vmax and risk(c) <= risk(0.3 * c_ls) + 1e-12
+    assert np.array_equal(digit_pairs.measure_fit(b, F, y, 0.0), np.zeros(5)) or np.abs(
+        digit_pairs.measure_fit(b, F, y, 0.0)).sum() <= 1e-12

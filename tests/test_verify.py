@@ -54,10 +54,6 @@ def _report(out):
     return json.loads((out / "report.json").read_text())
 
 
-# Serial only for now: under `mpiexec -n 2` it passes alone and after this file's other tests, but the whole MPI
-# suite is killed (SIGTERM, no output) when it reaches it after the other files; not understood yet (see the
-# stop notes of 2026-11-30). `mfpde verify --quick` itself runs on 2 ranks (test_verify_only, README).
-@pytest.mark.serial
 def test_verify_quick(tempdir):
     """`mfpde verify --quick`: exit 0, every registered check in report.json with every field, plots written."""
     from mfpde.verify.registry import CHECKS

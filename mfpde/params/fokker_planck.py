@@ -43,7 +43,7 @@ from mfpde.params import free_energy
 from mfpde.params.densities import lumped_mass_owned
 from mfpde.params.eafe import check_p1, global_sum, lam_bernoulli, make_index_map
 from mfpde.params.muscl import MusclTransport
-from mfpde.petsc import LinearSolver
+from mfpde.petsc import LinearSolver, release
 
 __all__ = ["ParameterFokkerPlanck", "StepInfo"]
 
@@ -387,9 +387,14 @@ class ParameterFokkerPlanck:
         return free_energy.diagnostics(self, rho, phi)
 
     def destroy(self) -> None:
-        """Free the PETSc objects (optional; they are also freed by garbage collection)."""
-        for obj in (self.solver, self._A, self._b):
+        """Free the PETSc objects now (collective)."""
+        for name in ("solver", "_A", "_b"):
+            obj = getattr(self, name, None)
             if obj is not None:
                 obj.destroy()
-        self.solver = None
-        self._A = self._b = None
+            setattr(self, name, None)
+
+    def __del__(self) -> None:
+        """Release the matrix and vector to :func:`mfpde.petsc.collect_garbage` (the solver releases its KSP)."""
+        solver = getattr(self, "solver", None)
+        release(solver.serial if solver is not None else -1, getattr(self, "_A", None), getattr(self, "_b", None))

@@ -50,7 +50,7 @@ import ufl
 
 from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
-from mfpde.petsc import LinearSolver
+from mfpde.petsc import LinearSolver, release
 from mfpde.spaces import lumped_mass
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.limiter import LimiterRecord, limit
@@ -156,6 +156,19 @@ class TokenTransport:
         self.M = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(w * v * ufl.dx))
         self.M.assemble()
         self.mass_solver = LinearSolver(self.M, "mfpde_token_", options, TOKEN_PETSC_DEFAULTS, what="petsc.token")
+
+    def destroy(self) -> None:
+        """Free the PETSc mass matrix and its KSP now (collective)."""
+        for name in ("mass_solver", "M"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.destroy()
+            setattr(self, name, None)
+
+    def __del__(self) -> None:
+        """Release the mass matrix to :func:`mfpde.petsc.collect_garbage` (the solver releases its KSP)."""
+        solver = getattr(self, "mass_solver", None)
+        release(solver.serial if solver is not None else -1, getattr(self, "M", None))
 
     # -- evaluation ---------------------------------------------------------------------------
     @property

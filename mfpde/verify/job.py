@@ -17,6 +17,7 @@ from mpi4py import MPI
 from mfpde import __version__
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_report
+from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 
 __all__ = ["format_table", "verify_job"]
@@ -103,6 +104,7 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
         logger.info("check %s ...", name)
         rec = _run(CHECKS[name], quick).record(CHECKS[name])
         rec["wall_s"] = time.perf_counter() - t
+        collect_garbage()  # the check's solvers, on every rank (mfpde.petsc: MPICH's context ids)
         logger.info("check %s: %s (%s)", name, "pass" if rec["passed"] else "FAIL", rec["detail"])
         records.append(rec)
         if plots and rec["series"] and comm.rank == 0:
