@@ -11,7 +11,8 @@ formula is written once. Everything is non-dimensional.
   ŷ(ā) and the ODEs of the mean and variance of a Gaussian ρ_s.
 * :func:`shallow_yhat`, :func:`shallow_training_law`: the single residual layer (theory §2, §6.2 shallow
   case): ŷ = m₀ + T m₀ (ā + σ₀² b̄), and for value heads the closed-form Gaussian training law;
-  :func:`shallow_scalar_rate`: for scalar heads θ = (a, v), the Gaussian fixed point and the rate of F − F*.
+  :func:`shallow_scalar_rate`: for scalar heads θ = (a, v), the Gaussian fixed point and the rate of F − F*;
+  :func:`shallow_lie_law`, :func:`shallow_gap`: the Lie step's exact moments and F − F* in continuous Θ.
 * :func:`ou_moments`: the Fokker–Planck equation with the quadratic potential Φ = (λ₂/2)|θ − c|²
   (Ornstein–Uhlenbeck): Gaussians stay Gaussian with explicit moments.
 """
@@ -24,8 +25,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point",
-           "shallow_scalar_rate", "shallow_training_law", "shallow_yhat", "value_training_law", "value_yhat"]
+__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point", "shallow_gap",
+           "shallow_lie_law", "shallow_scalar_rate", "shallow_training_law", "shallow_yhat", "value_training_law",
+           "value_yhat"]
 
 Array = npt.NDArray[np.float64]
 
@@ -212,6 +214,44 @@ def shallow_fixed_point(lam: float, lam2: float, a: float, m0: float, s0: float,
     entropy = -0.5 * math.log(2 * math.pi * math.e * var)  # ∫ρ* log ρ* of N(ā*, var)
     F = 0.5 * (m0 + k * astar - y) ** 2 + 0.5 * lam2 * (astar**2 + var) + lam * entropy
     return astar, var, F
+
+
+def shallow_lie_law(steps: int, ds: float, abar0: float, var0: float, lam: float, lam2: float, a: float, m0: float,
+                    s0: float, y: float, T: float = 1.0) -> Array:
+    """Mean and variance of ρ after each Lie step of the shallow value model, continuous Θ (theory §4, §6.2).
+
+    The Lie step is one backward-Euler step with the potential frozen at ρ^n: ρ^{n+1} − Δs 𝓛_n ρ^{n+1} = ρ^n,
+    𝓛_n ρ = ∂_v(ρ Φ_n') + λ ∂_v²ρ, Φ_n = g_n v + (λ₂/2)v², g_n = k(m₀ + kā_n − y) (k, ā* of the shallow
+    gain). The drift is linear, so testing with v and v² closes the moments, exactly for every Δs:
+    ā_{n+1}(1 + λ₂Δs) = ā_n − Δs g_n and M_{n+1}(1 + 2λ₂Δs) = M_n − 2Δs g_n ā_{n+1} + 2λΔs (M = ∫v²ρ).
+    Hence ā_n − ā* = qⁿ(ā₀ − ā*) with q = (1 − k²Δs)/(1 + λ₂Δs), the discrete counterpart of e^{−(λ₂+k²)Δs}.
+
+    Returns:
+        (ā_n, V_n) for n = 0..steps, shape (steps + 1, 2).
+    """
+    k, _ = _shallow_gain(lam2, a, m0, s0, y, T)
+    out = np.empty((steps + 1, 2))
+    m, M = abar0, var0 + abar0 * abar0
+    out[0] = m, var0
+    for n in range(steps):
+        g = k * (m0 + k * m - y)
+        m = (m - ds * g) / (1.0 + lam2 * ds)
+        M = (M - 2.0 * ds * g * m + 2.0 * lam * ds) / (1.0 + 2.0 * lam2 * ds)
+        out[n + 1] = m, M - m * m
+    return out
+
+
+def shallow_gap(mean: ArrayLike, var: ArrayLike, lam: float, lam2: float, a: float, m0: float, s0: float, y: float,
+                T: float = 1.0) -> Array:
+    """F(ρ) − F* of the shallow value model for ρ with the given mean and variance (theory §6.2).
+
+    R is quadratic in ā and ρ* = N(ā*, v*), v* = λ/λ₂, is the Gibbs measure of Φ*, so for every ρ
+    F(ρ) − F* = ½(λ₂ + k²)(ā − ā*)² + λ KL(ρ ‖ N(ā, v*)), and KL(ρ ‖ N(ā, v*)) = ½(V/v* − 1 − log(V/v*))
+    + KL(ρ ‖ N(ā, V)): the formula returned is exact for Gaussian ρ and misses only the last term, ≥ 0.
+    """
+    k, astar = _shallow_gain(lam2, a, m0, s0, y, T)
+    r = np.asarray(var, dtype=float) / (lam / lam2)
+    return 0.5 * (lam2 + k * k) * (np.asarray(mean, dtype=float) - astar) ** 2 + 0.5 * lam * (r - 1.0 - np.log(r))
 
 
 def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float, lam2: float
