@@ -5,6 +5,8 @@ formula is written once. Everything is non-dimensional.
 
 * :func:`gaussian_transport`: a Gaussian token measure stays Gaussian under heads A = aI, V = vI
   (theory §6.1): Σ_T = Σ₀ (I − 2b̄TΣ₀)⁻¹, m_T = e^{āT} (I − 2b̄TΣ₀)^{−1/2} m₀.
+* :func:`gaussian_euler_network`: the L-layer residual network x ← x + (T/L)V[μ; ρ](x) on the same Gaussian
+  (the velocity is affine, so each layer maps Gaussians to Gaussians): the exact discrete-depth moments.
 * :func:`gaussian_risk_derivatives`: ∂G/∂ā, ∂G/∂b̄ of G = ½(m_T − y)² (readout g = x₁, d = 1), so that
   δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) (theory §6.1).
 * :func:`value_yhat`, :func:`value_training_law`: the value family θ = v with A = aI fixed (theory §6.2):
@@ -25,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point", "shallow_gap",
-           "shallow_lie_law", "shallow_scalar_rate", "shallow_training_law", "shallow_yhat", "value_training_law",
-           "value_yhat"]
+__all__ = ["gaussian_euler_network", "gaussian_risk_derivatives", "gaussian_transport", "ou_moments",
+           "shallow_fixed_point", "shallow_gap", "shallow_lie_law", "shallow_scalar_rate", "shallow_training_law",
+           "shallow_yhat", "value_training_law", "value_yhat"]
 
 Array = npt.NDArray[np.float64]
 
@@ -54,6 +56,18 @@ def gaussian_transport(m0: ArrayLike, S0: ArrayLike, abar: float, bbar: float, T
     if not np.all(lam > 0):
         raise ValueError(f"depth T = {T} is past the blow-up depth of the Gaussian solution (b̄ = {bbar})")
     return math.exp(abar * T) * (Q @ np.diag(lam**-0.5) @ Q.T) @ m0, S0 @ np.linalg.inv(B)
+
+
+def gaussian_euler_network(m0: float, s0: float, abar: float, bbar: float, T: float, L: int) -> tuple[float, float]:
+    """Mean and variance after L residual layers x ← x + h V[μ; ρ](x), h = T/L, from μ₀ = N(m₀, σ₀²) in d = 1.
+
+    For μ = N(m, σ²) the velocity is affine, V(x) = ām + b̄σ²x (theory §6.1), so the layer maps μ to
+    N(m(1 + h(ā + b̄σ²)), σ²(1 + hb̄σ²)²): forward Euler of the moment ODEs of theory §6.1, exactly.
+    """
+    m, s, h = m0, s0, T / L
+    for _ in range(L):
+        m, s = m * (1.0 + h * (abar + bbar * s)), s * (1.0 + h * bbar * s) ** 2
+    return m, s
 
 
 def gaussian_risk_derivatives(abar: float, bbar: float, m0: float, s0: float, T: float,

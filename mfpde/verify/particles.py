@@ -5,7 +5,8 @@
 * ``finite_heads_rate``: H iid heads from a Gaussian ρ on θ = (a, v): E|ŷ_H − ŷ_ρ| ~ H^{−1/2}, ŷ_ρ the closed
   form of theory §6.1, ŷ_H the particle code with the H heads.
 * ``depth_order``: the L-layer residual network x ← x + (T/L) V[μ^N; ρ](x) (theory §1.1) against the
-  continuous flow's closed form (theory §6.1): error O(1/L).
+  continuous flow's closed form (theory §6.1): error O(1/L), its fitted order against that of the exact
+  L-layer law on the Gaussian (0.970) to a derived tolerance.
 * ``langevin_heads_rate``: H noisy heads dθ = −∇_θ(δR/δρ + λ₂|θ|²/2) ds + √(2λ) dB (an independent
   particle code with the closed-form drift of theory §6.2) against the Fokker–Planck solution of the code:
   sup_s E|mean_H(s) − mean ρ_s| ~ H^{−1/2} (uniform in s for λ > 0).
@@ -22,12 +23,12 @@ from mpi4py import MPI
 import numpy as np
 from scipy.stats import norm
 
-from mfpde.exact import gaussian_transport
+from mfpde.exact import gaussian_euler_network, gaussian_transport
 from mfpde.params.family import ScalarHeads
 from mfpde.tokens.attention import HeadMeasure, velocity
 from mfpde.tokens.particles import transport_particles
 from mfpde.verify.models import A_FIXED, M0, S0
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, fit_slope, register, richardson_bound, slope_tolerance
 from mfpde.verify.transport import HEADS, transport_gaussian
 
 __all__ = ["seed_mean"]
@@ -93,26 +94,51 @@ def check_finite_heads_rate(quick: bool) -> Outcome:
                    [Series(Hs, errs, "heads H", -0.5, q, "E|ŷ_H − ŷ_ρ|")])
 
 
-@register("depth_order", "§1.1; §5.3 (finite L); §7 item 10", "closed-form continuous flow (theory §6.1)")
-def check_depth_order(quick: bool) -> Outcome:
-    """L-layer Euler network against the continuous closed form: fitted order |q − 1| < 0.1 in 1/L.
+#: Quantile tokens of ``depth_order`` (and the half set of its Richardson bound); lowest order in 1/N accepted.
+DEPTH_TOKENS, QUANTILE_ORDER_MIN = 4000, 0.8
 
-    4000 quantile tokens of N(0.3, 0.25): their own error (≲1e-6) stays below the Euler error at L ≤ 64.
-    """
-    m0, s0 = 0.3, 0.25
-    x0, w = _quantile_tokens(4000, m0, s0)
-    y_ex = float(gaussian_transport(m0, s0, HEADS.abar, HEADS.bbar, T)[0][0])
-    Ls = [8, 16, 32, 64]
-    errs = []
+
+def _euler_network(N: int, Ls: list[int], m0: float, s0: float) -> list[float]:
+    """ŷ_L = mean of N quantile tokens of N(m₀, σ₀²) after L layers x ← x + (T/L)V[μ^N; ρ](x), per L."""
+    x0, w = _quantile_tokens(N, m0, s0)
+    ys = []
     for L in Ls:
         x = x0.copy()
         for _ in range(L):
             x = x + (T / L) * velocity(x, x, w, HEADS)
-        errs.append(abs(float(x[:, 0].mean()) - y_ex))
-    q = fit_slope([T / L for L in Ls], errs)
-    return Outcome(q, "|q − 1| < 0.1", abs(q - 1.0) < 0.1,
-                   f"|ŷ_L − ŷ| {', '.join(f'{e:.2e}' for e in errs)} at L = {Ls}",
-                   [Series([T / L for L in Ls], errs, "layer step T/L", 1.0, q, "|ŷ_L − ŷ|")])
+        ys.append(float(x[:, 0].mean()))
+    return ys
+
+
+@register("depth_order", "§1.1; §5.3 (finite L); §7 item 10", "closed-form continuous flow and exact L-layer law")
+def check_depth_order(quick: bool) -> Outcome:
+    """L-layer Euler network against the continuous closed form: fitted order q in T/L against the exact one.
+
+    Reference q_L: the same fit of |m_L − m_T|, m_L the exact L-layer network on the Gaussian itself
+    (:func:`mfpde.exact.gaussian_euler_network`: each layer maps Gaussians to Gaussians), m_T the continuous
+    flow (theory §6.1). q_L = 0.9703, not 1: the O(1/L²) term of Euler over L = 8..64, in the reference.
+    What separates the network from it is the N quantile tokens standing for N(m₀, σ₀²) (their error,
+    ~1e-5 at N = 4000, falls like 1/N: the centred quantile rule has star discrepancy 1/(2N),
+    Koksma–Hlawka), bounded by Richardson against N/2 tokens at order ≥ :data:`QUANTILE_ORDER_MIN`, and
+    propagated to the slope by :func:`~mfpde.verify.registry.slope_tolerance`: |q − q_L| ≤ tol (~6e-3).
+    (The former |q − 1| < 0.1 was 50× wider than the O(1/L²) term and the token error together.)
+    """
+    m0, s0 = 0.3, 0.25
+    y_ex = float(gaussian_transport(m0, s0, HEADS.abar, HEADS.bbar, T)[0][0])
+    Ls = [8, 16, 32, 64]
+    hs = [T / L for L in Ls]
+    ys = _euler_network(DEPTH_TOKENS, Ls, m0, s0)
+    half = _euler_network(DEPTH_TOKENS // 2, Ls, m0, s0)
+    errs = [abs(y - y_ex) for y in ys]
+    ref = [abs(gaussian_euler_network(m0, s0, HEADS.abar, HEADS.bbar, T, L)[0] - y_ex) for L in Ls]
+    q, q_ref = fit_slope(hs, errs), fit_slope(hs, ref)
+    tol = slope_tolerance(hs, errs, richardson_bound(ys, half, QUANTILE_ORDER_MIN))
+    return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (exact L-layer law; token error, Richardson in N)",
+                   abs(q - q_ref) <= tol,
+                   f"|ŷ_L − ŷ| {', '.join(f'{e:.3e}' for e in errs)} at L = {Ls} (exact L-layer law "
+                   f"{', '.join(f'{e:.3e}' for e in ref)}); slope {q:.5f}, exact {q_ref:.5f}, |Δ| = "
+                   f"{abs(q - q_ref):.1e} ≤ {tol:.2e}",
+                   [Series(hs, errs, "layer step T/L", q_ref, q, "|ŷ_L − ŷ|")])
 
 
 @register("langevin_heads_rate", "§4 (particle version); §5.3 (propagation of chaos)",

@@ -27,9 +27,9 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, fit_slope, register, richardson_bound, slope_tolerance
 
-__all__ = ["HEADS", "gaussian_errors", "slope_tolerance", "transport_gaussian", "w1_1d"]
+__all__ = ["HEADS", "gaussian_errors", "transport_gaussian", "w1_1d"]
 
 Array = npt.NDArray[np.float64]
 #: Reduced heads A = aI, V = vI (c_k = ∫_{a = a_k} v dρ): ā = 0.75, b̄ = −0.175 (contracting).
@@ -151,22 +151,6 @@ def _w1_ratio_errors(cells: list[int], rho: bool) -> tuple[list[float], list[flo
     return hs, rel, outs, ref
 
 
-def slope_tolerance(x: list[float], fine: list[float], coarse: list[float], order_min: float) -> float:
-    """Bound on how far the discretisation moves the log-log slope of ``fine`` against x from the exact one.
-
-    With out_h(x_i) = out(x_i)(1 + ε_i), the least-squares slope is q_h = q + Σ w_i log(1 + ε_i),
-    w_i = (ξ_i − ξ̄)/Σ(ξ_j − ξ̄)², ξ = log x, so |q_h − q| ≤ Σ|w_i| · max_i |log(1 + ε_i)|. ε_i is
-    bounded without the closed form, by Richardson on the two meshes h, 2h: out_h − out = K h^p + o(h^p)
-    with p ≥ ``order_min`` gives |out_h − out| ≤ |out_2h − out_h|/(2^{order_min} − 1) =: E_i out_h, so
-    |ε_i| ≤ E_i/(1 − E_i) and |log(1 + ε_i)| ≤ −log(1 − E_i). A bug common to both meshes does not enter it.
-    """
-    xi = np.log(np.asarray(x, float))
-    w = (xi - xi.mean()) / ((xi - xi.mean()) ** 2).sum()
-    f, c = np.asarray(fine, float), np.asarray(coarse, float)
-    E = float(np.max(np.abs(c - f) / (np.abs(f) * (2**order_min - 1))))
-    return float(np.abs(w).sum() * -np.log1p(-E)) if E < 1 else float("inf")
-
-
 def _w1_outcome(quick: bool, rho: bool) -> Outcome:
     """The outcome of ``stability_w1_data`` (rho False) or ``stability_w1_rho`` (rho True); collective.
 
@@ -180,8 +164,10 @@ def _w1_outcome(quick: bool, rho: bool) -> Outcome:
       closed-form outputs at the δ used; log f(x) = log(f'x) + (f''/2f')x + O(x²), so q_δ − 1 ≈
       (f''/2f')(x_max − x_min)/log(x_max/x_min). For the data check f is linear (q_δ = 1 to round-off);
       for the ρ check m_T is nonlinear in (ā, b̄) and q_δ − 1 = 0.025 over W1(ρ, ρ') ∈ [0.025, 0.1];
-    * the token discretisation: |q − q_δ| ≤ :func:`slope_tolerance` of the two finest meshes, DG0 being of
-      order ≥ :data:`DG0_ORDER_MIN` in h (which the second assertion checks).
+    * the token discretisation: |q − q_δ| ≤ :func:`~mfpde.verify.registry.slope_tolerance` with the error
+      of each output bounded without the closed form, by Richardson on the two finest meshes
+      (:func:`~mfpde.verify.registry.richardson_bound`), DG0 being of order ≥ :data:`DG0_ORDER_MIN` in h
+      (which the second assertion checks); a bug common to both meshes does not enter it.
 
     So |q − q_δ| ≤ that tolerance (0.1, the former threshold, was ~20× the data check's and ~3× the ρ
     check's at the quick meshes). A perturbation entering quadratically in δ, the same on every mesh,
@@ -198,7 +184,7 @@ def _w1_outcome(quick: bool, rho: bool) -> Outcome:
     x = [0.5 * d for d in W1_DELTAS] if rho else W1_DELTAS
     out = outs[-1]
     q, q_ref = fit_slope(x, out), fit_slope(x, ref)
-    tol = slope_tolerance(x, out, outs[-2], DG0_ORDER_MIN)
+    tol = slope_tolerance(x, out, richardson_bound(out, outs[-2], DG0_ORDER_MIN))
     qh = fit_slope(hs, rel)
     ok = abs(q - q_ref) <= tol and abs(qh - 1.0) < 0.2
     what = "|ŷ−ŷ'|" if rho else "W1"
