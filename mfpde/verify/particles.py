@@ -167,7 +167,7 @@ def check_depth_order(quick: bool) -> Outcome:
     ref = [abs(gaussian_euler_network(m0, s0, HEADS.abar, HEADS.bbar, T, L)[0] - y_ex) for L in Ls]
     q, q_ref = fit_slope(hs, errs), fit_slope(hs, ref)
     tol = slope_tolerance(hs, errs, richardson_bound(ys, half, QUANTILE_ORDER_MIN))
-    return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (exact L-layer law; token error, Richardson in N)",
+    return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (exact L-layer law; tokens by Richardson in N)",
                    abs(q - q_ref) <= tol,
                    f"|ŷ_L − ŷ| {', '.join(f'{e:.3e}' for e in errs)} at L = {Ls} (exact L-layer law "
                    f"{', '.join(f'{e:.3e}' for e in ref)}); slope {q:.5f}, exact {q_ref:.5f}, |Δ| = "

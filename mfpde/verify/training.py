@@ -130,12 +130,13 @@ def check_shallow_exponential_rate(quick: bool) -> Outcome:
         round_off = math.nan
     tol = mesh + round_off
     ok = bool(abs(c - c_ref) <= tol and c >= 2 * LAM2)
-    return Outcome(c, f"|c − {c_ref:.4f}| ≤ {tol:.2g} (Θ mesh, Richardson p ≥ {THETA_ORDER_MIN}, + round-off), "
+    return Outcome(c, f"|c − {c_ref:.4f}| ≤ {tol:.2g} (exact Lie law; Θ mesh by Richardson + round-off), "
                       f"c ≥ 2λ₂ = {2 * LAM2}", ok,
                    f"fitted {c:.5f} on {int(rows.sum())} rows ({RATE_CELLS[0]} Θ cells; {c2:.5f} on "
                    f"{RATE_CELLS[1]}); exact Lie law on the same rows {c_ref:.5f} (asymptotic −2 log q/Δs = "
                    f"{-2 * math.log(q) / RATE_DS:.5f}, Δs → 0: {2 * (LAM2 + K_SHALLOW**2):.5f}); |c − c_ref| = "
-                   f"{abs(c - c_ref):.2e} ≤ {mesh:.2e} (Θ mesh) + {round_off:.1e} (round-off); theorem {2 * LAM2}",
+                   f"{abs(c - c_ref):.2e} ≤ {mesh:.2e} (Θ mesh, Richardson at order ≥ {THETA_ORDER_MIN}) + "
+                   f"{round_off:.1e} (round-off); theorem {2 * LAM2}",
                    [Series([6.0 / n for n in RATE_CELLS], [abs(r - c_ref) for r in rates], "Θ cell size h", 2.0,
                            fit_slope([6.0 / n for n in RATE_CELLS], [abs(r - c_ref) for r in rates]),
                            "|c_h − c_ref|")])

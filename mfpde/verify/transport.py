@@ -188,8 +188,8 @@ def _w1_outcome(quick: bool, rho: bool) -> Outcome:
     qh = fit_slope(hs, rel)
     ok = abs(q - q_ref) <= tol and abs(qh - 1.0) < 0.2
     what = "|ŷ−ŷ'|" if rho else "W1"
-    return Outcome(q, f"|slope in δ − {q_ref:.4f}| ≤ {tol:.2g} (closed-form slope; DG0 error, Richardson p ≥ "
-                      f"{DG0_ORDER_MIN}); ratio error vs closed form falls at DG0's order |q_h − 1| < 0.2", ok,
+    return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (closed form; DG0 by Richardson); ratio error |q_h − 1| < 0.2",
+                   ok,
                    f"{what} {', '.join(f'{v:.3e}' for v in out)} (exact {', '.join(f'{v:.3e}' for v in ref)}) at "
                    f"{'W1(ρ,ρ′)' if rho else 'δ'} = {x}; slope {q:.5f}, closed form {q_ref:.5f}, |Δ| = "
                    f"{abs(q - q_ref):.1e} ≤ {tol:.2e}; max rel. ratio error "
