@@ -5,13 +5,16 @@ formula is written once. Everything is non-dimensional.
 
 * :func:`gaussian_transport`: a Gaussian token measure stays Gaussian under heads A = aI, V = vI
   (theory §6.1): Σ_T = Σ₀ (I − 2b̄TΣ₀)⁻¹, m_T = e^{āT} (I − 2b̄TΣ₀)^{−1/2} m₀.
+* :func:`gaussian_euler_network`: the L-layer residual network x ← x + (T/L)V[μ; ρ](x) on the same Gaussian
+  (the velocity is affine, so each layer maps Gaussians to Gaussians): the exact discrete-depth moments.
 * :func:`gaussian_risk_derivatives`: ∂G/∂ā, ∂G/∂b̄ of G = ½(m_T − y)² (readout g = x₁, d = 1), so that
   δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) (theory §6.1).
 * :func:`value_yhat`, :func:`value_training_law`: the value family θ = v with A = aI fixed (theory §6.2):
   ŷ(ā) and the ODEs of the mean and variance of a Gaussian ρ_s.
 * :func:`shallow_yhat`, :func:`shallow_training_law`: the single residual layer (theory §2, §6.2 shallow
   case): ŷ = m₀ + T m₀ (ā + σ₀² b̄), and for value heads the closed-form Gaussian training law;
-  :func:`shallow_scalar_rate`: for scalar heads θ = (a, v), the Gaussian fixed point and the rate of F − F*.
+  :func:`shallow_scalar_rate`: for scalar heads θ = (a, v), the Gaussian fixed point and the rate of F − F*;
+  :func:`shallow_lie_law`, :func:`shallow_gap`: the Lie step's exact moments and F − F* in continuous Θ.
 * :func:`ou_moments`: the Fokker–Planck equation with the quadratic potential Φ = (λ₂/2)|θ − c|²
   (Ornstein–Uhlenbeck): Gaussians stay Gaussian with explicit moments.
 """
@@ -24,8 +27,9 @@ import numpy as np
 import numpy.typing as npt
 from numpy.typing import ArrayLike
 
-__all__ = ["gaussian_risk_derivatives", "gaussian_transport", "ou_moments", "shallow_fixed_point",
-           "shallow_scalar_rate", "shallow_training_law", "shallow_yhat", "value_training_law", "value_yhat"]
+__all__ = ["gaussian_euler_network", "gaussian_risk_derivatives", "gaussian_transport", "ou_moments",
+           "shallow_fixed_point", "shallow_gap", "shallow_lie_law", "shallow_scalar_rate", "shallow_training_law",
+           "shallow_yhat", "value_training_law", "value_yhat"]
 
 Array = npt.NDArray[np.float64]
 
@@ -52,6 +56,18 @@ def gaussian_transport(m0: ArrayLike, S0: ArrayLike, abar: float, bbar: float, T
     if not np.all(lam > 0):
         raise ValueError(f"depth T = {T} is past the blow-up depth of the Gaussian solution (b̄ = {bbar})")
     return math.exp(abar * T) * (Q @ np.diag(lam**-0.5) @ Q.T) @ m0, S0 @ np.linalg.inv(B)
+
+
+def gaussian_euler_network(m0: float, s0: float, abar: float, bbar: float, T: float, L: int) -> tuple[float, float]:
+    """Mean and variance after L residual layers x ← x + h V[μ; ρ](x), h = T/L, from μ₀ = N(m₀, σ₀²) in d = 1.
+
+    For μ = N(m, σ²) the velocity is affine, V(x) = ām + b̄σ²x (theory §6.1), so the layer maps μ to
+    N(m(1 + h(ā + b̄σ²)), σ²(1 + hb̄σ²)²): forward Euler of the moment ODEs of theory §6.1, exactly.
+    """
+    m, s, h = m0, s0, T / L
+    for _ in range(L):
+        m, s = m * (1.0 + h * (abar + bbar * s)), s * (1.0 + h * bbar * s) ** 2
+    return m, s
 
 
 def gaussian_risk_derivatives(abar: float, bbar: float, m0: float, s0: float, T: float,
@@ -212,6 +228,44 @@ def shallow_fixed_point(lam: float, lam2: float, a: float, m0: float, s0: float,
     entropy = -0.5 * math.log(2 * math.pi * math.e * var)  # ∫ρ* log ρ* of N(ā*, var)
     F = 0.5 * (m0 + k * astar - y) ** 2 + 0.5 * lam2 * (astar**2 + var) + lam * entropy
     return astar, var, F
+
+
+def shallow_lie_law(steps: int, ds: float, abar0: float, var0: float, lam: float, lam2: float, a: float, m0: float,
+                    s0: float, y: float, T: float = 1.0) -> Array:
+    """Mean and variance of ρ after each Lie step of the shallow value model, continuous Θ (theory §4, §6.2).
+
+    The Lie step is one backward-Euler step with the potential frozen at ρ^n: ρ^{n+1} − Δs 𝓛_n ρ^{n+1} = ρ^n,
+    𝓛_n ρ = ∂_v(ρ Φ_n') + λ ∂_v²ρ, Φ_n = g_n v + (λ₂/2)v², g_n = k(m₀ + kā_n − y) (k, ā* of the shallow
+    gain). The drift is linear, so testing with v and v² closes the moments, exactly for every Δs:
+    ā_{n+1}(1 + λ₂Δs) = ā_n − Δs g_n and M_{n+1}(1 + 2λ₂Δs) = M_n − 2Δs g_n ā_{n+1} + 2λΔs (M = ∫v²ρ).
+    Hence ā_n − ā* = qⁿ(ā₀ − ā*) with q = (1 − k²Δs)/(1 + λ₂Δs), the discrete counterpart of e^{−(λ₂+k²)Δs}.
+
+    Returns:
+        (ā_n, V_n) for n = 0..steps, shape (steps + 1, 2).
+    """
+    k, _ = _shallow_gain(lam2, a, m0, s0, y, T)
+    out = np.empty((steps + 1, 2))
+    m, M = abar0, var0 + abar0 * abar0
+    out[0] = m, var0
+    for n in range(steps):
+        g = k * (m0 + k * m - y)
+        m = (m - ds * g) / (1.0 + lam2 * ds)
+        M = (M - 2.0 * ds * g * m + 2.0 * lam * ds) / (1.0 + 2.0 * lam2 * ds)
+        out[n + 1] = m, M - m * m
+    return out
+
+
+def shallow_gap(mean: ArrayLike, var: ArrayLike, lam: float, lam2: float, a: float, m0: float, s0: float, y: float,
+                T: float = 1.0) -> Array:
+    """F(ρ) − F* of the shallow value model for ρ with the given mean and variance (theory §6.2).
+
+    R is quadratic in ā and ρ* = N(ā*, v*), v* = λ/λ₂, is the Gibbs measure of Φ*, so for every ρ
+    F(ρ) − F* = ½(λ₂ + k²)(ā − ā*)² + λ KL(ρ ‖ N(ā, v*)), and KL(ρ ‖ N(ā, v*)) = ½(V/v* − 1 − log(V/v*))
+    + KL(ρ ‖ N(ā, V)): the formula returned is exact for Gaussian ρ and misses only the last term, ≥ 0.
+    """
+    k, astar = _shallow_gain(lam2, a, m0, s0, y, T)
+    r = np.asarray(var, dtype=float) / (lam / lam2)
+    return 0.5 * (lam2 + k * k) * (np.asarray(mean, dtype=float) - astar) ** 2 + 0.5 * lam * (r - 1.0 - np.log(r))
 
 
 def ou_moments(s: float, c: ArrayLike, m0: ArrayLike, v0: ArrayLike, lam: float, lam2: float

@@ -112,7 +112,8 @@ def _entropic_rate(cfg, out, lo: float, hi: float | None) -> tuple[dict, float]:
 
 def test_shallow_exponential_rate():
     """The single-layer model, entropic, value heads (Gibbs measures Gaussian, α = λ₂/λ, theory §5.4): F(ρ_s) − F*
-    with F* in closed form (theory §6.2) decays at the exact rate min(2(λ₂ + k²), 4λ₂) ≥ 2λ₂, and stays below
+    with F* in closed form (theory §6.2) decays at the rate of the exact Lie law (→ 2(λ₂ + k²) ≥ 2λ₂ as Δs → 0,
+    to a derived Θ-mesh tolerance), and stays below
     the certificate λ KL(ρ_s ‖ p_ρ_s) at every row."""
     from mfpde.verify.training import check_free_energy_certificate, check_shallow_exponential_rate
 
