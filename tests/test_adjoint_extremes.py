@@ -221,7 +221,7 @@ def test_issue_case_saturated_heads(tempdir, degree):
     # the two runs are the same operations but for exponentials of < 1e-20: the bound of test_saturated_gradient
     assert np.abs(Dy - Dy200).max() <= 2 * gamma(2 * 40 * 3 * 50) * max(np.abs(Dy200).max(), 1.0), (Dy, Dy200)
     # central differences, with h below Σc ≈ 7e-7 so that the velocity keeps its sign (the upwind flux has a kink at
-    # V = 0): truncation h²/6 |ŷ'''| ≈ |fd(2h) − fd(h)|/3 (Richardson), round-off 2 γ_N |ŷ| / (2h) per difference
+    # V = 0): truncation h²/6 |ŷ'''| ≈ |fd(2h) − fd(h)|/3 (Richardson); round-off ≤ 2 γ_N |ŷ|/(2h), asserted with 2×
     h, heads = 1e-7, pb.heads0
     assert heads.c.sum() > 4 * h, heads.c.sum()
 
