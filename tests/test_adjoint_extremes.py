@@ -7,6 +7,9 @@
 * DG1: the reverse pass treated the positivity limiter as the identity, and the costate at a clipped node (a zero
   weight) grew by e^{a x·Δy} a stage: gradients of 1e18–1e275 where finite differences give O(1). The limiter is
   now transposed (:mod:`mfpde.tokens.limiter`).
+* DG1 with saturated heads: the limiter left its limited minimum at a round-off residue (1e-21) instead of 0; the
+  softmax weighed that point by e^{75}, so ŷ jumped by 2% of its slope in c with the sign of a rounding and the
+  reverse pass (which takes u_{i*} ≡ 0) disagreed with finite differences by 2%. The minimum is now exactly 0.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import numpy as np
 import pytest
 from roundoff import gamma
 
+from mfpde.config import load
 from mfpde.mesh import box
+from mfpde.problem import build
 from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure, TensorGrid, tilted_kernel, velocity_vjp
 from mfpde.tokens.data import Sample, fill_density
@@ -26,6 +31,7 @@ from mfpde.tokens.interpolated import InterpolatedSoftmax
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.separable import TensorSoftmax
 from mfpde.tokens.transport import TokenTransport
+from mfpde.training.objective import Objective
 
 A_BIG = 300.0
 
@@ -174,3 +180,106 @@ def test_limiter_transpose_is_scale_invariant(scale: float) -> None:
     assert np.all(np.isfinite(got))
     # both are the same ~10 rounded operations on values of the order of p: γ₃₂ relative to Σ|p|
     assert np.abs(got - ref).max() <= gamma(32) * np.abs(p).sum() * 10, np.abs(got - ref).max()
+
+
+def _issue_case(tmp, degree: int, a: float, v: float):
+    """The problem and objective of issue 14's run (one token at x = −3, Ω = [−4, 4], 100 cells, one depth step).
+
+    A data file holds the token; scalar heads θ = (a, v) on Θ = [a − 2, a + 2] × [−1, 1], ρ₀ Gaussian around (a, v).
+    """
+    comm = MPI.COMM_WORLD
+    data = tmp / "one.npz"
+    if comm.rank == 0 and not data.exists():
+        np.savez(data, points=np.full((1, 1, 1), -3.0), weights=np.ones((1, 1)), target=np.ones(1))
+    comm.Barrier()
+    cfg = load(None, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[100]", f"tokens.degree={degree}",
+                      "depth.steps=1", "heads.family='scalar'", f"heads.box=[[{a - 2}, {a + 2}], [-1.0, 1.0]]",
+                      "heads.cells=[4, 8]",
+                      f"heads.init={{kind='gaussian', mean=[{a}, {v}], cov=[[0.5, 0.0], [0.0, 0.05]]}}",
+                      "data.kind='file'", f"data.path='{data}'", "loss.readout='mean'", "training.steps=1"])
+    pb = build(cfg, comm, split_samples=True)
+    return pb, Objective(pb)
+
+
+@pytest.mark.parametrize("degree", [0, 1])
+def test_issue_case_saturated_heads(tempdir, degree):
+    """Issue 14's case: one token at x = −3 on [−4, 4] (100 cells), one depth step, heads around a = 300.
+
+    ρ₀ has v-mean 1e-6, so the velocity is tiny and μ stays on one or two cells: every point next to them has zero
+    weight, and the old reverse pass exponentiated those, e^{a x·Δy} with a x·Δy up to 300·4·8: ∂ŷ/∂c was NaN at
+    a ≈ 300 (a = 200: −3.12 for DG0) and 1e31 or NaN for DG1 at either a (measured at ad991fa). Now ∂ŷ/∂c_k is
+    finite, the same at a ≈ 300 as at a ≈ 200 (the softmax is saturated at both: e^{−a·3·0.08} < 1e-20), and equal to
+    central differences of ŷ in c_k.
+    """
+    v = 1e-6
+    pb, obj = _issue_case(tempdir, degree, 300.0, v)
+    g = obj.gradient([pb.heads0], per_sample=True)
+    Dy = g.Dy[0][0]
+    assert np.all(np.isfinite(Dy)), Dy
+    pb2, obj2 = _issue_case(tempdir, degree, 200.0, v)
+    Dy200 = obj2.gradient([pb2.heads0], per_sample=True).Dy[0][0]
+    # the two runs are the same operations but for exponentials of < 1e-20: the bound of test_saturated_gradient
+    assert np.abs(Dy - Dy200).max() <= 2 * gamma(2 * 40 * 3 * 50) * max(np.abs(Dy200).max(), 1.0), (Dy, Dy200)
+    # central differences, with h below Σc ≈ 7e-7 so that the velocity keeps its sign (the upwind flux has a kink at
+    # V = 0): truncation h²/6 |ŷ'''| ≈ |fd(2h) − fd(h)|/3 (Richardson); round-off ≤ 2 γ_N |ŷ|/(2h), asserted with 2×
+    h, heads = 1e-7, pb.heads0
+    assert heads.c.sum() > 4 * h, heads.c.sum()
+
+    def fd(k: int, step: float) -> float:
+        cp, cm = heads.c.copy(), heads.c.copy()
+        cp[k] += step
+        cm[k] -= step
+        yp = obj.predict(pb.train, [HeadMeasure(heads.a, cp)])[0]
+        ym = obj.predict(pb.train, [HeadMeasure(heads.a, cm)])[0]
+        return (yp - ym) / (2 * step)
+
+    for k in (0, len(heads.a) // 2):
+        f1, f2 = fd(k, h), fd(k, 2 * h)
+        tol = abs(f2 - f1) + 2 * gamma(2 * 40 * 3 * 50) * max(abs(g.yhat[0]), 1.0) / h
+        assert abs(f1 - Dy[k]) <= tol, (k, f1, f2, Dy[k], tol)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_dg1_tiny_mesh_risk_gradient(n):
+    """DG1 on n = 2, 4, 8 token cells (d = 1), by the run's objective: every ∂R/∂c_k equals central differences.
+
+    Issue 14: the reverse pass of DG1 treated the positivity limiter as the identity and returned gradients of
+    1e73–1e111 on such meshes where finite differences gave at most ~800. Two Gaussian samples, scalar heads on a
+    5 × 4 Θ grid with every c_k ≥ 5e-4 (a c_k within h of 0 would let the difference cross a kink of the upwind
+    flux, where V changes sign at a vertex), four depth steps. Error model of the central difference at h:
+    truncation h²/6 |R'''| ≤ |fd(2h) − fd(h)| (Richardson: the difference of the two is 3 h²/6 |R'''| + O(h⁴)), plus
+    the round-off of two risks through N ≤ 4 · 3 · 50 · 2 roundings each, divided by 2h.
+    """
+    cfg = load(None, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", f"tokens.cells=[{n}]", "tokens.degree=1",
+                      "tokens.outflow_tol=0.5", "depth.steps=4", "heads.family='scalar'",
+                      "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]", "heads.cells=[4, 4]",
+                      "heads.init={kind='gaussian', mean=[0.5, 0.2], cov=[[0.3, 0.0], [0.0, 0.1]]}",
+                      "data.kind='gaussian'", "data.mean=[[0.3], [-0.5]]", "data.cov=[[[0.25]], [[0.1]]]",
+                      "data.target=[1.0, -1.0]", "loss.readout='mean'", "training.steps=1"])
+    pb = build(cfg, MPI.COMM_WORLD, split_samples=True)
+    obj = Objective(pb)
+    heads = pb.heads0
+    assert np.all(heads.c >= 5e-4), heads.c
+    tape: list = []
+    u = dolfinx.fem.Function(obj.tokens.W)
+    fill_density(pb.train[0], u, obj.tokens.mass)
+    obj.forward(u, [heads], tape)
+    limited = MPI.COMM_WORLD.allreduce(sum(r is not None for s in tape for r in s.limiter), op=MPI.SUM)
+    assert limited > 0, "the limiter never acted: the test would not exercise its transpose"
+    g = obj.gradient([heads])
+    D = g.D[0]
+    assert np.all(np.isfinite(D)), D
+    h = 1e-6
+
+    def fd(k: int, step: float) -> float:
+        cp, cm = heads.c.copy(), heads.c.copy()
+        cp[k] += step
+        cm[k] -= step
+        return (obj.gradient([HeadMeasure(heads.a, cp)]).risk - obj.gradient([HeadMeasure(heads.a, cm)]).risk) / (
+            2 * step)
+
+    for k in range(len(D)):
+        f1, f2 = fd(k, h), fd(k, 2 * h)
+        tol = abs(f2 - f1) + 2 * gamma(4 * 3 * 50 * 2) * max(g.risk, 1.0) / (2 * h)
+        assert abs(f1 - D[k]) <= tol, f"n = {n}, head a = {heads.a[k]}: adjoint {D[k]!r}, differences {f1!r} " \
+                                      f"(2h: {f2!r}), tolerance {tol:.3g}"

@@ -141,13 +141,17 @@ FEW_CELLS = ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[2]", "to
 
 
 @pytest.mark.serial
-def test_more_ranks_than_token_cells_gives_the_serial_result(tmp_path):
+@pytest.mark.parametrize("degree", [0, 1])
+def test_more_ranks_than_token_cells_gives_the_serial_result(tmp_path, degree):
     """3 ranks, 2 token cells (issue 14): a rank without a token vertex raised on max() of an empty array in the
-    d = 1 velocity while the others waited in a collective; now it gives the serial result (and writes fields)."""
+    d = 1 velocity while the others waited in a collective (DG1), and a rank without a token cell raised in the
+    DG0 facet arrays (reshape of an empty cell-vertex list: MPI_Abort); now both give the serial result (and
+    write fields)."""
     results = {}
     for n in (1, 3):
         out = tmp_path / f"n{n}"
-        rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(FEW_CELLS)], n=n)
+        rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets([*FEW_CELLS, f"tokens.degree={degree}"])],
+                            n=n)
         assert rc == 0, err
         results[n] = json.loads((out / "report.json").read_text())["final"]
     # the same operations in another reduction order: 2 training steps of forward + adjoint through ≤ 40 CFL

@@ -71,8 +71,14 @@ def limit(values: Array, cell_dofs: npt.NDArray[np.int32], m: Array) -> LimiterR
         return None
     mb, vb = mean[bad], vals[bad]
     theta = np.clip(mb / (mb - vmin[bad]), 0.0, 1.0)
-    # The limited minimum is 0 up to round-off; clip that round-off (|change| ~ 1e-16 mean).
-    values[cell_dofs[bad]] = np.maximum(mb[:, None] + theta[:, None] * (vb - mb[:, None]), 0.0)
+    # The limited minimum is 0 in exact arithmetic; it is set to exactly 0 (|change| ~ 1e-16 mean), not left at a
+    # round-off residue of either sign. A residue of 1e-21 is a point in the support of μ, and the saturated softmax
+    # weighs it by e^{a x·Δy} (e^{75} at a = 300, Δy = 0.08): the velocity at the next vertex jumped by 2% with the
+    # sign of a rounding, ŷ was not continuous in c, and the reverse pass (which holds u_{i*} ≡ 0) disagreed with
+    # finite differences by 2% (issue 14: one token at x = −3, DG1, heads around a = 300).
+    lim = np.maximum(mb[:, None] + theta[:, None] * (vb - mb[:, None]), 0.0)
+    lim[vb == vmin[bad][:, None]] = 0.0
+    values[cell_dofs[bad]] = lim
     q = mw[bad] / mw[bad].sum(axis=1, keepdims=True)
     return LimiterRecord(cell_dofs[bad], q, vb - mb[:, None], mb, theta, vb.argmin(axis=1))
 

@@ -86,7 +86,7 @@ class UpwindFiniteVolume:
         # vertex → P1 block dof, through the cells (P1 dofs are listed in the cells' reference vertex order)
         pdofs = P.dofmap.list[:ncell]
         v2dof = np.full(top.index_map(0).size_local + top.index_map(0).num_ghosts, -1, np.int64)
-        v2dof[c2v.array.reshape(ncell, -1)] = pdofs
+        v2dof[c2v.array.reshape(-1, pdofs.shape[1])] = pdofs  # not reshape(ncell, -1): a rank may have no cell
         fv = f2v.array.reshape(-1, 1 if tdim == 1 else 2)[:nf]
         self.verts: Index = v2dof[fv]
         xv = P.tabulate_dof_coordinates()[:, :d]
