@@ -42,7 +42,7 @@ from petsc4py import PETSc
 
 from mfpde.errors import ConfigError, SolverError
 
-__all__ = ["LinearSolver", "collect_garbage", "release"]
+__all__ = ["LinearSolver", "PetscOwner", "collect_garbage", "release"]
 
 #: Creation serial numbers of the PETSc-owning objects: the same sequence on every rank of a communicator.
 SERIAL = itertools.count()
@@ -58,6 +58,31 @@ def release(serial: int, *objs: Any, first: int = 1) -> None:
     objects, and so their communicators, alive until then.
     """
     _RELEASED.extend(((serial, first + i), o) for i, o in enumerate(objs) if o is not None)
+
+
+class PetscOwner:
+    """Mixin of a class that owns a :class:`LinearSolver` and the PETSc objects it was built on.
+
+    Subclasses name the attribute holding the solver (``_petsc_solver``) and those holding other PETSc
+    objects (``_petsc_objects``). ``destroy()`` frees them now (collective); ``__del__`` releases them to
+    :func:`collect_garbage` under the solver's serial number (the solver releases its own KSP).
+    """
+
+    _petsc_solver: str = ""
+    _petsc_objects: tuple[str, ...] = ()
+
+    def destroy(self) -> None:
+        """Free the solver and the PETSc objects now (collective over their communicator)."""
+        for name in (self._petsc_solver, *self._petsc_objects):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.destroy()
+            setattr(self, name, None)
+
+    def __del__(self) -> None:
+        """Release the PETSc objects to :func:`collect_garbage` (see the module doc)."""
+        solver = getattr(self, self._petsc_solver, None)
+        release(solver.serial if solver is not None else -1, *(getattr(self, n, None) for n in self._petsc_objects))
 
 
 def collect_garbage() -> int:

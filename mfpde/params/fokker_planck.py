@@ -43,7 +43,7 @@ from mfpde.params import free_energy
 from mfpde.params.densities import lumped_mass_owned
 from mfpde.params.eafe import check_p1, global_sum, lam_bernoulli, make_index_map
 from mfpde.params.muscl import MusclTransport
-from mfpde.petsc import LinearSolver, release
+from mfpde.petsc import LinearSolver, PetscOwner
 
 __all__ = ["ParameterFokkerPlanck", "StepInfo"]
 
@@ -78,7 +78,7 @@ class StepInfo:
     min_rho: float
 
 
-class ParameterFokkerPlanck:
+class ParameterFokkerPlanck(PetscOwner):
     r"""EAFE (Scharfetter–Gummel) P1 solver for ∂_s ρ = ∇·(ρ∇Φ) + λΔρ with zero flux (theory §4 (FP)/(WGF)).
 
     Discrete scheme (Xu & Zikatanov, Math. Comp. 68 (1999) 1429–1446): with the lumped mass M_L = diag(m_i),
@@ -128,6 +128,9 @@ class ParameterFokkerPlanck:
         ValueError: If V is not scalar P1, λ < 0, or the mesh has a positive off-diagonal stiffness entry
             (an obtuse / non-Delaunay mesh, for which EAFE is not monotone).
     """
+
+    _petsc_solver = "solver"
+    _petsc_objects = ("_A", "_b")
 
     def __init__(
         self,
@@ -385,16 +388,3 @@ class ParameterFokkerPlanck:
         See :func:`mfpde.params.free_energy.diagnostics`, which this calls.
         """
         return free_energy.diagnostics(self, rho, phi)
-
-    def destroy(self) -> None:
-        """Free the PETSc objects now (collective)."""
-        for name in ("solver", "_A", "_b"):
-            obj = getattr(self, name, None)
-            if obj is not None:
-                obj.destroy()
-            setattr(self, name, None)
-
-    def __del__(self) -> None:
-        """Release the matrix and vector to :func:`mfpde.petsc.collect_garbage` (the solver releases its KSP)."""
-        solver = getattr(self, "solver", None)
-        release(solver.serial if solver is not None else -1, getattr(self, "_A", None), getattr(self, "_b", None))

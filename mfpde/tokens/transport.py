@@ -50,7 +50,7 @@ import ufl
 
 from mfpde.errors import NumericalError
 from mfpde.mesh import Domain
-from mfpde.petsc import LinearSolver, release
+from mfpde.petsc import LinearSolver, PetscOwner
 from mfpde.spaces import lumped_mass
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.limiter import LimiterRecord, limit
@@ -90,7 +90,7 @@ class TransportReport:
         return abs(self.mass_T - self.mass_0) / self.mass_0
 
 
-class TokenTransport:
+class TokenTransport(PetscOwner):
     """The upwind-DG / SSP-RK3 solver of the token McKean–Vlasov equation (theory §1.3 (F)).
 
     Args:
@@ -99,6 +99,9 @@ class TokenTransport:
         cfl: safety factor of the positivity CFL condition, in (0, 1].
         petsc_options: options for the mass solve (prefix ``mfpde_token_``).
     """
+
+    _petsc_solver = "mass_solver"
+    _petsc_objects = ("M",)
 
     def __init__(self, domain: Domain, degree: int = 0, cfl: float = 0.4,
                  petsc_options: dict | None = None):
@@ -156,19 +159,6 @@ class TokenTransport:
         self.M = dolfinx.fem.petsc.assemble_matrix(dolfinx.fem.form(w * v * ufl.dx))
         self.M.assemble()
         self.mass_solver = LinearSolver(self.M, "mfpde_token_", options, TOKEN_PETSC_DEFAULTS, what="petsc.token")
-
-    def destroy(self) -> None:
-        """Free the PETSc mass matrix and its KSP now (collective)."""
-        for name in ("mass_solver", "M"):
-            obj = getattr(self, name, None)
-            if obj is not None:
-                obj.destroy()
-            setattr(self, name, None)
-
-    def __del__(self) -> None:
-        """Release the mass matrix to :func:`mfpde.petsc.collect_garbage` (the solver releases its KSP)."""
-        solver = getattr(self, "mass_solver", None)
-        release(solver.serial if solver is not None else -1, getattr(self, "M", None))
 
     # -- evaluation ---------------------------------------------------------------------------
     @property
