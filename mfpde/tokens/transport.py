@@ -60,7 +60,7 @@ from mfpde.tokens.tape import TAPE_BUDGET_BYTES, EulerStep, RK3Step, Tape
 from mfpde.tokens.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
-__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
+__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport", "check_depth_step"]
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
@@ -88,6 +88,26 @@ class TransportReport:
         leaving Ω it is the conservation error.
         """
         return abs(self.mass_T - self.mass_0) / self.mass_0
+
+
+def check_depth_step(step: int, t: float, finite: bool, mass: float, outflow: float, mass0: float,
+                     outflow_tol: float) -> None:
+    """The checks after every depth step of a token solve (theory §1.3: mass balance with the outflow).
+
+    Raises:
+        NumericalError: non-finite density; |∫μ_t + outflow − ∫μ_0| > 1e-9 ∫μ_0 (positivity lost); outflow
+            beyond ``outflow_tol`` ∫μ_0 (interface: exit status 3).
+    """
+    if not finite:
+        raise NumericalError(f"non-finite token density at depth step {step}, t = {t:.6g}")
+    balance = abs(mass + outflow - mass0)
+    if balance > 1e-9 * mass0:
+        raise NumericalError(f"token mass balance violated by {balance / mass0:.3g} at depth step {step}, "
+                             f"t = {t:.6g} (positivity lost)")
+    if outflow > outflow_tol * mass0:
+        raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
+                             f"tokens.outflow_tol = {outflow_tol:g} at depth step {step}, t = {t:.6g} "
+                             "(enlarge tokens.box)")
 
 
 class TokenTransport(PetscOwner):
@@ -350,16 +370,8 @@ class TokenTransport(PetscOwner):
             outflow += self._step_outflow
             nsub_total += nsub
             t = (k + 1) * dt
-            if not self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
-                raise NumericalError(f"non-finite token density at depth step {k + 1}, t = {t:.6g}")
-            balance = abs(self.mass(u) + outflow - mass0)
-            if balance > 1e-9 * mass0:
-                raise NumericalError(f"token mass balance violated by {balance / mass0:.3g} at depth step {k + 1}, "
-                                     f"t = {t:.6g} (positivity lost)")
-            if outflow > outflow_tol * mass0:
-                raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
-                                     f"tokens.outflow_tol = {outflow_tol:g} at depth step {k + 1}, t = {t:.6g} "
-                                     "(enlarge tokens.box)")
+            finite = self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND)
+            check_depth_step(k + 1, t, finite, self.mass(u) if finite else math.nan, outflow, mass0, outflow_tol)
             min_mu = min(min_mu, self.min_density(u))
             if callback is not None:
                 callback(k + 1, t, u)

@@ -35,6 +35,7 @@ import dolfinx.fem
 import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse
 
 __all__ = ["FACET_QUADRATURE_DEGREE", "UpwindFiniteVolume"]
 
@@ -113,55 +114,68 @@ class UpwindFiniteVolume:
         self.d = d
         self.n_local = ncell
         self.n_vertices = len(v2dof)
+        # The scatters facet → cell and facet Gauss point → vertex as sparse matrices (one product serves a
+        # batch of samples): A_L, A_R (n_local, n_facets) pick each facet's left / right cell (A_R: interior).
+        cols = np.arange(nf)
+        self._AL = scipy.sparse.csr_array((np.ones(nf), (self.left, cols)), shape=(ncell, nf))
+        self._AR = scipy.sparse.csr_array((np.ones(int(self.interior.sum())), (self.right[self.interior],
+                                                                               cols[self.interior])), shape=(ncell, nf))
+        self._div = (self._AR - self._AL).tocsr()
+        nv = self.verts.shape[1]
+        self._AV = scipy.sparse.csr_array((np.ones(nf * nv), (self.verts.ravel(), np.arange(nf * nv))),
+                                          shape=(self.n_vertices, nf * nv))
+
+    @staticmethod
+    def _scatter(A: Any, x: Array) -> Array:
+        """A x along the last axis of x (shape (..., n_facets) → (..., rows of A))."""
+        return A @ x if x.ndim == 1 else (A @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], -1)
 
     def normal_flux(self, V: Array) -> Array:
-        """|f| V(x_q)·n_f at every facet Gauss point for the P1 velocity V (blocked, shape (n_vertices d,)).
+        """|f| V(x_q)·n_f at every facet Gauss point for the P1 velocity V (blocked, shape ((S,) n_vertices d)).
 
         Returns:
-            shape (n_facets, n_q).
+            shape ((S,) n_facets, n_q).
         """
-        Vv = V.reshape(-1, self.d)
-        s = sum(Vv[self.verts, j] * self.nA[:, j, None] for j in range(self.d))  # V_v·|f|n_f, (n_facets, n_v)
+        Vv = V.reshape(*V.shape[:-1], -1, self.d)
+        s = sum(Vv[..., self.verts, j] * self.nA[:, j, None] for j in range(self.d))  # V_v·|f|n_f, (…, n_f, n_v)
         return s @ self.lam.T
 
     def _split(self, F: Array) -> tuple[Array, Array]:
-        """(F_f⁺, F_f⁻): the Gauss sums of the positive and negative parts, shape (n_facets,) each."""
+        """(F_f⁺, F_f⁻): the Gauss sums of the positive and negative parts, shape ((S,) n_facets) each."""
         return np.maximum(F, 0.0) @ self.wq, np.minimum(F, 0.0) @ self.wq
 
-    def rate(self, u: Array, F: Array, out: Array) -> float:
-        """Add L(u, V) to ``out`` (local dofs, shape (n_local,)); return the outflow rate Σ_{∂Ω} F⁺ u_L (owned).
+    def rate(self, u: Array, F: Array, out: Array) -> Any:
+        """Add L(u, V) to ``out`` (local dofs, shape ((S,) n_local)); return the outflow rate Σ_{∂Ω} F⁺ u_L (owned).
 
-        ``u`` holds the DG0 values of the local cells, ghosts up to date; F from :meth:`normal_flux`.
+        ``u`` holds the DG0 values of the local cells, ghosts up to date, shape ((S,) n_local); F from
+        :meth:`normal_flux`. The outflow is a float, or shape (S,) for a batch.
         """
         Fp, Fm = self._split(F)
         inner = self.interior
-        phi = Fp * u[self.left] + np.where(inner, Fm * u[self.right], 0.0)
-        out -= np.bincount(self.left, phi, minlength=self.n_local)
-        out += np.bincount(self.right[inner], phi[inner], minlength=self.n_local)
-        return float(phi[~inner].sum())
+        phi = Fp * u[..., self.left] + np.where(inner, Fm * u[..., self.right], 0.0)
+        out += self._scatter(self._div, phi)
+        rate = phi[..., ~inner].sum(axis=-1)
+        return float(rate) if u.ndim == 1 else rate
 
     def cell_outflow(self, F: Array) -> Array:
-        """Σ over each local cell's facets of the flux leaving it, shape (n_local,) (ghost cells: partial sums)."""
+        """Σ over each local cell's facets of the flux leaving it, shape ((S,) n_local) (ghost cells: partial sums)."""
         Fp, Fm = self._split(F)
-        inner = self.interior
-        return (np.bincount(self.left, Fp, minlength=self.n_local)
-                - np.bincount(self.right[inner], Fm[inner], minlength=self.n_local))
+        return self._scatter(self._AL, Fp) - self._scatter(self._AR, Fm)
 
     def transpose(self, u: Array, z: Array, F: Array, gu: Array, gV: Array) -> None:
-        """Add J_uᵀ z to ``gu`` (shape (n_local,)) and J_Vᵀ z to ``gV`` (shape (n_vertices d,)).
+        """Add J_uᵀ z to ``gu`` (shape ((S,) n_local)) and J_Vᵀ z to ``gV`` (shape ((S,) n_vertices d)).
 
         ``u`` and ``z`` hold the values of the local cells, ghosts up to date; F from :meth:`normal_flux`.
         """
         inner = self.interior
         right = np.where(inner, self.right, self.left)  # a valid index on ∂Ω (masked below)
-        dz = np.where(inner, z[right] - z[self.left], -z[self.left])
+        dz = np.where(inner, z[..., right] - z[..., self.left], -z[..., self.left])
         Fp, Fm = self._split(F)
-        gu += np.bincount(self.left, Fp * dz, minlength=self.n_local)
-        gu += np.bincount(self.right[inner], (Fm * dz)[inner], minlength=self.n_local)
+        gu += self._scatter(self._AL, Fp * dz) + self._scatter(self._AR, Fm * dz)
         s = np.sign(F)
-        dphi = 0.5 * (1.0 + s) * u[self.left, None] + np.where(inner[:, None], 0.5 * (1.0 - s) * u[right, None], 0.0)
-        wv = (dphi * self.wq * dz[:, None]) @ self.lam  # (n_facets, vertices of f)
-        g = gV.reshape(-1, self.d)
-        for k in range(self.verts.shape[1]):
-            for j in range(self.d):
-                g[:, j] += np.bincount(self.verts[:, k], wv[:, k] * self.nA[:, j], minlength=self.n_vertices)
+        dphi = (0.5 * (1.0 + s) * u[..., self.left, None]
+                + np.where(inner[:, None], 0.5 * (1.0 - s) * u[..., right, None], 0.0))
+        wv = (dphi * self.wq * dz[..., None]) @ self.lam  # ((S,) n_facets, vertices of f)
+        g = gV.reshape(*gV.shape[:-1], -1, self.d)
+        for j in range(self.d):
+            g[..., j] += self._scatter(self._AV, (wv * self.nA[:, j, None]).reshape(*wv.shape[:-2], -1))

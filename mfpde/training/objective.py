@@ -9,7 +9,7 @@ each group transports its share on its own token mesh, and the sums over samples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 
 from mpi4py import MPI
@@ -25,16 +25,21 @@ from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
 from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.batch import BatchDeclined, BatchStep, BatchTransport, batchable
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.shallow import solve_shallow
 from mfpde.tokens.transport import Tape, TransportReport
 
-__all__ = ["Objective", "Snapshots", "ntk_gram"]
+__all__ = ["BATCH_SAMPLES", "Objective", "Snapshots", "ntk_gram"]
 
 Array = npt.NDArray[np.float64]
 #: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
 #: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
 Snapshots = dict[int, tuple[Array, ...]]
+#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.batch`). Measured on the default (DG0,
+#: 32×32 cells, 17 heads, one core): chunks of 4–10 beat 1 by ~15% and 20 loses (the stacked products leave the
+#: L2 cache); on 16×16 cells chunks of 10 are 2× faster than one sample at a time.
+BATCH_SAMPLES = 8
 
 
 class Objective:
@@ -48,6 +53,7 @@ class Objective:
         self.pb, self.groups, self.tokens = pb, pb.groups, pb.tokens
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
+        self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) and not pb.shallow else None
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
@@ -86,6 +92,65 @@ class Objective:
         if snapshots is not None and i in snapshot and mus is not None:
             snapshots[i] = (*mus, self.tokens.quad.gather(u))
 
+    def _solves(self, samples: list[Sample], heads: list[HeadMeasure], taped: bool, snapshot: Container[int]
+                ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
+        """The forward solve (and with ``taped`` the reverse pass for ∂ŷ/∂c) of this group's samples.
+
+        Yields, per sample i: (i, ŷ^i, [μ_t weights at the snapshot depths before T] if i in ``snapshot``,
+        ∂ŷ^i/∂c per layer block stacked (n_layers, N_a) (empty without ``taped``), μ_T as a Function).
+        Batches of :data:`BATCH_SAMPLES` advance together where :func:`~mfpde.tokens.batch.batchable`;
+        a batch the batched solver declines is solved sample by sample.
+        """
+        tokens = self.tokens
+        n_a = [len(h.a) for h in heads]
+        mine = self.groups.mine(samples)
+        size = BATCH_SAMPLES if self.batch is not None else 1
+        for chunk in (mine[j: j + size] for j in range(0, len(mine), size)):
+            us = []
+            for i in chunk:
+                u = dolfinx.fem.Function(tokens.W, name="mu_T")
+                fill_density(samples[i], u, tokens.mass)
+                us.append(u)
+            if self.batch is not None:
+                try:  # the batch is solved before anything is yielded: a decline leaves ``us`` as filled
+                    yield from self._batched(chunk, us, heads, taped, snapshot, n_a)
+                    continue
+                except BatchDeclined:
+                    pass
+            for i, u in zip(chunk, us, strict=True):
+                mus = [tokens.quad.gather(u)] if i in snapshot else None
+                tape: Tape | None = [] if taped else None
+                rep = self.forward(u, heads, tape, mus)
+                dy = np.zeros((0, 0))
+                if tape is not None:
+                    _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, self.pb.n_layers)
+                    dy = np.stack([g if len(g) else np.zeros(k) for g, k in zip(dyhat_dc, n_a, strict=True)])
+                yield i, rep.yhat, mus, dy, u
+
+    def _batched(self, chunk: list[int], us: list[dolfinx.fem.Function], heads: list[HeadMeasure], taped: bool,
+                 snapshot: Container[int], n_a: list[int]
+                 ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
+        """:meth:`_solves` for one batch by :class:`~mfpde.tokens.batch.BatchTransport` (raises BatchDeclined)."""
+        bt, cfg = self.batch, self.pb.cfg
+        assert bt is not None
+        U = np.stack([u.x.array for u in us])
+        keep = [j for j, i in enumerate(chunk) if i in snapshot]
+        mus: dict[int, list[Array]] = {j: [bt.gathered(U[j])] for j in keep}
+        half = cfg.depth.steps // 2 if len(self.snapshot_depths) == 3 else -1
+
+        def callback(k: int, t: float, Uk: Array) -> None:
+            if k == half:
+                for j in keep:
+                    mus[j].append(bt.gathered(Uk[j]))
+        tape: list[BatchStep] | None = [] if taped else None
+        reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
+                        outflow_tol=cfg.tokens.outflow_tol)
+        D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
+        for j, (i, u) in enumerate(zip(chunk, us, strict=True)):
+            u.x.array[:] = U[j]
+            dy = np.stack([Dk[j] for Dk in D]) if D else np.zeros((0, 0))
+            yield i, reps[j].yhat, mus.get(j), dy, u
+
     def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
                 tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Array:
         """ŷ^i for the samples (forward only), shape (n,), the same on every rank.
@@ -104,12 +169,8 @@ class Objective:
         """
         y = np.zeros(len(samples))
         with self.groups.collective_failure():
-            for i in self.groups.mine(samples):
-                u = dolfinx.fem.Function(self.tokens.W, name="mu_T")
-                fill_density(samples[i], u, self.tokens.mass)
-                mus = [self.tokens.quad.gather(u)] if i in snapshot else None
-                rep = self.forward(u, heads, keep=mus)
-                y[i] = rep.yhat if self.groups.tcomm.rank == 0 else 0.0
+            for i, yhat, mus, _, u in self._solves(samples, heads, False, snapshot):
+                y[i] = yhat if self.groups.tcomm.rank == 0 else 0.0
                 self._output(i, mus, u, fields, tag, snapshots, snapshot)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
@@ -131,27 +192,21 @@ class Objective:
         Raises:
             NumericalError: a solve failed in some group (raised on every rank).
         """
-        pb, tokens = self.pb, self.tokens
-        n, n_layers = len(pb.train), pb.n_layers
+        pb = self.pb
+        n = len(pb.train)
         yhat = np.zeros(n)
         D = [np.zeros(len(h.a)) for h in heads]
         Dy = [np.zeros((n, len(h.a))) for h in heads] if per_sample else None
         with self.groups.collective_failure():
-            for i in self.groups.mine(pb.train):
-                u = dolfinx.fem.Function(tokens.W, name="mu_T")
-                fill_density(pb.train[i], u, tokens.mass)
-                mus = [tokens.quad.gather(u)] if i in snapshot else None
-                tape: Tape = []
-                rep = self.forward(u, heads, tape, mus)
-                _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, n_layers)
-                r = rep.yhat - pb.train[i].target
+            for i, yi, mus, dy, u in self._solves(pb.train, heads, True, snapshot):
+                r = yi - pb.train[i].target
                 if self.groups.tcomm.rank == 0:
-                    yhat[i] = rep.yhat
-                    for k in range(n_layers):
-                        if len(dyhat_dc[k]):
-                            D[k] += r * dyhat_dc[k] / n
+                    yhat[i] = yi
+                    for k in range(pb.n_layers):
+                        if len(D[k]):
+                            D[k] += r * dy[k] / n
                             if Dy is not None:
-                                Dy[k][i] = dyhat_dc[k]
+                                Dy[k][i] = dy[k]
                 self._output(i, mus, u, fields, tag, snapshots, snapshot)
         comm = pb.comm
         yhat = comm.allreduce(yhat, op=MPI.SUM)

@@ -1,0 +1,119 @@
+"""Samples in batches (mfpde.tokens.batch, issue 12): the batched DG0 solver and its adjoint against the per-sample
+solver, which is a separate implementation of the same discrete map (DOLFINx Functions, the PETSc mass solve, the
+facet arrays one sample at a time, the tape of RK3Step records and mfpde.tokens.adjoint).
+
+Both evaluate the same operations in other orders (stacked matrix products, sparse scatters, a division by the
+diagonal mass matrix instead of its LU), so they agree to round-off: a value that went through n roundings on
+each path differs by at most 2 κ γ_n of its size (Higham, Lemma 3.1), with n counted as in test_coupling
+(per depth sub-step 3 stages of ≤ 4·5·9 + 18 + 10 roundings a dof, plus an N_y-term sum for the velocity, twice
+for the reverse pass) and κ ≤ 10 the amplification of a relative perturbation through a few depth steps of a
+CFL-limited positive scheme. A planted error of one sub-step's size or sign moves these values by > 1e-6.
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+import dolfinx.fem
+import numpy as np
+import pytest
+from roundoff import gamma
+
+import mfpde.training.objective as objective_module
+from mfpde import config as C
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.batch import BatchDeclined, BatchTransport, batchable
+from mfpde.tokens.readout import readout_function
+from mfpde.training.problem import CoupledProblem
+
+SMALL = ["tokens.cells=[12, 12]", "heads.cells=[6, 6]", "depth.steps=4", "data.samples=7", "data.test_samples=5",
+         "output.plots=false", "output.fields=false"]
+KAPPA = 10.0
+
+
+def _bound(steps: int, nsub: int, n_y: int) -> float:
+    return 2 * KAPPA * gamma(2 * steps * nsub * 3 * (4 * 5 * 9 + 18 + 10 + n_y))
+
+
+def _both(cp: CoupledProblem, per_sample: bool = True):
+    """Gradient (with ∂ŷ^i/∂c and snapshots) and test predictions, batched and then sample by sample."""
+    heads = cp.heads()
+    obj = cp.objective
+    out = []
+    for batch in (obj.batch, None):
+        obj.batch = batch
+        snaps: dict = {}
+        g = obj.gradient(heads, per_sample=per_sample, snapshots=snaps, snapshot=(0, 3))
+        out.append((g, obj.predict(cp.problem.test, heads), snaps))
+    return out
+
+
+@pytest.mark.parametrize("extra", [[], ['depth.model="depth-indexed"', "depth.layers=2"]], ids=["tied", "indexed"])
+def test_batched_objective_equals_per_sample(extra, monkeypatch):
+    """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of 3 (7 = 3 + 3 + 1 samples) against one by one."""
+    monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
+    cfg = C.load(None, [*SMALL, *extra])
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    assert cp.objective.batch is not None  # DG0 on a box: the batched path applies
+    (g1, y1, s1), (g0, y0, s0) = _both(cp)
+    tol = _bound(cfg.depth.steps, 2, int(np.prod(cfg.tokens.cells)))
+    assert abs(g1.risk - g0.risk) <= tol * max(abs(g0.risk), 1.0)
+    assert np.max(np.abs(g1.yhat - g0.yhat)) <= tol * np.max(np.abs(g0.yhat))
+    assert np.max(np.abs(y1 - y0)) <= tol * np.max(np.abs(y0))
+    for a, b in zip(g1.D, g0.D, strict=True):
+        assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b)), (np.max(np.abs(a - b)), tol * np.max(np.abs(b)))
+    assert g1.Dy is not None and g0.Dy is not None
+    for a, b in zip(g1.Dy, g0.Dy, strict=True):
+        assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b))
+    assert sorted(s1) == sorted(s0) == [0, 3]
+    for i in s0:
+        assert len(s1[i]) == len(s0[i]) == 3  # μ_0, μ_{T/2}, μ_T
+        for a, b in zip(s1[i], s0[i], strict=True):
+            assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b))
+
+
+def test_rows_keep_their_own_substeps():
+    """Rows whose velocities need different numbers of CFL sub-steps each get their own (rounds of the batch),
+    and each row ends where the per-sample TokenTransport.solve takes it, with the same number of sub-steps."""
+    cfg = C.load(None, SMALL)
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    tokens = cp.problem.tokens
+    assert batchable(tokens)
+    bt = BatchTransport(tokens)
+    # a wide and a narrow Gaussian: tilted means (and so |V|) reach farther for the wide one
+    rows = []
+    for var in (0.25, 0.01, 0.1):
+        u = dolfinx.fem.Function(tokens.W)
+        u.interpolate(lambda x, v=var: np.exp(-((x[0] - 0.1) ** 2 + (x[1] + 0.2) ** 2) / (2 * v)))
+        u.x.array[:] /= tokens.mass(u)
+        rows.append(u)
+    heads = HeadMeasure(np.array([-1.0, 0.0, 1.5]), np.array([6.0, 3.0, 5.0]))
+    g = readout_function("linear", [0.0, 4.0], 0.0)
+    U = np.stack([u.x.array for u in rows])
+    reps = bt.solve(U, [heads], 1.0, 2, g)
+    subs = [r.substeps for r in reps]
+    assert len(set(subs)) > 1, subs  # the case exercises rows with different sub-step counts
+    for j, u in enumerate(rows):
+        rep = tokens.solve(u, heads, 1.0, 2, g)
+        assert rep.substeps == subs[j]
+        tol = _bound(2, max(subs), len(U[j]))
+        assert np.max(np.abs(U[j] - u.x.array)) <= tol * np.max(np.abs(u.x.array))
+        assert abs(reps[j].yhat - rep.yhat) <= tol * max(abs(rep.yhat), 1.0)
+        assert abs(reps[j].outflow - rep.outflow) <= tol
+
+
+def test_declined_batch_falls_back_to_per_sample():
+    """Heads whose exponent range over the box is too large for shared factors: the batch declines and the
+    objective solves its samples one by one (the same numbers as without the batched solver)."""
+    cfg = C.load(None, [*SMALL, "heads.box=[[290.0, 310.0], [-1.0, 1.0]]",
+                        'heads.init={kind="gaussian", mean=[300.0, 0.3], cov=[[1.0, 0.0], [0.0, 0.1]]}',
+                        "tokens.outflow_tol=1.0"])
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    bt = cp.objective.batch
+    assert bt is not None
+    U = np.ones((2, len(cp.problem.tokens.m)))
+    with pytest.raises(BatchDeclined):
+        bt.velocity(U, cp.heads()[0], True)
+    (g1, y1, _), (g0, y0, _) = _both(cp, per_sample=False)
+    assert np.array_equal(g1.yhat, g0.yhat) and np.array_equal(y1, y0)  # the same code ran
+    assert all(np.array_equal(a, b) for a, b in zip(g1.D, g0.D, strict=True))
