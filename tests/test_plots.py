@@ -152,8 +152,12 @@ def test_rho_figure_is_finer_than_the_cells_and_labelled():
     assert [ax.get_title().split(" at")[0] for ax in panels] == ["ρ_s"] * 3 + ["Gibbs p_ρ ∝ exp(−Φ/λ)"]
     bars = [ax.get_ylabel() for ax in fig.axes if not ax.get_title()]
     assert bars == ["density of ρ on Θ = (a, v)"] * 3 + ["density of p_ρ on Θ"], bars
-    fine, _ = plots._refined(pts, vals[0][0])
-    assert len(fine.x) > 16 * len(pts), len(fine.x)  # refined beyond the Θ nodes
+    box, fine = plots._refined(pts, vals[0][0])
+    assert box == (-2.0, 2.0, -2.0, 2.0) and fine.size > 16 * len(pts), (box, fine.shape)  # beyond the Θ nodes
+    # each panel an image of the refined field, interpolating the nodal values (here at the box's centre)
+    assert all(ax.images and ax.images[0].get_array().shape == fine.shape for ax in panels)
+    assert fine[fine.shape[0] // 2 - 1:fine.shape[0] // 2 + 1, fine.shape[1] // 2 - 1:fine.shape[1] // 2 + 1].mean() \
+        == pytest.approx(1.0, abs=0.02)
     plt.close(fig)
 
 
