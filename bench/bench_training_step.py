@@ -14,7 +14,8 @@ for three problems:
 
 * ``d=1 value``: DG1, 400 cells, 200 depth steps, one Gaussian sample, ``value`` heads on 300 Θ cells;
 * ``d=1 scalar``: the same with ``scalar`` heads on a 48×48 Θ mesh (49 distinct a);
-* ``d=2 digits``: the embedded default of ``mfpde run`` (20 images, DG0 on 32×32 cells, 8 depth steps, 16×16 Θ);
+* ``d=2 digits``: ``demos/digits_deep.toml`` (20 images, DG0 on 32×32 cells, 8 depth steps, 16×16 Θ; the default of
+  ``mfpde run`` when issue 12 was filed);
 * ``d=2 digits 16x16``: the same on 16×16 token cells with 60 images (the size of exploratory runs).
 
 It checks that both versions return the same ∂R/∂c (relative difference printed), prints a markdown table and
@@ -40,7 +41,9 @@ ROOT = HERE.parent
 
 GAUSSIAN_1D = ['data.kind="gaussian"', "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]",
                'loss.readout="mean"']
-#: Overrides of the embedded default config per case (TOML values, as ``--set``).
+#: Every case starts from the deep digits problem (``demos/digits_deep.toml``, the embedded default of ``mfpde run``
+#: before issue 13 made it the single-layer model) with these overrides (TOML values, as ``--set``).
+BASE_CONFIG = ROOT / "demos" / "digits_deep.toml"
 CASES: dict[str, list[str]] = {
     "d=1 value": [
         "tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[400]", "tokens.degree=1", "depth.steps=200",
@@ -73,7 +76,7 @@ def measure(case: str, repeat: int, extra: tuple[str, ...] = ()) -> dict:
     from mfpde.training.problem import CoupledProblem
 
     overrides = [*CASES[case], "output.fields=false", "output.plots=false", *extra]
-    cfg = C.load(None, overrides)
+    cfg = C.load(BASE_CONFIG, overrides)
     t0 = time.perf_counter()
     pb = CoupledProblem(cfg, MPI.COMM_SELF)
     setup = time.perf_counter() - t0

@@ -114,9 +114,9 @@ def measure_fit(b: np.ndarray, F: np.ndarray, y: np.ndarray, vmax: float) -> np.
     return res.x[:k] - res.x[k:]
 
 
-def accuracy(overrides: list[str]) -> tuple[float, float, float]:
-    """(held-out accuracy at ρ₀, at the end of the run, wall seconds) of ``mfpde run`` with these overrides."""
-    cfg = C.load(None, overrides)
+def accuracy(overrides: list[str], config: str | None = None) -> tuple[float, float, float]:
+    """(held-out accuracy at ρ₀, at the end of the run, wall seconds) of ``mfpde run [config]`` with these overrides."""
+    cfg = C.load(config, overrides)
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         res = run_job(cfg, Path(tmp) / "run", comm=MPI.COMM_SELF)
@@ -134,6 +134,9 @@ def main() -> None:
     parser.add_argument("--train-below", type=float, default=0.65, help="train only where ρ₀'s accuracy is ≤ this")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="further config overrides for every run (e.g. a coarser token mesh to screen)")
+    parser.add_argument("--config", default=None,
+                        help="the config of the PDE columns (default: the embedded default, the single-layer model; "
+                             "demos/digits_deep.toml for the deep one)")
     parser.add_argument("--out", default=str(ROOT / "out" / "bench" / "digit_pairs.json"))
     args = parser.parse_args()
     pairs = [tuple(int(c) for c in p.split(",")) for p in args.pairs] if args.pairs else list(
@@ -154,10 +157,10 @@ def main() -> None:
             done.add(key)
         row = next(r for r in rows if (tuple(r["pair"]), r["readout"]) == key)
         if args.pde and row["rho0"] is None:
-            row["rho0"], _, row["forward_s"] = accuracy([*ov, "training.steps=0"])
-            row["pde_overrides"] = args.overrides
+            row["rho0"], _, row["forward_s"] = accuracy([*ov, "training.steps=0"], args.config)
+            row["pde_overrides"], row["pde_config"] = args.overrides, args.config
             if row["rho0"] <= args.train_below:
-                _, row["trained"], row["train_s"] = accuracy([*ov, f"training.steps={args.steps}"])
+                _, row["trained"], row["train_s"] = accuracy([*ov, f"training.steps={args.steps}"], args.config)
                 row["steps"] = args.steps
             print(json.dumps(row), flush=True)
         path.write_text(json.dumps(rows, indent=1))

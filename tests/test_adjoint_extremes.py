@@ -19,6 +19,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 import pytest
+from configs import DEEP
 from roundoff import gamma
 
 from mfpde.config import load
@@ -192,7 +193,7 @@ def _issue_case(tmp, degree: int, a: float, v: float):
     if comm.rank == 0 and not data.exists():
         np.savez(data, points=np.full((1, 1, 1), -3.0), weights=np.ones((1, 1)), target=np.ones(1))
     comm.Barrier()
-    cfg = load(None, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[100]", f"tokens.degree={degree}",
+    cfg = load(DEEP, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[100]", f"tokens.degree={degree}",
                       "depth.steps=1", "heads.family='scalar'", f"heads.box=[[{a - 2}, {a + 2}], [-1.0, 1.0]]",
                       "heads.cells=[4, 8]",
                       f"heads.init={{kind='gaussian', mean=[{a}, {v}], cov=[[0.5, 0.0], [0.0, 0.05]]}}",
@@ -250,7 +251,7 @@ def test_dg1_tiny_mesh_risk_gradient(n):
     truncation h²/6 |R'''| ≤ |fd(2h) − fd(h)| (Richardson: the difference of the two is 3 h²/6 |R'''| + O(h⁴)), plus
     the round-off of two risks through N ≤ 4 · 3 · 50 · 2 roundings each, divided by 2h.
     """
-    cfg = load(None, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", f"tokens.cells=[{n}]", "tokens.degree=1",
+    cfg = load(DEEP, ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", f"tokens.cells=[{n}]", "tokens.degree=1",
                       "tokens.outflow_tol=0.5", "depth.steps=4", "heads.family='scalar'",
                       "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]", "heads.cells=[4, 4]",
                       "heads.init={kind='gaussian', mean=[0.5, 0.2], cov=[[0.3, 0.0], [0.0, 0.1]]}",

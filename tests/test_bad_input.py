@@ -14,6 +14,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import pytest
+from configs import DEEP
 
 from mfpde.cli import main
 
@@ -109,7 +110,7 @@ def _id(case) -> str:
 @pytest.mark.parametrize(("command", "overrides", "names"), CASES, ids=[_id(c) for c in CASES])
 def test_bad_input_exit_2_one_line(tempdir, capfd, command, overrides, names):
     out = tempdir / "out"
-    args = [command] + ([DEMO] if command == "transport" else [])
+    args = [command] + ([DEMO] if command == "transport" else [DEEP] if command == "run" else [])
     base = RUN_SMALL if command == "run" else []
     sets = [a for s in base + overrides for a in ("--set", s)]
     code = main([*args, "--out", str(out), "--quiet", *sets] if command == "run" else [*args, "--out", str(out), *sets])

@@ -17,6 +17,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 import pytest
+from configs import DEEP
 from roundoff import gamma
 
 import mfpde.training.objective as objective_module
@@ -52,7 +53,7 @@ def _both(cp: CoupledProblem, per_sample: bool = True):
 def test_batched_objective_equals_per_sample(extra, monkeypatch):
     """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of 3 (7 = 3 + 3 + 1 samples) against one by one."""
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
-    cfg = C.load(None, [*SMALL, *extra])
+    cfg = C.load(DEEP, [*SMALL, *extra])
     cp = CoupledProblem(cfg, MPI.COMM_SELF)
     assert cp.objective.batch is not None  # DG0 on a box: the batched path applies
     (g1, y1, s1), (g0, y0, s0) = _both(cp)
@@ -75,7 +76,7 @@ def test_batched_objective_equals_per_sample(extra, monkeypatch):
 def test_rows_keep_their_own_substeps():
     """Rows whose velocities need different numbers of CFL sub-steps each get their own (rounds of the batch),
     and each row ends where the per-sample TokenTransport.solve takes it, with the same number of sub-steps."""
-    cfg = C.load(None, SMALL)
+    cfg = C.load(DEEP, SMALL)
     cp = CoupledProblem(cfg, MPI.COMM_SELF)
     tokens = cp.problem.tokens
     assert batchable(tokens)
@@ -105,7 +106,7 @@ def test_rows_keep_their_own_substeps():
 def test_declined_batch_falls_back_to_per_sample():
     """Heads whose exponent range over the box is too large for shared factors: the batch declines and the
     objective solves its samples one by one (the same numbers as without the batched solver)."""
-    cfg = C.load(None, [*SMALL, "heads.box=[[290.0, 310.0], [-1.0, 1.0]]",
+    cfg = C.load(DEEP, [*SMALL, "heads.box=[[290.0, 310.0], [-1.0, 1.0]]",
                         'heads.init={kind="gaussian", mean=[300.0, 0.3], cov=[[1.0, 0.0], [0.0, 0.1]]}',
                         "tokens.outflow_tol=1.0"])
     cp = CoupledProblem(cfg, MPI.COMM_SELF)

@@ -9,6 +9,7 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
+from configs import DEEP
 from roundoff import gamma, implicit_step
 
 from mfpde import config as C
@@ -39,7 +40,7 @@ def _roundoff(tempdir, keys=FINAL_KEYS) -> dict[str, float]:
     (3 N_Θ, roundoff.implicit_step). κ, the amplification of a relative perturbation of the input to the
     output, is estimated by finite differences: the run again with ρ_0's mean moved by δ.
     """
-    cfg = C.load(None, [*SMALL, "output.plots=false", "output.fields=false"])
+    cfg = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false"])
     comm = MPI.COMM_SELF
     rank = MPI.COMM_WORLD.rank
     tr = run_transport(build(cfg, comm), tempdir / f"tr{rank}", write_fields=False)
@@ -54,7 +55,7 @@ def _roundoff(tempdir, keys=FINAL_KEYS) -> dict[str, float]:
             f"cov = {cfg.heads.init['cov']}}}"
     out = {}
     for name, extra in (("base", []), ("moved", [moved])):
-        c = C.load(None, [*SMALL, "output.plots=false", "output.fields=false", *extra])
+        c = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false", *extra])
         assert run_training(c, tempdir / f"{name}{rank}", comm=comm, quiet=True) == 0
         out[name] = json.loads((tempdir / f"{name}{rank}" / "report.json").read_text())["final"]
     bounds = {k: eps_run * max(1.0, abs(out["moved"][k] - out["base"][k]) / delta, abs(out["base"][k])) for k in keys}
@@ -77,11 +78,11 @@ def _mass_rho_roundoff(cfg) -> float:
 
 def test_run_default_small(tempdir):
     """The embedded default problem, reduced, end to end: report, history, plots, fields, monotone risk."""
-    assert main(["run", "--out", str(tempdir), "--quiet", *_args([])]) == 0
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args([])]) == 0
     rep = json.loads((tempdir / "report.json").read_text())
     assert rep["status"] == "ok" and rep["command"] == "run" and rep["comm_size"] == MPI.COMM_WORLD.size
     fin = rep["final"]
-    mass_bound = _mass_rho_roundoff(C.load(None, SMALL))  # conserved in exact arithmetic
+    mass_bound = _mass_rho_roundoff(C.load(DEEP, SMALL))  # conserved in exact arithmetic
     assert abs(fin["mass_rho"] - 1.0) <= mass_bound and fin["min_rho"] >= 0.0, (fin["mass_rho"], mass_bound)
     assert len(fin["rho_mean"]) == 2 and np.shape(fin["rho_cov"]) == (2, 2)
     assert 0.0 <= fin["gibbs_residual_l1"] <= 2.0
@@ -103,7 +104,7 @@ def test_run_default_small(tempdir):
 
 def test_run_same_on_one_and_two_ranks(tempdir):
     """The run on COMM_WORLD (samples split over rank groups) equals a run on COMM_SELF, to round-off."""
-    cfg = C.load(None, [*SMALL, "output.plots=false", "output.fields=false"])
+    cfg = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false"])
     rank = MPI.COMM_WORLD.rank
     assert run_training(cfg, tempdir / "world", comm=MPI.COMM_WORLD, quiet=True) == 0
     assert run_training(cfg, tempdir / f"self{rank}", comm=MPI.COMM_SELF, quiet=True) == 0
@@ -122,10 +123,10 @@ def test_run_same_on_one_and_two_ranks(tempdir):
 def test_resume_matches_straight_run(tempdir):
     """Two steps, then --resume to three, gives the same ρ as three steps straight."""
     a, b = tempdir / "a", tempdir / "b"
-    assert main(["run", "--out", str(a), "--quiet", *_args(["output.plots=false", "output.fields=false"])]) == 0
-    assert main(["run", "--out", str(b), "--quiet",
+    assert main(["run", DEEP, "--out", str(a), "--quiet", *_args(["output.plots=false", "output.fields=false"])]) == 0
+    assert main(["run", DEEP, "--out", str(b), "--quiet",
                  *_args(["output.plots=false", "output.fields=false", "training.steps=2"])]) == 0
-    assert main(["run", "--out", str(b), "--quiet", "--resume",
+    assert main(["run", DEEP, "--out", str(b), "--quiet", "--resume",
                  *_args(["output.plots=false", "output.fields=false"])]) == 0
     ra, rb = (json.loads((x / "report.json").read_text())["final"] for x in (a, b))
     bound = _roundoff(tempdir / "bound")
@@ -136,7 +137,7 @@ def test_resume_matches_straight_run(tempdir):
 @pytest.mark.parametrize("override,code", [("heads.family=foo", 2),
                                            ("training.lambda=-1", 2), ("nosuch.key=1", 2)])
 def test_run_invalid_input(tempdir, override, code):
-    assert main(["run", "--out", str(tempdir), "--quiet", "--set", override]) == code
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", "--set", override]) == code
 
 
 def _value_problem(ds: float, steps: int, n_tokens: int, n_theta: int, lam: float, lam2: float, split: str = "lie"):
@@ -238,7 +239,7 @@ def test_outflow_beyond_tolerance_fails_cleanly(tempdir):
     """Mass leaving Ω beyond tokens.outflow_tol is a numerical failure: exit 3, report status "failed",
     the last good ρ checkpointed (interface.md)."""
     args = _args(["tokens.box=[[-0.5, 1.5], [-0.5, 1.5]]", "data.origin=[0.0, 0.0]", "tokens.outflow_tol=1e-4"])
-    assert main(["run", "--out", str(tempdir), "--quiet", *args]) == 3
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *args]) == 3
     rep = json.loads((tempdir / "report.json").read_text())
     assert rep["status"] == "failed" and "outflow" in rep["error"]
     assert (tempdir / "checkpoint" / "state.npz").exists()
@@ -247,14 +248,14 @@ def test_outflow_beyond_tolerance_fails_cleanly(tempdir):
 def test_resume_rejects_other_theta_and_corrupt_checkpoint(tempdir):
     """--resume with a checkpoint of another Θ box, or a corrupt one, is an input error (exit 2)."""
     base = ["output.plots=false", "output.fields=false"]
-    assert main(["run", "--out", str(tempdir), "--quiet", *_args(base)]) == 0
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(base)]) == 0
     other = _args([*base, "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]"])
-    assert main(["run", "--out", str(tempdir), "--quiet", "--resume", *other]) == 2
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", "--resume", *other]) == 2
     assert json.loads((tempdir / "report.json").read_text())["status"] == "ok"  # the finished run is kept
     if MPI.COMM_WORLD.rank == 0:
         (tempdir / "checkpoint" / "state.npz").write_bytes(b"not a checkpoint")
     MPI.COMM_WORLD.Barrier()
-    assert main(["run", "--out", str(tempdir), "--quiet", "--resume", *_args(base)]) == 2
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", "--resume", *_args(base)]) == 2
 
 
 def test_out_is_a_file(tempdir):
@@ -270,8 +271,8 @@ def test_resume_on_another_rank_count(tempdir):
     """A checkpoint written on COMM_WORLD resumes on COMM_SELF (any rank count) to the same result."""
     import shutil
 
-    cfg3 = C.load(None, [*SMALL, "output.plots=false", "output.fields=false"])
-    cfg2 = C.load(None, [*SMALL, "output.plots=false", "output.fields=false", "training.steps=2"])
+    cfg3 = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false"])
+    cfg2 = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false", "training.steps=2"])
     rank = MPI.COMM_WORLD.rank
     assert run_training(cfg3, tempdir / "straight", comm=MPI.COMM_WORLD, quiet=True) == 0
     assert run_training(cfg2, tempdir / "part", comm=MPI.COMM_WORLD, quiet=True) == 0

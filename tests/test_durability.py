@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
+from configs import DEEP
 
 from mfpde import io as mio
 from mfpde.cli import main
@@ -40,9 +41,9 @@ def _read_rho(path):
 def test_resume_keeps_every_rho_snapshot(tempdir):
     """Four steps straight, and two steps then --resume to four: the same 5 snapshots (was 3 after a resume)."""
     a, b = tempdir / "a", tempdir / "b"
-    assert main(["run", "--out", str(a), "--quiet", *_args([])]) == 0
-    assert main(["run", "--out", str(b), "--quiet", *_args(["training.steps=2"])]) == 0
-    assert main(["run", "--out", str(b), "--quiet", "--resume", *_args([])]) == 0
+    assert main(["run", DEEP, "--out", str(a), "--quiet", *_args([])]) == 0
+    assert main(["run", DEEP, "--out", str(b), "--quiet", *_args(["training.steps=2"])]) == 0
+    assert main(["run", DEEP, "--out", str(b), "--quiet", "--resume", *_args([])]) == 0
     sa, ra = _read_rho(a / "fields" / "rho.bp")
     sb, rb = _read_rho(b / "fields" / "rho.bp")
     np.testing.assert_allclose(sb, sa, rtol=0, atol=1e-15)
@@ -54,7 +55,7 @@ def test_resume_keeps_every_rho_snapshot(tempdir):
 def test_wall_s_counts_resumed_runs_and_final_outputs(tempdir):
     out = tempdir / "out"
     t0 = time.perf_counter()
-    assert main(["run", "--out", str(out), "--quiet", *_args(["training.steps=2", "output.plots=true"])]) == 0
+    assert main(["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=2", "output.plots=true"])]) == 0
     first = time.perf_counter() - t0
     wall = json.loads((out / "report.json").read_text())["wall_s"]
     assert 0.9 * first - 0.5 <= wall <= first, (wall, first)  # plots and the last evaluation included
@@ -62,7 +63,7 @@ def test_wall_s_counts_resumed_runs_and_final_outputs(tempdir):
         ck_wall = float(z["wall_s"])
     assert 0 < ck_wall <= wall
     t0 = time.perf_counter()
-    assert main(["run", "--out", str(out), "--quiet", "--resume", *_args([])]) == 0
+    assert main(["run", DEEP, "--out", str(out), "--quiet", "--resume", *_args([])]) == 0
     second = time.perf_counter() - t0
     wall2 = json.loads((out / "report.json").read_text())["wall_s"]
     assert ck_wall + 0.9 * second - 0.5 <= wall2 <= ck_wall + second, (wall2, ck_wall, second)
@@ -102,16 +103,16 @@ def test_sigkill_then_resume_gives_the_straight_run(tempdir):
 
     args = [a for s in [*SMALL, "training.steps=16", "output.checkpoint_every=2"] for a in ("--set", s)]
     straight, killed = tempdir / "straight", tempdir / "killed"
-    assert main(["run", "--out", str(straight), "--quiet", *args]) == 0
-    proc = subprocess.Popen([sys.executable, "-m", "mfpde", "run", "--out", str(killed), "--quiet", *args], cwd=ROOT,
-                            stderr=subprocess.DEVNULL)
+    assert main(["run", DEEP, "--out", str(straight), "--quiet", *args]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(killed), "--quiet", *args],
+                            cwd=ROOT, stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
     while not (killed / "checkpoint" / "state.npz").exists() and proc.poll() is None:
         assert time.monotonic() - t0 < 300, "no checkpoint"
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     assert proc.wait() == -signal.SIGKILL, "the run ended before the kill: lengthen it"
-    assert main(["run", "--out", str(killed), "--quiet", "--resume", *args]) == 0
+    assert main(["run", DEEP, "--out", str(killed), "--quiet", "--resume", *args]) == 0
     rows = [list(csv.DictReader((d / "history.csv").open())) for d in (straight, killed)]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]]
     for a, b in zip(*rows, strict=True):

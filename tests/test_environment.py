@@ -16,6 +16,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import pytest
+from configs import DEEP
 from test_mpi_failures import MPIEXEC, ROOT, launch
 
 from mfpde.cli import main
@@ -113,7 +114,7 @@ def test_run_with_read_only_home(tmp_path):
     env["HOME"] = str(home)
     small = ["tokens.cells=[8, 8]", "heads.cells=[4, 4]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
              "training.steps=1", "output.fields=false"]
-    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tmp_path / "out"),
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tmp_path / "out"),
                         *[a for s in small for a in ("--set", s)]], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr

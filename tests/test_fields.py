@@ -16,6 +16,7 @@ from mpi4py import MPI
 import dolfinx.io  # noqa: F401  before adios2: the wheel's libadios2 loaded first breaks DOLFINx's own
 import numpy as np
 import pytest
+from configs import DEEP
 from roundoff import sum_error
 
 from mfpde.cli import main
@@ -87,7 +88,7 @@ def test_run_fields_hold_each_cell_once(tempdir, capfd):
     comm = MPI.COMM_WORLD
     sets = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
             "training.steps=2", "output.every=1", "output.plots=false", "output.fields=true"]
-    code = main(["run", "--out", str(tempdir), "--quiet", *[x for s in sets for x in ("--set", s)]])
+    code = main(["run", DEEP, "--out", str(tempdir), "--quiet", *[x for s in sets for x in ("--set", s)]])
     err = capfd.readouterr().err
     assert comm.allgather(code) == [0] * comm.size, err
     _on_rank0(comm, _check_run, tempdir)

@@ -9,6 +9,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import pytest
+from configs import DEEP
 
 from mfpde import config as C
 from mfpde.training import RunResult, run_job
@@ -68,7 +69,7 @@ def test_scheme_registry():
 
 
 def test_run_returns_a_result(tempdir):
-    cfg = C.load(None, ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2",
+    cfg = C.load(DEEP, ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2",
                         "data.test_samples=2", "training.steps=2", "output.plots=false", "output.fields=false"])
     res = run_job(cfg, tempdir, comm=MPI.COMM_WORLD)
     assert isinstance(res, RunResult) and res.status == "ok" and res.steps_done == 2

@@ -19,6 +19,7 @@ from pathlib import Path
 from mpi4py import MPI  # noqa: F401  (import order)
 
 import pytest
+from configs import DEEP
 from roundoff import gamma
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,7 +105,7 @@ def planted(self, *args, **kwargs):
     return gradient(self, *args, **kwargs)
 
 Objective.gradient = planted
-sys.exit(cli.main(["run", "--quiet", "--out", {out!r}, *{sets!r}]))
+sys.exit(cli.main(["run", {DEEP!r}, "--quiet", "--out", {out!r}, *{sets!r}]))
 '''
 
 
@@ -114,7 +115,7 @@ def test_one_rank_exception_in_a_run_with_fields_ends_the_job(tmp_path):
     ``finally`` (collective: rank 0 gathers the metadata) while the other rank waited in the forward solve, and
     the job hung."""
     sets = _sets([s for s in SMALL if not s.startswith("output.fields")] + ["output.fields=true"])
-    rc, err, dt = launch(["-c", PLANT_RUN.format(out=str(tmp_path / "out"), sets=sets)], python=True,
+    rc, err, dt = launch(["-c", PLANT_RUN.format(out=str(tmp_path / "out"), sets=sets, DEEP=DEEP)], python=True,
                          env={"MFPDE_MPI_EXIT_TIMEOUT": "3"}, timeout=120)
     assert rc != 0, err
     assert "unexpected RuntimeError on rank 0 of 2: planted on rank 0" in err, err
@@ -125,7 +126,7 @@ def test_rank_without_theta_node_gives_the_serial_result(tmp_path):
     results = {}
     for n in (1, 2):
         out = tmp_path / f"n{n}"
-        rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(ONE_CELL)], n=n)
+        rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out), *_sets(ONE_CELL)], n=n)
         assert rc == 0, err
         results[n] = json.loads((out / "report.json").read_text())["final"]
     for key in ("risk", "free_energy", "mass_rho", "min_rho"):
@@ -150,8 +151,8 @@ def test_more_ranks_than_token_cells_gives_the_serial_result(tmp_path, degree):
     results = {}
     for n in (1, 3):
         out = tmp_path / f"n{n}"
-        rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets([*FEW_CELLS, f"tokens.degree={degree}"])],
-                            n=n)
+        rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out),
+                             *_sets([*FEW_CELLS, f"tokens.degree={degree}"])], n=n)
         assert rc == 0, err
         results[n] = json.loads((out / "report.json").read_text())["final"]
     # the same operations in another reduction order: 2 training steps of forward + adjoint through ≤ 40 CFL
@@ -164,11 +165,11 @@ def test_more_ranks_than_token_cells_gives_the_serial_result(tmp_path, degree):
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
 def test_damaged_checkpoint_resume_exit_2_on_every_rank(tmp_path, damage):
     out = tmp_path / "out"
-    rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(SMALL)])
+    rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out), *_sets(SMALL)])
     assert rc == 0, err
     f = out / "checkpoint" / "state.npz"
     f.write_bytes(f.read_bytes()[:100] if damage == "truncated" else b"")
-    rc, err, _ = launch(["run", "--quiet", "--resume", "--out", str(out), *_sets(SMALL)])
+    rc, err, _ = launch(["run", DEEP, "--quiet", "--resume", "--out", str(out), *_sets(SMALL)])
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2, err
     assert len(lines) == 1 and str(f) in lines[0] and "Traceback" not in err, err
@@ -186,7 +187,7 @@ def test_bad_output_dir_exit_2_on_every_rank(tmp_path, case):
         (tmp_path / "file").write_text("")
         out = tmp_path / "file" / "out"
         names = str(out)
-    rc, err, _ = launch(["run", "--quiet", "--out", str(out), *_sets(SMALL)])
+    rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out), *_sets(SMALL)])
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2, err
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in err, err

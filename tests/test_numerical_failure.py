@@ -7,6 +7,8 @@ import json
 
 from mpi4py import MPI
 
+from configs import DEEP
+
 from mfpde.cli import main
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
@@ -16,7 +18,7 @@ SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.sam
 def test_extreme_lambda2_is_a_numerical_failure(tempdir, capfd):
     """training.lambda2 = 1e160 ended with status ok and an inf/NaN grad_norm in history.csv."""
     sets = [a for s in [*SMALL, "training.lambda2=1e160"] for a in ("--set", s)]
-    code = main(["run", "--out", str(tempdir), "--quiet", *sets])
+    code = main(["run", DEEP, "--out", str(tempdir), "--quiet", *sets])
     err = capfd.readouterr().err
     assert MPI.COMM_WORLD.allgather(code) == [3] * MPI.COMM_WORLD.size, err
     report = json.loads((tempdir / "report.json").read_text())
@@ -54,7 +56,7 @@ def test_saturated_heads_run(tempdir, capfd):
                 "heads.init={kind='gaussian', mean=[0.1], cov=[[0.05]]}", "data.kind='file'", f"data.path='{data}'",
                 "loss.readout='mean'", "training.steps=1", "output.plots=false", "output.fields=false"]
         out = tempdir / f"a{a:g}"
-        code = main(["run", "--out", str(out), "--quiet", *[x for s in sets for x in ("--set", s)]])
+        code = main(["run", DEEP, "--out", str(out), "--quiet", *[x for s in sets for x in ("--set", s)]])
         err = capfd.readouterr().err
         assert comm.allgather(code) == [0] * comm.size, err
         rows.append(list(csv.DictReader((out / "history.csv").open())))

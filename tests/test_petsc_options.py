@@ -16,6 +16,7 @@ import dolfinx.fem.petsc
 import numpy as np
 import pytest
 import ufl
+from configs import DEEP
 
 from mfpde.errors import ConfigError, SolverError
 from mfpde.mesh import box
@@ -113,7 +114,7 @@ def test_petsc_options_environment_takes_effect(tempdir):
     env = dict(os.environ, PETSC_OPTIONS="-mfpde_param_ksp_type gmres -mfpde_param_pc_type jacobi "
                "-mfpde_param_ksp_rtol 1e-13")
     args = [a for s in SMALL for a in ("--set", s)]
-    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tempdir), *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tempdir), *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     line = next((x for x in r.stderr.splitlines() if "linear solvers" in x), "")
@@ -121,7 +122,7 @@ def test_petsc_options_environment_takes_effect(tempdir):
     assert "mfpde_token_: KSP preonly, PC bjacobi" in line, r.stderr  # the token defaults are untouched
     # without the variable: mfpde's defaults
     env.pop("PETSC_OPTIONS")
-    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--out", str(tempdir), *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tempdir), *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mfpde_param_: KSP preonly, PC lu (mumps)" in r.stderr, r.stderr
@@ -150,7 +151,7 @@ def test_misspelt_petsc_options_environment_exit_2(tempdir):
     now exit 2 and one line naming the option."""
     env = dict(os.environ, PETSC_OPTIONS="-mfpde_param_ksp_tpye cg")
     args = [a for s in SMALL for a in ("--set", s)]
-    r = subprocess.run([sys.executable, "-m", "mfpde", "run", "--quiet", "--out", str(tempdir), *args], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--quiet", "--out", str(tempdir), *args], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "-mfpde_param_ksp_tpye" in lines[0], r.stderr

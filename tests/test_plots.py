@@ -19,6 +19,7 @@ import matplotlib.image
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from configs import DEEP
 
 from mfpde import plots
 from mfpde.cli import main
@@ -63,7 +64,7 @@ class _Recorder:
 
 def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
     rec = _Recorder(monkeypatch)
-    assert main(["run", "--out", str(tempdir), "--quiet", *_args()]) == 0
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args()]) == 0
     if MPI.COMM_WORLD.rank != 0:
         assert rec.calls == []  # only rank 0 draws and writes
         return
@@ -111,7 +112,7 @@ def test_failed_run_keeps_the_plots_of_its_last_output_step(tempdir, monkeypatch
         return real(self, ds)
 
     monkeypatch.setattr(Splitting, "step", failing)
-    assert main(["run", "--out", str(tempdir), "--quiet", *_args(["training.steps=3"])]) == 3
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(["training.steps=3"])]) == 3
     assert json.loads((tempdir / "report.json").read_text())["status"] == "failed"
     if MPI.COMM_WORLD.rank == 0:
         assert [c["step"] for c in rec.calls] == [0, 1], [c["step"] for c in rec.calls]

@@ -15,6 +15,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 import pytest
+from configs import DEEP
 
 from mfpde.config import load
 from mfpde.mesh import box
@@ -56,7 +57,7 @@ def _transport() -> None:
 def _coupled() -> None:
     """A coupled problem (token transport, adjoint, entropic Fokker–Planck with MUMPS): a gradient and one
     Lie step."""
-    cfg = load(None, ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=2",
+    cfg = load(DEEP, ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=2",
                       "data.test_samples=0", "training.lambda=0.05"])
     pb = CoupledProblem(cfg, MPI.COMM_WORLD)
     assert np.isfinite(pb.gradient(pb.heads()).risk)
