@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 from mpi4py import MPI
 
 from mfpde import __version__, config
-from mfpde.environment import OutputLock, blas_threads, check_launcher, jit_cache_problem, private_caches
+from mfpde.environment import (
+    OutputLock,
+    blas_threads,
+    check_launcher,
+    jit_cache_problem,
+    keep_freed_memory,
+    private_caches,
+)
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
 
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_launcher(comm)
         private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
+        keep_freed_memory()
         with blas_threads(comm):
             code = _dispatch(args)
     except ConfigError as e:  # MeshError included
