@@ -120,7 +120,8 @@ def measure(case: str, repeat: int, extra: tuple[str, ...] = ()) -> dict:
 
 def _run(tree: Path, case: str, repeat: int) -> dict:
     """:func:`measure` in a fresh process that imports ``mfpde`` from ``tree``."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
+    # glibc malloc as `mfpde` sets it (mfpde.environment.keep_freed_memory), for both trees: a process setting
+    env = dict(os.environ, PYTHONPATH=str(tree), MALLOC_MMAP_THRESHOLD_="67108864", MALLOC_TRIM_THRESHOLD_="268435456")
     code = (f"import sys, json; sys.path.insert(0, {str(tree)!r}); sys.path.insert(1, {str(HERE)!r}); "
             f"import bench_training_step as b; print(json.dumps(b.measure({case!r}, {repeat})))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True)

@@ -60,7 +60,7 @@ def jobs(work: Path) -> dict[str, list[tuple[int, list[str]]]]:
     readme = work / "readme_1d.toml"
     readme.write_text(_readme_example())
     cfg1d = str(readme)
-    quiet_small = ["--quiet", *_sets(SMALL)]
+    quiet_small = [str(ROOT / "demos" / "digits_deep.toml"), "--quiet", *_sets(SMALL)]  # the default before issue 13
     j: dict[str, list[tuple[int, list[str]]]] = {
         "run_small": [(1, ["run", *quiet_small])],
         "run_small_np2": [(2, ["run", *quiet_small])],
