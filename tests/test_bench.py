@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import bench_langevin  # noqa: E402
 import bench_particles  # noqa: E402
+import bench_run  # noqa: E402
 import bench_training_step  # noqa: E402
 import digit_pairs  # noqa: E402
 
@@ -26,6 +27,18 @@ def test_bench_training_step_shrunk():
     assert row["samples"] == 2 and row["n_a"] == 17  # 16 Θ cells along a: 17 distinct a
     assert np.all(np.isfinite(row["dR_dc"])) and np.any(np.asarray(row["dR_dc"]) != 0.0)
     assert row["forward_s"] > 0 and row["gradient_s"] > 0 and np.isfinite(row["risk"])
+
+
+def test_bench_run_shrunk():
+    """bench_run.run on a shrunk digits_deep.toml: the training images are counted from the report (one NTK
+    eigenvalue per training sample), with data.split too, and the timings are consistent."""
+    small = ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "training.steps=2", "output.every=1"]
+    deep = str(Path(__file__).resolve().parents[1] / "demos" / "digits_deep.toml")
+    row = bench_run.run(1, False, [*small, "data.samples=3", "data.test_samples=2"], deep)
+    assert row["train_images"] == 3 and row["steps"] == 2
+    assert 0 < row["startup_s"] < row["total_s"] and row["end_s"] > 0 and row["images_steps_per_s"] > 0
+    split = bench_run.run(1, False, [*small, "data.split=0.5", "data.classes=[0, 1]"], deep)
+    assert split["train_images"] == 180  # 360 images of 0 and 1 in scikit-learn's digits, half for training
 
 
 def test_bench_particles_shrunk():
