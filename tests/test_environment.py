@@ -217,7 +217,8 @@ def test_keep_freed_memory_stops_the_page_faults_of_temporaries():
     """With keep_freed_memory, 200 rounds of three 4 MiB temporaries reuse the same heap: page faults fall from one
     per page per round (glibc trims the freed heap top, 200 × 3 × 1024) to those of the first round; a user's
     MALLOC_* variable wins (nothing set)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    # a plain process: no MALLOC_* of the user, and not a rank of this test's MPI job (a singleton MPI_Init)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "PMI_", "PMIX_", "HYDRA", "MPI"))}
     faults = {}
     for mode in ("plain", "keep"):
         r = subprocess.run([sys.executable, "-c", _FAULTS, mode], env=env, capture_output=True, text=True, timeout=120)
