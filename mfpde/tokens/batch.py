@@ -93,7 +93,6 @@ class BatchTransport:
         self.tokens, self.vel, q = tokens, tokens.velocity, tokens.quad
         assert tokens.fv is not None and q.grid_axes is not None and self.vel.grid is not None
         self.fv = tokens.fv
-        self.n = len(tokens.m)
         self.inv_m = 1.0 / tokens.m  # the DG0 mass matrix is diag(|cell|)
         inv = np.empty_like(q.order)
         inv[q.order] = np.arange(len(q.order))
