@@ -29,12 +29,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.errors import NumericalError
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.separable import TensorSoftmax
 from mfpde.tokens.tape import TAPE_BUDGET_BYTES
-from mfpde.tokens.transport import TokenTransport, TransportReport, check_depth_step
+from mfpde.tokens.transport import (
+    MAX_SUBSTEPS,
+    TokenTransport,
+    TransportReport,
+    cfl_step,
+    check_depth_step,
+    quadrature_moments,
+    substeps_error,
+)
 
 __all__ = ["BatchDeclined", "BatchStep", "BatchTransport", "batchable"]
 
@@ -100,7 +107,6 @@ class BatchTransport:
         self.cell_grid = q.flat_index[inv]  # ... and its place on the tensor grid
         self.grid_shape = q.grid_axes.shape
         self.vgrid_shape = self.vel.grid.shape
-        self.points = q.points[inv]  # the node of each quadrature weight, in local order
         self.vertex: tuple[Any, ...] = (slice(None), *self.vel.index)  # [:, grid index of every P1 vertex]
         self._tape_bytes = 0
 
@@ -122,7 +128,7 @@ class BatchTransport:
             return np.zeros((S, self.vel.x.size)), None
         Wg = np.zeros((S, int(np.prod(self.grid_shape))))
         Wg[:, self.cell_grid] = self.weights(U)
-        f = self.vel._factors(a)
+        f = self.vel.separable_factors(a)
         if f is None or not np.all(Wg.sum(axis=1) > 0):
             raise BatchDeclined("no shared separable factors for these heads" if f is None else "a row without mass")
         assert self.vel.grid is not None and self.tokens.quad.grid_axes is not None
@@ -140,10 +146,7 @@ class BatchTransport:
         """Per row, the largest Δt with Δt · outflow(cell)/|cell| ≤ cfl, shape (S,) (inf: no outflow)."""
         out = self.fv.cell_outflow(self.fv.normal_flux(V))[:, : len(self.tokens.cell_vol)]
         ratio = (out / self.tokens.cell_vol).max(axis=1) if out.shape[1] else np.zeros(len(V))
-        if not np.all(np.isfinite(ratio)):
-            raise NumericalError("non-finite token velocity")
-        with np.errstate(divide="ignore"):
-            return np.where(ratio > 0, self.tokens.cfl / ratio, math.inf)
+        return cfl_step(ratio, self.tokens.cfl)
 
     def _lin(self, V: Array, ts: TensorSoftmax | None) -> tuple[Array, TensorSoftmax] | None:
         if ts is None or self._tape_bytes + ts.nbytes + V.nbytes > TAPE_BUDGET_BYTES:
@@ -218,9 +221,8 @@ class BatchTransport:
                 if not broken.any():
                     break
                 nsub[broken] *= 2  # as the per-sample solver: equal sub-steps, twice as many where broken
-                if nsub.max() > 2**16:
-                    raise NumericalError(f"the CFL sub-steps do not converge at depth step {k + 1} "
-                                         f"(velocity blow-up near t = {k * dt:.6g})")
+                if nsub.max() > MAX_SUBSTEPS:
+                    raise substeps_error(k + 1, k * dt)
                 U[:] = start
                 if tape is not None:
                     del tape[tape_len:]
@@ -240,12 +242,7 @@ class BatchTransport:
 
     def _report(self, u: Array, mass0: float, outflow: float, min_mu: float, nsub: int, g: Readout | None
                 ) -> TransportReport:
-        w = self.weights(u[None])[0]
-        mass = float(w.sum())
-        mean = w @ self.points / mass
-        xc = self.points - mean
-        cov = (xc * w[:, None]).T @ xc / mass
-        yhat = float(w @ g(self.points)) if g is not None else math.nan
+        mass, mean, cov, yhat = quadrature_moments(self.gathered(u), self.tokens.quad.points, g)
         return TransportReport(mass0, mass, outflow, min_mu, mean.tolist(), cov.tolist(), yhat, nsub)
 
     # -- the discrete adjoint -------------------------------------------------------------------------

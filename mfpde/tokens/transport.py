@@ -60,7 +60,8 @@ from mfpde.tokens.tape import TAPE_BUDGET_BYTES, EulerStep, RK3Step, Tape
 from mfpde.tokens.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
-__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport", "check_depth_step"]
+__all__ = ["MAX_SUBSTEPS", "EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport", "cfl_step",
+           "check_depth_step", "quadrature_moments", "substeps_error"]
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
@@ -88,6 +89,49 @@ class TransportReport:
         leaving Ω it is the conservation error.
         """
         return abs(self.mass_T - self.mass_0) / self.mass_0
+
+
+#: Sub-steps of one depth step beyond which the CFL doubling gives up (a velocity blow-up).
+MAX_SUBSTEPS = 2**16
+
+
+def quadrature_moments(wts: Array, x: Array, g: Readout | None = None) -> tuple[float, Array, Array, float]:
+    """Mass, mean (d,), covariance (d, d) and ∫ g dμ of μ = Σ_i w_i δ_{x_i} (the lumped quadrature of μ_h).
+
+    Args:
+        wts: quadrature weights m_i μ_i, shape (N,), non-negative with a positive sum.
+        x: the nodes, shape (N, d).
+        g: readout; None gives NaN for ∫ g dμ.
+
+    Moments are of the normalised measure μ/∫μ; ∫ g dμ is not normalised (theory §2: ŷ = ∫ g dμ_T).
+    """
+    mass = wts.sum()
+    mean = (wts @ x) / mass
+    xc = x - mean
+    cov = (xc * wts[:, None]).T @ xc / mass
+    yhat = float(wts @ g(x)) if g is not None else math.nan
+    return float(mass), mean, cov, yhat
+
+
+def cfl_step(ratio: Array, cfl: float) -> Array:
+    """The largest Δt with Δt · ratio ≤ cfl, where ratio = max over cells of outflow/|cell| (inf where ≤ 0).
+
+    Args:
+        ratio: per solve, shape () or (S,).
+        cfl: the positivity CFL factor.
+
+    Raises:
+        NumericalError: a non-finite ratio (the velocity is not finite).
+    """
+    if not np.all(np.isfinite(ratio)):
+        raise NumericalError("non-finite token velocity")
+    with np.errstate(divide="ignore"):
+        return np.where(ratio > 0, cfl / np.where(ratio > 0, ratio, 1.0), math.inf)
+
+
+def substeps_error(step: int, t: float) -> NumericalError:
+    """The error when the CFL sub-steps of depth step ``step`` (starting at depth t) exceed ``MAX_SUBSTEPS``."""
+    return NumericalError(f"the CFL sub-steps do not converge at depth step {step} (velocity blow-up near t = {t:.6g})")
 
 
 def check_depth_step(step: int, t: float, finite: bool, mass: float, outflow: float, mass0: float,
@@ -218,10 +262,7 @@ class TokenTransport(PetscOwner):
         self._out.x.scatter_reverse(dolfinx.la.InsertMode.add)
         out = self._out.x.array[: len(self.cell_vol)]
         ratio = np.max(out / self.cell_vol) if len(out) else 0.0
-        ratio = self.comm.allreduce(float(ratio), op=MPI.MAX)
-        if not math.isfinite(ratio):
-            raise NumericalError("non-finite token velocity")
-        return math.inf if ratio <= 0 else self.cfl / ratio
+        return float(cfl_step(np.array(self.comm.allreduce(float(ratio), op=MPI.MAX)), self.cfl))
 
     def limit(self, u: dolfinx.fem.Function) -> LimiterRecord | None:
         """Zhang–Shu scaling limiter (k = 1, :mod:`mfpde.tokens.limiter`): nodal values ≥ 0, cell means kept.
@@ -290,14 +331,7 @@ class TokenTransport(PetscOwner):
 
         Moments are of the normalised measure μ/∫μ; ∫ g dμ is not normalised (theory §2: ŷ = ∫ g dμ_T).
         """
-        wts = self.quad.gather(u)
-        x = self.quad.points
-        mass = wts.sum()
-        mean = (wts @ x) / mass
-        xc = x - mean
-        cov = (xc * wts[:, None]).T @ xc / mass
-        yhat = float(wts @ g(x)) if g is not None else math.nan
-        return float(mass), mean, cov, yhat
+        return quadrature_moments(self.quad.gather(u), self.quad.points, g)
 
     def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: Tape | None,
                   layer: int) -> bool:
@@ -359,9 +393,8 @@ class TokenTransport(PetscOwner):
             # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
             while not self._substeps(u, hk, dt / nsub, nsub, tape, k // per_layer):
                 nsub *= 2
-                if nsub > 2**16:
-                    raise NumericalError(f"the CFL sub-steps do not converge at depth step {k + 1} "
-                                         f"(velocity blow-up near t = {k * dt:.6g})")
+                if nsub > MAX_SUBSTEPS:
+                    raise substeps_error(k + 1, k * dt)
                 u.x.array[:] = start
                 outflow = out_start
                 if tape is not None:

@@ -101,7 +101,8 @@ class VelocityOperator:
             vals = np.zeros_like(self.x)
         elif self.grid is not None and self.d == 2:
             assert self.quad.grid_axes is not None  # grid is only set on a tensor-grid quadrature
-            lin.tensor = TensorSoftmax(self.grid, self.quad.grid_axes, self.quad.grid(wts), a, self._factors(a))
+            lin.tensor = TensorSoftmax(self.grid, self.quad.grid_axes, self.quad.grid(wts), a,
+                                       self.separable_factors(a))
             vals = lin.tensor.velocity(c)[self.index]
         else:
             fast = (self._chebyshev_1d if self.d == 1 else self._interpolated)(lin, wts, a, c, linearize)
@@ -139,7 +140,7 @@ class VelocityOperator:
         lin.interp2d = S
         return S.velocity(self.x, c)
 
-    def _factors(self, a: Array) -> SeparableFactors | None:
+    def separable_factors(self, a: Array) -> SeparableFactors | None:
         """The μ-independent separable factors of the heads a, built once per set of heads and kept."""
         assert self.grid is not None and self.quad.grid_axes is not None
         f = self._factor_cache.take(a) if self._factor_cache is not None else None

@@ -73,10 +73,15 @@ class Objective:
         T, steps = self.pb.cfg.depth.T, self.pb.cfg.depth.steps
         return [0.0, T] if self.pb.shallow or steps < 2 else [0.0, T * (steps // 2) / steps, T]
 
+    @property
+    def _snapshot_step(self) -> int | None:
+        """The depth step of the middle snapshot (T/2) of :attr:`snapshot_depths`, or None (two snapshots)."""
+        return self.pb.cfg.depth.steps // 2 if len(self.snapshot_depths) == 3 else None
+
     def _keeper(self, keep: list[Array] | None) -> Callable[[int, float, dolfinx.fem.Function], None] | None:
-        if keep is None or len(self.snapshot_depths) < 3:
+        half = self._snapshot_step
+        if keep is None or half is None:
             return None
-        half = self.pb.cfg.depth.steps // 2
 
         def callback(k: int, t: float, u: dolfinx.fem.Function) -> None:
             if k == half:
@@ -136,7 +141,7 @@ class Objective:
         U = np.stack([u.x.array for u in us])
         keep = [j for j, i in enumerate(chunk) if i in snapshot]
         mus: dict[int, list[Array]] = {j: [bt.gathered(U[j])] for j in keep}
-        half = cfg.depth.steps // 2 if len(self.snapshot_depths) == 3 else -1
+        half = self._snapshot_step
 
         def callback(k: int, t: float, Uk: Array) -> None:
             if k == half:
