@@ -32,16 +32,9 @@ import numpy.typing as npt
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.separable import TensorSoftmax
+from mfpde.tokens.stepping import MAX_SUBSTEPS, cfl_step, check_depth_step, quadrature_moments, substeps_error
 from mfpde.tokens.tape import TAPE_BUDGET_BYTES
-from mfpde.tokens.transport import (
-    MAX_SUBSTEPS,
-    TokenTransport,
-    TransportReport,
-    cfl_step,
-    check_depth_step,
-    quadrature_moments,
-    substeps_error,
-)
+from mfpde.tokens.transport import TokenTransport, TransportReport
 
 __all__ = ["BatchDeclined", "BatchStep", "BatchTransport", "batchable"]
 

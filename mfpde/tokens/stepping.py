@@ -1,0 +1,82 @@
+"""What the depth loops of the token solvers share: step control, the checks after a depth step, the moments.
+
+Used by the per-sample solver (:class:`~mfpde.tokens.transport.TokenTransport`) and the batched one
+(:class:`~mfpde.tokens.batch.BatchTransport`), so both stop on the same conditions with the same messages
+(theory §1.3: mass balance with the outflow; interface: exit status 3). Non-dimensional.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.errors import NumericalError
+from mfpde.tokens.readout import Readout
+
+__all__ = ["MAX_SUBSTEPS", "cfl_step", "check_depth_step", "quadrature_moments", "substeps_error"]
+
+Array = npt.NDArray[np.float64]
+
+#: Sub-steps of one depth step beyond which the CFL doubling gives up (a velocity blow-up).
+MAX_SUBSTEPS = 2**16
+
+
+def quadrature_moments(wts: Array, x: Array, g: Readout | None = None) -> tuple[float, Array, Array, float]:
+    """Mass, mean (d,), covariance (d, d) and ∫ g dμ of μ = Σ_i w_i δ_{x_i} (the lumped quadrature of μ_h).
+
+    Args:
+        wts: quadrature weights m_i μ_i, shape (N,), non-negative with a positive sum.
+        x: the nodes, shape (N, d).
+        g: readout; None gives NaN for ∫ g dμ.
+
+    Moments are of the normalised measure μ/∫μ; ∫ g dμ is not normalised (theory §2: ŷ = ∫ g dμ_T).
+    """
+    mass = wts.sum()
+    mean = (wts @ x) / mass
+    xc = x - mean
+    cov = (xc * wts[:, None]).T @ xc / mass
+    yhat = float(wts @ g(x)) if g is not None else math.nan
+    return float(mass), mean, cov, yhat
+
+
+def cfl_step(ratio: Array, cfl: float) -> Array:
+    """The largest Δt with Δt · ratio ≤ cfl, where ratio = max over cells of outflow/|cell| (inf where ≤ 0).
+
+    Args:
+        ratio: per solve, shape () or (S,).
+        cfl: the positivity CFL factor.
+
+    Raises:
+        NumericalError: a non-finite ratio (the velocity is not finite).
+    """
+    if not np.all(np.isfinite(ratio)):
+        raise NumericalError("non-finite token velocity")
+    with np.errstate(divide="ignore"):
+        return np.where(ratio > 0, cfl / np.where(ratio > 0, ratio, 1.0), math.inf)
+
+
+def substeps_error(step: int, t: float) -> NumericalError:
+    """The error when the CFL sub-steps of depth step ``step`` (starting at depth t) exceed ``MAX_SUBSTEPS``."""
+    return NumericalError(f"the CFL sub-steps do not converge at depth step {step} (velocity blow-up near t = {t:.6g})")
+
+
+def check_depth_step(step: int, t: float, finite: bool, mass: float, outflow: float, mass0: float,
+                     outflow_tol: float) -> None:
+    """The checks after every depth step of a token solve (theory §1.3: mass balance with the outflow).
+
+    Raises:
+        NumericalError: non-finite density; |∫μ_t + outflow − ∫μ_0| > 1e-9 ∫μ_0 (positivity lost); outflow
+            beyond ``outflow_tol`` ∫μ_0 (interface: exit status 3).
+    """
+    if not finite:
+        raise NumericalError(f"non-finite token density at depth step {step}, t = {t:.6g}")
+    balance = abs(mass + outflow - mass0)
+    if balance > 1e-9 * mass0:
+        raise NumericalError(f"token mass balance violated by {balance / mass0:.3g} at depth step {step}, "
+                             f"t = {t:.6g} (positivity lost)")
+    if outflow > outflow_tol * mass0:
+        raise NumericalError(f"mass leaving the token domain: outflow {outflow / mass0:.3g} of the mass > "
+                             f"tokens.outflow_tol = {outflow_tol:g} at depth step {step}, t = {t:.6g} "
+                             "(enlarge tokens.box)")
