@@ -62,11 +62,13 @@ class SeparableFactors:
         a: the heads' scalars, shape (N_a,), sorted.
         E: per axis, shape (N_a, m_j, n_j), entries in (0, 1].
         shift: per axis, shape (N_a, m_j).
+        Ey: per axis, E_j diag(y_j) (the factor of the first moment along axis j), shape (N_a, m_j, n_j).
     """
 
     a: Array
     E: tuple[Array, ...]
     shift: tuple[Array, ...]
+    Ey: tuple[Array, ...]
 
     @staticmethod
     def build(xg: TensorGrid, yg: TensorGrid, a: Array) -> SeparableFactors | None:
@@ -81,7 +83,8 @@ class SeparableFactors:
             shifts.append(shift)
         if np.any(rng > _TENSOR_RANGE_MAX):
             return None
-        return SeparableFactors(np.asarray(a, dtype=np.float64), tuple(E), tuple(shifts))
+        return SeparableFactors(np.asarray(a, dtype=np.float64), tuple(E), tuple(shifts),
+                                tuple(e * y for e, y in zip(E, yg.axes, strict=True)))
 
     def take(self, a: Array) -> SeparableFactors | None:
         """The factors of a subset a of the heads (sorted), or None if some a is not among them."""
@@ -90,7 +93,8 @@ class SeparableFactors:
         idx = np.searchsorted(self.a, a)
         if np.any(idx >= len(self.a)) or not np.array_equal(self.a[np.minimum(idx, len(self.a) - 1)], a):
             return None
-        return SeparableFactors(self.a[idx], tuple(e[idx] for e in self.E), tuple(s[idx] for s in self.shift))
+        return SeparableFactors(self.a[idx], tuple(e[idx] for e in self.E), tuple(s[idx] for s in self.shift),
+                                tuple(e[idx] for e in self.Ey))
 
 
 class TensorSoftmax:
@@ -98,7 +102,8 @@ class TensorSoftmax:
 
     μ may be a batch of S measures (the samples of a training step, issue 12): W of shape (S, *yg.shape),
     with shared ``factors``; then every array below gains an axis S after the head axis, and the products are
-    one large matrix product per head and axis for the whole batch.
+    one large matrix product for the whole batch. Inside, per-head fields are kept in the layout (head, x₁,
+    measure, x₂), where the products leave them (rows (x₁, measure) of one matrix product per head).
 
     Args:
         xg: evaluation grid, m₁ (× m₂) points (d = 1 or 2).
@@ -126,7 +131,8 @@ class TensorSoftmax:
             raise ValueError("TensorSoftmax: a batch of measures needs the shared SeparableFactors")
         Wb = W.reshape(-1, *yg.shape)  # (S, *yshape)
         rng = np.zeros(len(a))
-        E, shifts = (list(factors.E), list(factors.shift)) if factors is not None else ([], [])
+        E, Ey, shifts = ((list(factors.E), list(factors.Ey), list(factors.shift)) if factors is not None
+                         else ([], [], []))
         for j in range(d if factors is None else 0):
             other = tuple(k for k in range(d) if k != j)
             sup = (W.sum(axis=other) if other else W) > 0
@@ -137,33 +143,85 @@ class TensorSoftmax:
             Ej = np.zeros_like(S)  # 0 off the marginal support: the factors multiply zero weights there
             Ej[:, :, sup] = np.exp(S_sup - shift[..., None])
             E.append(Ej)
+            Ey.append(Ej * yg.axes[j])
             shifts.append(shift)
         self.separable = sep = rng <= _TENSOR_RANGE_MAX
-        self._E = tuple(E) if sep.all() else tuple(e[sep] for e in E)
+        self._E, self._Ey = (tuple(E), tuple(Ey)) if sep.all() else (tuple(e[sep] for e in E),
+                                                                     tuple(e[sep] for e in Ey))
         self._shared = factors is not None and sep.all()  # the factors belong to the cache, not to this object
         self._shifts = shifts
-        xshape, nb = xg.shape, len(Wb)
-        m = np.empty((len(a), nb, d, *xshape))  # the coordinate axis before the grid: no transposing copies
+        m1, nb = len(xg.axes[0]), len(Wb)
+        m2 = len(xg.axes[1]) if d == 2 else 1
+        self._lay = (m1, nb, m2)  # the internal layout of per-head fields: (…, head, x₁, measure, x₂)
         self._logz_direct: dict[int, Array] = {}
-        self._z = np.empty((int(sep.sum()), nb, *xshape))  # Z̃ = Z e^{−Σ_j s_j}, separable heads
-        if sep.any():
-            num = self._apply(np.stack([Wb, *(Wb * self._y(j) for j in range(d))], axis=1))  # (N_sep, S, 1+d, *x)
-            self._z = num[:, :, 0]
-            m[sep] = num[:, :, 1:] / self._z[:, :, None]
-        for k in np.flatnonzero(~sep):
+        if sep.all():
+            self._z, self._m = self._moments(Wb)
+        else:
+            self._z, self._m = np.empty((int(sep.sum()), m1, nb, m2)), np.empty((d, len(a), m1, nb, m2))
+            if sep.any():
+                self._z, self._m[:, sep] = self._moments(Wb)
+        for k in np.flatnonzero(~sep):  # unbatched only (a batch has shared factors: every head separable)
             lz, mk = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), float(a[k]))
-            self._logz_direct[int(k)], m[k, 0] = lz.reshape(xshape), np.moveaxis(mk.reshape(*xshape, d), -1, 0)
-        self._m = m  # (N_a, S, d, *xshape)
+            self._logz_direct[int(k)], self._m[:, k, :, 0, :] = lz.reshape(xg.shape), mk.T.reshape(d, m1, m2)
+
+    def _moments(self, Wb: Array) -> tuple[Array, Array]:
+        """(Z̃, m) of the separable heads for the measures Wb (shape (S, *yshape)), in the internal layout.
+
+        Shapes (N_sep, m₁, S, m₂) and (d, N_sep, m₁, S, m₂) (m₂ = 1 in d = 1).
+        Z̃ = E₁ W E₂ᵀ and the first moments E₁ diag(y₁) W E₂ᵀ, E₁ W diag(y₂) E₂ᵀ: the left products of all heads
+        and measures are one matrix product, (2 N_sep m₁ × n₁) by (n₁ × S n₂), the right ones one stacked
+        product per head with S m₁ rows; five half-products where Z̃, Σ y₁ and Σ y₂ each would take six.
+        """
+        E0, Ey0 = self._E[0], self._Ey[0]
+        K, m1, n1 = E0.shape
+        S = len(Wb)
+        P = np.concatenate([E0, Ey0]).reshape(2 * K * m1, n1) @ np.moveaxis(Wb, 0, 1).reshape(n1, -1)
+        if len(self._E) == 1:
+            buf = P.reshape(2, K, m1, S, 1)
+        else:
+            E1, Ey1 = self._E[1], self._Ey[1]
+            m2 = E1.shape[1]
+            out = np.empty((3, K, m1 * S, m2))
+            Pk = P.reshape(2, K, m1 * S, -1)  # (E₁W, E₁ diag(y₁) W) per head, rows (x₁, measure)
+            np.matmul(Pk, E1.transpose(0, 2, 1), out=out[:2])
+            np.matmul(Pk[0], Ey1.transpose(0, 2, 1), out=out[2])
+            buf = out.reshape(3, K, m1, S, m2)
+        np.divide(buf[1:], buf[0], out=buf[1:])
+        return buf[0], buf[1:]
+
+    def _adjoint(self, G: Array) -> Array:
+        """g_W of :meth:`vjp` summed over the separable heads, shape (S, *yshape).
+
+        G holds, in the internal layout (d + 1, N_sep, m₁, S, m₂), the fields G₀ = ξ·m c/Z̃, G₁ = ξ₁ c/Z̃ (and
+        G₂ = ξ₂ c/Z̃ in d = 2); it is overwritten. With E_j diag(y_j) for the factors of y_j,
+
+            g_W = Σ_k (E₁ diag(y₁))ᵀ G₁ E₂ + E₁ᵀ (G₂ E₂ diag(y₂) − G₀ E₂)   (d = 2; d = 1 drops the E₂),
+
+        the right products one stacked product per head with S m₁ rows, the left ones and the sum over heads
+        one matrix product with inner dimension 2 N_sep m₁.
+        """
+        E0, Ey0 = self._E[0], self._Ey[0]
+        K, m1, n1 = E0.shape
+        S = G.shape[3]
+        if len(self._E) == 1:
+            Q = G.reshape(2, K * m1, S)
+            np.negative(Q[0], out=Q[0])
+        else:
+            E1, Ey1 = self._E[1], self._Ey[1]
+            m2, n2 = E1.shape[1:]
+            Q = np.empty((3, K * m1, S, n2))
+            np.matmul(G[:2].reshape(2, K, m1 * S, m2), E1, out=Q[:2].reshape(2, K, m1 * S, n2))
+            np.matmul(G[2].reshape(K, m1 * S, m2), Ey1, out=Q[2].reshape(K, m1 * S, n2))
+            np.subtract(Q[2], Q[0], out=Q[0])
+        out = np.concatenate([E0, Ey0]).reshape(2 * K * m1, n1).T @ Q[:2].reshape(2 * K * m1, -1)  # (n₁, S n₂)
+        return np.moveaxis(out.reshape(n1, S, -1), 1, 0).reshape(S, *self.yg.shape)
 
     @property
     def m(self) -> Array:
-        """The tilted means m_k(x), shape (N_a, (S,) *xg.shape, d) (a view)."""
-        return self._unbatch(np.moveaxis(self._m, 2, -1), 1)
-
-    def _y(self, j: int) -> Array:
-        """The coordinate y_j on the grid yg, broadcastable to yg.shape."""
-        d, ax = len(self.yg.axes), self.yg.axes[j]
-        return ax.reshape((-1,) + (1,) * (d - 1 - j)) if d == 2 else ax
+        """The tilted means m_k(x), shape (N_a, (S,) *xg.shape, d) (a copy)."""
+        d, nb = len(self.yg.axes), self._lay[1]
+        m = self._m.transpose(1, 3, 2, 4, 0).reshape(len(self.a), nb, *self.xg.shape, d)
+        return self._unbatch(m, 1)
 
     def _unbatch(self, x: Array, axis: int) -> Array:
         return x if self.batched else np.take(x, 0, axis=axis)
@@ -171,50 +229,28 @@ class TensorSoftmax:
     @property
     def logz(self) -> Array:
         """Log Z_k(x) = log Σ_y W_y e^{a_k x·y}, shape (N_a, (S,) *xg.shape) (computed when asked)."""
-        d, sep = len(self.yg.axes), self.separable
-        out = np.empty((len(self.a), *self._z.shape[1:]))
+        sep, (m1, nb, m2) = self.separable, self._lay
+        out = np.empty((len(self.a), m1, nb, m2))
         if sep.any():
-            logz = np.log(self._z)
-            for j, s in enumerate(self._shifts):
-                logz += s[sep].reshape((-1, 1) + tuple(len(self.xg.axes[i]) if i == j else 1 for i in range(d)))
+            logz = np.log(self._z) + self._shifts[0][sep][:, :, None, None]
+            if len(self._shifts) == 2:
+                logz += self._shifts[1][sep][:, None, None, :]
             out[sep] = logz
         for k, lz in self._logz_direct.items():
-            out[k, 0] = lz
-        return self._unbatch(out, 1)
+            out[k, :, 0, :] = lz.reshape(m1, m2)
+        return self._unbatch(out.transpose(0, 2, 1, 3).reshape(len(self.a), nb, *self.xg.shape), 1)
 
     @property
     def nbytes(self) -> int:
         """Memory held by this object (the shared factors of a :class:`SeparableFactors` not counted), in bytes."""
-        own = 0 if self._shared else sum(e.nbytes for e in self._E)
+        own = 0 if self._shared else sum(e.nbytes for e in self._E + self._Ey)
         return own + self._m.nbytes + self._z.nbytes + sum(v.nbytes for v in self._logz_direct.values())
-
-    def _apply(self, F: Array) -> Array:
-        """E₁ F E₂ᵀ per separable head: F of shape (S, r, n₁(, n₂)) → (N_sep, S, r, m₁(, m₂)).
-
-        numpy's stacked matrix product over (head, measure, right-hand side): for these sizes (tens of points
-        per axis) faster than one wide product per head (measured: 4 ms against 8 ms for 17 heads, 60 columns).
-        """
-        E, lead = self._E, F.shape[:2]
-        Fs = F.reshape(1, -1, *F.shape[2:])
-        if len(E) == 1:
-            out = np.matmul(E[0][:, None], Fs[..., None])[..., 0]
-        else:
-            out = np.matmul(np.matmul(E[0][:, None], Fs), E[1].transpose(0, 2, 1)[:, None])
-        return out.reshape(len(E[0]), *lead, *out.shape[2:])
-
-    def _apply_t(self, G: Array) -> Array:
-        """Σ over heads of E₁ᵀ G E₂: G of shape (N_sep, S, r, m₁(, m₂)) → (S, r, n₁(, n₂))."""
-        E, lead = self._E, G.shape[1:3]
-        Gs = G.reshape(len(G), -1, *G.shape[3:])
-        if len(E) == 1:
-            out = np.matmul(E[0].transpose(0, 2, 1)[:, None], Gs[..., None])[..., 0]
-        else:
-            out = np.matmul(np.matmul(E[0].transpose(0, 2, 1)[:, None], Gs), E[1][:, None])
-        return out.sum(axis=0).reshape(*lead, *out.shape[2:])
 
     def velocity(self, c: Array) -> Array:
         """V = Σ_k c_k m_k on xg, shape ((S,) *xg.shape, d) (theory §1.3 (F))."""
-        return self._unbatch(np.moveaxis(np.tensordot(c, self._m, axes=1), 1, -1), 0)
+        d, (m1, nb, m2) = len(self.yg.axes), self._lay
+        V = np.stack([c @ self._m[j].reshape(len(c), -1) for j in range(d)]).reshape(d, m1, nb, m2)
+        return self._unbatch(V.transpose(2, 1, 3, 0).reshape(nb, *self.xg.shape, d), 0)
 
     def vjp(self, c: Array, Xi: Array) -> tuple[Array, Array]:
         """The transpose of the derivative of Σ_x ξ·V with respect to (W, c) (theory §3.1 (B)).
@@ -226,19 +262,20 @@ class TensorSoftmax:
         Returns:
             (g_W, g_c): shapes ((S,) *yg.shape) and ((S,) N_a,), per measure of a batch.
         """
-        d, sep = len(self.yg.axes), self.separable
-        Xb = np.moveaxis(Xi.reshape(-1, *self.xg.shape, d), -1, 1)  # (S, d, *xshape)
-        nb = len(Xb)
-        xm: Array = np.einsum("ksj...,sj...->ks...", self._m, Xb)  # ξ·m_k, (N_a, S, *xshape)
-        gc = xm.reshape(len(c), nb, -1).sum(axis=2).T  # (S, N_a)
+        d, sep, (m1, nb, m2) = len(self.yg.axes), self.separable, self._lay
+        X = Xi.reshape(nb, m1, m2, d).transpose(3, 1, 0, 2)  # (d, m₁, S, m₂), the internal layout
+        xm = self._m[0] * X[0]  # ξ·m_k, (N_a, m₁, S, m₂)
+        for j in range(1, d):
+            xm += self._m[j] * X[j]
+        gc = xm.sum(axis=(1, 3)).T  # (S, N_a)
         gW = np.zeros((nb, *self.yg.shape))
         if sep.any():
-            cz = c[sep].reshape((-1, 1) + (1,) * d) / self._z  # c_k / Z̃_k, (N_sep, S, *xshape)
-            G = np.concatenate([Xb[None] * cz[:, :, None], (xm[sep] * cz)[:, :, None]], axis=2)
-            T = self._apply_t(G)  # (S, 1 + d, *yshape), summed over heads
+            cz = c[sep][:, None, None, None] / self._z  # c_k / Z̃_k
+            G = np.empty((d + 1, *cz.shape))
+            np.multiply(xm if sep.all() else xm[sep], cz, out=G[0])
             for j in range(d):
-                gW += T[:, j] * self._y(j)
-            gW -= T[:, d]
+                np.multiply(X[j], cz, out=G[1 + j])
+            gW += self._adjoint(G)
         rest = np.flatnonzero(~sep & (c != 0.0))
         if len(rest):  # unbatched only (a batch has shared factors: every head separable)
             g, _ = velocity_vjp(self.xg.points(), self.yg.points(), self.W.ravel(),

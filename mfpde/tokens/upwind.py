@@ -121,9 +121,15 @@ class UpwindFiniteVolume:
         self._AR = scipy.sparse.csr_array((np.ones(int(self.interior.sum())), (self.right[self.interior],
                                                                                cols[self.interior])), shape=(ncell, nf))
         self._div = (self._AR - self._AL).tocsr()
-        nv = self.verts.shape[1]
-        self._AV = scipy.sparse.csr_array((np.ones(nf * nv), (self.verts.ravel(), np.arange(nf * nv))),
-                                          shape=(self.n_vertices, nf * nv))
+        # B (n_vertices d, n_facets n_q): B[v d + j, f n_q + q] = λ_{q,v} |f| n_{f,j}, so that the normal fluxes
+        # at the facet Gauss points are Bᵀ V and J_Vᵀ takes B (one sparse product for a batch, both ways).
+        nq, nv = self.lam.shape
+        rows = (self.verts[:, None, :, None] * d + np.arange(d)[None, None, None, :])  # (f, q, v, j)
+        vals = self.lam[None, :, :, None] * self.nA[:, None, None, :]
+        cols = np.broadcast_to(np.arange(nf * nq).reshape(nf, nq, 1, 1), vals.shape)
+        self._B = scipy.sparse.csr_array((vals.ravel(), (np.broadcast_to(rows, vals.shape).ravel(), cols.ravel())),
+                                         shape=(self.n_vertices * d, nf * nq))
+        self._Bt = self._B.T.tocsr()
 
     @staticmethod
     def _scatter(A: Any, x: Array) -> Array:
@@ -136,9 +142,7 @@ class UpwindFiniteVolume:
         Returns:
             shape ((S,) n_facets, n_q).
         """
-        Vv = V.reshape(*V.shape[:-1], -1, self.d)
-        s = sum(Vv[..., self.verts, j] * self.nA[:, j, None] for j in range(self.d))  # V_v·|f|n_f, (…, n_f, n_v)
-        return s @ self.lam.T
+        return self._scatter(self._Bt, V).reshape(*V.shape[:-1], -1, len(self.wq))
 
     def _split(self, F: Array) -> tuple[Array, Array]:
         """(F_f⁺, F_f⁻): the Gauss sums of the positive and negative parts, shape ((S,) n_facets) each."""
@@ -175,7 +179,4 @@ class UpwindFiniteVolume:
         s = np.sign(F)
         dphi = (0.5 * (1.0 + s) * u[..., self.left, None]
                 + np.where(inner[:, None], 0.5 * (1.0 - s) * u[..., right, None], 0.0))
-        wv = (dphi * self.wq * dz[..., None]) @ self.lam  # ((S,) n_facets, vertices of f)
-        g = gV.reshape(*gV.shape[:-1], -1, self.d)
-        for j in range(self.d):
-            g[..., j] += self._scatter(self._AV, (wv * self.nA[:, j, None]).reshape(*wv.shape[:-2], -1))
+        gV += self._scatter(self._B, (dphi * self.wq * dz[..., None]).reshape(*dz.shape[:-1], -1))

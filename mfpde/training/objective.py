@@ -103,14 +103,15 @@ class Objective:
 
         Yields, per sample i: (i, ŷ^i, [μ_t weights at the snapshot depths before T] if i in ``snapshot``,
         ∂ŷ^i/∂c per layer block stacked (n_layers, N_a) (empty without ``taped``), μ_T as a Function).
-        Batches of :data:`BATCH_SAMPLES` advance together where :func:`~mfpde.tokens.batch.batchable`;
-        a batch the batched solver declines is solved sample by sample.
+        Batches of at most :data:`BATCH_SAMPLES` (of even sizes) advance together where
+        :func:`~mfpde.tokens.batch.batchable`; a batch the batched solver declines is solved sample by sample.
         """
         tokens = self.tokens
         n_a = [len(h.a) for h in heads]
         mine = self.groups.mine(samples)
         size = BATCH_SAMPLES if self.batch is not None else 1
-        for chunk in (mine[j: j + size] for j in range(0, len(mine), size)):
+        n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
+        for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
             us = []
             for i in chunk:
                 u = dolfinx.fem.Function(tokens.W, name="mu_T")
