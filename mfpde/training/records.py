@@ -128,8 +128,13 @@ def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str,
                           "wall_s": np.array(wall)}, cp.comm)
 
 
-def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float) -> dict[str, float]:
-    """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective."""
+def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float,
+                test_fields: Path | None = None) -> dict[str, float]:
+    """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective.
+
+    With ``test_fields`` (the last row of a run) the held-out samples' μ_T are written there as well
+    (``mu_T_test_<i>.bp``): the final outputs take the held-out accuracy from this row instead of solving again.
+    """
     st = cp.state
     fe = st.free_energy(grad.risk)
     gn = st.dissipation_norm()
@@ -145,7 +150,7 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
         row["train_accuracy"] = float(np.mean(np.sign(grad.yhat) == np.sign(y)))
         if pb.test:
             yt = np.array([smp.target for smp in pb.test])
-            yh = cp.objective.predict(pb.test, cp.heads())
+            yh = cp.objective.predict(pb.test, cp.heads(), test_fields, tag="test_")
             row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))
             row["test_risk"] = float(0.5 * np.mean((yh - yt) ** 2))
     return row
