@@ -6,8 +6,9 @@ figure is built by a function returning the :class:`matplotlib.figure.Figure` (`
 temporary file and a rename, so a reader (or a run that fails later) never sees a half-written PNG.
 Call on one rank. All quantities are non-dimensional.
 
-Drawn at every output step on rank 0 while the other ranks wait, the figures are laid out by hand (inches; no
-layout engine, no title placement), ticks on the outer panels of a grid only: text layout and ticks cost most.
+Drawn at every output step while the training waits (under MPI each figure on its own rank, :data:`FIGURES`),
+the figures are laid out by hand (inches; no layout engine, no title placement), ticks on the outer panels of a
+grid only: text layout and ticks cost most.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from matplotlib.cm import ScalarMappable
     from matplotlib.figure import Figure
 
-__all__ = ["RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "tokens_figure"]
+__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "tokens_figure"]
+
+#: The figures of a run, in the order of the ranks that draw them under MPI (figure k on rank k mod size).
+FIGURES = ("loss", "rho", "tokens")
 
 Array = npt.NDArray[np.float64]
 Box = tuple[float, float, float, float]
@@ -374,9 +378,10 @@ def _save(fig: Figure, path: Path) -> None:
         plt.close(fig)
 
 
-def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], rho: RhoSeries,
-             tokens: TokenSeries | None, lam: float = 0.0, certificate: bool = False) -> None:
-    """Write ``loss.png``, ``rho.png`` and ``tokens.png`` into ``out/plots``, each atomically (call on one rank).
+def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], rho: RhoSeries | None,
+             tokens: TokenSeries | None, lam: float = 0.0, certificate: bool = False,
+             figures: tuple[str, ...] = FIGURES) -> None:
+    """Write ``loss.png``, ``rho.png`` and ``tokens.png`` into ``out/plots``, each atomically.
 
     Arrays in, figures out: nothing is solved here.
 
@@ -384,17 +389,20 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
         out: the output directory.
         history: the history rows so far (see :func:`loss_figure`).
         rate: the ``rate`` block of the report (see :func:`loss_figure`).
-        rho: ρ_s snapshots and the Gibbs measure of the last.
+        rho: ρ_s snapshots and the Gibbs measure of the last (None: no ``rho.png``).
         tokens: μ_t of a few samples (None: no ``tokens.png``).
         lam: λ, the entropy weight.
         certificate: whether λ KL(ρ ‖ p_ρ) bounds F − F* (theory §5.4).
+        figures: which of :data:`FIGURES` to write (each written by one process only).
     """
     import matplotlib
 
     matplotlib.use("Agg")
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
-    _save(loss_figure(history, rate, lam, certificate), d / "loss.png")
-    _save(rho_figure(rho), d / "rho.png")
-    if tokens is not None and tokens.weights:
+    if "loss" in figures:
+        _save(loss_figure(history, rate, lam, certificate), d / "loss.png")
+    if "rho" in figures and rho is not None:
+        _save(rho_figure(rho), d / "rho.png")
+    if "tokens" in figures and tokens is not None and tokens.weights:
         _save(tokens_figure(tokens), d / "tokens.png")

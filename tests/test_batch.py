@@ -51,7 +51,7 @@ def _both(cp: CoupledProblem, per_sample: bool = True):
 
 @pytest.mark.parametrize("extra", [[], ['depth.model="depth-indexed"', "depth.layers=2"]], ids=["tied", "indexed"])
 def test_batched_objective_equals_per_sample(extra, monkeypatch):
-    """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of 3 (7 = 3 + 3 + 1 samples) against one by one."""
+    """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of at most 3 (7 = 2 + 2 + 3 samples) against one by one."""
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
     cfg = C.load(DEEP, [*SMALL, *extra])
     cp = CoupledProblem(cfg, MPI.COMM_SELF)

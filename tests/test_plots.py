@@ -1,4 +1,4 @@
-"""The run's plots (issue 13): written at every output step, atomically, by rank 0; what each figure shows;
+"""The run's plots (issue 13): written at every output step, atomically, each figure by one rank; what each shows;
 the initial accuracy in the report; a failed run keeps the plots of its last output step; log lines that
 do not break the progress bar."""
 
@@ -37,25 +37,28 @@ def _args(extra=()):
 
 
 class _Recorder:
-    """Wraps plot_run: after each call, the step drawn, the PNGs' (height, width) and the figures' axes counts."""
+    """Wraps plot_run: after each call, the step and figures drawn, the PNGs' (height, width), the axes counts."""
 
     def __init__(self, monkeypatch):
         self.calls: list[dict] = []
         real = records.plot_run
 
-        def wrapped(out, history, rate, rho, tokens, lam=0.0, certificate=False):
-            real(out, history, rate, rho, tokens, lam, certificate)
+        def wrapped(out, history, rate, rho, tokens, lam=0.0, certificate=False, figures=plots.FIGURES):
+            real(out, history, rate, rho, tokens, lam, certificate, figures)
             shapes = {}
-            for name in PNGS:
-                path = out / "plots" / name
+            for name in figures:
+                path = out / "plots" / f"{name}.png"
                 assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", path
                 shapes[name] = matplotlib.image.imread(path).shape[:2]
-            figs = {"loss": plots.loss_figure(history, rate, lam, certificate), "rho": plots.rho_figure(rho),
-                    "tokens": plots.tokens_figure(tokens)}
-            self.calls.append({"step": int(history[-1]["step"]), "shapes": shapes, "rho": rho, "tokens": tokens,
-                               "axes": {k: len(f.axes) for k, f in figs.items()},
-                               "loss_labels": [ax.get_legend_handles_labels()[1] for ax in figs["loss"].axes],
-                               "tmp": sorted(p.name for p in (out / "plots").glob("*.tmp"))})
+            build = {"loss": lambda: plots.loss_figure(history, rate, lam, certificate),
+                     "rho": lambda: plots.rho_figure(rho), "tokens": lambda: plots.tokens_figure(tokens)}
+            figs = {k: build[k]() for k in figures}
+            self.calls.append({"step": int(history[-1]["step"]), "figures": tuple(figures), "shapes": shapes,
+                               "rho": rho, "tokens": tokens, "axes": {k: len(f.axes) for k, f in figs.items()},
+                               "loss_labels": ([ax.get_legend_handles_labels()[1] for ax in figs["loss"].axes]
+                                               if "loss" in figs else None),
+                               "tmp": sorted(p.name for p in (out / "plots").glob("*.tmp")  # this rank's
+                                             if p.name.split(".")[0] in figures)})
             for f in figs.values():
                 plt.close(f)
 
@@ -65,32 +68,40 @@ class _Recorder:
 def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
     rec = _Recorder(monkeypatch)
     assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args()]) == 0
-    if MPI.COMM_WORLD.rank != 0:
-        assert rec.calls == []  # only rank 0 draws and writes
-        return
-    assert [c["step"] for c in rec.calls] == [0, 1, 2], [c["step"] for c in rec.calls]
+    comm = MPI.COMM_WORLD
+    # every figure at every output step, each drawn by one rank: figure k by rank k mod size
+    drawn = [(c["step"], f, r) for r, calls in enumerate(comm.allgather(rec.calls)) for c in calls
+             for f in c["figures"]]
+    expected = [(step, f, k % comm.size) for step in (0, 1, 2) for k, f in enumerate(plots.FIGURES)]
+    assert sorted(drawn) == sorted(expected), drawn
     for c in rec.calls:
         assert c["tmp"] == [], c["tmp"]  # written through a temporary file, renamed into place
         assert all(h > 200 and w > 400 for h, w in c["shapes"].values()), c["shapes"]
-        # loss: risk panel + risk/accuracy panel + its twin axis (digits); certificate curve, no theory line
-        # (deep model: report rate.theory is null)
-        assert c["axes"]["loss"] == 3, c["axes"]
-        assert any("KL" in lab for lab in c["loss_labels"][0]), c["loss_labels"]
-        assert not any(lab.startswith("theory") for lab in c["loss_labels"][0]), c["loss_labels"]
-        assert {"test accuracy", "train accuracy", "test risk"} <= {*c["loss_labels"][1], *c["loss_labels"][2]}
-        # rho: one panel per snapshot so far (≤ 4) + the Gibbs measure, each with its colour bar
-        n_snap = min(c["step"] + 1, plots.N_RHO_PANELS)
-        assert c["axes"]["rho"] == 2 * (n_snap + 1), (c["axes"], n_snap)
-        # tokens: 2 samples per class (4 training samples, 2 per digit) × depths 0, T/2, T, one colour bar per row
-        tok = c["tokens"]
-        assert tok.depths == [0.0, 0.5, 1.0] and len(tok.weights) == 4, (tok.depths, len(tok.weights))
-        assert c["axes"]["tokens"] == 4 * 3 + 4, c["axes"]
-        assert sorted(lab.split(" (")[0] for lab in tok.labels) == ["class 6"] * 2 + ["class 7"] * 2, tok.labels
-        for w in tok.weights:  # μ_0 of mass 1; mass through depth only lost by outflow, a little in this box
-            m = w.sum(axis=1)
-            assert w.shape == (3, len(tok.mass)) and abs(m[0] - 1) < 1e-12 and np.all(np.diff(m) <= 1e-14), m
-            assert m[-1] > 0.99 and np.all(w >= 0), m
-    assert rec.calls[-1]["rho"].s == [0.0, 0.2, 0.4]
+        if "loss" in c["figures"]:
+            # loss: risk panel + risk/accuracy panel + its twin axis (digits); certificate curve, no theory line
+            # (deep model: report rate.theory is null)
+            assert c["axes"]["loss"] == 3, c["axes"]
+            assert any("KL" in lab for lab in c["loss_labels"][0]), c["loss_labels"]
+            assert not any(lab.startswith("theory") for lab in c["loss_labels"][0]), c["loss_labels"]
+            assert {"test accuracy", "train accuracy", "test risk"} <= {*c["loss_labels"][1], *c["loss_labels"][2]}
+        if "rho" in c["figures"]:
+            # rho: one panel per snapshot so far (≤ 4) + the Gibbs measure, each with its colour bar
+            n_snap = min(c["step"] + 1, plots.N_RHO_PANELS)
+            assert c["axes"]["rho"] == 2 * (n_snap + 1), (c["axes"], n_snap)
+            if c["step"] == 2:
+                assert c["rho"].s == [0.0, 0.2, 0.4]
+        if "tokens" in c["figures"]:
+            # tokens: 2 samples per class (4 training samples, 2 per digit) × depths 0, T/2, T, a colour bar per row
+            tok = c["tokens"]
+            assert tok.depths == [0.0, 0.5, 1.0] and len(tok.weights) == 4, (tok.depths, len(tok.weights))
+            assert c["axes"]["tokens"] == 4 * 3 + 4, c["axes"]
+            assert sorted(lab.split(" (")[0] for lab in tok.labels) == ["class 6"] * 2 + ["class 7"] * 2, tok.labels
+            for w in tok.weights:  # μ_0 of mass 1; mass through depth only lost by outflow, a little in this box
+                m = w.sum(axis=1)
+                assert w.shape == (3, len(tok.mass)) and abs(m[0] - 1) < 1e-12 and np.all(np.diff(m) <= 1e-14), m
+                assert m[-1] > 0.99 and np.all(w >= 0), m
+    if comm.rank != 0:
+        return
     report = json.loads((tempdir / "report.json").read_text())
     first = next(csv.DictReader((tempdir / "history.csv").open()))
     init = report["accuracy"]["initial"]
@@ -114,8 +125,11 @@ def test_failed_run_keeps_the_plots_of_its_last_output_step(tempdir, monkeypatch
     monkeypatch.setattr(Splitting, "step", failing)
     assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(["training.steps=3"])]) == 3
     assert json.loads((tempdir / "report.json").read_text())["status"] == "failed"
-    if MPI.COMM_WORLD.rank == 0:
-        assert [c["step"] for c in rec.calls] == [0, 1], [c["step"] for c in rec.calls]
+    comm = MPI.COMM_WORLD
+    drawn = sorted((c["step"], f) for calls in comm.allgather(rec.calls) for c in calls for f in c["figures"])
+    assert drawn == sorted((step, f) for step in (0, 1) for f in plots.FIGURES), drawn
+    comm.barrier()
+    if comm.rank == 0:
         for name in PNGS:
             assert matplotlib.image.imread(tempdir / "plots" / name).shape[0] > 200, name
 

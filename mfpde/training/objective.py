@@ -222,10 +222,10 @@ class Objective:
         targets = np.array([s.target for s in pb.train])
         return Gradient(float(0.5 * np.mean((yhat - targets) ** 2)), yhat, D, Dy)
 
-    def gather_snapshots(self, snapshots: Snapshots) -> Snapshots:
-        """The snapshots of every rank group, merged on rank 0 (empty on the other ranks). Collective."""
+    def gather_snapshots(self, snapshots: Snapshots, root: int = 0) -> Snapshots:
+        """The snapshots of every rank group, merged on rank ``root`` (empty on the other ranks). Collective."""
         mine = snapshots if self.groups.tcomm.rank == 0 else {}
-        parts = self.pb.comm.gather(mine, root=0)
+        parts = self.pb.comm.gather(mine, root=root)
         merged: Snapshots = {}
         for p in parts or []:
             merged.update(p)
