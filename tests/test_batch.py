@@ -49,7 +49,8 @@ def _both(cp: CoupledProblem, per_sample: bool = True):
     return out
 
 
-@pytest.mark.parametrize("extra", [[], ['depth.model="depth-indexed"', "depth.layers=2"]], ids=["tied", "indexed"])
+@pytest.mark.parametrize("extra", [[], ['depth.model="depth-indexed"', "depth.layers=2"], ['depth.model="shallow"']],
+                         ids=["tied", "indexed", "shallow"])
 def test_batched_objective_equals_per_sample(extra, monkeypatch):
     """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of at most 3 (7 = 2 + 2 + 3 samples) against one by one."""
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
@@ -68,7 +69,8 @@ def test_batched_objective_equals_per_sample(extra, monkeypatch):
         assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b))
     assert sorted(s1) == sorted(s0) == [0, 3]
     for i in s0:
-        assert len(s1[i]) == len(s0[i]) == 3  # μ_0, μ_{T/2}, μ_T
+        # μ_0, μ_{T/2}, μ_T (deep); μ_0, μ_T (the single layer)
+        assert len(s1[i]) == len(s0[i]) == len(cp.objective.snapshot_depths)
         for a, b in zip(s1[i], s0[i], strict=True):
             assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b))
 

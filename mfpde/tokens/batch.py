@@ -14,6 +14,9 @@ size. So a sample's result does not depend on which samples share its batch, up 
 products (BLAS may block a product of another width differently). The DG0 mass matrix is diagonal (the cell
 areas): M⁻¹ is a division here, where the per-sample solver calls the KSP of ``mfpde_token_``.
 
+The single-layer model (theory §2: one explicit step μ_0 + T M⁻¹L(μ_0; V), :meth:`BatchTransport.solve_shallow`)
+is batched the same way, its discrete adjoint one transposed step.
+
 Applies (:func:`batchable`) to DG0 on a box in d = 2 whose token mesh lives on one rank (every rank group of one
 rank, as ``mfpde run`` splits samples) and to heads whose separable factors over the whole box exist; elsewhere
 :class:`~mfpde.training.objective.Objective` solves sample by sample. Everything is non-dimensional.
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.errors import NumericalError
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.separable import TensorSoftmax
@@ -36,7 +40,7 @@ from mfpde.tokens.stepping import MAX_SUBSTEPS, cfl_step, check_depth_step, quad
 from mfpde.tokens.tape import TAPE_BUDGET_BYTES
 from mfpde.tokens.transport import TokenTransport, TransportReport
 
-__all__ = ["BatchDeclined", "BatchStep", "BatchTransport", "batchable"]
+__all__ = ["BatchDeclined", "BatchEuler", "BatchStep", "BatchTransport", "batchable"]
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -75,6 +79,24 @@ class BatchStep:
     v2: Array
     layer: int
     lin: tuple[tuple[Array, TensorSoftmax] | None, ...]
+
+
+@dataclass(frozen=True)
+class BatchEuler:
+    """The taped single explicit layer of the shallow model for a batch (the batched :class:`EulerStep`).
+
+    Attributes:
+        h: the layer's depth T (one step), the same for every row.
+        heads: the reduced head distribution.
+        v0: μ_0 of the rows, shape (S, n_cells).
+        lin: the velocity field (S, n_vertices d) and its softmax factors, or None (re-evaluated).
+    """
+
+    h: float
+    heads: HeadMeasure
+    v0: Array
+    lin: tuple[Array, TensorSoftmax] | None
+    layer: int = 0
 
 
 class BatchTransport:
@@ -149,7 +171,7 @@ class BatchTransport:
 
     # -- forward ------------------------------------------------------------------------------------
     def ssp_rk3(self, U: Array, V: Array, ts: TensorSoftmax | None, h: Array, heads: HeadMeasure,
-                idx: Index, layer: int, tape: list[BatchStep] | None) -> tuple[Array, Array]:
+                idx: Index, layer: int, tape: list[BatchStep | BatchEuler] | None) -> tuple[Array, Array]:
         """One SSP-RK3 sub-step of size h[s] for each row (velocity V set for U); returns (U_new, outflow (S,))."""
         taped = tape is not None
         hc = h[:, None]
@@ -169,7 +191,8 @@ class BatchTransport:
         return new, 2.0 / 3.0 * (o2 + h * r)
 
     def _substeps(self, U: Array, V: Array, ts: TensorSoftmax | None, heads: HeadMeasure, dt: float,
-                  nsub: npt.NDArray[np.int64], layer: int, tape: list[BatchStep] | None) -> tuple[Array, Array]:
+                  nsub: npt.NDArray[np.int64], layer: int, tape: list[BatchStep | BatchEuler] | None
+                  ) -> tuple[Array, Array]:
         """Nsub[s] sub-steps of size dt/nsub[s] for every row, in rounds; returns (outflow (S,), broken (S,) bool).
 
         U is advanced in place. A row whose velocity breaks its CFL bound on the way is flagged in ``broken``
@@ -190,7 +213,8 @@ class BatchTransport:
         return outflow, broken
 
     def solve(self, U: Array, heads: list[HeadMeasure], T: float, steps: int, g: Readout | None = None,
-              callback: Callable[[int, float, Array], None] | None = None, tape: list[BatchStep] | None = None,
+              callback: Callable[[int, float, Array], None] | None = None,
+              tape: list[BatchStep | BatchEuler] | None = None,
               outflow_tol: float = math.inf) -> list[TransportReport]:
         """Transport the rows of U (μ_0 of each sample, DG0 values, shape (S, n_cells)) to μ_T, in place.
 
@@ -233,6 +257,28 @@ class BatchTransport:
         return [self._report(U[s], float(mass0[s]), float(outflow[s]), float(min_mu[s]), int(nsub_total[s]), g)
                 for s in range(len(U))]
 
+    def solve_shallow(self, U: Array, heads: HeadMeasure, T: float, g: Readout | None = None,
+                      tape: list[BatchStep | BatchEuler] | None = None) -> list[TransportReport]:
+        """The single-layer model for every row of U, in place: μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2).
+
+        The batched :func:`~mfpde.tokens.shallow.solve_shallow` (one explicit step, no CFL sub-steps: the shallow
+        layer is its own forward map, not a solve of (F)).
+
+        Raises:
+            NumericalError: non-finite values in a row.
+            BatchDeclined: as :meth:`velocity`.
+        """
+        self._tape_bytes = 0
+        mass0 = self.weights(U).sum(axis=1)
+        V, ts = self.velocity(U, heads, tape is not None)
+        if tape is not None:
+            tape.append(BatchEuler(T, heads, U.copy(), self._lin(V, ts)))
+        du, r = self.rate(U, V)
+        U += T * du
+        if not np.all(np.isfinite(U)):
+            raise NumericalError("non-finite token density in the shallow layer")
+        return [self._report(U[s], float(mass0[s]), T * float(r[s]), float(U[s].min()), 1, g) for s in range(len(U))]
+
     def _report(self, u: Array, mass0: float, outflow: float, min_mu: float, nsub: int, g: Readout | None
                 ) -> TransportReport:
         mass, mean, cov, yhat = quadrature_moments(self.gathered(u), self.tokens.quad.points, g)
@@ -255,11 +301,12 @@ class BatchTransport:
         r[:, self.cells] += self.tokens.quad.local_m * gW.reshape(S, -1)[:, self.cell_grid]
         return r, gc
 
-    def backward(self, tape: list[BatchStep], P_T: Array, n_layers: int, n_a: list[int]) -> tuple[Array, list[Array]]:
+    def backward(self, tape: list[BatchStep | BatchEuler], P_T: Array, n_layers: int, n_a: list[int]
+                 ) -> tuple[Array, list[Array]]:
         """The reverse pass (the batched :meth:`~mfpde.tokens.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
 
         Args:
-            tape: from :meth:`solve` with ``tape``.
+            tape: from :meth:`solve` or :meth:`solve_shallow` with ``tape``.
             P_T: the costates at depth T, shape (S, n_cells).
             n_layers: number of layer blocks.
             n_a: the number of distinct a of each block's head measure.
@@ -270,6 +317,11 @@ class BatchTransport:
         P = P_T.copy()
         D = [np.zeros((len(P), k)) for k in n_a]
         for st in reversed(tape):
+            if isinstance(st, BatchEuler):  # the shallow model's single explicit layer: p₀ = (I + hF'(v₀))ᵀp₁
+                f0, c0 = self._Ft(st.v0, st.heads, P, st.lin)
+                P += st.h * f0
+                D[st.layer] += st.h * c0
+                continue
             h = st.h[:, None]
             q3 = P[st.idx]
             f2, c2 = self._Ft(st.v2, st.heads, q3, st.lin[2])

@@ -25,7 +25,7 @@ from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
 from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.batch import BatchDeclined, BatchStep, BatchTransport, batchable
+from mfpde.tokens.batch import BatchDeclined, BatchEuler, BatchStep, BatchTransport, batchable
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.shallow import solve_shallow
 from mfpde.tokens.transport import Tape, TransportReport
@@ -36,9 +36,10 @@ Array = npt.NDArray[np.float64]
 #: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
 #: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
 Snapshots = dict[int, tuple[Array, ...]]
-#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.batch`). Measured on the default (DG0,
-#: 32×32 cells, 17 heads, one core): chunks of 4–10 beat 1 by ~15% and 20 loses (the stacked products leave the
-#: L2 cache); on 16×16 cells chunks of 10 are 2× faster than one sample at a time.
+#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.batch`), at most. Measured on
+#: ``demos/digits_deep.toml`` (DG0, 32×32 cells, 17 heads, one thread): the softmax and its VJP cost the same per
+#: sample from 1 to 10 samples and 10–45% more from 16 to 32; what a batch saves is the per-stage work shared by
+#: its samples (on 16×16 cells chunks of 10 are 2× faster than one sample at a time).
 BATCH_SAMPLES = 8
 
 
@@ -53,7 +54,7 @@ class Objective:
         self.pb, self.groups, self.tokens = pb, pb.groups, pb.tokens
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
-        self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) and not pb.shallow else None
+        self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) else None
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
@@ -148,9 +149,12 @@ class Objective:
             if k == half:
                 for j in keep:
                     mus[j].append(bt.gathered(Uk[j]))
-        tape: list[BatchStep] | None = [] if taped else None
-        reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
-                        outflow_tol=cfg.tokens.outflow_tol)
+        tape: list[BatchStep | BatchEuler] | None = [] if taped else None
+        if self.pb.shallow:
+            reps = bt.solve_shallow(U, heads[0], cfg.depth.T, self.pb.g, tape=tape)
+        else:
+            reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
+                            outflow_tol=cfg.tokens.outflow_tol)
         D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
         for j, (i, u) in enumerate(zip(chunk, us, strict=True)):
             u.x.array[:] = U[j]
