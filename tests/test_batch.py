@@ -52,7 +52,8 @@ def _both(cp: CoupledProblem, per_sample: bool = True):
 @pytest.mark.parametrize("extra", [[], ['depth.model="depth-indexed"', "depth.layers=2"], ['depth.model="shallow"']],
                          ids=["tied", "indexed", "shallow"])
 def test_batched_objective_equals_per_sample(extra, monkeypatch):
-    """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of at most 3 (7 = 2 + 2 + 3 samples) against one by one."""
+    """R, ŷ, ∂R/∂c, ∂ŷ^i/∂c, μ_t snapshots and held-out ŷ: batches of at most 3 (7 = 2 + 2 + 3 samples) against
+    one by one, for the weight-tied, the depth-indexed and the single-layer model."""
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
     cfg = C.load(DEEP, [*SMALL, *extra])
     cp = CoupledProblem(cfg, MPI.COMM_SELF)
@@ -120,3 +121,26 @@ def test_declined_batch_falls_back_to_per_sample():
     (g1, y1, _), (g0, y0, _) = _both(cp, per_sample=False)
     assert np.array_equal(g1.yhat, g0.yhat) and np.array_equal(y1, y0)  # the same code ran
     assert all(np.array_equal(a, b) for a, b in zip(g1.D, g0.D, strict=True))
+
+
+def test_initial_densities_are_kept(monkeypatch):
+    """μ_0 of a sample is interpolated once (Objective keeps it): a second prediction fills nothing and gives the
+    same ŷ bit for bit; with no budget (MU0_CACHE_BYTES = 0) every solve fills again, with the same ŷ."""
+    calls = []
+    real = objective_module.fill_density
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(objective_module, "fill_density", counting)
+    cfg = C.load(DEEP, SMALL)
+    for budget, fills in ((objective_module.MU0_CACHE_BYTES, 1), (0, 2)):
+        monkeypatch.setattr(objective_module, "MU0_CACHE_BYTES", budget)
+        cp = CoupledProblem(cfg, MPI.COMM_SELF)
+        heads, test = cp.heads(), cp.problem.test
+        calls.clear()
+        y0 = cp.objective.predict(test, heads)
+        y1 = cp.objective.predict(test, heads)
+        assert len(calls) == fills * len(test), (budget, len(calls))
+        assert np.array_equal(y0, y1)
