@@ -18,7 +18,7 @@
 # model is linear in ρ, so F_λ is convex and the exponential-convergence theorem (theory §5.4) applies: the
 # report gives its rate next to the fitted one. (`demos/digits_deep.toml` is the deep model on 6 vs 7.)
 #
-# Run: `python3 demos/demo_digits.py` (the default run, a few minutes on one core) or
+# Run: `python3 demos/demo_digits.py` (the default run, under a minute on one core) or
 # `mpiexec -n 2 python3 demos/demo_digits.py`; `--quick` or `MFPDE_DEMO_QUICK=1` for a few images and
 # steps. Output: `out_demo_digits/` (the run's `report.json`, `history.csv`, `plots/`, `fields/` and `digits.png`).
 
