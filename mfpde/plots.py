@@ -1,14 +1,11 @@
 """PNG plots of a run (matplotlib, Agg backend): loss.png, rho.png, tokens.png (interface.md, issue 13).
 
-Plots take arrays and never solve: the run driver hands in what it computed at an output step. Each
-figure is built by a function returning the :class:`matplotlib.figure.Figure` (``loss_figure``,
-``rho_figure``, ``tokens_figure``, for tests and notebooks) and written by :func:`plot_run` through a
-temporary file and a rename, so a reader (or a run that fails later) never sees a half-written PNG.
-Call on one rank. All quantities are non-dimensional.
-
-Drawn at every output step while the training waits (under MPI each figure on its own rank, :data:`FIGURES`),
-the figures are laid out by hand (inches; no layout engine, no title placement), ticks on the outer panels of a
-grid only: text layout and ticks cost most.
+Plots take arrays and never solve: the run driver hands in what it computed at an output step. Each figure is
+built by a function returning the :class:`matplotlib.figure.Figure` (``loss_figure``, ``rho_figure``,
+``tokens_figure``, for tests and notebooks) and written by :func:`plot_run` through a temporary file and a
+rename, so a reader (or a run that fails later) never sees a half-written PNG. Drawn at every output step while
+the training waits (under MPI each figure on its own rank, :data:`FIGURES`), they are laid out by hand (inches;
+no layout engine), ticks on the outer panels of a grid only: text layout and ticks cost most. Non-dimensional.
 """
 
 from __future__ import annotations
@@ -29,13 +26,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "tokens_figure"]
 
-#: The figures of a run, in the order of the ranks that draw them under MPI (figure k on rank k mod size).
-FIGURES = ("loss", "rho", "tokens")
-
 Array = npt.NDArray[np.float64]
 Box = tuple[float, float, float, float]
 #: How many ρ_s (from ρ_0 to the last) rho.png shows per layer block, besides the Gibbs measure.
 N_RHO_PANELS = 4
+#: The figures of a run, in the order of the ranks that draw them under MPI (figure k on rank k mod size).
+FIGURES = ("loss", "rho", "tokens")
 
 
 @dataclass
@@ -46,8 +42,7 @@ class RhoSeries:
         points: Θ node coordinates, shape (N_θ, p), p = 1 or 2 (θ = v, or θ = (a, v)).
         s: training times of the snapshots, shape (m,).
         values: nodal densities ρ_s per snapshot and layer block, each shape (n_layers, N_θ).
-        gibbs: nodal values of p_{ρ_s} ∝ exp(−Φ/λ) at the last snapshot, shape (n_layers, N_θ);
-            None for λ = 0.
+        gibbs: nodal values of p_{ρ_s} ∝ exp(−Φ/λ) at the last snapshot, shape (n_layers, N_θ) (λ = 0: None).
     """
 
     points: Array
@@ -65,8 +60,7 @@ class TokenSeries:
         mass: lumped mass m_i = ∫φ_i of each node, shape (N_y,): density = weight / mass.
         depths: depths t of the snapshots, length k (e.g. 0, T/2, T).
         weights: per sample, the weights m_i μ_t(x_i) at each depth, shape (k, N_y).
-        labels: per sample, what it is (e.g. "class 7 (y = +1)").
-        yhat: per sample, the prediction ŷ = ∫ g dμ_T.
+        labels, yhat: per sample, what it is (e.g. "class 7 (y = +1)") and its prediction ŷ = ∫ g dμ_T.
     """
 
     points: Array
@@ -381,9 +375,7 @@ def _save(fig: Figure, path: Path) -> None:
 def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], rho: RhoSeries | None,
              tokens: TokenSeries | None, lam: float = 0.0, certificate: bool = False,
              figures: tuple[str, ...] = FIGURES) -> None:
-    """Write ``loss.png``, ``rho.png`` and ``tokens.png`` into ``out/plots``, each atomically.
-
-    Arrays in, figures out: nothing is solved here.
+    """Write ``loss.png``, ``rho.png`` and ``tokens.png`` (those in ``figures``) into ``out/plots``, atomically.
 
     Args:
         out: the output directory.
@@ -393,16 +385,16 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
         tokens: μ_t of a few samples (None: no ``tokens.png``).
         lam: λ, the entropy weight.
         certificate: whether λ KL(ρ ‖ p_ρ) bounds F − F* (theory §5.4).
-        figures: which of :data:`FIGURES` to write (each written by one process only).
+        figures: which of :data:`FIGURES` to write (each by one process only).
     """
     import matplotlib
 
     matplotlib.use("Agg")
     d = out / "plots"
     d.mkdir(parents=True, exist_ok=True)
-    if "loss" in figures:
-        _save(loss_figure(history, rate, lam, certificate), d / "loss.png")
-    if "rho" in figures and rho is not None:
-        _save(rho_figure(rho), d / "rho.png")
-    if "tokens" in figures and tokens is not None and tokens.weights:
-        _save(tokens_figure(tokens), d / "tokens.png")
+    draw = {"loss": lambda: loss_figure(history, rate, lam, certificate),
+            "rho": lambda: rho_figure(rho) if rho is not None else None,
+            "tokens": lambda: tokens_figure(tokens) if tokens is not None and tokens.weights else None}
+    for name in figures:
+        if (fig := draw[name]()) is not None:
+            _save(fig, d / f"{name}.png")
