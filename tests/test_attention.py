@@ -242,6 +242,61 @@ def test_tensor_vjp_equals_direct(d):
     assert np.allclose(ts_f.m.reshape(len(a_sep), -1, d), m_ref, rtol=0, atol=tol_m)
 
 
+@pytest.mark.parametrize("d", [1, 2])
+def test_tensor_no_heads(d):
+    """No heads (velocity_tensor with every c_k = 0 keeps none): V = 0 and g_W = 0, batched and not."""
+    rng = np.random.default_rng(21 + d)
+    xg, yg, W = _random_grids(rng, d, scale=1.0)
+    none = np.zeros(0)
+    for Wx, f in ((W, None), (np.stack([W, W + 0.1]), SeparableFactors.build(xg, yg, none))):
+        ts = TensorSoftmax(xg, yg, Wx, none, f)
+        lead = Wx.shape[: Wx.ndim - d]
+        assert np.array_equal(ts.velocity(none), np.zeros((*lead, *xg.shape, d)))
+        gW, gc = ts.vjp(none, rng.standard_normal((*lead, *xg.shape, d)))
+        assert np.array_equal(gW, np.zeros(Wx.shape)) and gc.shape == (*lead, 0)
+        assert ts.m.shape == (0, *lead, *xg.shape, d) and ts.logz.shape == (0, *lead, *xg.shape)
+    if d == 2:
+        v = velocity_tensor(xg, yg, W, HeadMeasure(np.array([0.5, -1.0]), np.zeros(2)))
+        assert np.array_equal(v, np.zeros((*xg.shape, d)))
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_tensor_batch_layout_and_subset_factors(d):
+    """A batch (one sample with mass on one row of the grid only, one on one column, one random) with the shared
+    factors of a subset of the cached heads (SeparableFactors.take): m, log Z, V, g_W and g_c of each sample
+    equal the direct sums of that sample alone (the m and log Z properties unpack the internal layout)."""
+    rng = np.random.default_rng(31 + d)
+    xg, yg, W = _random_grids(rng, d, scale=1.0)
+    a_all = np.array([-1.5, -0.2, 0.0, 0.8, 1.7])
+    full = SeparableFactors.build(xg, yg, a_all)
+    assert full is not None
+    a = a_all[[0, 2, 4]]
+    f = full.take(a)
+    assert f is not None and f is not full
+    Wb = np.zeros((3, *yg.shape))
+    Wb[0] = W
+    Wb[1][-1] = rng.uniform(0.5, 1.0, size=yg.shape[1:])  # the last row only (d = 1: the last point)
+    Wb[2][..., 0] = rng.uniform(0.5, 1.0, size=yg.shape[:1]) if d == 2 else 0.0
+    if d == 1:
+        Wb[2][0] = 1.0
+    c = np.array([0.6, -0.3, 1.1])
+    ts = TensorSoftmax(xg, yg, Wb, a, f)
+    Xi = rng.standard_normal((3, *xg.shape, d))
+    V, (gW, gc), m, logz = ts.velocity(c), ts.vjp(c, Xi), ts.m, ts.logz
+    xs, ys = xg.points(), yg.points()
+    for s in range(3):
+        w = Wb[s].ravel()
+        for k, ak in enumerate(a):
+            lz_d, m_d = softmax_moments_direct(xs, ys, w, ak)
+            assert np.allclose(logz[k, s].ravel(), lz_d, rtol=1e-12, atol=1e-12)
+            assert np.allclose(m[k, s].reshape(-1, d), m_d, rtol=0, atol=1e-12)
+        assert np.allclose(V[s].reshape(-1, d), velocity(xs, ys, w, HeadMeasure(a, c)), rtol=0, atol=1e-12)
+        gw_d, gc_d = velocity_vjp(xs, ys, w, HeadMeasure(a, c), Xi[s].reshape(-1, d))
+        assert np.allclose(gc[s], gc_d, rtol=1e-11, atol=1e-11)
+        scale = np.abs(c).sum() * np.abs(Xi[s]).sum() * 2 * np.abs(ys).max()  # Σ of the terms' sizes, a bound
+        assert np.allclose(gW[s].ravel(), gw_d, rtol=0, atol=1e-12 * scale)  # (a one-point measure: g_W = 0)
+
+
 def test_tensor_grid_points_order():
     g = TensorGrid((np.array([0.0, 1.0]), np.array([5.0, 6.0, 7.0])))
     assert g.shape == (2, 3)

@@ -180,9 +180,9 @@ class TensorSoftmax:
             buf = P.reshape(2, K, m1, S, 1)
         else:
             E1, Ey1 = self._E[1], self._Ey[1]
-            m2 = E1.shape[1]
+            m2, n2 = E1.shape[1:]
             out = np.empty((3, K, m1 * S, m2))
-            Pk = P.reshape(2, K, m1 * S, -1)  # (E₁W, E₁ diag(y₁) W) per head, rows (x₁, measure)
+            Pk = P.reshape(2, K, m1 * S, n2)  # (E₁W, E₁ diag(y₁) W) per head, rows (x₁, measure); K = 0 allowed
             np.matmul(Pk, E1.transpose(0, 2, 1), out=out[:2])
             np.matmul(Pk[0], Ey1.transpose(0, 2, 1), out=out[2])
             buf = out.reshape(3, K, m1, S, m2)
@@ -249,7 +249,7 @@ class TensorSoftmax:
     def velocity(self, c: Array) -> Array:
         """V = Σ_k c_k m_k on xg, shape ((S,) *xg.shape, d) (theory §1.3 (F))."""
         d, (m1, nb, m2) = len(self.yg.axes), self._lay
-        V = np.stack([c @ self._m[j].reshape(len(c), -1) for j in range(d)]).reshape(d, m1, nb, m2)
+        V = np.stack([c @ self._m[j].reshape(len(c), m1 * nb * m2) for j in range(d)]).reshape(d, m1, nb, m2)
         return self._unbatch(V.transpose(2, 1, 3, 0).reshape(nb, *self.xg.shape, d), 0)
 
     def vjp(self, c: Array, Xi: Array) -> tuple[Array, Array]:
