@@ -204,6 +204,8 @@ def test_tensor_vjp_equals_direct(d):
     heads = HeadMeasure(np.array([-1.5, 0.0, 0.8, 200.0]), np.array([0.7, 0.0, -0.4, 0.3]))
     ts = TensorSoftmax(xg, yg, W, heads.a)
     assert list(ts.separable) == [True, True, True, False]  # |a x y| up to 800 for a = 200
+    lz_d, m_d = softmax_moments_direct(xg.points(), yg.points(), W.ravel(), 200.0)  # the fallback head's own sums
+    assert np.array_equal(ts.logz[3].ravel(), lz_d) and np.array_equal(ts.m[3].reshape(-1, d), m_d)
     Xi = rng.standard_normal((*xg.shape, d))
     gW, gc = ts.vjp(heads.c, Xi)
     gw_d, gc_d = velocity_vjp(xg.points(), yg.points(), W.ravel(), heads, Xi.reshape(-1, d))
