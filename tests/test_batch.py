@@ -144,3 +144,38 @@ def test_initial_densities_are_kept(monkeypatch):
         y1 = cp.objective.predict(test, heads)
         assert len(calls) == fills * len(test), (budget, len(calls))
         assert np.array_equal(y0, y1)
+
+
+def test_shallow_reports_equal_per_sample():
+    """The single layer's batched reports (mass, outflow T·rate, min density of μ_T, mean, ŷ, one sub-step) and μ_T
+    against mfpde.tokens.shallow.solve_shallow sample by sample; a large T so that μ_T goes negative somewhere
+    and the outflow is far from 0 (planted: the outflow without T and the max for the min survived the suite)."""
+    from mfpde.tokens.shallow import solve_shallow
+
+    cfg = C.load(DEEP, SMALL)
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    tokens = cp.problem.tokens
+    bt = BatchTransport(tokens)
+    rows = []
+    for var, x0 in ((0.25, 0.5), (0.02, -0.6), (0.1, 0.0)):
+        u = dolfinx.fem.Function(tokens.W)
+        u.interpolate(lambda x, v=var, x0=x0: np.exp(-((x[0] - x0) ** 2 + (x[1] + 0.2) ** 2) / (2 * v)))
+        u.x.array[:] /= tokens.mass(u)
+        rows.append(u)
+    heads = HeadMeasure(np.array([-1.0, 0.0, 1.5]), np.array([6.0, 3.0, 5.0]))
+    g = readout_function("linear", [0.0, 4.0], 0.0)
+    T = 3.0
+    U = np.stack([u.x.array for u in rows])
+    reps = bt.solve_shallow(U, heads, T, g)
+    for j, u in enumerate(rows):
+        rep = solve_shallow(tokens, u, heads, T, g)
+        tol = _bound(1, 1, len(U[j]))
+        scale = np.max(np.abs(u.x.array))
+        assert np.max(np.abs(U[j] - u.x.array)) <= tol * scale
+        assert reps[j].substeps == rep.substeps == 1
+        assert abs(rep.outflow) > 1e-3 and abs(reps[j].outflow - rep.outflow) <= tol * abs(rep.outflow)
+        assert abs(reps[j].min_density - rep.min_density) <= tol * scale
+        assert abs(reps[j].mass_0 - rep.mass_0) <= tol and abs(reps[j].mass_T - rep.mass_T) <= tol
+        assert np.allclose(reps[j].mean_T, rep.mean_T, rtol=0, atol=tol)
+        assert abs(reps[j].yhat - rep.yhat) <= tol * max(abs(rep.yhat), 1.0)
+    assert min(r.min_density for r in reps) < 0  # the explicit layer is not positivity preserving at this T
