@@ -134,6 +134,29 @@ def test_failed_run_keeps_the_plots_of_its_last_output_step(tempdir, monkeypatch
             assert matplotlib.image.imread(tempdir / "plots" / name).shape[0] > 200, name
 
 
+def test_a_failed_figure_is_logged_by_rank_0(tempdir, monkeypatch):
+    """rho.png fails to draw (on rank 1 mod size): the run goes on (exit 0, the other figures written) and rank 0
+    logs the failure of that rank at every output step; the other ranks log nothing."""
+    def failing(rho):
+        raise RuntimeError("injected plot failure")
+
+    monkeypatch.setattr(plots, "rho_figure", failing)
+    warned: list[str] = []
+    monkeypatch.setattr(records.logger, "warning", lambda msg, *args: warned.append(msg % args))
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(["training.steps=1"])]) == 0
+    comm = MPI.COMM_WORLD
+    comm.barrier()
+    if comm.rank != 0:
+        assert warned == [], warned
+        return
+    rank = plots.FIGURES.index("rho") % comm.size
+    figs = ", ".join(f for k, f in enumerate(plots.FIGURES) if k % comm.size == rank)  # what that rank draws
+    assert warned == [f"plots not written at step {k}: {figs} on rank {rank}: RuntimeError: injected plot failure"
+                      for k in (0, 1)], warned
+    assert (tempdir / "plots" / "loss.png").exists()  # drawn before rho.png, or on another rank
+    assert not (tempdir / "plots" / "rho.png").exists()
+
+
 def _history(m, classification=True):
     s = 0.5 * np.arange(m)
     rows = [{"step": k, "s": s[k], "risk": 0.2 * np.exp(-s[k]) + 0.01, "free_energy": 1 + np.exp(-0.5 * s[k]),
