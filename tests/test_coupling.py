@@ -102,6 +102,28 @@ def test_run_default_small(tempdir):
     assert (tempdir / "fields" / "mu_T_train_0.bp").is_dir() and (tempdir / "fields" / "mu_T_test_3.bp").is_dir()
 
 
+def test_final_accuracy_is_the_last_rows(tempdir, monkeypatch):
+    """The report's accuracies come from the last history row (the final step's solves, issue 12) and, under
+    ``initial``, from the first: each row's accuracies are replaced by a marker of its step, which the report must
+    carry (a report reading another row, or solving again, would not)."""
+    import mfpde.training.driver as driver
+
+    real = driver.history_row
+
+    def marked(cp, grad, step, *args, **kwargs):
+        row = real(cp, grad, step, *args, **kwargs)
+        row["train_accuracy"], row["test_accuracy"] = 0.01 * step, 0.02 * step
+        return row
+
+    monkeypatch.setattr(driver, "history_row", marked)
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(["output.fields=false"])]) == 0
+    acc = json.loads((tempdir / "report.json").read_text())["accuracy"]
+    steps = C.load(DEEP, SMALL).training.steps
+    assert acc["initial"] == {"train": 0.0, "test": 0.0}, acc
+    assert acc["test"] == pytest.approx(0.02 * steps), acc
+    assert acc["train"] * 4 == round(acc["train"] * 4), acc  # train: from the last gradient's ŷ (4 images)
+
+
 def test_run_same_on_one_and_two_ranks(tempdir):
     """The run on COMM_WORLD (samples split over rank groups) equals a run on COMM_SELF, to round-off."""
     cfg = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false"])
