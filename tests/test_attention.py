@@ -492,11 +492,11 @@ def test_velocity_operator_tensor_paths(half_width, var, floor, declined):
 @pytest.mark.parametrize("n", [2, 16, 64, 128])
 def test_substituted_chebyshev_moments(n):
     """The d = 1 VJP's moments Σ_{k,i} w_ki T_m(t(a_k x_i)) by substitution (T_m(λ_k x̂ + β_k) in the Chebyshev basis
-    of x̂, mfpde.tokens.chebyshev) equal numpy's Chebyshev–Vandermonde matrix at every source, to the round-off
+    of x̂, mfpde.tokens.substitution) equal numpy's Chebyshev–Vandermonde matrix at every source, to the round-off
     of the two recurrences: |T_m| ≤ 1 on [−1, 1] and each of the (n + 1)² coefficient updates and sums adds at
     most u of Σ|w|, so γ_{4(n+1)²} Σ|w| bounds the difference (measured: ~2e-17 Σ|w|); heads of both signs,
     unevenly spaced x and an interval [lo, hi] wider than the sources (the forward's interpolant's)."""
-    from mfpde.tokens.chebyshev import _substituted_moments
+    from mfpde.tokens.substitution import substituted_moments as _substituted_moments
 
     rng = np.random.default_rng(n)
     a = np.sort(rng.uniform(-2.0, 2.0, 13))
@@ -511,3 +511,22 @@ def test_substituted_chebyshev_moments(n):
     tol = gamma(4 * (n + 1) ** 2) * np.abs(W).sum(axis=(1, 2))
     assert np.all(np.abs(got - ref) <= tol), float(np.max(np.abs(got - ref) / tol))
     assert _substituted_moments(a, np.full(5, 0.7), W[:, :, :5], lo, hi, n) is None  # one x: no x̂
+
+
+@pytest.mark.parametrize("n", [2, 16, 64, 128])
+def test_substituted_chebyshev_values(n):
+    """The forward's interpolant at every source s = a_k x_i by substitution (TiltedInterpolant.outer) equals
+    numpy's Clenshaw (chebval) at each source to γ_{4(n+1)²} Σ|c| (|T_m| ≤ 1 on [−1, 1], as for the moments)."""
+    from mfpde.tokens.attention import TiltedInterpolant
+
+    rng = np.random.default_rng(100 + n)
+    a = np.sort(rng.uniform(-2.0, 2.0, 11))
+    xs = rng.uniform(-3.0, 5.0, 41)  # unsorted
+    src = np.outer(a, xs)
+    interp = TiltedInterpolant(float(src.min()) - 0.2, float(src.max()) + 0.05, n, rng.standard_normal(n + 1))
+    t = (2.0 * src - (interp.lo + interp.hi)) / (interp.hi - interp.lo)
+    ref = np.polynomial.chebyshev.chebval(t, interp.coef)
+    got = interp.outer(a, xs)
+    assert got.shape == (len(a), len(xs))
+    tol = gamma(4 * (n + 1) ** 2) * np.abs(interp.coef).sum()
+    assert np.all(np.abs(got - ref) <= tol), float(np.max(np.abs(got - ref) / tol))

@@ -40,6 +40,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.fft
 
+from mfpde.tokens.substitution import substituted_values
+
 Array = npt.NDArray[np.float64]
 
 #: Block size (rows of x) for the direct path: bounds memory at _BLOCK * N_y doubles.
@@ -228,6 +230,15 @@ class TiltedInterpolant:
         """F at s (any shape, inside [lo, hi]), by Clenshaw's recurrence."""
         t = np.clip((2.0 * s - (self.lo + self.hi)) / (self.hi - self.lo), -1.0, 1.0)
         return np.asarray(np.polynomial.chebyshev.chebval(t, self.coef), dtype=np.float64)
+
+    def outer(self, a: Array, x: Array) -> Array:
+        """F at the sources s = a_k x_i (inside [lo, hi]), shape (N_a, N_x).
+
+        Two matrix products by the affine substitution of x (:mod:`mfpde.tokens.substitution`), or Clenshaw's
+        recurrence where it does not apply (one point, degree < 2).
+        """
+        v = substituted_values(a, x, self.coef, self.lo, self.hi)
+        return v if v is not None else self(np.outer(a, x))
 
 
 def kernel_converged(coef: Array, tol: float) -> bool:

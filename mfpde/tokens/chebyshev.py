@@ -17,7 +17,7 @@ Practice*, SIAM 2013, ch. 3). Then
 
 the moments A, B by substitution where the sources are s = a_k x_i (every call here): t(a_k x) is affine in
 x̂ = (x − x_c)/x_r, so T_i(t) is a polynomial in x̂ whose Chebyshev coefficients C_k (per head, cached across the
-stages of a reverse pass) turn the moments into two matrix products (:func:`_substituted_moments`). Cost:
+stages of a reverse pass) turn the moments into two matrix products (:mod:`mfpde.tokens.substitution`). Cost:
 2 (n + 1) N_y exponentials and about 2 N_a (N_x + n)(n + 1) flops in matrix products, instead of
 2 N_a N_x N_y exponentials for the direct sums (or n passes over the N_a N_x sources by the recurrence).
 The degree n is doubled from 16 until, for every y, the last three Chebyshev coefficients of σ ↦ P(σ, y)
@@ -27,8 +27,6 @@ path.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +42,7 @@ from mfpde.tokens.attention import (
     tilted_kernel,
     tilted_mean_1d,
 )
+from mfpde.tokens.substitution import substituted_moments
 
 __all__ = ["velocity_vjp_1d"]
 
@@ -61,56 +60,6 @@ def _chebyshev_moments(t: Array, weights: Array, n: int) -> Array:
         t_prev, t_cur, buf = t_cur, buf, t_prev
         out[i] = weights @ t_cur
     return out
-
-
-@functools.lru_cache(maxsize=8)
-def _substitution(a: bytes, lo: float, hi: float, xc: float, xr: float, n: int) -> Array:
-    """C with T_m(λ_k x̂ + β_k) = Σ_j C[m, (k, j)] T_j(x̂), shape (n + 1, N_a (n + 1)); a as bytes (cache key).
-
-    The rows by the three-term recurrence in the Chebyshev basis of x̂ (x̂ T_j = (T_{j+1} + T_{|j−1|})/2), whose
-    coefficients stay bounded since |λ_k| + |β_k| ≤ 1. Cached: the heads and the interval of a reverse pass are
-    those of every stage.
-    """
-    av = np.frombuffer(a, dtype=np.float64)
-    lam, beta = 2.0 * av * xr / (hi - lo), (2.0 * av * xc - lo - hi) / (hi - lo)
-    K, w = len(av), n + 2  # one zero column beyond degree n: x̂ p stays inside
-    C = np.zeros((K, n + 1, w))
-    C[:, 0, 0] = 1.0
-    C[:, 1, 0], C[:, 1, 1] = beta, lam
-    xp = np.zeros((K, w))
-    for m in range(1, n):  # T_{m+1}(y) = 2 y T_m(y) − T_{m−1}(y), y = λ x̂ + β, in coefficients of x̂
-        p = C[:, m]
-        xp[:, 0] = 0.5 * p[:, 1]
-        xp[:, 1] = p[:, 0] + 0.5 * p[:, 2]
-        xp[:, 2 : w - 1] = 0.5 * (p[:, 1 : w - 2] + p[:, 3:w])
-        xp[:, w - 1] = 0.5 * p[:, w - 2]
-        C[:, m + 1] = 2.0 * (lam[:, None] * xp + beta[:, None] * p) - C[:, m - 1]
-    return np.ascontiguousarray(C[:, :, : n + 1].transpose(1, 0, 2).reshape(n + 1, -1))
-
-
-@functools.lru_cache(maxsize=8)
-def _vandermonde(x: bytes, xc: float, xr: float, n: int) -> Array:
-    """The Chebyshev–Vandermonde matrix of x̂ = (x − x_c)/x_r, shape (N_x, n + 1); x as bytes (cache key)."""
-    return np.asarray(np.polynomial.chebyshev.chebvander(np.clip((np.frombuffer(x) - xc) / xr, -1.0, 1.0), n),
-                      dtype=np.float64)
-
-
-def _substituted_moments(a: Array, xs: Array, weights: Array, lo: float, hi: float, n: int) -> Array | None:
-    """:func:`_chebyshev_moments` for sources s = a_k x_i with weights[r, k, i], by substitution, shape (n + 1, R).
-
-    With x̂ = (x − x_c)/x_r ∈ [−1, 1] and t = (2 a_k x − lo − hi)/(hi − lo) = λ_k x̂ + β_k, every T_m(t) is a
-    polynomial of degree m in x̂, T_m(λ_k x̂ + β_k) = Σ_j C_kmj T_j(x̂) (:func:`_substitution`), so
-    Σ_i w_ki T_m(t_ki) = Σ_j C_kmj M_kj with the x̂-moments M = w V (V the Chebyshev–Vandermonde matrix of x̂):
-    two matrix products, O(N_a N_x n + N_a n²), instead of n passes over the N_a N_x sources. None where x has
-    one point (no x̂) or n < 2.
-    """
-    xmin, xmax = float(xs.min()), float(xs.max())
-    if xmax - xmin < 1e-12 * max(1.0, abs(xmax)) or n < 2:
-        return None
-    xc, xr = 0.5 * (xmax + xmin), 0.5 * (xmax - xmin)
-    M = weights @ _vandermonde(np.ascontiguousarray(xs, dtype=np.float64).tobytes(), xc, xr, n)  # (R, N_a, n+1)
-    C = _substitution(np.ascontiguousarray(a, dtype=np.float64).tobytes(), lo, hi, xc, xr, n)
-    return C @ M.reshape(len(M), -1).T
 
 
 def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
@@ -157,7 +106,7 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
     t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
     def moments(n: int) -> Array:
         uw = np.stack([u, u * msrc])
-        sub = _substituted_moments(heads.a, xs, uw.reshape(2, len(heads.a), len(xs)), lo, hi, n)
+        sub = substituted_moments(heads.a, xs, uw.reshape(2, len(heads.a), len(xs)), lo, hi, n)
         return sub if sub is not None else _chebyshev_moments(t, uw, n)
 
     if interp is not None and interp.kernel_coef is not None:  # the forward converged the kernel's series

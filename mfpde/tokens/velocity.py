@@ -125,7 +125,7 @@ class VelocityOperator:
                                     max_degree=s.size // 4 - 1, kernel=linearize)
         if interp is None:
             return None
-        lin.m, lin.interp = interp(s)[..., None], interp
+        lin.m, lin.interp = interp.outer(a, self.x[:, 0])[..., None], interp
         return np.tensordot(c, lin.m, axes=1)
 
     def _interpolated(self, lin: VelocityLinearization, wts: Array, a: Array, c: Array, linearize: bool
