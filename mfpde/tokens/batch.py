@@ -90,6 +90,7 @@ class BatchEuler:
         heads: the reduced head distribution.
         v0: μ_0 of the rows, shape (S, n_cells).
         lin: the velocity field (S, n_vertices d) and its softmax factors, or None (re-evaluated).
+        layer: the layer block whose ρ the step used (the single layer: 0).
     """
 
     h: float

@@ -103,11 +103,13 @@ def velocity_vjp_1d(x: Array, y: Array, w: Array, heads: HeadMeasure, xi: Array,
         e = np.zeros(len(ys))
         e[sup] = np.exp(np.minimum(lo * ys[sup] - logz, EXP_CAP))
         return (ys * u.sum() - u @ msrc) * e, gc, 0
-    t = np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0)
-    def moments(n: int) -> Array:
+
+    def moments(n: int) -> Array:  # A, B of degree n: by substitution, else the recurrence over the sources
         uw = np.stack([u, u * msrc])
         sub = substituted_moments(heads.a, xs, uw.reshape(2, len(heads.a), len(xs)), lo, hi, n)
-        return sub if sub is not None else _chebyshev_moments(t, uw, n)
+        if sub is not None:
+            return sub
+        return _chebyshev_moments(np.clip((2.0 * src - (lo + hi)) / (hi - lo), -1.0, 1.0), uw, n)
 
     if interp is not None and interp.kernel_coef is not None:  # the forward converged the kernel's series
         A, B = moments(interp.n).T
