@@ -131,7 +131,7 @@ def test_taped_linearisation_is_the_stage_state(d, degree, monkeypatch):
         monkeypatch.setattr(transport, "TAPE_BUDGET_BYTES", budget)
         tape: list = []
         _, yh, heads = _risk(tt, th, rho, g, y, d, tape, steps=4)
-        taped = sum(lin is not None for step in tape for lin in step.lin)
+        taped = sum(lin is not None for step in tape for lin in step.vel)
         assert taped == (3 * len(tape) if budget else 0), (taped, len(tape))
         p0, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
         out.append((p0, D[0]))

@@ -128,7 +128,7 @@ def test_taylor_on_the_grid_path():
 
     tape: list = []
     R0, yh = risk(c0, tape)
-    assert any(lin is not None and lin.interp2d is not None for step in tape for lin in step.lin)
+    assert any(lin is not None and lin.interp2d is not None for step in tape for lin in step.vel)
     _, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
     pred = float(D[0] @ dc)
     eps = 0.02 / 2.0 ** np.arange(4)
