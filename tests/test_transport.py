@@ -24,6 +24,7 @@ from roundoff import conservation, gamma, reordered
 from mfpde.cli import main
 from mfpde.config import ConfigError
 from mfpde.exact import gaussian_transport
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, _deposit, fill_density
@@ -83,7 +84,7 @@ def _mass_roundoff(tt: TokenTransport, rep) -> float:
 
 
 def _rate(h, err) -> float:
-    return float(np.polyfit(np.log(h), np.log(err), 1)[0])
+    return float(fit_order(h, err))
 
 
 def _fmt(xs) -> str:
