@@ -1,4 +1,4 @@
-"""The config rules of the circle domain (``tokens.domain = "circle"``, theory §8), called by :func:`mfpde.config.validate`.
+"""The config rules of the circle domain (``tokens.domain = "circle"``, theory §8), for :func:`mfpde.config.validate`.
 
 On the circle the token space is the angle θ ∈ [0, 2π): ``tokens.cells = [n]`` (n ≥ 8), any DG degree 0..6,
 ``tokens.attention`` "softmax" or "unnormalised"; the heads are the scalar family, whose a is the inverse
@@ -41,7 +41,7 @@ def check_circle(cfg: Any) -> None:
     if t.domain == "box":
         _need(da.kind not in CIRCLE_KINDS, "data.kind", f"{da.kind!r} needs tokens.domain = 'circle'")
         return
-    _need(da.kind in CIRCLE_KINDS, "data.kind", f"on the circle must be 'circle_modes' or 'circle_noise', got {da.kind!r}")
+    _need(da.kind in CIRCLE_KINDS, "data.kind", f"must be 'circle_modes' or 'circle_noise', got {da.kind!r}")
     _need(t.dim == 1, "tokens.dim", "the circle is 1-dimensional (the angle): leave tokens.dim = 1")
     _need(not t.mesh, "tokens.mesh", "the circle mesh is built from tokens.cells = [n]; no mesh file")
     _need(len(t.cells) == 1 and 8 <= t.cells[0] <= MAX_CIRCLE_CELLS, "tokens.cells",

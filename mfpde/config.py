@@ -282,7 +282,7 @@ def validate(cfg: Config) -> None:
     else:
         raise ConfigError(f"heads.init.kind: must be 'gaussian' or 'diracs', got {kind!r}")
     check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
-    _require(da.kind in (kinds := ("gaussian", "digits", "file", *CIRCLE_KINDS)), "data.kind", f"must be one of {kinds}")
+    _require(da.kind in (kinds := ("gaussian", "digits", "file", *CIRCLE_KINDS)), "data.kind", f"must be in {kinds}")
     if da.kind == "gaussian":
         n = len(da.mean)
         _require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")
@@ -303,11 +303,13 @@ def validate(cfg: Config) -> None:
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     elif da.kind == "file":
         _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
-    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "must be 'mean', 'second_moment' or 'linear'")
+    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout",
+             "must be 'mean', 'second_moment' or 'linear'")
     if lo.readout == "linear":
         _require(len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}")
     _require(lo.loss == "squared", "loss.loss", "only 'squared' is supported")
-    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization", "must be 'entropic' or 'tikhonov'")
+    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization",
+             "must be 'entropic' or 'tikhonov'")
     _require(tr.lam >= 0, "training.lambda", "must be >= 0")
     _require(tr.regularization == "tikhonov" or tr.lam > 0, "training.lambda", "must be > 0 for entropic")
     _require(tr.lambda2 >= 0, "training.lambda2", "must be >= 0")

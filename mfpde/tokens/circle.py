@@ -284,7 +284,8 @@ class CircleTransport:
         Args:
             mu: the nodal density (n, p+1); not modified.
             heads: the reduced head measure (β_h = a_h, weights c_h).
-            T: final depth; steps: depth steps (output depths), each sub-stepped by :func:`rk.depth_step`.
+            T: final depth.
+            steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
             callback: called as callback(step, t, μ_t) after every depth step (and with step 0 first).
 
         Returns:

@@ -30,7 +30,7 @@ def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None
     """μ_0 at the DG nodes (n, p+1), mass 1 (``kind``: ``"circle_modes"`` or ``"circle_noise"``)."""
     if kind == "circle_modes":
         def f(t: Array) -> Array:
-            return (1.0 + sum(a * np.cos(k * (t - ph)) for k, a, ph in (modes or []))) / (2 * math.pi)
+            return (1.0 + sum((a * np.cos(k * (t - ph)) for k, a, ph in (modes or [])), np.zeros_like(t))) / (2 * math.pi)
 
         mu = mesh.interpolate(f)
     else:
@@ -43,7 +43,7 @@ def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None
 def fourier(mesh: CircleMesh, mu: Array, K: int) -> Array:
     """|μ̂_k| for k = 1..K, shape (K,)."""
     w, th = mesh.weights(mu).ravel(), mesh.nodes.ravel()
-    return np.abs(np.exp(-1j * np.outer(np.arange(1, K + 1), th)) @ w)
+    return np.asarray(np.abs(np.exp(-1j * np.outer(np.arange(1, K + 1), th)) @ w), dtype=np.float64)
 
 
 def clusters(mesh: CircleMesh, mu: Array) -> tuple[int, list[float]]:

@@ -64,7 +64,7 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
     else:
         x, cells = np.zeros((0, 2)), np.zeros((0, 2), np.int64)
     el = basix.ufl.element("Lagrange", "interval", 1, shape=(2,))
-    msh = dolfinx.mesh.create_mesh(comm, cells, el, x)
+    msh = dolfinx.mesh.create_mesh(comm, cells, el, x)  # type: ignore[arg-type]
     W = dolfinx.fem.functionspace(msh, ("DG", mesh.degree))
     f = dolfinx.fem.Function(W, name="mu")
     nloc = msh.topology.index_map(1).size_local
