@@ -30,7 +30,8 @@ def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None
     """μ_0 at the DG nodes (n, p+1), mass 1 (``kind``: ``"circle_modes"`` or ``"circle_noise"``)."""
     if kind == "circle_modes":
         def f(t: Array) -> Array:
-            return (1.0 + sum((a * np.cos(k * (t - ph)) for k, a, ph in (modes or [])), np.zeros_like(t))) / (2 * math.pi)
+            terms = (a * np.cos(k * (t - ph)) for k, a, ph in (modes or []))
+            return (1.0 + sum(terms, np.zeros_like(t))) / (2 * math.pi)
 
         mu = mesh.interpolate(f)
     else:
@@ -79,7 +80,7 @@ def cdf_density(mesh: CircleMesh, mu: Array, M: int) -> Array:
         part[i] = 0.5 * si * (wg @ V)
     cells = mesh.cell_means(mu) * mesh.h
     before = np.concatenate([[0.0], np.cumsum(cells)[:-1]])
-    return (before[:, None] + mesh.h * (mu @ part.T)).ravel()
+    return np.asarray((before[:, None] + mesh.h * (mu @ part.T)).ravel(), dtype=np.float64)
 
 
 def cdf_points(theta: Array, M: int, weights: Array | None = None) -> Array:
