@@ -63,7 +63,7 @@ def clusters(mesh: CircleMesh, mu: Array) -> tuple[int, list[float]]:
 
 
 def _grid(M: int) -> Array:
-    return (np.arange(M) + 0.5) * (2 * math.pi / M)
+    return np.asarray((np.arange(M) + 0.5) * (2 * math.pi / M), dtype=np.float64)
 
 
 def cdf_density(mesh: CircleMesh, mu: Array, M: int) -> Array:
