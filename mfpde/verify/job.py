@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 def _load_checks() -> None:
     """Import the check modules (each registers its checks)."""
-    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify import adjoint, circle, conservation, deep, particles, shallow, training, transport  # noqa: F401
 
 
 def _run(check: Check, quick: bool) -> Outcome:
