@@ -74,7 +74,7 @@ def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: 
     hat = {}
     basis = np.exp(-1j * np.outer(k, mesh.nodes.ravel()))
     for s in (1.0, -1.0):
-        mu = initial_density(mesh, "circle_modes", [[kk, s * eps, ph] for kk, ph in zip(k, phases, strict=True)])
+        mu = initial_density(mesh, "circle_modes", [[float(kk), s * eps, float(ph)] for kk, ph in zip(k, phases, strict=True)])
         hist: list[np.ndarray] = []
         op.solve(mu, heads, T, steps, lambda i, t, u, hist=hist: hist.append(basis @ mesh.weights(u).ravel()))
         hat[s] = np.array(hist)
