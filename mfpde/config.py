@@ -244,7 +244,7 @@ def validate(cfg: Config) -> None:
         _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                  f"needs {t.dim} integers >= 2, got {t.cells}")
         check_box("tokens.box", t.box, t.cells)
-    _require(t.degree in (0, 1) or t.domain == "circle", "tokens.degree", f"must be 0 or 1, got {t.degree}")
+    _require(t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}")
     _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
     _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
     _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
