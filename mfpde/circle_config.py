@@ -1,4 +1,4 @@
-"""The config rules of the circle domain (``tokens.domain = "circle"``, theory §8), for :func:`mfpde.config.validate`.
+"""The config rules of the circle domain (``tokens.domain = "circle"``, theory §9), for :func:`mfpde.config.validate`.
 
 On the circle the token space is the angle θ ∈ [0, 2π): ``tokens.cells = [n]`` (n ≥ 8), any DG degree 0..6,
 ``tokens.attention`` "softmax" or "unnormalised"; the heads are the scalar family, whose a is the inverse

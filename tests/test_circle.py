@@ -1,4 +1,4 @@
-"""Tokens on the circle (theory §8): the solver against closed forms and an independent particle code.
+"""Tokens on the circle (theory §9): the solver against closed forms and an independent particle code.
 
 References the code does not produce: the Bessel-function growth rates γ_k (scipy.special.iv), the pairwise
 particle force (a direct sum), W1 of a point mass to the uniform measure (π/2), the Fourier coefficients of

@@ -1,6 +1,6 @@
 """Tokens on the circle: the mean-field attention equation in the angle θ, by periodic upwind DG and FFT kernels.
 
-Solves theory §8,
+Solves theory §9,
 
     ∂_t μ + ∂_θ(μ u) = 0  on the circle θ ∈ [0, 2π),   u(θ) = Σ_h c_h Z_h(θ)^{-1} ∫ e^{β_h cos(φ−θ)} sin(φ−θ) dμ(φ),
 
@@ -28,7 +28,7 @@ Design, and why:
   the sub-step follows the CFL of the actual velocity, so slow phases take long steps. Two bounds: the
   Zhang–Shu positivity bound Δt·max|u_edge|/h ≤ cfl·ŵ₁ (ŵ₁ the first Gauss–Lobatto weight of N ≥ (p+3)/2
   points on [0, 1]; p = 0: Δt (u⁺_right + u⁻_left)/h ≤ cfl), and an accuracy cap Δt ≤ cfl/Λ with Λ the fastest
-  linear growth rate about the uniform state (theory §8), which near the uniform state the CFL bound does
+  linear growth rate about the uniform state (theory §9), which near the uniform state the CFL bound does
   not see (u is small there but the instability grows at rate Λ).
 * **Positivity limiter** (Zhang & Shu, J. Comput. Phys. 229, 2010) after each stage: on a cell whose
   polynomial is negative at a Gauss or Gauss–Lobatto point, scale toward the cell mean until the minimum there
@@ -143,7 +143,7 @@ class CircleMesh:
 
 
 def linear_rate_bound(a: Array, c: Array, attention: str) -> float:
-    """Λ = Σ_h |c_h| max_k |γ_k(β_h)|, the fastest linear rate about the uniform state (theory §8); a step cap.
+    """Λ = Σ_h |c_h| max_k |γ_k(β_h)|, the fastest linear rate about the uniform state (theory §9); a step cap.
 
     γ_k = k² I_k(β)/β (USA), divided by I₀(β) for SA (exponentially scaled Bessel functions: no overflow).
     """
@@ -210,7 +210,7 @@ class CircleTransport:
 
     # -- the operator protocol ------------------------------------------------------------------
     def velocity(self, state: Array, heads: HeadMeasure, linearize: bool = False) -> tuple[Array, Array, float]:
-        """(u at the nodes (n, p+1), u at the left edges (n,), the step cap) of μ = ``state`` (theory §8)."""
+        """(u at the nodes (n, p+1), u at the left edges (n,), the step cap) of μ = ``state`` (theory §9)."""
         n = self.mesh.n
         mhat = np.fft.rfft(self.mesh.weights(state), axis=0).T  # (p+1, n//2+1)
         u = np.zeros((self.p + 2, n))

@@ -1,4 +1,4 @@
-"""Diagnostics of a density on the circle (theory §8): initial data, Fourier modes, clusters, W1 on the circle.
+"""Diagnostics of a density on the circle (theory §9): initial data, Fourier modes, clusters, W1 on the circle.
 
 * :func:`initial_density`: ``circle_modes`` (1/2π)(1 + Σ a cos(k(θ − φ))) at the DG nodes, and ``circle_noise``
   (1/2π)(1 + amplitude·ξ_j), ξ_j i.i.d. N(0, 1) seeded, one value per cell (clipped at 0), as the reference

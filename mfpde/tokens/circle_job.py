@@ -1,4 +1,4 @@
-"""The ``transport`` job on the circle (``tokens.domain = "circle"``, theory §8; interface.md).
+"""The ``transport`` job on the circle (``tokens.domain = "circle"``, theory §9; interface.md).
 
 The 1-D density is small: every rank runs the same solve on the whole circle (replicated, so the report is the
 same on any number of ranks); only the ParaView field is distributed: a DOLFINx mesh of the circle (a closed

@@ -1,4 +1,4 @@
-"""An independent particle code on the circle (theory §8): N tokens θ_i, the attention ODE, two force evaluations.
+"""An independent particle code on the circle (theory §9): N tokens θ_i, the attention ODE, two force evaluations.
 
     dθ_i/dt = u_N(θ_i),   u_N(θ) = Σ_h c_h Z_h(θ)^{-1} (1/N) Σ_j e^{β_h cos(θ_j − θ)} sin(θ_j − θ)
 

@@ -1,4 +1,4 @@
-"""Checks of the circle solver (theory §8), each against a reference the solver does not produce.
+"""Checks of the circle solver (theory §9), each against a reference the solver does not produce.
 
 * ``circle_growth_rates``: the growth of modes k = 1..12 from the uniform state, fitted in the linear regime,
   against the closed form γ_k = k² I_k(β)/β (USA), k² I_k(β)/(β I₀(β)) (SA) (scipy.special.iv), SA and USA at
@@ -56,7 +56,7 @@ class _Budget:
 
 
 def gamma_k(k: np.ndarray, beta: float, attention: str) -> np.ndarray:
-    """The closed-form linear growth rates of theory §8 (scipy.special.iv)."""
+    """The closed-form linear growth rates of theory §9 (scipy.special.iv)."""
     g = k**2 * scipy.special.iv(k, beta) / beta
     return np.asarray(g / scipy.special.iv(0, beta) if attention == "softmax" else g, dtype=float)
 
@@ -89,7 +89,7 @@ def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: 
     return np.array(lam)
 
 
-@register("circle_growth_rates", "§8 (linear growth)", "closed form γ_k = k² I_k(β)/β (SA: /I₀(β)), scipy.special.iv")
+@register("circle_growth_rates", "§9 (linear growth)", "closed form γ_k = k² I_k(β)/β (SA: /I₀(β)), scipy.special.iv")
 def check_circle_growth_rates(quick: bool) -> Outcome:
     """max_k |λ_h − γ_k| / max γ_k at the order 4 of DG1 in h (|q − 4| < 0.25); full: DG2 at n = 128 ≤ 1e-6."""
     budget = _Budget(quick)
@@ -129,7 +129,7 @@ def _kmax(beta: float) -> int:
 MODE_BETAS = (4.0, 5.0, 7.0, 12.0)
 
 
-@register("circle_mode_selection", "§8 (k_max clusters)", "argmax_k γ_k of the closed form (scipy.special.iv)")
+@register("circle_mode_selection", "§9 (k_max clusters)", "argmax_k γ_k of the closed form (scipy.special.iv)")
 def check_circle_mode_selection(quick: bool) -> Outcome:
     """From 24 random-phase modes of amplitude 1e-4 (USA), k_max(β) clusters at growth 3·10⁴ and 10⁶ of the top mode."""
     budget = _Budget(quick)
@@ -168,7 +168,7 @@ def _pde_cdf(n: int, M: int) -> np.ndarray:
     return cdf_density(mesh, rep.mu_T, M)
 
 
-@register("circle_particles", "§8; §5.3 (finite N)", "independent particle code (Bessel-series force, RK4)")
+@register("circle_particles", "§9; §5.3 (finite N)", "independent particle code (Bessel-series force, RK4)")
 def check_circle_particles(quick: bool) -> Outcome:
     """E W1(μ^N_T, μ_T) ∝ N^{-1/2}: |q + 1/2| ≤ 3 se(q) + the bias's slope tolerance."""
     budget = _Budget(quick)
@@ -199,7 +199,7 @@ def check_circle_particles(quick: bool) -> Outcome:
                    [Series(Ns, means, "particles N", -0.5, q, "E W1(μ^N_T, μ_T)")])
 
 
-@register("circle_mass_positivity", "§8 (conservation, positivity)", "round-off bounds: 8 n(p+1) ε per sub-step")
+@register("circle_mass_positivity", "§9 (conservation, positivity)", "round-off bounds: 8 n(p+1) ε per sub-step")
 def check_circle_mass_positivity(quick: bool) -> Outcome:
     """|∫μ_T − ∫μ_0| ≤ 8 n(p+1) ε × sub-steps and min μ_h ≥ −8ε max μ_h, through cluster formation (DG2, β = 5)."""
     n, p = (128, 2) if quick else (256, 2)
