@@ -48,11 +48,14 @@ EPS = 2.0**-52
 
 
 class _Budget:
+    """The wall budget of one check: ``spent()`` between runs, ``deadline`` inside a solve (it then raises)."""
+
     def __init__(self, quick: bool) -> None:
         self.t0, self.limit = time.perf_counter(), BUDGET_S[quick]
+        self.deadline = self.t0 + self.limit
 
     def spent(self) -> bool:
-        return time.perf_counter() - self.t0 > self.limit
+        return time.perf_counter() > self.deadline
 
 
 def gamma_k(k: np.ndarray, beta: float, attention: str) -> np.ndarray:
@@ -62,7 +65,7 @@ def gamma_k(k: np.ndarray, beta: float, attention: str) -> np.ndarray:
 
 
 def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: float = 1e-9, steps: int = 40,
-                 sub: int = 4, seed: int = 0) -> np.ndarray:
+                 sub: int = 4, seed: int = 0, deadline: float = math.inf) -> np.ndarray:
     """The semi-discrete growth rates λ_h of modes 1..K (n cells, DG_p), from two runs at ±ε (see the module)."""
     k = np.arange(1, K + 1)
     T = 4.0 / float(gamma_k(k, beta, attention).max())
@@ -74,9 +77,11 @@ def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: 
     hat = {}
     basis = np.exp(-1j * np.outer(k, mesh.nodes.ravel()))
     for s in (1.0, -1.0):
-        mu = initial_density(mesh, "circle_modes", [[float(kk), s * eps, float(ph)] for kk, ph in zip(k, phases, strict=True)])
+        rows = [[float(kk), s * eps, float(ph)] for kk, ph in zip(k, phases, strict=True)]
+        mu = initial_density(mesh, "circle_modes", rows)
         hist: list[np.ndarray] = []
-        op.solve(mu, heads, T, steps, lambda i, t, u, hist=hist: hist.append(basis @ mesh.weights(u).ravel()))
+        op.solve(mu, heads, T, steps, lambda i, t, u, hist=hist: hist.append(basis @ mesh.weights(u).ravel()),
+                 deadline)
         hat[s] = np.array(hist)
     odd = np.abs(hat[1.0] - hat[-1.0]) / 2
     t = np.linspace(0.0, T, steps + 1)
@@ -99,7 +104,8 @@ def check_circle_growth_rates(quick: bool) -> Outcome:
     for beta in (5.0, 12.0):
         for att in ("unnormalised", "softmax"):
             ex = gamma_k(k, beta, att)
-            errs = [float(np.max(np.abs(fitted_rates(n, 1, beta, att) - ex)) / ex.max()) for n in cells]
+            errs = [float(np.max(np.abs(fitted_rates(n, 1, beta, att, deadline=budget.deadline) - ex)) / ex.max())
+                    for n in cells]
             if budget.spent():
                 return Outcome(math.nan, "budget", False, f"budget of {budget.limit:.0f} s exceeded")
             hs = [2 * math.pi / n for n in cells]
@@ -110,7 +116,7 @@ def check_circle_growth_rates(quick: bool) -> Outcome:
             lines.append(f"{tag}: DG1 err {', '.join(f'{e:.2e}' for e in errs)} at n = {cells}, order {q:.2f}")
             series.append(Series(hs, errs, "cell size h (rad)", 4.0, q, f"DG1 {tag}"))
             if not quick:
-                e2 = float(np.max(np.abs(fitted_rates(128, 2, beta, att) - ex)) / ex.max())
+                e2 = float(np.max(np.abs(fitted_rates(128, 2, beta, att, deadline=budget.deadline) - ex)) / ex.max())
                 ok &= e2 <= 1e-6
                 lines.append(f"{tag}: DG2 n=128 err {e2:.2e} (≤ 1e-6)")
     worst = max(qs, key=lambda q: abs(q - 4.0))
@@ -147,7 +153,7 @@ def check_circle_mode_selection(quick: bool) -> Outcome:
         counts = []
         for growth in (3e4, 1e6):
             T = math.log(growth) / gmax
-            counts.append(clusters(mesh, op.solve(mu, heads, T, 10).mu_T)[0])
+            counts.append(clusters(mesh, op.solve(mu, heads, T, 10, deadline=budget.deadline).mu_T)[0])
         if budget.spent():
             return Outcome(math.nan, "budget", False, f"budget of {budget.limit:.0f} s exceeded")
         ok &= counts == [km, km]
@@ -161,10 +167,11 @@ PART_BETA, PART_T, PART_MODES = 3.0, 0.5, [[1, 0.3, 0.5], [2, 0.2, 1.0]]
 PART_STEPS = 20
 
 
-def _pde_cdf(n: int, M: int) -> np.ndarray:
+def _pde_cdf(n: int, M: int, deadline: float) -> np.ndarray:
     mesh = CircleMesh(n, 2)
     rep = CircleTransport(mesh, "unnormalised").solve(initial_density(mesh, "circle_modes", PART_MODES),
-                                                      HeadMeasure(np.array([PART_BETA]), np.array([1.0])), PART_T, 10)
+                                                      HeadMeasure(np.array([PART_BETA]), np.array([1.0])), PART_T, 10,
+                                                      deadline=deadline)
     return cdf_density(mesh, rep.mu_T, M)
 
 
@@ -175,7 +182,7 @@ def check_circle_particles(quick: bool) -> Outcome:
     Ns = [500, 2000, 8000] if quick else [500, 2000, 8000, 32000]
     R = 8 if quick else 16
     M = 2**15
-    F, F_coarse = _pde_cdf(256, M), _pde_cdf(128, M)
+    F, F_coarse = _pde_cdf(256, M, budget.deadline), _pde_cdf(128, M, budget.deadline)
     pde_err = float(richardson_bound([0.0], [w1_circle(F, F_coarse)], 2.0)[0])  # W1(F_256, F_128)/(2² − 1)
     means, ses = [], []
     for N in Ns:
@@ -203,6 +210,7 @@ def check_circle_particles(quick: bool) -> Outcome:
 def check_circle_mass_positivity(quick: bool) -> Outcome:
     """|∫μ_T − ∫μ_0| ≤ 8 n(p+1) ε × sub-steps and min μ_h ≥ −8ε max μ_h, through cluster formation (DG2, β = 5)."""
     n, p = (128, 2) if quick else (256, 2)
+    budget = _Budget(quick)
     mesh = CircleMesh(n, p)
     op = CircleTransport(mesh, "unnormalised")
     mu = initial_density(mesh, "circle_noise", amplitude=0.05, seed=3)
@@ -212,7 +220,7 @@ def check_circle_mass_positivity(quick: bool) -> Outcome:
     def cb(i: int, t: float, u: np.ndarray) -> None:
         peak[0] = max(peak[0], float(u.max()))
 
-    rep = op.solve(mu, HeadMeasure(np.array([5.0]), np.array([1.0])), 1.0 if quick else 2.0, 20, cb)
+    rep = op.solve(mu, HeadMeasure(np.array([5.0]), np.array([1.0])), 1.0 if quick else 2.0, 20, cb, budget.deadline)
     mass_tol = 8 * n * (p + 1) * EPS * rep.substeps
     min_tol = -8 * EPS * peak[0]
     ncl = clusters(mesh, rep.mu_T)[0]
