@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg
-
-from mfpde.tokens import rk
-from mfpde.fitting import fit_order
-
 from roundoff import gamma
+
+from mfpde.fitting import fit_order
+from mfpde.tokens import rk
 
 
 class LinearFlow:

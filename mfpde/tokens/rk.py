@@ -162,7 +162,7 @@ class TapedStep:
 
 def _outflow_h(h: Any, r: Any) -> Any:
     """The step size h shaped as the outflow rate r (h (S, 1) against r (S,) in a batch; scalars unchanged)."""
-    return h if np.ndim(h) == np.ndim(r) else np.reshape(h, np.shape(r))
+    return h if np.ndim(h) in (0, np.ndim(r)) else np.reshape(h, np.shape(r))
 
 
 def step(table: ShuOsher, op: DepthOperator, u: Any, h: Any, heads: Any, vel0: Any, keep: bool = False,

@@ -17,6 +17,7 @@ import dolfinx.mesh
 import numpy as np
 
 from mfpde.exact import gaussian_risk_derivatives
+from mfpde.fitting import fit_order
 from mfpde.mesh import Domain, box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace, first_variation_values
@@ -24,7 +25,7 @@ from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import Tape, TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["TAYLOR_CASES", "gaussian_first_variation_errors", "taylor_errors"]
 
@@ -134,7 +135,7 @@ def check_adjoint_taylor(quick: bool) -> Outcome:
     series, worst, lines, ok = [], TAYLOR_ORDER, [], True
     for case in TAYLOR_CASES:
         eps, errs, pred = taylor_errors(case)
-        slope = fit_slope(eps, errs)
+        slope = fit_order(eps, errs)
         good = abs(slope - TAYLOR_ORDER) < TAYLOR_TOL and abs(pred) > 1e-6
         ok &= good
         worst = slope if abs(slope - TAYLOR_ORDER) > abs(worst - TAYLOR_ORDER) else worst
@@ -178,7 +179,7 @@ def gaussian_first_variation_errors(cells: list[int], comm: MPI.Comm = MPI.COMM_
 def check_adjoint_gaussian_exact(quick: bool) -> Outcome:
     """First order in h (DG0): fitted slope |q − 1| < 0.2."""
     hs, errs = gaussian_first_variation_errors([60, 120] if quick else [60, 120, 240])
-    slope = fit_slope(hs, errs)
+    slope = fit_order(hs, errs)
     ok = abs(slope - 1.0) < 0.2
     return Outcome(slope, "|slope − 1| < 0.2 (DG0 order 1)", ok,
                    f"errors {', '.join(f'{e:.2e}' for e in errs)} at h = {', '.join(f'{h:.3g}' for h in hs)}",

@@ -24,6 +24,7 @@ import dolfinx.mesh
 import numpy as np
 
 from mfpde.exact import gaussian_transport, ou_moments
+from mfpde.fitting import fit_order
 from mfpde.mesh import Domain, box
 from mfpde.params.densities import gaussian_density
 from mfpde.params.family import ScalarHeads
@@ -34,7 +35,7 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import Tape, TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["gamma"]
 
@@ -114,7 +115,7 @@ def check_gaussian_exact_d2(quick: bool) -> Outcome:
         rep = tt.solve(_mu0(tt, M0_2D, S0_2D), CONTRACTING, 1.0, n // 2)
         errs.append(max(np.abs(np.asarray(rep.mean_T) - m_ex).max(), np.abs(np.asarray(rep.cov_T) - S_ex).max()))
     hs = [8.0 / n for n in cells]
-    q = fit_slope(hs, errs)
+    q = fit_order(hs, errs)
     return Outcome(q, "|q − 1| < 0.2", abs(q - 1.0) < 0.2, f"errors {', '.join(f'{e:.2e}' for e in errs)}",
                    [Series(hs, errs, "token cell size h", 1.0, q, "DG0, d = 2")])
 

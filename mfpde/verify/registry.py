@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECKS", "Check", "Outcome", "Series", "fit_slope", "register", "richardson_bound", "slope_se",
-           "slope_tolerance"]
+__all__ = ["CHECKS", "Check", "Outcome", "Series", "register"]
 
 Array = npt.NDArray[np.float64]
 
@@ -97,44 +96,3 @@ def register(name: str, section: str, reference: str) -> Callable[[CheckFunction
         return fn
 
     return deco
-
-
-def fit_slope(x: Array | list[float] | list[int], err: Array | list[float]) -> float:
-    """The least-squares slope of log err against log x (``np.polyfit``, as scikit-fem's rate tests)."""
-    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(err, float)), 1)[0])
-
-
-def _slope_weights(x: Array | list[float] | list[int]) -> Array:
-    """w_i = (ξ_i − ξ̄)/Σ(ξ_j − ξ̄)², ξ = log x: the least-squares slope of log err is Σ w_i log err_i."""
-    xi = np.log(np.asarray(x, float))
-    return (xi - xi.mean()) / ((xi - xi.mean()) ** 2).sum()
-
-
-def richardson_bound(fine: Array | list[float], coarse: Array | list[float], order_min: float) -> Array:
-    """|v_h − v| ≤ |v_2h − v_h|/(2^p − 1) for a quantity v_h − v = K h^p + o(h^p) of order p ≥ ``order_min``.
-
-    (Richardson; h may be any step refined by 2 between ``coarse`` and ``fine``, e.g. 1/N.) An error common
-    to both does not enter it.
-    """
-    return np.abs(np.asarray(coarse, float) - np.asarray(fine, float)) / (2**order_min - 1)
-
-
-def slope_tolerance(x: Array | list[float] | list[int], values: Array | list[float], bounds: Array | list[float]
-                    ) -> float:
-    """Bound on how far errors |v_i − v*_i| ≤ bounds_i move the log-log slope of ``values`` against x.
-
-    With v_i = v*_i(1 + ε_i) the least-squares slope is q = q* + Σ w_i log(1 + ε_i) (:func:`_slope_weights`),
-    and |ε_i| ≤ E_i/(1 − E_i) with E_i = bounds_i/|v_i|, so |q − q*| ≤ Σ|w_i| · max_i −log(1 − E_i).
-    """
-    E = float(np.max(np.asarray(bounds, float) / np.abs(np.asarray(values, float))))
-    return float(np.abs(_slope_weights(x)).sum() * -np.log1p(-E)) if E < 1 else float("inf")
-
-
-def slope_se(x: Array | list[float] | list[int], values: Array | list[float], se: Array | list[float]) -> float:
-    """Standard error of the log-log slope of independent Monte-Carlo means ``values`` with standard errors ``se``.
-
-    log v_i has standard error ≈ se_i/v_i (delta method), so the slope Σ w_i log v_i has
-    (Σ w_i² (se_i/v_i)²)^{1/2}.
-    """
-    rel = np.asarray(se, float) / np.asarray(values, float)
-    return float(np.sqrt(np.sum((_slope_weights(x) * rel) ** 2)))

@@ -18,10 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.exact import shallow_training_law, shallow_yhat
+from mfpde.fitting import fit_order
 from mfpde.params.muscl import ORDER
 from mfpde.training.problem import CoupledProblem
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["shallow_yhat_errors", "splitting_errors", "train_steps"]
 
@@ -77,7 +78,7 @@ def check_shallow_yhat(quick: bool) -> Outcome:
     for family in ("value", "scalar"):
         e0 = shallow_yhat_errors(family, 0, cells)
         hs = [8.0 / n for n in cells]
-        slope = fit_slope(hs, e0)
+        slope = fit_order(hs, e0)
         e1 = shallow_yhat_errors(family, 1, cells[-1:])[0]
         bound = dg1_bound(cells[-1])
         good = abs(slope - 1.0) < 0.2 and e1 <= bound
@@ -137,7 +138,7 @@ def check_splitting_order(quick: bool) -> Outcome:
     series, lines, ok, q2 = [], [], True, math.nan
     for split, order, tol in (("lie", 1.0, 0.2), ("strang", 2.0, 0.25)):
         errs = splitting_errors(split, dss)
-        q = fit_slope(dss, errs)
+        q = fit_order(dss, errs)
         ok &= abs(q - order) < tol
         q2 = q if split == "strang" else q2
         lines.append(f"{split}: errors {', '.join(f'{e:.2e}' for e in errs)}, order {q:.2f}")
@@ -174,7 +175,7 @@ def check_theta_transport_order(quick: bool) -> Outcome:
     cells = [50, 100, 200]
     errs = theta_transport_errors(cells)
     hs = [5.0 / n for n in cells]
-    q = fit_slope(hs, errs)
+    q = fit_order(hs, errs)
     return Outcome(q, f"|q − {ORDER}| < 0.2 (limited MUSCL)", abs(q - ORDER) < 0.2,
                    f"variance errors {', '.join(f'{e:.2e}' for e in errs)} at h = {', '.join(f'{h:.3g}' for h in hs)}"
                    f"; fitted order {q:.2f}, expected {ORDER}",

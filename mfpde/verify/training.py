@@ -23,10 +23,11 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.exact import shallow_fixed_point, shallow_gap, shallow_lie_law
+from mfpde.fitting import fit_order, fit_rate
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import history_row
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 from mfpde.verify.shallow import TOKEN_BOX, rho_moments
 
 __all__ = ["LAM", "LAM2", "trajectory"]
@@ -79,7 +80,7 @@ def _fstar() -> tuple[float, float, float]:
 
 
 def _rate_fit(s: np.ndarray, gap: np.ndarray, rows: np.ndarray) -> float:
-    return -float(np.polyfit(s[rows], np.log(gap[rows]), 1)[0]) if rows.sum() >= 3 and np.all(gap[rows] > 0) \
+    return float(fit_rate(s[rows], gap[rows])) if rows.sum() >= 3 and np.all(gap[rows] > 0) \
         else math.nan
 
 
@@ -138,7 +139,7 @@ def check_shallow_exponential_rate(quick: bool) -> Outcome:
                    f"{abs(c - c_ref):.2e} ≤ {mesh:.2e} (Θ mesh, Richardson at order ≥ {THETA_ORDER_MIN}) + "
                    f"{round_off:.1e} (round-off); theorem {2 * LAM2}",
                    [Series([6.0 / n for n in RATE_CELLS], [abs(r - c_ref) for r in rates], "Θ cell size h", 2.0,
-                           fit_slope([6.0 / n for n in RATE_CELLS], [abs(r - c_ref) for r in rates]),
+                           fit_order([6.0 / n for n in RATE_CELLS], [abs(r - c_ref) for r in rates]),
                            "|c_h − c_ref|")])
 
 
@@ -195,7 +196,7 @@ def check_fp_energy_decay(quick: bool) -> Outcome:
     for ds in dss:
         t1 = trajectory(ds, 1)
         res.append(abs(t1["F"][1] - t1["F"][0] + ds * t1["D"][0]))
-    q = fit_slope(dss, res)
+    q = fit_order(dss, res)
     ok = mono and abs(q - 2.0) < 0.2
     return Outcome(q, "F non-increasing; identity residual order |q − 2| < 0.2", ok,
                    f"max ΔF {np.diff(tr['F']).max():.2e}; residuals {', '.join(f'{r:.2e}' for r in res)}, "
