@@ -79,7 +79,7 @@ def test_interface_check_names_are_registered():
     import re
     from pathlib import Path
 
-    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify import adjoint, circle, conservation, deep, particles, shallow, training, transport  # noqa: F401
     from mfpde.verify.registry import CHECKS
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "interface.md").read_text()
