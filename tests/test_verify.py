@@ -79,7 +79,18 @@ def test_interface_check_names_are_registered():
     import re
     from pathlib import Path
 
-    from mfpde.verify import adjoint, circle, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify import (  # noqa: F401
+        adjoint,
+        batched,
+        circle,
+        conservation,
+        deep,
+        particles,
+        reach,
+        shallow,
+        training,
+        transport,
+    )
     from mfpde.verify.registry import CHECKS
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "interface.md").read_text()

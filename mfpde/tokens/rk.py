@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.budget import spend
 from mfpde.tokens.stepping import MAX_SUBSTEPS, substeps_error
 
 __all__ = ["FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "DepthAdjoint", "DepthOperator", "ShuOsher",
@@ -327,6 +328,7 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
             broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)
             if broken.any():
                 return v, outflow, broken
+        spend(len(idx))
         new, o, taped = step(table, op, rows, op.step_size(h), heads, vel, tape is not None, budget)
         if tape is not None:
             assert taped is not None
@@ -334,3 +336,4 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         v = op.put(v, idx, new)
         outflow[idx] += o
     return v, outflow, broken
+

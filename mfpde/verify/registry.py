@@ -65,6 +65,11 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+#: Default budgets of a check: wall seconds (full size, one core) and explicit steps (:mod:`mfpde.budget`). A
+#: check that takes more steps has stalled (it fails with the reason); one over its time fails as too slow.
+DEFAULT_BUDGET_S, DEFAULT_STEPS = 300.0, 200_000
+
+
 @dataclass(frozen=True)
 class Check:
     """A registered check.
@@ -72,13 +77,16 @@ class Check:
     Attributes:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
-        (collective).
+        (collective); budget_s: the wall-time budget of the full (not quick) check in seconds on one core;
+        steps: its budget of explicit steps (:mod:`mfpde.budget`).
     """
 
     name: str
     section: str
     reference: str
     run: Callable[[bool], Outcome]
+    budget_s: float = DEFAULT_BUDGET_S
+    steps: int = DEFAULT_STEPS
 
 
 #: The registered checks, in the order of the table.
@@ -88,11 +96,12 @@ CHECKS: dict[str, Check] = {}
 CheckFunction = Callable[[bool], Outcome]
 
 
-def register(name: str, section: str, reference: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name``."""
+def register(name: str, section: str, reference: str, budget_s: float = DEFAULT_BUDGET_S,
+             steps: int = DEFAULT_STEPS) -> Callable[[CheckFunction], CheckFunction]:
+    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (budgets as in :class:`Check`)."""
 
     def deco(fn: CheckFunction) -> CheckFunction:
-        CHECKS[name] = Check(name, section, reference, fn)
+        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps)
         return fn
 
     return deco
