@@ -34,6 +34,7 @@ def _load_checks() -> None:
         circle,
         conservation,
         deep,
+        free_energy,
         particles,
         reach,
         shallow,
