@@ -217,7 +217,7 @@ class VTXField:
     cells: list[np.ndarray]
 
     def integral(self, k: int) -> float:
-        """∫ of snapshot k: Σ_cells |K| × (cell value, or the mean of its vertex values).
+        """∫ of snapshot k: Σ_cells ``|K|`` × (cell value, or the mean of its vertex values).
 
         Exact for DG0, for P1/DG1 on intervals and triangles, and for bilinear fields on parallelograms
         (box meshes).

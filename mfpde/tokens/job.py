@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import dolfinx.fem
 import numpy as np
 
 from mfpde import __version__
-from mfpde.config import Config, to_toml
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
@@ -26,7 +28,7 @@ from mfpde.tokens.data import fill_density
 from mfpde.tokens.shallow import solve_shallow
 from mfpde.tokens.transport import TransportReport
 
-__all__ = ["run_transport", "sample_report", "transport_job"]
+__all__ = ["run_transport", "sample_report", "transport_job", "transport_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,28 +81,52 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
     return report
 
 
+def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
+                     on_initial: Callable[[dolfinx.fem.Function], None] | None = None
+                     ) -> tuple[dolfinx.fem.Function, TransportReport]:
+    """Transport sample ``i`` (of ``pb.train + pb.test``) to depth T under ρ₀ (collective over ``pb.comm``).
+
+    Args:
+        pb: the problem (:func:`mfpde.problem.build`).
+        i: the sample's index in ``pb.train + pb.test``.
+        writer_path: if given, μ_t is written there (a ``.bp`` directory) every ``output.every`` depth steps.
+        on_initial: called with μ_0 before it is transported (e.g. to copy it).
+
+    Returns:
+        μ_T (a DG function on the token mesh, a density: mass per unit volume) and the solve's report.
+
+    Raises:
+        NumericalError: the solve failed.
+    """
+    cfg, tokens = pb.cfg, pb.tokens
+    u = dolfinx.fem.Function(tokens.W, name="mu")
+    fill_density((pb.train + pb.test)[i], u, tokens.mass)
+    if on_initial is not None:
+        on_initial(u)
+    writer = None
+    if writer_path is not None:
+        writer = FieldWriter(pb.comm, writer_path, [u])
+        writer.write(0.0)
+
+    def cb(step: int, t: float, u: dolfinx.fem.Function) -> None:
+        if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
+            writer.write(t)
+
+    if pb.shallow:
+        rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
+    else:
+        rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol)
+    if writer is not None:
+        writer.close()
+    return u, rep
+
+
 def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict[str, Any]]) -> None:
     """Transport each sample in turn, appending its report block to ``samples``."""
-    cfg, tokens = pb.cfg, pb.tokens
+    cfg = pb.cfg
     for i, s in enumerate(pb.train + pb.test):
-        u = dolfinx.fem.Function(tokens.W, name="mu")
-        fill_density(s, u, tokens.mass)
-        writer = None
-        if write_fields and cfg.output.fields:
-            writer = FieldWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
-            writer.write(0.0)
-
-        def cb(step: int, t: float, u: dolfinx.fem.Function, writer: FieldWriter | None = writer) -> None:
-            if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
-                writer.write(t)
-
-        if pb.shallow:
-            rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
-        else:
-            rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb,
-                               outflow_tol=cfg.tokens.outflow_tol)
-        if writer is not None:
-            writer.close()
+        path = out / "fields" / f"mu_{i}.bp" if write_fields and cfg.output.fields else None
+        _, rep = transport_sample(pb, i, path)
         block = sample_report(rep)
         block["target"] = s.target
         samples.append(block)

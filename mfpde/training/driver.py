@@ -25,7 +25,8 @@ from mpi4py import MPI
 
 import numpy as np
 
-from mfpde.config import Config, to_toml
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
@@ -75,6 +76,9 @@ class RunResult:
         report: the report written to ``report.json``; history: the history rows.
         out: the output directory; error: the failure message ("" when ok).
         timings: wall seconds per splitting sub-flow (the timing monitor).
+        rho: the nodal values of the last ρ (the trained one, or the last good one of a failed run) per layer
+            block, shape (L, N_θ), a density on Θ (∫ρ = 1), on every rank.
+        theta_points: the Θ nodes of ``rho``'s columns, shape (N_θ, p).
     """
 
     status: str
@@ -84,6 +88,8 @@ class RunResult:
     out: Path
     error: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    rho: np.ndarray | None = None
+    theta_points: np.ndarray | None = None
 
 
 def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -207,7 +213,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     if status == "failed":
         report["error"] = fail_msg
         write_report(out, report, comm)
-        return RunResult(status, step, report, history, out, fail_msg, splitting.timings)
+        return RunResult(status, step, report, history, out, fail_msg, splitting.timings, *_rho(cp))
     assert grad is not None
     _final_outputs(cp, out, history, report, grad)
     if oc.plots and report["rate"] != plotted:  # the deep λ = λ₂ = 0 rate comes from the final NTK
@@ -220,7 +226,12 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                                                         acc.items() if (v0 := acc["initial"].get(k)) is not None),
                 out)
     logger.debug("splitting sub-flow wall times: %s", splitting.timings)
-    return RunResult(status, step, report, history, out, "", splitting.timings)
+    return RunResult(status, step, report, history, out, "", splitting.timings, *_rho(cp))
+
+
+def _rho(cp: CoupledProblem) -> tuple[np.ndarray, np.ndarray]:
+    """The global nodal values of ρ per layer block, shape (L, N_θ), and the Θ nodes, shape (N_θ, p)."""
+    return np.stack([cp.theta.gather_values(r) for r in cp.rhos]), cp.theta.points
 
 
 def _fields(cp: CoupledProblem, out: Path) -> Path | None:
