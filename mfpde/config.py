@@ -188,7 +188,8 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     sections: dict[str, Any] = {}
     for name, table in raw.items():
         if name not in hints or name == "source":
-            raise ConfigError(f"unknown config section [{name}]{suggest(name, [h for h in hints if h != 'source'])}")
+            known = [h for h in hints if h != "source"]
+            raise ConfigError(f"unknown config section [{name}]{suggest(name, known, fmt='[{}]')}")
         if not isinstance(table, dict):
             raise ConfigError(f"[{name}] must be a table")
         fhints = typing.get_type_hints(cls := hints[name])
@@ -208,10 +209,10 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     return cfg
 
 
-def suggest(word: str, known: list[str], prefix: str = "") -> str:
+def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
     """``"; did you mean X?"`` for the closest of ``known`` to a misspelt ``word`` (difflib), or ``""``."""
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
+    return f"; did you mean {prefix}{fmt.format(close[0])}?" if close else ""
 
 
 def _require(cond: bool, key: str, msg: str) -> None:

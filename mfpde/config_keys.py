@@ -55,6 +55,8 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
+        if not v:
+            return "{}"
         return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
     return repr(v)
 

@@ -65,7 +65,7 @@ def check_launcher(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None =
             raise ConfigError(
                 f"the launcher started {n} tasks ({var}={n}) but MPI sees 1 rank: the launcher does not match "
                 "mfpde's MPI (MPICH); use the venv's mpiexec, or srun --mpi=pmi2, or a site MPICH-ABI MPI "
-                "(README: Clusters); MFPDE_ALLOW_SINGLETON=1 runs independent serial copies anyway")
+                "(docs: user guide, Clusters); MFPDE_ALLOW_SINGLETON=1 runs independent serial copies anyway")
 
 
 def _writable(d: Path) -> bool:

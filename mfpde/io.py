@@ -235,7 +235,7 @@ class VTXField:
 def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
     """Read a field of an mfpde ``.bp`` file (``fields/rho.bp``, ``fields/mu_<i>.bp``, ...) into numpy.
 
-    Needs the ``adios2`` wheel (``pip install adios2``, in the ``[test]`` extra); DOLFINx is imported first,
+    Needs the ``adios2`` wheel (a dependency of mfpde); DOLFINx is imported first,
     because the wheel's ADIOS2 library loaded before DOLFINx's breaks the latter. Serial: call it on one rank.
 
     Args:

@@ -83,7 +83,7 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
     acc = _col(history, "train_accuracy")
     # inches: 1.0 left of each panel, 0.6 below (0.9 with the second panel's legend), 0.35 above, 0.8 right
     w, bottom = 5.0, 0.9 if acc is not None else 0.6
-    h = 4.6 - bottom - 0.35
+    h = 4.6 - bottom - 0.55  # three title lines
     fig = _figure(13.6 if acc is not None else 7.0, 4.6)
     ax = _place(fig, 1.0, bottom, w, h)
     risk, F, kl = _col(history, "risk"), _col(history, "free_energy"), _col(history, "kl_gibbs")
@@ -99,10 +99,10 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
                     f"({kind[:60]})")
     elif c is not None:
         why = "uninformative" if not informative_rate(c, s) else "F* unknown"
-        what += f"; theorem's rate {c:.2g} not drawn ({why} over s ≤ {s[-1]:.3g})"
+        what += f"\ntheorem's rate {c:.2g} not drawn ({why} over s ≤ {s[-1]:.3g})"
     ax.set_xlabel("training time s (non-dimensional)")
     ax.set_ylabel("risk (non-dimensional, log)")
-    ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])}); {what}", y=1.0, fontsize=8)
+    ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})\n{what}", y=1.0, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     _log_minor(ax)
     handles: list[Any] = []

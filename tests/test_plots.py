@@ -78,12 +78,13 @@ def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
         assert c["tmp"] == [], c["tmp"]  # written through a temporary file, renamed into place
         assert all(h > 200 and w > 400 for h, w in c["shapes"].values()), c["shapes"]
         if "loss" in c["figures"]:
-            # loss: risk panel + risk/accuracy panel + its twin axis (digits); certificate curve, no theory line
-            # (deep model: report rate.theory is null)
-            assert c["axes"]["loss"] == 3, c["axes"]
-            assert any("KL" in lab for lab in c["loss_labels"][0]), c["loss_labels"]
-            assert not any(lab.startswith("theory") for lab in c["loss_labels"][0]), c["loss_labels"]
-            assert {"test accuracy", "train accuracy", "test risk"} <= {*c["loss_labels"][1], *c["loss_labels"][2]}
+            # loss: risk panel + its twin (F itself: the deep model's F* is unknown) + risk/accuracy panel + its
+            # twin (digits); no theory line (deep model: report rate.theory is null)
+            assert c["axes"]["loss"] == 4, c["axes"]
+            labels = {lab for ax in c["loss_labels"] for lab in ax}
+            assert "free energy F(ρ_s)" in labels and not any("F*" in lab for lab in labels), labels
+            assert not any(lab.startswith("theorem") for lab in labels), labels
+            assert {"test accuracy", "train accuracy", "test risk"} <= labels
         if "rho" in c["figures"]:
             # rho: one panel per snapshot so far (≤ 4) + the Gibbs measure, each with its colour bar
             n_snap = min(c["step"] + 1, plots.N_RHO_PANELS)

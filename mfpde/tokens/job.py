@@ -1,7 +1,8 @@
 """The ``transport`` job (interface.md): every sample μ_0^i transported to μ_T^i under ρ₀, and its report.
 
 Built by :func:`mfpde.problem.build` (one token mesh distributed over all ranks); writes ``config.toml``,
-``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json`` into DIR.
+``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps), ``plots/tokens.png`` (μ_0 and μ_T of the first
+samples) and ``report.json`` into DIR.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.plots import TokenSeries, plot_run
 from mfpde.problem import Problem, build
 from mfpde.tokens.data import fill_density
 from mfpde.tokens.shallow import solve_shallow
@@ -121,14 +123,38 @@ def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
     return u, rep
 
 
+#: How many samples ``plots/tokens.png`` of the transport job shows (the first ones).
+N_PLOTTED = 4
+
+
 def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict[str, Any]]) -> None:
-    """Transport each sample in turn, appending its report block to ``samples``."""
-    cfg = pb.cfg
+    """Transport each sample in turn, appending its report block to ``samples``; then ``plots/tokens.png``."""
+    cfg, quad = pb.cfg, pb.tokens.quad
+    series = TokenSeries(np.zeros((0, cfg.tokens.dim)), np.zeros(0), [0.0, cfg.depth.T])
     for i, s in enumerate(pb.train + pb.test):
         path = out / "fields" / f"mu_{i}.bp" if write_fields and cfg.output.fields else None
-        _, rep = transport_sample(pb, i, path)
+        first: list[np.ndarray] = []
+        keep = cfg.output.plots and i < N_PLOTTED
+
+        def initial(u0: dolfinx.fem.Function, first: list[np.ndarray] = first) -> None:
+            first.append(quad.gather(u0))
+
+        u, rep = transport_sample(pb, i, path, initial if keep else None)
+        if keep:
+            series.weights.append(np.stack([first[0], quad.gather(u)]))
+            series.labels.append(f"sample {i} (y = {s.target:+g})")
+            series.yhat.append(rep.yhat)
         block = sample_report(rep)
         block["target"] = s.target
         samples.append(block)
         logger.info("sample %d: mass_T %.12g, outflow %.3g, min %.3g, yhat %.6g, mean %s", i, rep.mass_T,
                     rep.outflow, rep.min_density, rep.yhat, np.round(rep.mean_T, 6).tolist())
+    if series.weights:
+        ones = dolfinx.fem.Function(pb.tokens.W)
+        ones.x.array[:] = 1.0
+        series.points, series.mass = quad.points, quad.gather(ones)
+        if pb.comm.rank == 0:
+            try:
+                plot_run(out, [], {}, None, series, figures=("tokens",))
+            except Exception as e:  # noqa: BLE001  a plot never fails the job
+                logger.warning("plots/tokens.png not written: %s: %s", type(e).__name__, e)

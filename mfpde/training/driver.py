@@ -36,6 +36,7 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (
     Resumed,
     Snapshot,
+    classification,
     history_row,
     load_resume,
     plot_samples,
@@ -255,7 +256,7 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
     st, rate = cp.state, report["rate"]
     deep_unregularised = not pb.shallow and st.lam == 0 and st.lam2 == 0
     if "warning" in ntk:  # a warning where theory §5.5 is the theorem the run relies on
-        (logger.warning if deep_unregularised else logger.info)("%s", ntk["warning"])
+        (logger.warning if deep_unregularised else logger.debug)("%s", ntk["warning"])
     if deep_unregularised:  # theory §5.5: the local rate from the NTK
         theory, kind = deep_rate(ntk, n)
         rate.pop("theory_reason", None)
@@ -265,7 +266,7 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
     if pb.test:  # the last history row (step = training.steps, every run's last) transported them
         assert history and history[-1]["step"] == cfg.training.steps and "test_accuracy" in history[-1]
         acc["test"] = history[-1]["test_accuracy"]
-    if cfg.data.kind == "digits":
+    if classification(cp):
         h0 = history[0] if history and history[0]["step"] == 0 else {}
         acc["initial"] = {k: h0[f"{k}_accuracy"] for k in ("train", "test") if f"{k}_accuracy" in h0}
         report["accuracy"] = acc
