@@ -95,3 +95,37 @@ def test_licence_and_citation_match_the_package():
     assert cff["title"] and cff["authors"]
     log = (ROOT / "CHANGELOG.md").read_text()
     assert log.startswith("# Changelog") and "## [Unreleased]" in log and "Keep a Changelog" in log
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    me = Path(__file__).relative_to(ROOT).as_posix()
+    for f in files:
+        path = ROOT / f
+        if f == me or not path.is_file() or path.suffix in (".png", ".msh", ".npz"):
+            continue
+        text = path.read_text(errors="replace")
+        assert "../shared" not in text and "shared/" not in text, f
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/api.md"])
+def test_the_python_examples_run(page, tempdir, monkeypatch):
+    """The README's and the API page's Python blocks, run as a user would (in a fresh directory with demos/)."""
+    from mpi4py import MPI
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)
+    assert blocks
+    if MPI.COMM_WORLD.rank == 0:
+        (tempdir / "demos").symlink_to(ROOT / "demos")
+    MPI.COMM_WORLD.Barrier()
+    monkeypatch.chdir(tempdir)
+    for code in blocks:
+        scope: dict[str, object] = {}
+        exec(compile(code, page, "exec"), scope)  # noqa: S102
+        values = scope.get("res")
+        if values is not None:  # μ_T as arrays
+            assert values.mu_T.values.ndim == 1 and values.mu_T.points.shape[0] == values.mu_T.values.shape[0]
+        if "run" in scope:
+            assert scope["run"].status == "ok" and scope["run"].rho.ndim == 2
