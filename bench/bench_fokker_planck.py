@@ -20,6 +20,7 @@ from mpi4py import MPI
 import numpy as np
 from dolfinx import fem, mesh
 
+from mfpde.fitting import fit_order
 from mfpde.params.densities import gaussian_density
 from mfpde.params.fokker_planck import ParameterFokkerPlanck
 
@@ -98,8 +99,8 @@ def main() -> None:
             )
         if len(rows) >= 2:
             nd = np.array([r["ndofs"] for _, r in rows], dtype=float)
-            a_step = np.polyfit(np.log(nd), np.log([r["step"] for _, r in rows]), 1)[0]
-            a_sub = np.polyfit(np.log(nd), np.log([r["substep0"] for _, r in rows]), 1)[0]
+            a_step = fit_order(nd, [r["step"] for _, r in rows])
+            a_sub = fit_order(nd, [r["substep0"] for _, r in rows])
             print(f"\nfitted exponent t_step ∝ N^α: α = {a_step:.2f} (implicit), {a_sub:.2f} (λ = 0 sub-step)")
 
 

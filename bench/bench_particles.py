@@ -35,6 +35,7 @@ from scipy.stats import norm
 from threadpoolctl import threadpool_limits
 
 from mfpde.exact import gaussian_transport
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.particles import transport_particles
@@ -128,8 +129,8 @@ def _extrapolate(rows: list[dict], key: str, tol: float, d: int) -> str:
     n_needed = (C / tol) ** 2
     q = 2.0 if d == 2 else 1.0
     t = rows[-1]["time_s"] * (n_needed / N[-1]) ** q
-    p_fit = np.polyfit(np.log(N), np.log(err), 1)[0]
-    q_fit = np.polyfit(np.log(N), np.log([r["time_s"] for r in rows]), 1)[0]
+    p_fit = fit_order(N, err)
+    q_fit = fit_order(N, [r["time_s"] for r in rows])
     return (f"{t:.2g} s (extrapolated: N ≈ {n_needed:.1g} from err = {C:.2g} N^-1/2, t ∝ N^{q:g}; fitted "
             f"exponents {p_fit:.2f}, {q_fit:.2f})")
 

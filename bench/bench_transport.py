@@ -29,6 +29,7 @@ import dolfinx.fem
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
@@ -77,7 +78,7 @@ def _time_steps(tt: TokenTransport, u: dolfinx.fem.Function, hm: HeadMeasure, st
 
 
 def _fit(n, t) -> float:
-    return float(np.polyfit(np.log(n), np.log(t), 1)[0])
+    return float(fit_order(n, t))
 
 
 def _best(f, repeat: int = 3) -> float:

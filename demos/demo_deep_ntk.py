@@ -37,6 +37,7 @@ from scipy.optimize import minimize_scalar
 
 from mfpde import config
 from mfpde.exact import gaussian_transport, value_yhat
+from mfpde.fitting import fit_rate
 from mfpde.training import CoupledProblem, run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
@@ -86,7 +87,7 @@ eps = 1e-6
 K1 = ((float(value_yhat(a_star + eps, A, m1, s1)) - float(value_yhat(a_star - eps, A, m1, s1))) / (2 * eps)) ** 2
 c_ds = -2 * math.log(1 - ds1 * K1) / ds1
 win = (R_1 < 1e-2 * R_1[0]) & (R_1 > 1e-8 * R_1[0])
-c_fit = -float(np.polyfit(s_1[win], np.log(R_1[win]), 1)[0])
+c_fit = float(fit_rate(s_1[win], R_1[win]))
 if comm.rank == 0:
     print(f"n = 1: R {R_1[0]:.2e} → {R_1[-1]:.2e}; fitted rate {c_fit:.4f} on {int(win.sum())} rows, "
           f"closed form c_Δs = {c_ds:.4f} (Δs → 0: 2ŷ'(ā*)² = {2 * K1:.4f})")

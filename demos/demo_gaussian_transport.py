@@ -36,6 +36,7 @@ import dolfinx.io
 import numpy as np
 
 from mfpde.exact import gaussian_transport
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import dirac_heads
@@ -88,7 +89,7 @@ for n in cells:
 # ## The order of the scheme
 # The slope of log(error) against log(h); DG1 is second order.
 
-order = float(np.polyfit(np.log(hs), np.log(errors), 1)[0])
+order = float(fit_order(hs, errors))
 if comm.rank == 0:
     print(f"fitted order {order:.3f} (expected 2)")
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from mfpde import config
 from mfpde.exact import shallow_fixed_point
+from mfpde.fitting import fit_rate
 from mfpde.io import read_vtx
 from mfpde.training import run_job
 
@@ -65,7 +66,7 @@ cert = lam * np.array([h["kl_gibbs"] for h in result.history])
 # ## The rate: F − F* fitted on 1e-2 > gap/gap₀ > 1e-5 (past the transient, above the Θ-discretisation floor)
 
 win = (gap < 1e-2 * gap[0]) & (gap > 1e-5 * gap[0])
-fitted = -float(np.polyfit(s[win], np.log(gap[win]), 1)[0])
+fitted = float(fit_rate(s[win], gap[win]))
 rho = read_vtx(out / "fields" / "rho.bp") if comm.rank == 0 else None
 if comm.rank == 0:
     print(f"F* = {Fstar:.6f}; F(ρ_0) − F* = {gap[0]:.3e}, F(ρ_S) − F* = {gap[-1]:.2e} at S = {s[-1]:g}")

@@ -36,6 +36,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import dirac_heads
@@ -95,7 +96,7 @@ x0 = np.array([quantile(p) for p in q])
 xT = transport_particles(x0[:, None], np.full(n_tokens, 1.0 / n_tokens), heads, T, 300)[:, 0]
 var_particles = float(xT.var())
 errors = [abs(runs[n][1][-1] - var_particles) for n in cells]
-order = float(np.polyfit(np.log(cells), np.log(errors), 1)[0]) * -1
+order = float(fit_order(cells, errors)) * -1
 t, var, x, snaps, rep = runs[cells[-1]]
 tail = t > 2 * T / 3
 slope = float(np.polyfit(t[tail], 1 / var[tail], 1)[0])

@@ -4,7 +4,9 @@ The CLI parses, chooses the output directory, shows progress, and turns errors i
 and an exit status; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`) solve and write.
 
 Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
-(one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 1 a bug.
+(one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 4 interrupted
+by SIGTERM, SIGINT or SIGUSR1 (:mod:`mfpde.signals`; ``run`` checkpoints the step reached, ``report.json`` has
+status "interrupted"); 1 a bug.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
-from mfpde import __version__, config
+from mfpde import __version__, config, signals
 from mfpde.environment import (
     OutputLock,
     blas_threads,
@@ -29,9 +31,11 @@ from mfpde.environment import (
     jit_cache_problem,
     keep_freed_memory,
     private_caches,
+    repair_jit_cache,
 )
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
+from mfpde.limits import check_resolved
 
 if TYPE_CHECKING:
     from mfpde.training.driver import ProgressFactory
@@ -79,11 +83,23 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     comm = MPI.COMM_WORLD
     try:
-        check_launcher(comm)
-        private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
-        keep_freed_memory()
-        with blas_threads(comm):
-            code = _dispatch(args)
+        with signals.handlers():
+            check_launcher(comm)
+            private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
+            signals.quiet_petsc()  # before petsc4py is imported: PETSc's signal handler off
+            repair_jit_cache()
+            keep_freed_memory()
+            with blas_threads(comm):
+                code = _dispatch(args)
+    except (signals.Interrupted, KeyboardInterrupt) as e:  # every rank got it, or _join ends the job in time
+        what = signals.name(e.signum) if isinstance(e, signals.Interrupted) else "KeyboardInterrupt"
+        _err(f"interrupted by {what} outside a training step: no report written (a run continues from its last "
+             "checkpoint with --resume)")
+        code = signals.EXIT_INTERRUPTED
+    except SystemExit as e:  # a library's sys.exit: under MPI the other ranks would wait for ever
+        if comm.size == 1:
+            raise
+        _abort(comm, f"SystemExit({e.code!r}) on rank {comm.rank} of {comm.size}")
     except ConfigError as e:  # MeshError included
         _err(str(e))
         code = 2
@@ -105,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
 
         collect_garbage()
     _join(comm, code)
+    fields = sys.modules.get("mfpde.fields")
+    if fields is not None and fields.abandoned():  # a VTX file refused for a full disk: closing it could abort
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 
@@ -204,6 +225,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return verify_job(out, quick=args.quick, only=args.only, comm=comm)
     cfg = config.load(args.config, args.overrides)
+    check_resolved(cfg)
     if args.command == "transport":
         with OutputLock(out, comm):
             transport_job(cfg, out, comm)
@@ -211,6 +233,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         with OutputLock(out, comm):
             result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
+        if result.status == "interrupted":
+            if comm.rank == 0:
+                print(f"mfpde: interrupted by {result.error}: checkpoint and report.json written to {out}; "
+                      "continue with --resume", file=sys.stderr)
+            return signals.EXIT_INTERRUPTED
         if result.status == "failed":
             if comm.rank == 0:
                 print(f"mfpde: numerical failure: {result.error}; last good state in {out / 'checkpoint'}",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.errors import ConfigError
-from mfpde.limits import check_box, check_gaussian_inside
+from mfpde.limits import check_box, check_gaussian_inside, check_integer
 
 __all__ = ["Config", "ConfigError", "from_dict", "load", "suggest", "validate"]
 
@@ -158,18 +158,18 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        check_integer(key, value)  # an int beyond float's range (OverflowError in float())
         if not math.isfinite(value):
             raise ConfigError(f"{key}: must be finite, got {value!r}")
         return float(value)
     if tp in (int, bool, str):  # a bool is an int to isinstance, but not a config integer
         if isinstance(value, bool) is not (tp is bool) or not isinstance(value, tp):
             raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a ' + tp.__name__}, got {value!r}")
-        return value
+        return check_integer(key, value) if tp is int else value
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (item,) = typing.get_args(tp)
-        return [_check_type(f"{key}[{i}]", v, item) for i, v in enumerate(value)]
+        return [_check_type(f"{key}[{i}]", v, typing.get_args(tp)[0]) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a table, got {value!r}")
@@ -312,13 +312,11 @@ def validate(cfg: Config) -> None:
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     else:
         _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
-    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout",
-             "must be 'mean', 'second_moment' or 'linear'")
+    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'")
     if lo.readout == "linear":
         _require(len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}")
     _require(lo.loss == "squared", "loss.loss", "only 'squared' is supported")
-    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization",
-             "must be 'entropic' or 'tikhonov'")
+    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization", "'entropic' or 'tikhonov'")
     _require(tr.lam >= 0, "training.lambda", "must be >= 0")
     _require(tr.regularization == "tikhonov" or tr.lam > 0, "training.lambda", "must be > 0 for entropic")
     _require(tr.lambda2 >= 0, "training.lambda2", "must be >= 0")
@@ -345,6 +343,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except ValueError as e:  # an integer of more digits than CPython converts (sys.get_int_max_str_digits)
+        raise ConfigError(f"--set {key.strip()}: {str(e).split(';')[0]}") from None
     except RecursionError:
         raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
     return path, value
@@ -362,11 +362,11 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
         raise ConfigError(f"config file {str(path)!r} not found")
     try:
         raw = tomllib.loads(text := src.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows) is no error
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:  # quote the line tomllib points at
+    except (ValueError, UnicodeDecodeError) as e:  # TOMLDecodeError, an int of > 4300 digits: quote the line
         m = re.search(r"at line (\d+)", str(e)) if isinstance(e, tomllib.TOMLDecodeError) else None
         lines = text.splitlines() if m else []
         at = f": {lines[int(m.group(1)) - 1].strip()[:80]!r}" if m and int(m.group(1)) <= len(lines) else ""
-        raise ConfigError(f"{source}: not valid TOML: {e}{at}") from None
+        raise ConfigError(f"{source}: not valid TOML: {str(e).split(';')[0]}{at}") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid TOML: arrays or tables nested too deeply") from None
     parsed = [parse_override(item) for item in overrides]

@@ -17,17 +17,24 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
 * :func:`jit_cache_problem`: an exception caused by a damaged or unusable FFCx cache (a truncated ``.so``,
   a ``.c`` left by a killed compile, a read-only cache lacking a module) becomes one line naming the cache
   and the fix, instead of a traceback.
-* :class:`OutputLock`: one job per DIR: ``DIR/.mfpde.lock`` is created with ``O_EXCL`` by rank 0 and
-  removed at the end; a lock of a dead process on this host is taken over (a killed job, then ``--resume``).
+* :func:`repair_jit_cache`: a damaged FFCx cache entry (a ``.c`` left by a killed compile, a truncated ``.so``)
+  is moved aside into ``<cache>/damaged/`` and compiled again, under an ``flock`` per entry, so that the jobs
+  sharing a cache wait for one compile instead of seeing each other's half-written files.
+* :class:`OutputLock`: one job per DIR: rank 0 holds ``fcntl.flock`` on ``DIR/.mfpde.lock`` while the job runs;
+  the kernel releases it when the holder dies however it dies (SIGKILL, a node's container as PID 1), so a lock
+  file nobody holds, such as the pid files of older versions or an empty file, is taken over.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import socket
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +44,7 @@ from mpi4py import MPI
 from mfpde.errors import ConfigError
 
 __all__ = ["OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
-           "private_caches"]
+           "private_caches", "repair_jit_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +182,10 @@ def keep_freed_memory(env: dict[str, str] | None = None) -> bool:
 
 
 class OutputLock:
-    """One job per output directory: ``DIR/.mfpde.lock`` made with ``O_EXCL`` by rank 0, removed on exit.
+    """One job per output directory: rank 0 holds ``fcntl.flock`` on ``DIR/.mfpde.lock``; removed on exit.
+
+    The file holds the pid and host of the holder, for the message only: whether the lock is held is the
+    kernel's answer (released when the holder's process ends, however it ends), never a pid check.
 
     Args:
         out: the output directory (created if missing).
@@ -189,7 +199,7 @@ class OutputLock:
 
     def __init__(self, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
         self.path, self.comm, self.held = Path(out) / self.NAME, comm, False
-        self._made_dir = False
+        self._made_dir, self._fd = False, -1
 
     def __enter__(self) -> OutputLock:
         """Take the lock (rank 0) and agree on the outcome (every rank)."""
@@ -208,43 +218,103 @@ class OutputLock:
         return self
 
     def _take(self) -> str:
-        me = f"{os.getpid()} {socket.gethostname()}\n"
-        for _ in range(2):
+        for _ in range(10):
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not self._stale():
-                    owner = self.path.read_text(errors="replace").strip() or "?"
-                    return (f"--out {str(self.path.parent)!r} is in use by another mfpde job (pid and host: {owner}); "
-                            f"if that job is dead, remove {str(self.path)!r}")
-                self.path.unlink(missing_ok=True)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.read(fd, 200).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                return (f"--out {str(self.path.parent)!r} is in use by another mfpde job (pid and host: {owner}); "
+                        "it ends when that job ends")
+            try:  # the holder before us may have removed the file after we opened it: lock the file in place
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+            self._fd = fd
             return ""
         return f"--out {str(self.path.parent)!r}: could not take the lock {str(self.path)!r}"
 
-    def _stale(self) -> bool:
-        """A lock of a process of this host that no longer runs (a killed job)."""
-        try:
-            pid, host = self.path.read_text().split()
-            if host != socket.gethostname():
-                return False
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return True
-        except (OSError, ValueError):  # unreadable, half-written, or a process we may not signal
-            return False
-        return False
-
     def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """Remove the lock (rank 0), and DIR if the lock created it and it is still empty."""
-        if self.held and self.comm.rank == 0:
-            self.path.unlink(missing_ok=True)
+        if self.held and self.comm.rank == 0 and self._fd >= 0:
+            self.path.unlink(missing_ok=True)  # while still held: a job that opened it retries (samestat)
+            os.close(self._fd)
+            self._fd = -1
             if self._made_dir:  # leave no empty DIR behind an input error
                 with contextlib.suppress(OSError):
                     self.path.parent.rmdir()
         self.held = False
+
+
+def _entry_files(cache: Path, module: str) -> list[Path]:
+    """The files of one FFCx cache entry: ``<module>.c``, ``.c.cached``, ``.o`` and the compiled module."""
+    return [p for p in cache.glob(module + ".*") if not p.name.endswith(".lock")]
+
+
+def _move_aside(cache: Path, module: str, why: str) -> None:
+    """Rename the files of a damaged entry into ``<cache>/damaged/`` (atomic; a process that loaded it keeps it)."""
+    aside = cache / "damaged"
+    aside.mkdir(exist_ok=True)
+    stamp = f"{os.getpid()}-{time.time_ns()}"
+    for p in _entry_files(cache, module):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(p, aside / f"{p.name}.{stamp}")
+    logger.info("FFCx JIT cache entry %s was damaged (%s): moved to %s and compiled again", module, why, aside)
+
+
+def repair_jit_cache() -> None:
+    """Wrap FFCx's cache lookup so that a damaged entry is moved aside and compiled again (call before JIT).
+
+    FFCx marks a compile in progress by the ``.c`` file and a finished one by ``.c.cached``; a job killed
+    in between left a ``.c`` that made every later job wait and fail (TimeoutError), and a truncated ``.so``
+    failed to import. Here each lookup of an entry holds ``flock`` on ``<cache>/<module>.lock`` until its
+    compile has ended, so among mfpde jobs sharing a cache a ``.c`` without its ``.c.cached`` is always a dead
+    compile: it is moved aside, as is an entry whose module does not import, and FFCx compiles it again.
+    A plain FFCx process compiling the same entry at that moment does not take the lock and is not covered.
+    """
+    import ffcx.codegeneration.jit as jit
+
+    if getattr(jit, "_mfpde_repair", False):
+        return
+    lookup, compile_forms, compile_expressions = jit.get_cached_module, jit.compile_forms, jit.compile_expressions
+    held: list[int] = []
+
+    def get_cached_module(module_name, object_names, cache_dir, timeout):
+        cache = Path(cache_dir)
+        cache.mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache / f"{module_name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released by compile_* below, or by the kernel if this process dies
+        held.append(fd)
+        c = cache / f"{module_name}.c"
+        if c.exists() and not c.with_suffix(".c.cached").exists():
+            _move_aside(cache, module_name, "a compile that never finished")
+        try:
+            return lookup(module_name, object_names, cache, timeout)
+        except (ImportError, OSError, AttributeError, TimeoutError) as e:
+            _move_aside(cache, module_name, f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}")
+            sys.modules.pop(module_name, None)
+            return lookup(module_name, object_names, cache, timeout)
+
+    def locked(fn):
+        def run(*args, **kwargs):
+            n = len(held)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                while len(held) > n:
+                    os.close(held.pop())
+
+        return run
+
+    jit.get_cached_module = get_cached_module
+    jit.compile_forms, jit.compile_expressions = locked(compile_forms), locked(compile_expressions)
+    jit._mfpde_repair = True  # type: ignore[attr-defined]
 
 
 def _jit_frames(tb: TracebackType | None) -> bool:

@@ -6,10 +6,19 @@ The token mesh is ghosted (the upwind DG facet integrals need the neighbour acro
 ParaView's integrals summed its mass to 1.61 instead of 1 (issue 14). :class:`FieldWriter` writes instead a copy
 of the fields on the submesh of the owned cells (``dolfinx.mesh.create_submesh``, no ghosts), interpolated cell
 by cell (the same element: an exact copy of the dofs) before each write.
+
+A full disk: ADIOS2 raised from ``VTXWriter.write`` on the rank that failed (the others hung in the write), and
+the writer's close then ended the process in ``std::terminate`` (exit 134). So before creating the file and
+before each write, rank 0 reserves (``posix_fallocate``) twice the bytes the write adds, plus
+:data:`RESERVE_BYTES`, next to the file, and every rank learns the outcome: where there is no room every rank
+raises :class:`~mfpde.errors.ConfigError` naming the file, before ADIOS2 is called. The writer is then abandoned
+(:func:`abandoned`): never closed, since its close could fail the same way; the CLI ends the process without
+destroying it. A disk that another process fills between the reservation and the write is not covered.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from pathlib import Path
 from types import TracebackType
@@ -22,7 +31,43 @@ import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["FieldWriter"]
+from mfpde.errors import ConfigError
+
+__all__ = ["FieldWriter", "abandoned"]
+
+#: Bytes reserved beyond the estimate of a write (ADIOS2's metadata, the file's close).
+RESERVE_BYTES = 1 << 20
+#: Writers abandoned after a refused write: kept alive so that their destructor (a close) never runs.
+_ABANDONED: list[FieldWriter] = []
+
+
+def abandoned() -> bool:
+    """Whether a writer was abandoned (the process must then end by ``os._exit``: its close could abort)."""
+    return bool(_ABANDONED)
+
+
+def _room(path: Path, nbytes: int, comm: MPI.Comm) -> None:
+    """Reserve nbytes beside path on rank 0 and give it back; every rank raises if there is no room. Collective.
+
+    Raises:
+        ConfigError: the reservation failed (no space left, a quota, a file in the way).
+    """
+    err = ""
+    if comm.rank == 0:
+        probe = path.parent / f".mfpde-room-{os.getpid()}"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(probe, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+        except OSError as e:
+            err = f"cannot write {str(path)!r}: {e.strerror or e} (needs about {nbytes / 2**20:.3g} MiB)"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
 
 #: The owned-cells submesh of a mesh, and the matching cells of both (built once per mesh: it is collective).
 _OWNED: weakref.WeakKeyDictionary[dolfinx.mesh.Mesh, tuple[dolfinx.mesh.Mesh, npt.NDArray[np.int32],
@@ -57,18 +102,36 @@ class FieldWriter:
         for f in functions:
             V = dolfinx.fem.functionspace(sub, f.function_space.ufl_element())
             self._pairs.append((f, dolfinx.fem.Function(V, name=f.name)))
+        self.comm, self.path, self.closed = comm, Path(path), False
+        x, tdim = sub.geometry.x, sub.topology.dim
+        cells = sub.topology.index_map(tdim).size_local
+        local = 8 * (sum(g.x.array.size for _, g in self._pairs) + 4 * x.shape[0] + cells * (tdim + 3))
+        self._bytes = 2 * int(comm.allreduce(local, op=MPI.SUM)) + RESERVE_BYTES  # values, geometry, cells
+        _room(self.path, RESERVE_BYTES, comm)
         self._writer = dolfinx.io.VTXWriter(comm, path, [g for _, g in self._pairs])
 
     def write(self, t: float) -> None:
-        """Copy the fields onto the owned cells and write them at time t."""
+        """Copy the fields onto the owned cells and write them at time t.
+
+        Raises:
+            ConfigError: on every rank, there is no room for the write (the writer is then abandoned).
+        """
         for f, g in self._pairs:
             g.interpolate(f, cells0=self._cells0, cells1=self._cells1)
             g.x.scatter_forward()
+        try:
+            _room(self.path, self._bytes, self.comm)
+        except Exception:
+            self.closed = True
+            _ABANDONED.append(self)
+            raise
         self._writer.write(t)
 
     def close(self) -> None:
-        """Close the file."""
-        self._writer.close()
+        """Close the file (nothing if it was abandoned)."""
+        if not self.closed:
+            self.closed = True
+            self._writer.close()
 
     def __enter__(self) -> FieldWriter:
         """The writer itself."""

@@ -11,7 +11,8 @@ File formats (all under the command's DIR):
   its owned cells only (:class:`mfpde.fields.FieldWriter`): every cell once, on any number of ranks.
 * ``checkpoint/state.npz``: the nodal values of ρ (global, in the rank-independent coordinate order of
   :class:`mfpde.params.theta.ThetaSpace`), the step and training time; written atomically and durably
-  (fsync before the rename) by rank 0.
+  (fsync before the rename) by rank 0. ``checkpoint/history.f8`` and ``checkpoint/snapshots.f8``: the
+  history rows and ρ snapshots, appended (:func:`append_records`); ``state.npz`` says how many are valid.
 """
 
 from __future__ import annotations
@@ -154,6 +155,41 @@ def save_checkpoint(out: Path, arrays: dict[str, np.ndarray], comm: MPI.Comm = M
         except OSError as e:
             err = f"cannot write the checkpoint {str(d / 'state.npz')!r}: {e.strerror or e}"
     _agree(err, comm)
+
+
+def append_records(path: Path, rows: np.ndarray, start: int) -> None:
+    """Make the float64 file ``path`` hold ``start`` records of ``rows.shape[1]`` values, then ``rows``, durably.
+
+    Rank 0 only. Records beyond ``start`` (a torn append of a killed job, or rows a resumed run computes again)
+    are cut off, the new ones appended and the file fsynced: checkpoints write each history row and ρ snapshot
+    once (the checkpoint stays O(size of ρ)), and ``checkpoint/state.npz``, renamed into place afterwards,
+    says how many records are valid.
+
+    Raises:
+        OSError: the file cannot be written (a full disk).
+    """
+    size = rows.shape[1] * 8 if rows.ndim == 2 else 0
+    with open(path, "ab+") as f:
+        f.truncate(start * size)
+        f.seek(0, os.SEEK_END)
+        f.write(np.ascontiguousarray(rows, dtype="<f8").tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_records(path: Path, n: int, width: int) -> np.ndarray:
+    """The first ``n`` records of ``width`` float64 values of a file written by :func:`append_records`.
+
+    Raises:
+        ConfigError: the file is missing or shorter than n records.
+    """
+    try:
+        data = np.fromfile(path, dtype="<f8", count=n * width) if n else np.zeros(0)
+    except OSError as e:
+        raise ConfigError(f"--resume: {str(path)!r} cannot be read: {e.strerror or e}") from None
+    if data.size != n * width:
+        raise ConfigError(f"--resume: {str(path)!r} holds fewer than the {n} records of the checkpoint")
+    return data.reshape(n, width)
 
 
 def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:

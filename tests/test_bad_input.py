@@ -96,6 +96,20 @@ CASES = [
     ("run", ["depth.model='depth-indexed'", "depth.layers=3"], "depth.layers"),
     ("run", ["depth.layers=0"], "depth.layers"),
     ("run", ["output.checkpoint_every=0"], "output.checkpoint_every"),
+    # integers beyond any size: a 4301-digit value (CPython's integer string limit: a tomllib traceback) and
+    # 2**1024 (an OverflowError traceback in limits.py)
+    ("transport", ["depth.steps=" + "9" * 4301], "depth.steps"),
+    ("transport", [f"depth.steps={2**1024}"], "depth.steps"),
+    ("transport", [f"tokens.cells=[{2**1024}]"], "tokens.cells"),
+    ("transport", [f"depth.T={2**1024}"], "depth.T"),
+    ("run", [f"training.steps={2**1024}"], "training.steps"),
+    ("run", ["training.steps=" + "9" * 4301], "training.steps"),
+    # a Gaussian sample narrower than a token cell: ŷ 0.509, 1.091, 0.0 with status ok (exact: 0.609)
+    ("transport", ["tokens.box=[[-100.0, 100.0]]"], "tokens.cells"),
+    ("transport", ["tokens.box=[[-1000.0, 1000.0]]"], "tokens.box"),
+    ("transport", ["tokens.box=[[-1e6, 1e6]]"], "tokens.cells"),
+    ("run", ["data.kind='gaussian'", "tokens.dim=1", "tokens.box=[[-100.0, 100.0]]", "tokens.cells=[200]",
+             "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]", "loss.readout='mean'"], "tokens.cells"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
@@ -182,3 +196,28 @@ def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
         assert names in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_config_file_with_a_huge_integer(tempdir, capfd):
+    """A 4301-digit integer in a config file: exit 2 naming the file (was a ValueError traceback from tomllib)."""
+    cfg = tempdir / "huge.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        cfg.write_text("[depth]\nsteps = " + "9" * 4301 + "\n")
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "huge.toml" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_resolved_sample_at_one_cell_per_standard_deviation(tempdir):
+    """The refusal's edge: one token cell per standard deviation runs, and ŷ is within 1% of the closed form."""
+    import json
+
+    out = tempdir / "out"
+    assert main(["transport", DEMO, "--out", str(out), "--set", "tokens.box=[[-50.0, 50.0]]",
+                 "--set", "output.fields=false"]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        yhat = json.loads((out / "report.json").read_text())["samples"][0]["yhat"]
+        assert abs(yhat - 0.609014) < 0.01 * 0.609014, yhat

@@ -22,6 +22,7 @@ from scipy import integrate
 
 from mfpde.errors import SolverError
 from mfpde.exact import ou_moments
+from mfpde.fitting import fit_order
 from mfpde.params.densities import gaussian_density, gibbs, lumped_mass_owned
 from mfpde.params.eafe import lam_bernoulli
 from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
@@ -61,7 +62,7 @@ def _energy_scale(V: fem.FunctionSpace, rho: fem.Function, phi: fem.Function, la
 
 
 def _rate(h, err) -> float:
-    return float(np.polyfit(np.log(h), np.log(err), 1)[0])
+    return float(fit_order(h, err))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from roundoff import gamma, softmax_error
 
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure, velocity, velocity_vjp
 from mfpde.tokens.interpolated import InterpolatedSoftmax
@@ -128,10 +129,10 @@ def test_taylor_on_the_grid_path():
 
     tape: list = []
     R0, yh = risk(c0, tape)
-    assert any(lin is not None and lin.interp2d is not None for step in tape for lin in step.lin)
+    assert any(lin is not None and lin.interp2d is not None for step in tape for lin in step.vel)
     _, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
     pred = float(D[0] @ dc)
     eps = 0.02 / 2.0 ** np.arange(4)
     errs = [abs(risk(c0 + e * dc)[0] - R0 - e * pred) for e in eps]
-    slope = np.polyfit(np.log(eps), np.log(errs), 1)[0]
+    slope = fit_order(eps, errs)
     assert abs(slope - 2.0) < 0.1, f"Taylor slope {slope:.3f}, errors {errs}"

@@ -134,8 +134,9 @@ def test_rank_without_theta_node_gives_the_serial_result(tmp_path):
 
 
 #: d = 1, DG1 on 2 token cells and value heads on 1 Θ cell: with 3 ranks one rank owns no token cell or Θ node
+#: (a wide sample, σ = 4: one narrower than a token cell is refused at the door)
 FEW_CELLS = ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[2]", "tokens.degree=1",
-             "tokens.outflow_tol=1.0", "data.kind='gaussian'", "data.mean=[[0.3]]", "data.cov=[[[0.25]]]",
+             "tokens.outflow_tol=1.0", "data.kind='gaussian'", "data.mean=[[0.3]]", "data.cov=[[[16.0]]]",
              "data.target=[1.0]",
              "loss.readout='mean'", "heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[1]",
              "heads.init={kind = 'gaussian', mean = [0.5], cov = [[0.1]]}", "training.steps=2", "output.plots=false"]

@@ -15,6 +15,7 @@ from scipy.optimize import minimize_scalar
 
 from mfpde import config as C
 from mfpde.exact import value_yhat
+from mfpde.fitting import fit_order, fit_rate
 from mfpde.training import CoupledProblem, run_training
 
 M0, S0 = [0.3, -0.5], [0.25, 0.1]  # two Gaussian samples (d = 1)
@@ -107,7 +108,7 @@ def _entropic_rate(cfg, out, lo: float, hi: float | None) -> tuple[dict, float]:
     assert np.all(np.diff(F) <= f_err[1:] + f_err[:-1]), f"free energy increased by {np.diff(F).max():.3e}"
     gap = F - F[-1]
     win = (gap > lo) & (gap < (1e-2 * gap[0] if hi is None else hi))
-    return json.loads((out / "report.json").read_text()), -np.polyfit(s[win], np.log(gap[win]), 1)[0]
+    return json.loads((out / "report.json").read_text()), fit_rate(s[win], gap[win])
 
 
 def test_shallow_exponential_rate():
@@ -176,5 +177,5 @@ def test_shallow_model_first_variation_taylor():
     for e in eps:
         pb.rhos[0].x.array[:] = base + e * chi
         errs.append(abs(pb.gradient(pb.heads()).risk - g0.risk - e * pred))
-    slope = np.polyfit(np.log(eps), np.log(errs), 1)[0]
+    slope = fit_order(eps, errs)
     assert abs(slope - 2.0) < 0.05, f"Taylor slope {slope:.3f} ({errs})"

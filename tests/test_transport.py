@@ -24,12 +24,13 @@ from roundoff import conservation, gamma, reordered
 from mfpde.cli import main
 from mfpde.config import ConfigError
 from mfpde.exact import gaussian_transport
+from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, _deposit, fill_density
 from mfpde.tokens.particles import transport_particles
 from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.transport import SampleOperator, TokenTransport
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "demos" / "transport_small.toml"
@@ -83,7 +84,7 @@ def _mass_roundoff(tt: TokenTransport, rep) -> float:
 
 
 def _rate(h, err) -> float:
-    return float(np.polyfit(np.log(h), np.log(err), 1)[0])
+    return float(fit_order(h, err))
 
 
 def _fmt(xs) -> str:
@@ -198,7 +199,7 @@ def test_gaussian_exact_d2(degree, heads, limiter, bounds_rate, finest, monkeypa
     T = 1.0
     m_ex, S_ex = _closed_form(M0_2D, S0_2D, heads, T)
     if not limiter:
-        monkeypatch.setattr(TokenTransport, "limit", lambda self, u: None)
+        monkeypatch.setattr(SampleOperator, "limit", lambda self, u: None)
     hs, em, es = [], [], []
     for n in (16, 24, 32):
         tt, _, rep = _transport(MPI.COMM_WORLD, [[-4.0, 4.0]] * 2, [n, n], degree, M0_2D, S0_2D, heads, T, n // 2)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from mfpde.cli import main
+from mfpde.fitting import fit_order
 from mfpde.verify.adjoint import TAYLOR_CASES, TAYLOR_ORDER, TAYLOR_TOL, taylor_errors
-from mfpde.verify.registry import fit_slope
 from mfpde.verify.shallow import shallow_yhat_errors, splitting_errors
 
 
@@ -26,7 +26,7 @@ from mfpde.verify.shallow import shallow_yhat_errors, splitting_errors
 def test_adjoint_taylor(case):
     """|R(ρ+εχ) − R(ρ) − ε⟨δR/δρ, χ⟩| = O(ε²) on every velocity-VJP path (theory §3): slope 2 ± 0.1."""
     eps, errs, pred = taylor_errors(case)
-    slope = fit_slope(eps, errs)
+    slope = fit_order(eps, errs)
     assert abs(pred) > 1e-6, f"{case}: a trivial direction ({pred})"
     assert abs(slope - TAYLOR_ORDER) < TAYLOR_TOL, f"{case}: Taylor slope {slope:.3f}, remainders {errs}"
 
@@ -36,7 +36,7 @@ def test_shallow_yhat_closed_form(family):
     """ŷ of the single residual layer → m₀ + T m₀ (ā + σ₀² b̄) at order 1 in h (DG0; theory §2, §6.2)."""
     cells = [40, 80, 160]
     errs = shallow_yhat_errors(family, 0, cells)
-    slope = fit_slope([8.0 / n for n in cells], errs)
+    slope = fit_order([8.0 / n for n in cells], errs)
     assert abs(slope - 1.0) < 0.2, f"{family}: errors {errs}, order {slope:.2f} (expected 1)"
 
 
@@ -45,7 +45,7 @@ def test_splitting_against_exact_law(split, order, tol):
     """The error of mean ρ_S against the closed-form training law (theory §6.2) falls at the scheme's order."""
     dss = [0.5, 0.25, 0.125]
     errs = splitting_errors(split, dss)
-    q = fit_slope(dss, errs)
+    q = fit_order(dss, errs)
     assert abs(q - order) < tol, f"{split}: errors {errs} against the exact law, order {q:.2f} (expected {order})"
 
 
@@ -79,7 +79,7 @@ def test_interface_check_names_are_registered():
     import re
     from pathlib import Path
 
-    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify import adjoint, batched, conservation, deep, particles, reach, shallow, training, transport  # noqa: F401
     from mfpde.verify.registry import CHECKS
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "interface.md").read_text()

@@ -41,6 +41,8 @@ import ufl
 from dolfinx import fem
 from numpy.typing import NDArray
 
+from mfpde.budget import spend
+
 __all__ = ["ORDER", "MusclTransport", "van_leer"]
 
 Array = NDArray[np.float64]
@@ -160,6 +162,7 @@ class MusclTransport:
         cfl = float(fp.comm.allreduce(cfl, op=MPI.MIN))
         nsub = 1 if math.isinf(cfl) else max(1, math.ceil(ds / (0.5 * cfl)))
         h = ds / nsub
+        spend(nsub, "Θ transport sub-steps")  # the same nsub on every rank (collective CFL bound)
         for _ in range(nsub):
             r0 = fp.gather(rho)
             r1 = self.euler(r0, out, inn, h)

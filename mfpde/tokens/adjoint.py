@@ -2,6 +2,7 @@
 
 **Discrete adjoint** (chosen over the continuous costate (B)): the reverse pass differentiates exactly
 the discrete forward map of :class:`~mfpde.tokens.transport.TokenTransport`, one SSP-RK3 sub-step at a time,
+by the transpose that :func:`mfpde.tokens.rk.step_transpose` reads off the scheme's Shu–Osher table; for SSP-RK3
 
     v₁ = L₁(v₀ + h F(v₀)),  v₂ = L₂(¾v₀ + ¼(v₁ + h F(v₁))),  v₃ = L₃(⅓v₀ + ⅔(v₂ + h F(v₂))),
     q₃ = L₃'ᵀp₃,  q₂ = L₂'ᵀ ⅔(I + hF'(v₂))ᵀq₃,  q₁ = L₁'ᵀ ¼(I + hF'(v₁))ᵀq₂,  p₀ = ⅓q₃ + ¾q₂ + (I + hF'(v₀))ᵀq₁,
@@ -39,10 +40,11 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.limiter import limit_transpose
+from mfpde.tokens.limiter import LimiterRecord, limit_transpose
 from mfpde.tokens.readout import Readout
-from mfpde.tokens.transport import EulerStep, Tape, TokenTransport
+from mfpde.tokens.transport import Tape, TokenTransport
 from mfpde.tokens.velocity import VelocityLinearization
 
 __all__ = ["DiscreteAdjoint", "Gradient", "dyhat_dmu"]
@@ -125,26 +127,21 @@ class DiscreteAdjoint:
             for a block that no step used).
         """
         dR_dc: list[Array | None] = [None] * n_layers
-        p3 = p_T.copy()
+        p = p_T.copy()
         for step in reversed(tape):
-            if isinstance(step, EulerStep):  # the shallow model's single explicit layer: p₀ = (I + hF'(v₀))ᵀp₁
-                f0, c0 = self._Ft(step.v0, step.heads, p3, step.lin)
-                p3 = p3 + step.h * f0
-                prev = dR_dc[step.layer]
-                dR_dc[step.layer] = step.h * c0 if prev is None else prev + step.h * c0
-                continue
-            h, heads, lim = step.h, step.heads, step.limiter
-            q3 = limit_transpose(lim[2], p3)  # the costate before each stage's limiter (k = 1)
-            f2, c2 = self._Ft(step.v2, heads, q3, step.lin[2])
-            q2 = limit_transpose(lim[1], 2.0 / 3.0 * (q3 + h * f2))
-            f1, c1 = self._Ft(step.v1, heads, q2, step.lin[1])
-            q1 = limit_transpose(lim[0], 0.25 * (q2 + h * f1))
-            f0, c0 = self._Ft(step.v0, heads, q1, step.lin[0])
-            p3 = q3 / 3.0 + 0.75 * q2 + q1 + h * f0
-            gc = h * (2.0 / 3.0 * c2 + 0.25 * c1 + c0)
+            p, gc = rk.step_transpose(self, step, p)
             prev = dR_dc[step.layer]
             dR_dc[step.layer] = gc if prev is None else prev + gc
-        return p3, [g if g is not None else np.zeros(0) for g in dR_dc]
+        return p, [g if g is not None else np.zeros(0) for g in dR_dc]
+
+    def rate_transpose(self, state: Array, heads: HeadMeasure, vel: VelocityLinearization | None, costate: Array
+                       ) -> tuple[Array, Array]:
+        """F'(state)ᵀ costate and ∂(costate · F)/∂c: the :class:`~mfpde.tokens.rk.DepthAdjoint` of the solver."""
+        return self._Ft(state, heads, costate, vel)
+
+    def limit_transpose(self, record: LimiterRecord | None, costate: Array) -> Array:
+        """The transposed Zhang–Shu limiter (identity where no cell was limited)."""
+        return limit_transpose(record, costate)
 
 
 def dyhat_dmu(tokens: TokenTransport, g: Readout) -> Array:

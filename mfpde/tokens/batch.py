@@ -26,21 +26,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import NumericalError
+from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.separable import TensorSoftmax
-from mfpde.tokens.stepping import MAX_SUBSTEPS, cfl_step, check_depth_step, quadrature_moments, substeps_error
+from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
 from mfpde.tokens.tape import TAPE_BUDGET_BYTES
 from mfpde.tokens.transport import TokenTransport, TransportReport
 
-__all__ = ["BatchDeclined", "BatchEuler", "BatchStep", "BatchTransport", "batchable"]
+__all__ = ["BatchDeclined", "BatchTransport", "BatchVelocity", "batchable"]
 
 Array = npt.NDArray[np.float64]
 Index = npt.NDArray[np.int64]
@@ -57,47 +57,8 @@ def batchable(tokens: TokenTransport) -> bool:
             and tokens.quad.grid_axes is not None and tokens.fv is not None)
 
 
-@dataclass(frozen=True)
-class BatchStep:
-    """One taped round of SSP-RK3 sub-steps of the samples ``idx`` of a batch (the batched :class:`RK3Step`).
-
-    Attributes:
-        idx: the rows of the batch that took this sub-step, shape (S_r,).
-        h: their sub-step sizes, shape (S_r,).
-        heads: the reduced head distribution the step used.
-        v0, v1, v2: the three stage states, shape (S_r, n_cells).
-        layer: the layer block whose ρ the step used.
-        lin: per stage, the velocity field (S_r, n_vertices d) and its softmax factors, or None where the
-            tape's budget was spent (the reverse pass re-evaluates them).
-    """
-
-    idx: Index
-    h: Array
-    heads: HeadMeasure
-    v0: Array
-    v1: Array
-    v2: Array
-    layer: int
-    lin: tuple[tuple[Array, TensorSoftmax] | None, ...]
-
-
-@dataclass(frozen=True)
-class BatchEuler:
-    """The taped single explicit layer of the shallow model for a batch (the batched :class:`EulerStep`).
-
-    Attributes:
-        h: the layer's depth T (one step), the same for every row.
-        heads: the reduced head distribution.
-        v0: μ_0 of the rows, shape (S, n_cells).
-        lin: the velocity field (S, n_vertices d) and its softmax factors, or None (re-evaluated).
-        layer: the layer block whose ρ the step used (the single layer: 0).
-    """
-
-    h: float
-    heads: HeadMeasure
-    v0: Array
-    lin: tuple[Array, TensorSoftmax] | None
-    layer: int = 0
+#: The batched velocity: the field at the P1 vertices (S, n_vertices d) and its softmax factors (None: no heads).
+BatchVelocity = tuple[Array, TensorSoftmax | None]
 
 
 class BatchTransport:
@@ -131,7 +92,7 @@ class BatchTransport:
         """The quadrature weights m_i μ_i of each row in local node order, shape (S, N_y)."""
         return U[:, self.cells] * self.tokens.quad.local_m
 
-    def velocity(self, U: Array, heads: HeadMeasure, linearize: bool) -> tuple[Array, TensorSoftmax | None]:
+    def velocity(self, U: Array, heads: HeadMeasure, linearize: bool) -> BatchVelocity:
         """V[μ; ρ] at the P1 vertices for every row of U, shape (S, n_vertices d), and its softmax factors.
 
         Raises:
@@ -152,70 +113,48 @@ class BatchTransport:
         V = ts.velocity(c)[self.vertex]  # (S, n_vertices, d)
         return V.reshape(S, -1), ts
 
-    def rate(self, U: Array, V: Array) -> tuple[Array, Array]:
+    def rate(self, U: Array, vel: BatchVelocity) -> tuple[Array, Array]:
         """dU/dt = M⁻¹ L(U, V) per row and the outflow rate of each, shapes (S, n) and (S,)."""
         out = np.zeros_like(U)
-        r = self.fv.rate(U, self.fv.normal_flux(V), out)
+        r = self.fv.rate(U, self.fv.normal_flux(vel[0]), out)
         return out * self.inv_m, r
 
-    def max_stable_dt(self, V: Array) -> Array:
+    def max_stable_dt(self, vel: BatchVelocity) -> Array:
         """Per row, the largest Δt with Δt · outflow(cell)/|cell| ≤ cfl, shape (S,) (inf: no outflow)."""
+        V = vel[0]
         out = self.fv.cell_outflow(self.fv.normal_flux(V))[:, : len(self.tokens.cell_vol)]
         ratio = (out / self.tokens.cell_vol).max(axis=1) if out.shape[1] else np.zeros(len(V))
         return cfl_step(ratio, self.tokens.cfl)
 
-    def _lin(self, V: Array, ts: TensorSoftmax | None) -> tuple[Array, TensorSoftmax] | None:
+    def limit(self, U: Array) -> None:
+        """DG0 needs no limiter: upwind finite volumes are positive under the CFL bound."""
+        return None
+
+    def take(self, U: Array, idx: Index) -> Array:
+        """The rows ``idx``."""
+        return U[idx]
+
+    def put(self, U: Array, idx: Index, rows: Array) -> Array:
+        """Rows ``idx`` of U replaced, in place."""
+        U[idx] = rows
+        return U
+
+    def step_size(self, h: Array) -> Array:
+        """The rows' step sizes as a column, shape (S_r, 1)."""
+        return h[:, None]
+
+    def budget(self, vel: BatchVelocity) -> BatchVelocity | None:
+        """A stage's velocity for the tape, or None once the tape's budget is spent (re-evaluated in reverse)."""
+        V, ts = vel
         if ts is None or self._tape_bytes + ts.nbytes + V.nbytes > TAPE_BUDGET_BYTES:
             return None
         self._tape_bytes += ts.nbytes + V.nbytes
-        return V, ts
+        return vel
 
     # -- forward ------------------------------------------------------------------------------------
-    def ssp_rk3(self, U: Array, V: Array, ts: TensorSoftmax | None, h: Array, heads: HeadMeasure,
-                idx: Index, layer: int, tape: list[BatchStep | BatchEuler] | None) -> tuple[Array, Array]:
-        """One SSP-RK3 sub-step of size h[s] for each row (velocity V set for U); returns (U_new, outflow (S,))."""
-        taped = tape is not None
-        hc = h[:, None]
-        du, r = self.rate(U, V)
-        o1 = h * r
-        v1 = U + hc * du
-        V1, ts1 = self.velocity(v1, heads, taped)
-        du, r = self.rate(v1, V1)
-        v2 = 0.75 * U + 0.25 * (v1 + hc * du)
-        o2 = 0.25 * (o1 + h * r)
-        V2, ts2 = self.velocity(v2, heads, taped)
-        du, r = self.rate(v2, V2)
-        new = U / 3.0 + 2.0 / 3.0 * (v2 + hc * du)
-        if tape is not None:
-            lin = (self._lin(V, ts), self._lin(V1, ts1), self._lin(V2, ts2))
-            tape.append(BatchStep(idx, h, heads, U, v1, v2, layer, lin))
-        return new, 2.0 / 3.0 * (o2 + h * r)
-
-    def _substeps(self, U: Array, V: Array, ts: TensorSoftmax | None, heads: HeadMeasure, dt: float,
-                  nsub: npt.NDArray[np.int64], layer: int, tape: list[BatchStep | BatchEuler] | None
-                  ) -> tuple[Array, Array]:
-        """Nsub[s] sub-steps of size dt/nsub[s] for every row, in rounds; returns (outflow (S,), broken (S,) bool).
-
-        U is advanced in place. A row whose velocity breaks its CFL bound on the way is flagged in ``broken``
-        (the caller redoes the depth step with twice its sub-steps).
-        """
-        outflow = np.zeros(len(U))
-        broken = np.zeros(len(U), bool)
-        for j in range(int(nsub.max())):
-            idx = np.flatnonzero(nsub > j)
-            h = dt / nsub[idx]
-            if j > 0:
-                V, ts = self.velocity(U[idx], heads, tape is not None)
-                broken[idx] = h > self.max_stable_dt(V) * (1 + 1e-9)
-                if broken.any():
-                    return outflow, broken
-            U[idx], o = self.ssp_rk3(U[idx], V, ts, h, heads, idx, layer, tape)
-            outflow[idx] += o
-        return outflow, broken
-
     def solve(self, U: Array, heads: list[HeadMeasure], T: float, steps: int, g: Readout | None = None,
               callback: Callable[[int, float, Array], None] | None = None,
-              tape: list[BatchStep | BatchEuler] | None = None,
+              tape: list[rk.TapedStep] | None = None,
               outflow_tol: float = math.inf) -> list[TransportReport]:
         """Transport the rows of U (μ_0 of each sample, DG0 values, shape (S, n_cells)) to μ_T, in place.
 
@@ -231,20 +170,8 @@ class BatchTransport:
         min_mu = U.min(axis=1)
         for k in range(steps):
             hk, layer = heads[k // per_layer], k // per_layer
-            start, tape_len = U.copy(), len(tape) if tape is not None else 0
-            V, ts = self.velocity(U, hk, tape is not None)
-            nsub = np.maximum(1, np.ceil(dt / self.max_stable_dt(V) - 1e-12)).astype(np.int64)
-            while True:
-                out, broken = self._substeps(U, V, ts, hk, dt, nsub, layer, tape)
-                if not broken.any():
-                    break
-                nsub[broken] *= 2  # as the per-sample solver: equal sub-steps, twice as many where broken
-                if nsub.max() > MAX_SUBSTEPS:
-                    raise substeps_error(k + 1, k * dt)
-                U[:] = start
-                if tape is not None:
-                    del tape[tape_len:]
-                V, ts = self.velocity(U, hk, tape is not None)
+            U[:], out, nsub = rk.depth_step(rk.SSP_RK3, self, U, dt, hk, k, k * dt, tape, layer,
+                                            self.budget if tape is not None else None)
             outflow += out
             nsub_total += nsub
             t = (k + 1) * dt
@@ -259,7 +186,7 @@ class BatchTransport:
                 for s in range(len(U))]
 
     def solve_shallow(self, U: Array, heads: HeadMeasure, T: float, g: Readout | None = None,
-                      tape: list[BatchStep | BatchEuler] | None = None) -> list[TransportReport]:
+                      tape: list[rk.TapedStep] | None = None) -> list[TransportReport]:
         """The single-layer model for every row of U, in place: μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2).
 
         The batched :func:`~mfpde.tokens.shallow.solve_shallow` (one explicit step, no CFL sub-steps: the shallow
@@ -271,14 +198,15 @@ class BatchTransport:
         """
         self._tape_bytes = 0
         mass0 = self.weights(U).sum(axis=1)
-        V, ts = self.velocity(U, heads, tape is not None)
+        keep = tape is not None
+        vel0 = self.velocity(U, heads, keep)
+        U[:], r, taped = rk.step(rk.FORWARD_EULER, self, U.copy(), T, heads, vel0, keep, self.budget, limited=False)
         if tape is not None:
-            tape.append(BatchEuler(T, heads, U.copy(), self._lin(V, ts)))
-        du, r = self.rate(U, V)
-        U += T * du
+            assert taped is not None
+            tape.append(taped)
         if not np.all(np.isfinite(U)):
             raise NumericalError("non-finite token density in the shallow layer")
-        return [self._report(U[s], float(mass0[s]), T * float(r[s]), float(U[s].min()), 1, g) for s in range(len(U))]
+        return [self._report(U[s], float(mass0[s]), float(r[s]), float(U[s].min()), 1, g) for s in range(len(U))]
 
     def _report(self, u: Array, mass0: float, outflow: float, min_mu: float, nsub: int, g: Readout | None
                 ) -> TransportReport:
@@ -286,7 +214,7 @@ class BatchTransport:
         return TransportReport(mass0, mass, outflow, min_mu, mean.tolist(), cov.tolist(), yhat, nsub)
 
     # -- the discrete adjoint -------------------------------------------------------------------------
-    def _Ft(self, v: Array, heads: HeadMeasure, P: Array, lin: tuple[Array, TensorSoftmax] | None
+    def _Ft(self, v: Array, heads: HeadMeasure, P: Array, lin: BatchVelocity | None
             ) -> tuple[Array, Array]:
         """F'(v)ᵀ p per row (shape (S, n)) and ∂(p·F)/∂c (shape (S, N_a)) at the stage states v (theory §3)."""
         V, ts = lin if lin is not None else self.velocity(v, heads, True)
@@ -302,7 +230,7 @@ class BatchTransport:
         r[:, self.cells] += self.tokens.quad.local_m * gW.reshape(S, -1)[:, self.cell_grid]
         return r, gc
 
-    def backward(self, tape: list[BatchStep | BatchEuler], P_T: Array, n_layers: int, n_a: list[int]
+    def backward(self, tape: list[rk.TapedStep], P_T: Array, n_layers: int, n_a: list[int]
                  ) -> tuple[Array, list[Array]]:
         """The reverse pass (the batched :meth:`~mfpde.tokens.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
 
@@ -318,21 +246,19 @@ class BatchTransport:
         P = P_T.copy()
         D = [np.zeros((len(P), k)) for k in n_a]
         for st in reversed(tape):
-            if isinstance(st, BatchEuler):  # the shallow model's single explicit layer: p₀ = (I + hF'(v₀))ᵀp₁
-                f0, c0 = self._Ft(st.v0, st.heads, P, st.lin)
-                P += st.h * f0
-                D[st.layer] += st.h * c0
-                continue
-            h = st.h[:, None]
-            q3 = P[st.idx]
-            f2, c2 = self._Ft(st.v2, st.heads, q3, st.lin[2])
-            q2 = 2.0 / 3.0 * (q3 + h * f2)
-            f1, c1 = self._Ft(st.v1, st.heads, q2, st.lin[1])
-            q1 = 0.25 * (q2 + h * f1)
-            f0, c0 = self._Ft(st.v0, st.heads, q1, st.lin[0])
-            P[st.idx] = q3 / 3.0 + 0.75 * q2 + q1 + h * f0
-            D[st.layer][st.idx] += h * (2.0 / 3.0 * c2 + 0.25 * c1 + c0)
+            rows = np.arange(len(P)) if st.idx is None else st.idx
+            P[rows], gc = rk.step_transpose(self, st, P[rows])
+            D[st.layer][rows] += gc
         return P, D
+
+    def rate_transpose(self, state: Array, heads: HeadMeasure, vel: BatchVelocity | None, costate: Array
+                       ) -> tuple[Array, Array]:
+        """F'(v)ᵀ p and ∂(p · F)/∂c per row: the :class:`~mfpde.tokens.rk.DepthAdjoint` of the batch."""
+        return self._Ft(state, heads, costate, vel)
+
+    def limit_transpose(self, record: None, costate: Array) -> Array:
+        """DG0: no limiter, the identity."""
+        return costate
 
     def gathered(self, u: Array) -> Array:
         """The quadrature weights of one row in the global order of :meth:`TokenQuadrature.gather`, shape (N_y,)."""

@@ -4,7 +4,8 @@
 
 so ŷ = ∫ g dμ_T is linear in ρ and R(ρ) convex: the setting of the exponential-convergence theorem
 (theory §5.4). It is not a positivity-preserving solve of the transport equation (F), and it has no
-depth steps. Taped as one :class:`~mfpde.tokens.transport.EulerStep` for the discrete adjoint.
+depth steps. Taped as one forward-Euler :class:`~mfpde.tokens.rk.TapedStep`
+(:data:`mfpde.tokens.rk.FORWARD_EULER`) for the discrete adjoint.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import dolfinx.fem
 import numpy as np
 
 from mfpde.errors import NumericalError
+from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import Readout
-from mfpde.tokens.transport import EulerStep, Tape, TokenTransport, TransportReport
+from mfpde.tokens.transport import SampleOperator, Tape, TokenTransport, TransportReport
 
 __all__ = ["solve_shallow"]
 
@@ -32,7 +34,7 @@ def solve_shallow(tokens: TokenTransport, u: dolfinx.fem.Function, heads: HeadMe
         heads: the reduced head distribution ρ.
         T: the layer's depth (step size of the one explicit step).
         g: readout for ŷ.
-        tape: if given, the step is appended as an :class:`EulerStep` for the adjoint.
+        tape: if given, the step is appended (a forward-Euler :class:`~mfpde.tokens.rk.TapedStep`) for the adjoint.
 
     Returns:
         The report of the solve (``substeps`` = 1; ``outflow`` is T times the outflow rate of μ_0).
@@ -41,12 +43,15 @@ def solve_shallow(tokens: TokenTransport, u: dolfinx.fem.Function, heads: HeadMe
         NumericalError: non-finite values.
     """
     mass0 = tokens.mass(u)
-    tokens.velocity.update(u, heads, linearize=tape is not None)
+    op, keep = SampleOperator(tokens), tape is not None
+    tokens._tape_bytes = 0
+    vel0 = op.velocity(u.x.array, heads, keep)
+    new, r, taped = rk.step(rk.FORWARD_EULER, op, u.x.array.copy(), T, heads, vel0, keep, tokens.budget, limited=False)
+    u.x.array[:] = new
     if tape is not None:
-        tape.append(EulerStep(T, heads, u.x.array.copy(), 0, tokens.velocity.linearization))
-    du, r = tokens.rate(u)
-    u.x.array[:] += T * du.x.array
+        assert taped is not None
+        tape.append(taped)
     if not tokens.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND):
         raise NumericalError("non-finite token density in the shallow layer")
     _, mean, cov, yhat = tokens.moments(u, g)
-    return TransportReport(mass0, tokens.mass(u), T * r, tokens.min_density(u), mean.tolist(), cov.tolist(), yhat, 1)
+    return TransportReport(mass0, tokens.mass(u), float(r), tokens.min_density(u), mean.tolist(), cov.tolist(), yhat, 1)

@@ -51,16 +51,17 @@ import ufl
 from mfpde.mesh import Domain
 from mfpde.petsc import LinearSolver, PetscOwner
 from mfpde.spaces import lumped_mass
+from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.limiter import LimiterRecord, limit
 from mfpde.tokens.quadrature import TokenQuadrature
 from mfpde.tokens.readout import Readout
-from mfpde.tokens.stepping import MAX_SUBSTEPS, cfl_step, check_depth_step, quadrature_moments, substeps_error
-from mfpde.tokens.tape import TAPE_BUDGET_BYTES, EulerStep, RK3Step, Tape
+from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
+from mfpde.tokens.tape import TAPE_BUDGET_BYTES, Tape
 from mfpde.tokens.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
-__all__ = ["EulerStep", "RK3Step", "Tape", "TokenTransport", "TransportReport"]
+__all__ = ["SampleOperator", "Tape", "TokenTransport", "TransportReport"]
 
 logger = logging.getLogger(__name__)
 Array = npt.NDArray[np.float64]
@@ -200,51 +201,8 @@ class TokenTransport(PetscOwner):
         ratio = np.max(out / self.cell_vol) if len(out) else 0.0
         return float(cfl_step(np.array(self.comm.allreduce(float(ratio), op=MPI.MAX)), self.cfl))
 
-    def limit(self, u: dolfinx.fem.Function) -> LimiterRecord | None:
-        """Zhang–Shu scaling limiter (k = 1, :mod:`mfpde.tokens.limiter`): nodal values ≥ 0, cell means kept.
-
-        Returns what the adjoint needs to transpose it (None: no cell limited, or k = 0).
-        """
-        return None if self.degree == 0 else limit(u.x.array, self.cell_dofs, self.m)
-
-    def ssp_rk3(self, u: dolfinx.fem.Function, dt: float, heads: HeadMeasure,
-                tape: Tape | None = None, layer: int = 0) -> float:
-        """One SSP-RK3 step of size dt, in place; returns the mass that left Ω during the step.
-
-        The velocity must already be set for u (stage 1 reuses it; with ``tape``, by
-        ``velocity.update(u, heads, linearize=True)``). With ``tape`` the step, its three stage states and the
-        velocity's linearisation at each are appended as an :class:`RK3Step` of layer block ``layer``.
-        """
-        lin = [self._taped_linearization()] if tape is not None else []
-        v0 = np.array(u.x.array, dtype=np.float64) if tape is not None else None
-        du, r = self.rate(u)
-        o1 = dt * r
-        stage = self._stage
-        stage.x.array[:] = u.x.array + dt * du.x.array
-        lim = [self.limit(stage)]
-        v1 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
-        self.velocity.update(stage, heads, linearize=tape is not None)
-        if tape is not None:
-            lin.append(self._taped_linearization())
-        du, r = self.rate(stage)
-        stage.x.array[:] = 0.75 * u.x.array + 0.25 * (stage.x.array + dt * du.x.array)
-        o2 = 0.25 * (o1 + dt * r)
-        lim.append(self.limit(stage))
-        v2 = np.array(stage.x.array, dtype=np.float64) if tape is not None else None
-        self.velocity.update(stage, heads, linearize=tape is not None)
-        if tape is not None:
-            lin.append(self._taped_linearization())
-        du, r = self.rate(stage)
-        u.x.array[:] = u.x.array / 3.0 + 2.0 / 3.0 * (stage.x.array + dt * du.x.array)
-        lim.append(self.limit(u))
-        if tape is not None:
-            assert v0 is not None and v1 is not None and v2 is not None
-            tape.append(RK3Step(dt, heads, v0, v1, v2, layer, tuple(lin), tuple(lim)))
-        return 2.0 / 3.0 * (o2 + dt * r)
-
-    def _taped_linearization(self) -> VelocityLinearization | None:
-        """The velocity's current linearisation for the tape, or None once the tape's budget is spent."""
-        lin = self.velocity.linearization
+    def budget(self, lin: VelocityLinearization | None) -> VelocityLinearization | None:
+        """A stage's velocity linearisation for the tape, or None once the tape's budget is spent."""
         if lin is None or self._tape_bytes + lin.nbytes > TAPE_BUDGET_BYTES:
             return None
         self._tape_bytes += lin.nbytes
@@ -269,21 +227,6 @@ class TokenTransport(PetscOwner):
         """
         return quadrature_moments(self.quad.gather(u), self.quad.points, g)
 
-    def _substeps(self, u: dolfinx.fem.Function, heads: HeadMeasure, h: float, nsub: int, tape: Tape | None,
-                  layer: int) -> bool:
-        """Nsub SSP-RK3 sub-steps of size h (velocity set for u); False if the CFL limit is broken on the way.
-
-        The outflow of the sub-steps is left in ``self._step_outflow``.
-        """
-        self._step_outflow = 0.0
-        for j in range(nsub):
-            if j > 0:
-                self.velocity.update(u, heads, linearize=tape is not None)
-                if h > self.max_stable_dt() * (1 + 1e-9):
-                    return False
-            self._step_outflow += self.ssp_rk3(u, h, heads, tape, layer)
-        return True
-
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
@@ -300,7 +243,7 @@ class TokenTransport(PetscOwner):
             steps: number of depth steps.
             g: readout for ŷ.
             callback: called as callback(step, t, u) after every depth step.
-            tape: if given, every sub-step is appended (:class:`RK3Step`) for the adjoint.
+            tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 
         The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.shallow.solve_shallow`.
@@ -317,27 +260,17 @@ class TokenTransport(PetscOwner):
         dt = T / steps
         mass0 = self.mass(u)
         self._tape_bytes = 0
+        op = SampleOperator(self)
         outflow, nsub_total, t = 0.0, 0, 0.0
         min_mu = self.min_density(u)
         for k in range(steps):
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
-            start, out_start, tape_len = u.x.array.copy(), outflow, len(tape) if tape is not None else 0
-            self.velocity.update(u, hk, linearize=tape is not None)
-            nsub = max(1, math.ceil(dt / self.max_stable_dt() - 1e-12))
-            # Equal sub-steps (so the adjoint sees a step size that is locally constant in ρ); if the
-            # velocity grows within the depth step beyond the CFL limit, redo the step with twice as many.
-            while not self._substeps(u, hk, dt / nsub, nsub, tape, k // per_layer):
-                nsub *= 2
-                if nsub > MAX_SUBSTEPS:
-                    raise substeps_error(k + 1, k * dt)
-                u.x.array[:] = start
-                outflow = out_start
-                if tape is not None:
-                    del tape[tape_len:]
-                self.velocity.update(u, hk, linearize=tape is not None)
-            outflow += self._step_outflow
-            nsub_total += nsub
+            new, out, nsub = rk.depth_step(rk.SSP_RK3, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
+                                           self.budget if tape is not None else None)
+            u.x.array[:] = new
+            outflow += float(out[0])
+            nsub_total += int(nsub[0])
             t = (k + 1) * dt
             finite = self.comm.allreduce(bool(np.all(np.isfinite(u.x.array))), op=MPI.LAND)
             check_depth_step(k + 1, t, finite, self.mass(u) if finite else math.nan, outflow, mass0, outflow_tol)
@@ -347,3 +280,49 @@ class TokenTransport(PetscOwner):
         mass, mean, cov, yhat = self.moments(u, g)
         return TransportReport(mass0, self.mass(u), outflow, min_mu, mean.tolist(), cov.tolist(), yhat,
                                nsub_total)
+
+
+class SampleOperator:
+    """One sample's DG solver as the operator of :mod:`mfpde.tokens.rk` (states: local DG arrays, owned and ghost).
+
+    ``velocity`` sets the P1 velocity field of ``tokens`` for a state and returns its linearisation (None unless
+    ``linearize``); ``rate`` uses the field last set, so it must follow ``velocity`` of the same state (as
+    :func:`~mfpde.tokens.rk.step` calls them).
+    """
+
+    def __init__(self, tokens: TokenTransport) -> None:
+        self.tokens = tokens
+
+    def velocity(self, state: Array, heads: HeadMeasure, linearize: bool) -> VelocityLinearization | None:
+        """V[state; ρ] into ``tokens.vel``; its linearisation, or None."""
+        f = self.tokens._stage
+        f.x.array[:] = state
+        self.tokens.velocity.update(f, heads, linearize=linearize)
+        return self.tokens.velocity.linearization if linearize else None
+
+    def rate(self, state: Array, vel: VelocityLinearization | None) -> tuple[Array, float]:
+        """(M⁻¹L(state; V), outflow rate) for the velocity last set."""
+        f = self.tokens._stage
+        f.x.array[:] = state
+        du, r = self.tokens.rate(f)
+        return du.x.array.copy(), r
+
+    def limit(self, state: Array) -> LimiterRecord | None:
+        """The Zhang–Shu limiter in place (k = 1)."""
+        return None if self.tokens.degree == 0 else limit(state, self.tokens.cell_dofs, self.tokens.m)
+
+    def max_stable_dt(self, vel: VelocityLinearization | None) -> Array:
+        """The CFL bound of the velocity last set, shape (1,)."""
+        return np.array([self.tokens.max_stable_dt()])
+
+    def take(self, state: Array, idx: npt.NDArray[np.int64]) -> Array:
+        """One sample: the state itself."""
+        return state
+
+    def put(self, state: Array, idx: npt.NDArray[np.int64], rows: Array) -> Array:
+        """One sample: the new state."""
+        return rows
+
+    def step_size(self, h: Array) -> float:
+        """One sample: h as a float."""
+        return float(h[0])

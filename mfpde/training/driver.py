@@ -14,6 +14,7 @@ status "failed" (the CLI turns it into exit status 3).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,9 +26,10 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde import signals
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
-from mfpde.errors import NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.adjoint import Gradient
@@ -73,7 +75,8 @@ class RunResult:
     """What a run produced.
 
     Attributes:
-        status: ``"ok"`` or ``"failed"``; steps_done: the last training step reached.
+        status: ``"ok"``, ``"failed"`` or ``"interrupted"`` (by a signal: the checkpoint is at ``steps_done``);
+            steps_done: the last training step reached.
         report: the report written to ``report.json``; history: the history rows.
         out: the output directory; error: the failure message ("" when ok).
         timings: wall seconds per splitting sub-flow (the timing monitor).
@@ -101,13 +104,14 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
         ConfigError: invalid input, a missing or incompatible checkpoint (nothing is written).
     """
     t0 = time.perf_counter()
-    cp = CoupledProblem(cfg, comm)
-    out = Path(out)
-    r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
-    t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
-    prepare_output_dir(out, comm, keep=resume)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
-    return train(cp, out, r.step, r.history, t0, progress, r.snapshots)
+    with signals.deferred():  # a first signal stops the run after its current step (signals.py)
+        cp = CoupledProblem(cfg, comm)
+        out = Path(out)
+        r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
+        t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
+        prepare_output_dir(out, comm, keep=resume)
+        write_atomic(out / "config.toml", to_toml(cfg), comm)
+        return train(cp, out, r.step, r.history, t0, progress, r.snapshots)
 
 
 def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -138,7 +142,9 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             them first, so that the file holds every output step, as after an uninterrupted run).
 
     Returns:
-        The result; ``report.json``, ``history.csv`` and the checkpoint are written whatever the status.
+        The result; ``report.json``, ``history.csv`` and the checkpoint are written whatever the status. Under
+        :func:`mfpde.signals.deferred` (as :func:`run_job` calls it) a signal stops the loop before the next step
+        on every rank: status "interrupted", the checkpoint at that step.
     """
     cfg, comm = cp.cfg, cp.comm
     tr, oc = cfg.training, cfg.output
@@ -160,6 +166,10 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     plotted: dict[str, Any] = {}
     try:
         for step in range(step0, tr.steps + 1):
+            if sig := signals.requested(comm):  # every rank stops before the same step: checkpoint and report
+                status, fail_msg = "interrupted", f"{signals.name(sig)} before training step {step}"
+                save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
+                break
             heads = cp.heads()
             output = step % oc.every == 0 or step == tr.steps
             snaps: Snapshots = {}
@@ -181,7 +191,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                     raise NumericalError(f"non-finite {', '.join(bad)}")
                 history.append(row)
                 if writer is not None:
-                    writer.write(step * tr.ds)
+                    _write(writer, step * tr.ds, cp, out, step, history, rho_snaps, time.perf_counter() - t0)
                 if writer is not None or oc.plots:
                     rho_snaps.append((step, np.stack([cp.theta.gather_values(r) for r in cp.rhos])))
                 if oc.plots:
@@ -211,8 +221,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             bar.close()
     write_history(out, history, comm)
     report = run_report(cp, history, status, step, time.perf_counter() - t0)
-    if status == "failed":
-        report["error"] = fail_msg
+    if status != "ok":
+        report["error" if status == "failed" else "interrupted_by"] = fail_msg
         write_report(out, report, comm)
         return RunResult(status, step, report, history, out, fail_msg, splitting.timings, *_rho(cp))
     assert grad is not None
@@ -233,6 +243,21 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
 def _rho(cp: CoupledProblem) -> tuple[np.ndarray, np.ndarray]:
     """The global nodal values of ρ per layer block, shape (L, N_θ), and the Θ nodes, shape (N_θ, p)."""
     return np.stack([cp.theta.gather_values(r) for r in cp.rhos]), cp.theta.points
+
+
+def _write(writer: FieldWriter, t: float, cp: CoupledProblem, out: Path, step: int, history: list[dict[str, float]],
+           rho_snaps: list[Snapshot], wall: float) -> None:
+    """Write ρ to ``fields/rho.bp``; if it cannot be written (a full disk), checkpoint ρ of this step and raise.
+
+    Raises:
+        ConfigError: on every rank, naming the file (:meth:`mfpde.fields.FieldWriter.write`).
+    """
+    try:
+        writer.write(t)
+    except ConfigError:
+        with contextlib.suppress(ConfigError):  # the checkpoint is small: it may fit where the fields did not
+            save_state(cp, out, step, history[:-1], rho_snaps, wall)
+        raise
 
 
 def _fields(cp: CoupledProblem, out: Path) -> Path | None:

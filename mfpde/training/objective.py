@@ -25,8 +25,9 @@ from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
 from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.batch import BatchDeclined, BatchEuler, BatchStep, BatchTransport, batchable
+from mfpde.tokens.batch import BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.rk import TapedStep
 from mfpde.tokens.shallow import solve_shallow
 from mfpde.tokens.transport import Tape, TransportReport
 
@@ -170,7 +171,7 @@ class Objective:
             if k == half:
                 for j in keep:
                     mus[j].append(bt.gathered(Uk[j]))
-        tape: list[BatchStep | BatchEuler] | None = [] if taped else None
+        tape: list[TapedStep] | None = [] if taped else None
         if self.pb.shallow:
             reps = bt.solve_shallow(U, heads[0], cfg.depth.T, self.pb.g, tape=tape)
         else:

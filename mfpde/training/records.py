@@ -10,6 +10,7 @@ import csv
 import io
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from mfpde import __version__
 from mfpde.errors import ConfigError
-from mfpde.io import load_checkpoint, save_checkpoint, write_atomic
+from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
 from mfpde.plots import FIGURES, RhoSeries, TokenSeries, plot_run
 from mfpde.tokens.adjoint import Gradient
@@ -28,9 +29,9 @@ from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
-__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "classification", "history_row",
-           "load_resume",
-           "plot_samples", "rate_block", "run_report", "save_state", "write_history", "write_plots"]
+__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "classification", "cut_appended",
+           "history_row", "load_resume", "plot_samples", "rate_block", "run_report", "save_state", "write_history",
+           "write_plots"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +47,12 @@ N_SNAPSHOTS = 2
 
 #: A field snapshot: (training step, ρ per layer block, shape (n_layers, N_θ), global Θ order).
 Snapshot = tuple[int, np.ndarray]
-_REQUIRED = {"rho", "theta", "step", "history_keys", "history"}
-_OPTIONAL = {"snap_step", "snap_rho", "wall_s"}  # absent from checkpoints written before issue 14
+_REQUIRED = {"rho", "theta", "step", "history_keys"}
+#: ``history``, ``snap_step``, ``snap_rho``: the rows and snapshots inside ``state.npz`` (older checkpoints);
+#: ``n_history``, ``n_snapshots``: how many records of the append-only files below are valid (today's).
+_OPTIONAL = {"history", "snap_step", "snap_rho", "wall_s", "n_history", "n_snapshots"}
+#: The append-only files of the checkpoint: history rows, and ρ snapshots as (step, ρ of every block).
+HISTORY_FILE, SNAPSHOT_FILE = "history.f8", "snapshots.f8"
 
 
 class Resumed(NamedTuple):
@@ -90,8 +95,10 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
                 err = "--resume: the checkpoint holds non-finite or negative densities"
             elif not 0 <= int(ck["step"]) <= steps:
                 err = f"--resume: checkpoint step {int(ck['step'])} is beyond training.steps = {steps}"
-            elif ck["history"].size and ck["history"].shape[-1] != len(ck["history_keys"]):
-                err = "--resume: the checkpoint's history is malformed"
+            else:
+                _read_appended(ck, out / "checkpoint", ck["rho"].size)
+                if ck["history"].size and ck["history"].shape[-1] != len(ck["history_keys"]):
+                    err = "--resume: the checkpoint's history is malformed"
         except ConfigError as e:
             err = str(e)
         except (TypeError, ValueError, IndexError) as e:  # arrays of the wrong kind in a readable file
@@ -108,25 +115,73 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
     snaps = [(int(st), r) for st, r in zip(ck.get("snap_step", []), ck.get("snap_rho", []), strict=True)
              if st < step0]
     wall = float(ck["wall_s"]) if "wall_s" in ck else (history[-1]["wall_s"] if history else 0.0)
+    cut_appended(out, step0, comm)  # the rows and snapshots from step0 on are computed again
     logger.info("resuming from step %d", step0)
     return Resumed(step0, history, snaps, wall)
 
 
+def _read_appended(ck: dict[str, np.ndarray], d: Path, n_rho: int) -> None:
+    """Put the history rows and ρ snapshots of the append-only files into ``ck`` (as older checkpoints held them)."""
+    if "n_history" not in ck:  # the rows and snapshots are in state.npz itself
+        ck.setdefault("history", np.zeros((0, len(ck["history_keys"]))))
+        return
+    width = len(ck["history_keys"])
+    ck["history"] = read_records(d / HISTORY_FILE, int(ck["n_history"]), width)
+    snaps = read_records(d / SNAPSHOT_FILE, int(ck["n_snapshots"]), 1 + n_rho)
+    ck["snap_step"] = snaps[:, 0].astype(np.int64)
+    ck["snap_rho"] = snaps[:, 1:].reshape(len(snaps), *ck["rho"].shape)
+
+
 def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str, float]],
                snapshots: list[Snapshot] | None = None, wall: float = 0.0) -> None:
-    """Write ``checkpoint/state.npz``, atomically and durably.
+    """Write the checkpoint, atomically and durably, in O(size of ρ) per call.
 
-    It holds ρ per block (global, Θ order), the Θ points, the step, the history rows, the ρ snapshots of
-    ``fields/rho.bp`` (``snap_step``, ``snap_rho``) and the wall seconds so far (``wall_s``).
+    ``checkpoint/state.npz`` holds ρ per block (global, Θ order), the Θ points, the step, the history keys, the
+    wall seconds so far (``wall_s``) and how many history rows (``n_history``) and ρ snapshots (``n_snapshots``)
+    are valid; the rows and snapshots not yet on disk are appended to ``history.f8`` and ``snapshots.f8`` first
+    (each written once: the files are a prefix of ``history`` and ``snapshots``, cut back on resume).
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write (a full disk).
     """
     snapshots = snapshots or []
     rho = np.stack([cp.theta.gather_values(r) for r in cp.rhos])
-    keys = list(history[0].keys()) if history else []
-    snap_rho = np.stack([v for _, v in snapshots]) if snapshots else np.zeros((0, *rho.shape))
+    keys = list(history[0].keys()) if history else list(HISTORY_KEYS)
+    err, d = "", out / "checkpoint"
+    if cp.comm.rank == 0:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            for name, rows in ((HISTORY_FILE, [[h[k] for k in keys] for h in history]),
+                               (SNAPSHOT_FILE, [np.concatenate([[st], v.ravel()]) for st, v in snapshots])):
+                width = len(keys) if name == HISTORY_FILE else 1 + rho.size
+                done = min((d / name).stat().st_size // (8 * width), len(rows)) if (d / name).exists() else 0
+                append_records(d / name, np.array(rows[done:], dtype=float).reshape(-1, width), done)
+        except OSError as e:
+            err = f"cannot write the checkpoint in {str(d)!r}: {e.strerror or e}"
+    err = cp.comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
     save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "step": np.array(step), "history_keys": np.array(keys),
-                          "history": np.array([[h[k] for k in keys] for h in history]),
-                          "snap_step": np.array([st for st, _ in snapshots], dtype=np.int64), "snap_rho": snap_rho,
+                          "n_history": np.array(len(history)), "n_snapshots": np.array(len(snapshots)),
                           "wall_s": np.array(wall)}, cp.comm)
+
+
+def cut_appended(out: Path, step0: int, comm: MPI.Comm) -> None:
+    """Cut the append-only checkpoint files back to the rows and snapshots before ``step0`` (a resumed run)."""
+    if comm.rank != 0:
+        return
+    d = out / "checkpoint"
+    with np.load(d / "state.npz") as z:
+        if "n_history" not in z.files:
+            return
+        keys, n_rho = z["history_keys"].tolist(), z["rho"].size
+    for name, w in ((HISTORY_FILE, len(keys)), (SNAPSHOT_FILE, 1 + n_rho)):
+        rows = read_records(d / name, (d / name).stat().st_size // (8 * w), w) if (d / name).exists() else None
+        if rows is not None:
+            col = keys.index("step") if name == HISTORY_FILE else 0
+            with open(d / name, "rb+") as f:
+                f.truncate(int(np.sum(rows[:, col] < step0)) * 8 * w)
+                os.fsync(f.fileno())
 
 
 def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float,

@@ -13,7 +13,7 @@
   F(ρ) − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 (single-layer entropic runs): fitted only where the gap
   F − F(ρ_S) exceeds ten times the certificate at the end, so the unknown F(ρ_S) − F* moves each gap by
   at most 10%.
-* :func:`fit_rate`: the least-squares fit itself.
+* the least-squares fit itself: :func:`mfpde.fitting.fit_rate`.
 """
 
 from __future__ import annotations
@@ -24,25 +24,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["certified_fit", "deep_rate", "fit_rate", "ntk_summary", "theoretical_rate"]
+from mfpde.fitting import fit_rate
+
+__all__ = ["certified_fit", "deep_rate", "ntk_summary", "theoretical_rate"]
 
 Array = npt.NDArray[np.float64]
-
-
-def fit_rate(s: Array, gap: Array) -> float:
-    """Exponential rate c of gap(s) ≈ C e^{−c s}, by least squares on log gap over its decaying part.
-
-    Args:
-        s: training times, shape (m,).
-        gap: F(ρ_s) − F*, shape (m,).
-
-    Returns:
-        c, or NaN when fewer than three values exceed max(1e-3 gap[0], 1e-14).
-    """
-    ok = gap > max(1e-3 * gap[0], 1e-14) if len(gap) else gap
-    if ok.sum() < 3:
-        return math.nan
-    return float(-np.polyfit(s[ok], np.log(gap[ok]), 1)[0])
 
 
 def theoretical_rate(family: str, lam: float, lam2: float, oscillation: float, shallow: bool = True
@@ -132,4 +118,4 @@ def certified_fit(s: Array, F: Array, certificate_end: float) -> tuple[float | N
     ref = f"F* = F(ρ_S) to within λ KL(ρ_S ‖ p_ρ_S) = {certificate_end:.3g} (certificate, theory §5.4)"
     if win.sum() < 3:
         return None, False, ref + "; fewer than three rows with F − F(ρ_S) ≥ 10 × that: not converged"
-    return float(-np.polyfit(s[win], np.log(gap[win]), 1)[0]), True, ref
+    return float(fit_rate(s[win], gap[win])), True, ref

@@ -4,6 +4,10 @@
   itself at perturbed ρ (finite differences): fitted slope 2. Run on every path of the velocity's
   vector–Jacobian product: a tensor box (separable kernels), right triangles and the gmsh disk (direct
   sums), DG1 (d = 1, Chebyshev VJP; d = 2 triangles, direct sums).
+* ``adjoint_taylor_interpolated``: the same Taylor test in the head masses c on a gmsh disk fine enough
+  (≈ 760 cells) that the velocity and its VJP go through the Chebyshev grid of the bounding box
+  (:mod:`mfpde.tokens.interpolated`, the path of unstructured meshes); the check fails if the tape holds no such
+  linearisation (the path silently fell back to the direct sums).
 * ``adjoint_gaussian_exact``: δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) of the Gaussian closed form (theory §6.1)
   against the adjoint's, first order in the token cell size h (DG0).
 """
@@ -17,6 +21,7 @@ import dolfinx.mesh
 import numpy as np
 
 from mfpde.exact import gaussian_risk_derivatives
+from mfpde.fitting import fit_order
 from mfpde.mesh import Domain, box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace, first_variation_values
@@ -24,9 +29,9 @@ from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import Tape, TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 
-__all__ = ["TAYLOR_CASES", "gaussian_first_variation_errors", "taylor_errors"]
+__all__ = ["TAYLOR_CASES", "gaussian_first_variation_errors", "interpolated_taylor_errors", "taylor_errors"]
 
 #: Taylor-test cases: name → (token mesh kind, d, DG degree, cells per axis). Together they cover the
 #: three VJP paths (tensor separable, direct sums, d = 1 Chebyshev) and both DG degrees.
@@ -134,13 +139,55 @@ def check_adjoint_taylor(quick: bool) -> Outcome:
     series, worst, lines, ok = [], TAYLOR_ORDER, [], True
     for case in TAYLOR_CASES:
         eps, errs, pred = taylor_errors(case)
-        slope = fit_slope(eps, errs)
+        slope = fit_order(eps, errs)
         good = abs(slope - TAYLOR_ORDER) < TAYLOR_TOL and abs(pred) > 1e-6
         ok &= good
         worst = slope if abs(slope - TAYLOR_ORDER) > abs(worst - TAYLOR_ORDER) else worst
         lines.append(f"{case} {slope:.3f}")
         series.append(Series(eps, errs, "ε", TAYLOR_ORDER, slope, case))
     return Outcome(worst, f"|slope − 2| < {TAYLOR_TOL}", ok, "slopes: " + ", ".join(lines), series)
+
+
+def interpolated_taylor_errors(comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[list[float], list[float], float, bool]:
+    """Taylor remainders |R(c + εδ) − R(c) − ε ∂R/∂c·δ| on the gmsh disk of radius 1.5, h = 0.15 (collective).
+
+    μ₀ ∝ exp(−|x − (0.3, 0)|²/0.2), five heads a ∈ [−1, 1], T = 0.5 in 4 depth steps, ŷ = ∫|x|² dμ_T, y = 1.5.
+
+    Returns:
+        (ε, remainders, ∂R/∂c·δ, whether the interpolated path was taken).
+    """
+    tt = TokenTransport(gmsh_disk(comm, radius=1.5, h=0.15), 0)
+    g, y = readout_function("second_moment"), 1.5
+    a = np.linspace(-1.0, 1.0, 5)
+    c0, dc = np.array([0.2, -0.1, 0.3, 0.1, -0.2]), np.array([0.3, 0.1, -0.2, 0.4, 0.1])
+
+    def risk(c: np.ndarray, tape: Tape | None = None) -> tuple[float, float]:
+        u = dolfinx.fem.Function(tt.W)
+        u.interpolate(lambda x: np.exp(-((x[0] - 0.3) ** 2 + x[1] ** 2) / 0.2))
+        u.x.array[:] /= tt.mass(u)
+        rep = tt.solve(u, HeadMeasure(a, c), 0.5, 4, g, tape=tape)
+        return 0.5 * (rep.yhat - y) ** 2, rep.yhat
+
+    tape: Tape = []
+    R0, yh = risk(c0, tape)
+    taken = any(lin is not None and lin.interp2d is not None for step in tape for lin in step.vel)
+    _, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
+    pred = float(D[0] @ dc)
+    eps = [0.02 / 2.0**k for k in range(5)]
+    return eps, [abs(risk(c0 + e * dc)[0] - R0 - e * pred) for e in eps], pred, taken
+
+
+@register("adjoint_taylor_interpolated", "§3.1 (B), (G); §7 item 3 (ii)",
+          "finite differences of R on an unstructured mesh (Taylor remainder), interpolated VJP", budget_s=120.0)
+def check_adjoint_taylor_interpolated(quick: bool) -> Outcome:
+    """Fitted Taylor slope 2 ± 0.1 through the interpolated VJP (which must be the path taken)."""
+    eps, errs, pred, taken = interpolated_taylor_errors()
+    slope = fit_order(eps, errs)
+    ok = taken and abs(slope - TAYLOR_ORDER) < TAYLOR_TOL and abs(pred) > 1e-6
+    return Outcome(slope, f"|slope − 2| < {TAYLOR_TOL}, interpolated path taken", ok,
+                   f"remainders {', '.join(f'{e:.2e}' for e in errs)}; slope {slope:.3f}; "
+                   f"interpolated path {'taken' if taken else 'NOT taken'}",
+                   [Series(eps, errs, "ε", TAYLOR_ORDER, slope, "gmsh disk, interpolated")])
 
 
 def gaussian_first_variation_errors(cells: list[int], comm: MPI.Comm = MPI.COMM_WORLD
@@ -178,7 +225,7 @@ def gaussian_first_variation_errors(cells: list[int], comm: MPI.Comm = MPI.COMM_
 def check_adjoint_gaussian_exact(quick: bool) -> Outcome:
     """First order in h (DG0): fitted slope |q − 1| < 0.2."""
     hs, errs = gaussian_first_variation_errors([60, 120] if quick else [60, 120, 240])
-    slope = fit_slope(hs, errs)
+    slope = fit_order(hs, errs)
     ok = abs(slope - 1.0) < 0.2
     return Outcome(slope, "|slope − 1| < 0.2 (DG0 order 1)", ok,
                    f"errors {', '.join(f'{e:.2e}' for e in errs)} at h = {', '.join(f'{h:.3g}' for h in hs)}",

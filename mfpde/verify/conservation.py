@@ -24,6 +24,7 @@ import dolfinx.mesh
 import numpy as np
 
 from mfpde.exact import gaussian_transport, ou_moments
+from mfpde.fitting import fit_order
 from mfpde.mesh import Domain, box
 from mfpde.params.densities import gaussian_density
 from mfpde.params.family import ScalarHeads
@@ -34,7 +35,7 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import Tape, TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["gamma"]
 
@@ -103,19 +104,34 @@ def check_token_positivity(quick: bool) -> Outcome:
     return Outcome(low, "min μ_t ≥ 0", low >= 0.0, "min density " + ", ".join(f"{m:.2e}" for *_, m in runs))
 
 
-@register("gaussian_exact_d2", "§6.1; §7 item 2", "closed form (m_T, Σ_T) of theory §6.1 (d = 2)")
+@register("gaussian_exact_d2", "§6.1; §7 item 2",
+          "closed form (m_T, Σ_T) of theory §6.1 (d = 2); Richardson for the error constant")
 def check_gaussian_exact_d2(quick: bool) -> Outcome:
-    """max(|Δm|, |ΔΣ|) in d = 2 (non-diagonal Σ₀, quadrilaterals DG0) at order 1: |q − 1| < 0.2."""
+    """max(|Δm|, |ΔΣ|) in d = 2 (non-diagonal Σ₀, quadrilaterals DG0) at order 1 ± 0.2, and the error constants.
+
+    Each of m₁, m₂, Σ₁₁, Σ₁₂, Σ₂₂: its error at the finest mesh over the Richardson estimate from the solver's own
+    values must lie in the band of order 1 ± 0.2 (:func:`~mfpde.verify.reach.richardson_ratio_band`).
+    """
+    from mfpde.verify.reach import richardson_ratio_band
+
     m_ex, S_ex = gaussian_transport(M0_2D, S0_2D, CONTRACTING.abar, CONTRACTING.bbar, 1.0)
+    ex = np.r_[m_ex, S_ex[[0, 0, 1], [0, 1, 1]]]
     cells = [16, 24, 32]
-    errs = []
+    vals = []
     for n in cells:
         tt = TokenTransport(box(MPI.COMM_WORLD, [[-4.0, 4.0]] * 2, [n, n]), 0)
         rep = tt.solve(_mu0(tt, M0_2D, S0_2D), CONTRACTING, 1.0, n // 2)
-        errs.append(max(np.abs(np.asarray(rep.mean_T) - m_ex).max(), np.abs(np.asarray(rep.cov_T) - S_ex).max()))
+        vals.append(np.r_[rep.mean_T, np.asarray(rep.cov_T)[[0, 0, 1], [0, 1, 1]]])
+    errs = [float(np.abs(v - ex).max()) for v in vals]
     hs = [8.0 / n for n in cells]
-    q = fit_slope(hs, errs)
-    return Outcome(q, "|q − 1| < 0.2", abs(q - 1.0) < 0.2, f"errors {', '.join(f'{e:.2e}' for e in errs)}",
+    q = fit_order(hs, errs)
+    r = cells[-1] / cells[-2]
+    ratio = np.abs(vals[-1] - ex) / (np.abs(vals[-2] - vals[-1]) / (r - 1))
+    lo, hi = richardson_ratio_band(1.0, 0.2, r)
+    ok = abs(q - 1.0) < 0.2 and bool(np.all((ratio >= lo) & (ratio <= hi)))
+    return Outcome(q, "|q − 1| < 0.2; e_h/R_h in the band of order 1 ± 0.2", ok,
+                   f"errors {', '.join(f'{e:.2e}' for e in errs)}; e_h/R_h of m, Σ "
+                   f"{', '.join(f'{x:.3f}' for x in ratio)} in [{lo:.2f}, {hi:.2f}]",
                    [Series(hs, errs, "token cell size h", 1.0, q, "DG0, d = 2")])
 
 

@@ -24,9 +24,10 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from mfpde.exact import gaussian_transport, value_yhat
+from mfpde.fitting import fit_order, fit_rate
 from mfpde.training.problem import CoupledProblem
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
-from mfpde.verify.registry import Outcome, Series, fit_slope, register
+from mfpde.verify.registry import Outcome, Series, register
 from mfpde.verify.shallow import TOKEN_BOX, rho_moments
 
 __all__ = ["risk_history"]
@@ -116,7 +117,7 @@ def check_deep_ntk_rate(quick: bool) -> Outcome:
     K = _dyhat(astar, 0) ** 2
     c_ds = -2 * math.log(1 - ds * K) / ds
     win = (R < 1e-2 * R[0]) & (R > 1e-8 * R[0])
-    c = -float(np.polyfit(s[win], np.log(R[win]), 1)[0]) if win.sum() >= 3 else math.nan
+    c = float(fit_rate(s[win], R[win])) if win.sum() >= 3 else math.nan
     e_w = float(np.abs(ab[win] - astar).max()) if win.any() else math.nan
     tol = ntk_rate_tolerance(astar, ds, e_w, dy)
     grid = np.linspace(min(ab.min(), astar), max(ab.max(), astar), 201)
@@ -209,7 +210,7 @@ def check_ntk_gaussian_exact(quick: bool) -> Outcome:
     cells = [8, 16, 32]
     errs = ntk_errors(cells)
     hs = [4.0 / n for n in cells]
-    q = fit_slope(hs, errs)
+    q = fit_order(hs, errs)
     return Outcome(q, f"|q − {NTK_ORDER:g}| < 0.25 (against the closed form)", abs(q - NTK_ORDER) < 0.25,
                    f"relative errors {', '.join(f'{e:.2e}' for e in errs)} at h_Θ = "
                    f"{', '.join(f'{h:.3g}' for h in hs)}: order {q:.2f}, expected {NTK_ORDER:g}",

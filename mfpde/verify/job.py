@@ -15,26 +15,45 @@ from typing import Any
 from mpi4py import MPI
 
 from mfpde import __version__
+from mfpde.budget import step_budget
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_report
 from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 
-__all__ = ["format_table", "verify_job"]
+__all__ = ["format_table", "run_check", "verify_job"]
 
 logger = logging.getLogger(__name__)
 
 
 def _load_checks() -> None:
     """Import the check modules (each registers its checks)."""
-    from mfpde.verify import adjoint, conservation, deep, particles, shallow, training, transport  # noqa: F401
+    from mfpde.verify import adjoint, batched, conservation, deep, particles, reach, shallow, training, transport  # noqa: F401
 
 
-def _run(check: Check, quick: bool) -> Outcome:
+def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
+    """Run one check within its budgets and return its ``checks`` record (interface.md). Collective.
+
+    The verdict is a fail, with the reason in ``detail``, when a solve inside the check fails (NumericalError:
+    non-finite values, a stalled CFL loop), when the check spends more than its step budget
+    (:mod:`mfpde.budget`), when its value is not finite, or when it takes longer than its time budget (the
+    slowest rank's wall time; quick checks get a quarter of it).
+    """
+    t = time.perf_counter()
     try:
-        return check.run(quick)
+        with step_budget(check.steps) as used:
+            outcome = check.run(quick)
     except NumericalError as e:  # SolverError included: a solve failed inside the check
-        return Outcome(float("nan"), "", False, f"numerical failure: {e}")
+        outcome = Outcome(float("nan"), "", False, f"numerical failure: {e}")
+    wall = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+    rec = outcome.record(check)
+    budget = check.budget_s / 4 if quick else check.budget_s
+    if rec["value"] is None and rec["passed"]:
+        rec["passed"], rec["detail"] = False, "non-finite value: " + rec["detail"]
+    if wall > budget and rec["passed"]:
+        rec["passed"], rec["detail"] = False, f"over its time budget ({wall:.1f} s > {budget:g} s): " + rec["detail"]
+    rec["wall_s"], rec["steps"], rec["budget_s"], rec["step_budget"] = wall, used.used, budget, check.steps
+    return rec
 
 
 #: The widest table line :func:`format_table` prints (characters).
@@ -117,10 +136,8 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
     prepare_output_dir(out, comm)
     records = []
     for name in names:
-        t = time.perf_counter()
         logger.info("check %s ...", name)
-        rec = _run(CHECKS[name], quick).record(CHECKS[name])
-        rec["wall_s"] = time.perf_counter() - t
+        rec = run_check(CHECKS[name], quick, comm)
         collect_garbage()  # the check's solvers, on every rank (mfpde.petsc: MPICH's context ids)
         logger.info("check %s: %s (%s)", name, "pass" if rec["passed"] else "FAIL", rec["detail"])
         records.append(rec)

@@ -38,11 +38,12 @@ import numpy as np
 from scipy.stats import norm
 
 from mfpde.exact import gaussian_euler_network, gaussian_transport
+from mfpde.fitting import fit_order, richardson_bound, slope_se, slope_tolerance
 from mfpde.params.family import ScalarHeads
 from mfpde.tokens.attention import HeadMeasure, velocity
 from mfpde.tokens.particles import transport_particles
 from mfpde.verify.models import A_FIXED, M0, S0
-from mfpde.verify.registry import Outcome, Series, fit_slope, register, richardson_bound, slope_se, slope_tolerance
+from mfpde.verify.registry import Outcome, Series, register
 from mfpde.verify.transport import HEADS, transport_gaussian
 
 __all__ = ["seed_mean", "seed_stats"]
@@ -72,7 +73,7 @@ def seed_stats(f: Callable[[int], float], seeds: int, comm: MPI.Comm = MPI.COMM_
 def _mc_outcome(xs: list[int], stats: list[tuple[float, float]], what: str, xlabel: str) -> Outcome:
     """|q + 1/2| ≤ :data:`MC_SE` standard errors of q, the fitted exponent of Monte-Carlo means (see module doc)."""
     errs, ses = [m for m, _ in stats], [s for _, s in stats]
-    q, se = fit_slope(xs, errs), slope_se(xs, errs, ses)
+    q, se = fit_order(xs, errs), slope_se(xs, errs, ses)
     tol = MC_SE * se
     return Outcome(q, f"|q + 1/2| ≤ {MC_SE:g} SE = {tol:.2g} (statistical)", abs(q + 0.5) <= tol,
                    f"{what} {', '.join(f'{e:.2e} ± {s:.1e}' for e, s in zip(errs, ses, strict=True))} at "
@@ -165,7 +166,7 @@ def check_depth_order(quick: bool) -> Outcome:
     half = _euler_network(DEPTH_TOKENS // 2, Ls, m0, s0)
     errs = [abs(y - y_ex) for y in ys]
     ref = [abs(gaussian_euler_network(m0, s0, HEADS.abar, HEADS.bbar, T, L)[0] - y_ex) for L in Ls]
-    q, q_ref = fit_slope(hs, errs), fit_slope(hs, ref)
+    q, q_ref = fit_order(hs, errs), fit_order(hs, ref)
     tol = slope_tolerance(hs, errs, richardson_bound(ys, half, QUANTILE_ORDER_MIN))
     return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (exact L-layer law; tokens by Richardson in N)",
                    abs(q - q_ref) <= tol,

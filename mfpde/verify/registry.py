@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECKS", "KINDS", "Check", "Outcome", "Series", "fit_slope", "register", "richardson_bound", "slope_se",
-           "slope_tolerance"]
+__all__ = ["CHECKS", "KINDS", "Check", "Outcome", "Series", "register"]
 
 Array = npt.NDArray[np.float64]
 
@@ -67,6 +66,11 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
+#: Default budgets of a check: wall seconds (full size, one core) and explicit steps (:mod:`mfpde.budget`). A
+#: check that takes more steps has stalled (it fails with the reason); one over its time fails as too slow.
+DEFAULT_BUDGET_S, DEFAULT_STEPS = 300.0, 2_000_000
+
+
 @dataclass(frozen=True)
 class Check:
     """A registered check.
@@ -74,13 +78,16 @@ class Check:
     Attributes:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
-        (collective).
+        (collective); budget_s: the wall-time budget of the full (not quick) check in seconds on one core;
+        steps: its budget of explicit steps (:mod:`mfpde.budget`).
     """
 
     name: str
     section: str
     reference: str
     run: Callable[[bool], Outcome]
+    budget_s: float = DEFAULT_BUDGET_S
+    steps: int = DEFAULT_STEPS
 
 
 #: The registered checks, in the order of the table.
@@ -105,52 +112,12 @@ KINDS: dict[str, str] = {
 CheckFunction = Callable[[bool], Outcome]
 
 
-def register(name: str, section: str, reference: str) -> Callable[[CheckFunction], CheckFunction]:
-    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name``."""
+def register(name: str, section: str, reference: str, budget_s: float = DEFAULT_BUDGET_S,
+             steps: int = DEFAULT_STEPS) -> Callable[[CheckFunction], CheckFunction]:
+    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (budgets as in :class:`Check`)."""
 
     def deco(fn: CheckFunction) -> CheckFunction:
-        CHECKS[name] = Check(name, section, reference, fn)
+        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps)
         return fn
 
     return deco
-
-
-def fit_slope(x: Array | list[float] | list[int], err: Array | list[float]) -> float:
-    """The least-squares slope of log err against log x (``np.polyfit``, as scikit-fem's rate tests)."""
-    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(err, float)), 1)[0])
-
-
-def _slope_weights(x: Array | list[float] | list[int]) -> Array:
-    """w_i = (ξ_i − ξ̄)/Σ(ξ_j − ξ̄)², ξ = log x: the least-squares slope of log err is Σ w_i log err_i."""
-    xi = np.log(np.asarray(x, float))
-    return (xi - xi.mean()) / ((xi - xi.mean()) ** 2).sum()
-
-
-def richardson_bound(fine: Array | list[float], coarse: Array | list[float], order_min: float) -> Array:
-    """|v_h − v| ≤ |v_2h − v_h|/(2^p − 1) for a quantity v_h − v = K h^p + o(h^p) of order p ≥ ``order_min``.
-
-    (Richardson; h may be any step refined by 2 between ``coarse`` and ``fine``, e.g. 1/N.) An error common
-    to both does not enter it.
-    """
-    return np.abs(np.asarray(coarse, float) - np.asarray(fine, float)) / (2**order_min - 1)
-
-
-def slope_tolerance(x: Array | list[float] | list[int], values: Array | list[float], bounds: Array | list[float]
-                    ) -> float:
-    """Bound on how far errors |v_i − v*_i| ≤ bounds_i move the log-log slope of ``values`` against x.
-
-    With v_i = v*_i(1 + ε_i) the least-squares slope is q = q* + Σ w_i log(1 + ε_i) (:func:`_slope_weights`),
-    and |ε_i| ≤ E_i/(1 − E_i) with E_i = bounds_i/|v_i|, so |q − q*| ≤ Σ|w_i| · max_i −log(1 − E_i).
-    """
-    E = float(np.max(np.asarray(bounds, float) / np.abs(np.asarray(values, float))))
-    return float(np.abs(_slope_weights(x)).sum() * -np.log1p(-E)) if E < 1 else float("inf")
-
-
-def slope_se(x: Array | list[float] | list[int], values: Array | list[float], se: Array | list[float]) -> float:
-    """Standard error of the log-log slope of independent Monte-Carlo means ``values`` with standard errors ``se``.
-
-    log v_i has standard error ≈ se_i/v_i (delta method), so the slope Σ w_i log v_i has
-    (Σ w_i² (se_i/v_i)²)^{1/2}.
-    """
-    rel = np.asarray(se, float) / np.asarray(values, float)
-    return float(np.sqrt(np.sum((_slope_weights(x) * rel) ** 2)))

@@ -22,12 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.exact import gaussian_transport
+from mfpde.fitting import fit_order, richardson_bound, slope_tolerance
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import TokenTransport
-from mfpde.verify.registry import Outcome, Series, fit_slope, register, richardson_bound, slope_tolerance
+from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["HEADS", "gaussian_errors", "transport_gaussian", "w1_1d"]
 
@@ -84,7 +85,7 @@ def _orders_dg0_dg1(cells: list[int], steps: int | None, xlabel: str) -> tuple[f
     series, lines, ok, q1 = [], [], True, float("nan")
     for degree, tol in ((0, 0.2), (1, 0.25)):
         hs, errs = gaussian_errors(degree, cells, steps=steps)
-        q = fit_slope(hs, errs)
+        q = fit_order(hs, errs)
         ok &= abs(q - (degree + 1)) < tol
         q1 = q if degree == 1 else q1
         lines.append(f"DG{degree}: errors {', '.join(f'{e:.2e}' for e in errs)}, order {q:.2f}")
@@ -185,9 +186,9 @@ def _w1_outcome(quick: bool, rho: bool) -> Outcome:
     hs, rel, outs, ref = _w1_ratio_errors(W1_CELLS_QUICK if quick else W1_CELLS, rho)
     x = [0.5 * d for d in W1_DELTAS] if rho else W1_DELTAS
     out = outs[-1]
-    q, q_ref = fit_slope(x, out), fit_slope(x, ref)
+    q, q_ref = fit_order(x, out), fit_order(x, ref)
     tol = slope_tolerance(x, out, richardson_bound(out, outs[-2], DG0_ORDER_MIN))
-    qh = fit_slope(hs, rel)
+    qh = fit_order(hs, rel)
     ok = abs(q - q_ref) <= tol and abs(qh - 1.0) < 0.2
     what = "|ŷ−ŷ'|" if rho else "W1"
     return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (closed form; DG0 by Richardson); ratio error |q_h − 1| < 0.2",

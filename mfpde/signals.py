@@ -1,0 +1,97 @@
+"""Interruption by a signal: SIGTERM (a cluster's time limit), SIGINT (Ctrl-C) and SIGUSR1 (interface.md).
+
+The CLI installs :func:`handlers` for the three signals while a command runs. The training loop of ``mfpde run``
+runs :func:`deferred`: the first signal only sets a flag, which every rank reads once per training step through
+one reduction (:func:`requested`), so that all ranks stop after the same step, even when one rank alone got the
+signal; the run then writes its checkpoint, ``history.csv`` and a report with ``"status": "interrupted"`` and the
+CLI exits with :data:`EXIT_INTERRUPTED`. Outside that loop (set-up of ``transport``, ``verify``, the final
+outputs of a run), or at a second signal, the handler raises :class:`Interrupted` at once.
+
+PETSc's own handler (it printed a 6-line banner and ended the job with exit 59) is switched off by
+:func:`quiet_petsc`, which passes ``-no_signal_handler`` to PETSc before petsc4py is first imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+from mpi4py import MPI
+
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "deferred", "handlers", "name", "quiet_petsc",
+           "requested"]
+
+#: The exit status of an interrupted command (0 done, 1 a bug, 2 invalid input, 3 numerical failure).
+EXIT_INTERRUPTED = 4
+#: The signals that interrupt a command cleanly.
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+_state = {"signal": 0, "deferred": 0}
+
+
+class Interrupted(BaseException):  # noqa: N818  not an Exception: no ``except Exception`` may swallow it
+    """A signal ended the command where it could not wait for the end of a training step."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(name(signum))
+        self.signum = signum
+
+
+def name(signum: int) -> str:
+    """``"SIGTERM"`` for 15, and so on."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    first = _state["signal"] == 0
+    _state["signal"] = _state["signal"] or signum
+    if _state["deferred"] and first:
+        return  # the training loop stops at the end of the current step
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def handlers() -> Iterator[None]:
+    """Install the handler for :data:`SIGNALS` while the block runs (main thread only); restore the old ones."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _state["signal"] = 0
+    old: dict[int, Any] = {s: signal.signal(s, _handler) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """While the block runs, a first signal sets a flag (read by :func:`requested`) instead of raising."""
+    _state["deferred"] += 1
+    try:
+        yield
+    finally:
+        _state["deferred"] -= 1
+
+
+def requested(comm: MPI.Comm) -> int:
+    """The signal some rank of ``comm`` got (the largest number), or 0. Collective: call it on every rank."""
+    return int(comm.allreduce(_state["signal"], op=MPI.MAX))
+
+
+def quiet_petsc() -> None:
+    """Start PETSc without its signal handler (``-no_signal_handler``), if petsc4py is not imported yet."""
+    if "petsc4py.PETSc" in sys.modules:
+        return
+    import petsc4py
+
+    petsc4py.init(["-no_signal_handler"])

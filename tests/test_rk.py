@@ -1,0 +1,143 @@
+"""The depth integrators as data (mfpde.tokens.rk): order, exact transpose, outflow recursion, step control.
+
+References the code does not produce: the exponential of a matrix (scipy.linalg.expm) for the order, the
+order conditions of the Butcher table for each scheme, the inner-product identity ⟨p, J du⟩ = ⟨Jᵀp, du⟩ for the
+transpose (to round-off: the map is linear in u), central differences in c for ∂/∂c.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg
+from roundoff import gamma
+
+from mfpde.fitting import fit_order
+from mfpde.tokens import rk
+
+
+class LinearFlow:
+    """du/dt = c (A u) with outflow rate b·u: an operator of the rk protocols over rows (S, n)."""
+
+    def __init__(self, A, b, dtmax=np.inf):
+        self.A, self.b, self.dtmax = A, b, dtmax
+
+    def velocity(self, state, heads, linearize):
+        return float(heads[0])
+
+    def rate(self, state, vel):
+        return vel * state @ self.A.T, state @ self.b
+
+    def limit(self, state):
+        return None
+
+    def max_stable_dt(self, vel):
+        return np.full(1, self.dtmax)
+
+    def take(self, state, idx):
+        return state
+
+    def put(self, state, idx, rows):
+        return rows
+
+    def step_size(self, h):
+        return float(h[0])
+
+    def rate_transpose(self, state, heads, vel, costate):
+        return heads[0] * costate @ self.A, np.array([costate @ (self.A @ state)])
+
+    def limit_transpose(self, record, p):
+        return p
+
+
+def _flow(n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n, n)) / np.sqrt(n)
+    return LinearFlow(A, rng.standard_normal(n)), rng.standard_normal(n)
+
+
+@pytest.mark.parametrize("table", list(rk.SCHEMES.values()), ids=list(rk.SCHEMES))
+def test_order_against_the_matrix_exponential(table):
+    """Global error at t = 1 against expm(A) decays at the table's order (fitted, ±0.15)."""
+    op, u0 = _flow()
+    exact = scipy.linalg.expm(op.A) @ u0
+    ns = [8, 16, 32, 64]
+    errs = []
+    for n in ns:
+        u = u0.copy()
+        for _ in range(n):
+            u, _, _ = rk.step(table, op, u, 1.0 / n, np.array([1.0]), 1.0)
+        errs.append(np.linalg.norm(u - exact))
+    assert abs(fit_order(1.0 / np.array(ns), errs) - table.order) < 0.15
+
+
+@pytest.mark.parametrize("table", list(rk.SCHEMES.values()), ids=list(rk.SCHEMES))
+def test_butcher_order_conditions(table):
+    """The Shu–Osher table's Butcher form meets the order conditions up to its order (and the SSP ones)."""
+    A, b = table.butcher()
+    c = A.sum(axis=1)
+    conds = [b.sum() - 1.0]
+    if table.order >= 2:
+        conds.append(b @ c - 0.5)
+    if table.order >= 3:
+        conds += [b @ c**2 - 1 / 3, b @ (A @ c) - 1 / 6]
+    assert np.max(np.abs(conds)) < 1e-15 * 8
+    assert table.ssp_coefficient == pytest.approx(1.0)
+
+
+def test_malformed_table_is_refused():
+    with pytest.raises(ValueError, match="convex"):
+        rk.ShuOsher("bad", 1, ((1.0,), (0.7, 0.2)), ((1.0,), (0.0, 0.5)))
+    with pytest.raises(ValueError, match="entries"):
+        rk.ShuOsher("bad", 1, ((1.0,), (1.0,)), ((1.0,), (0.0, 0.5)))
+
+
+@pytest.mark.parametrize("table", list(rk.SCHEMES.values()), ids=list(rk.SCHEMES))
+def test_outflow_is_the_same_recursion(table):
+    """With F = −b bᵀu/|b|² ... the outflow: ∫u_new + o = ∫u exactly when F conserves Σu + outflow."""
+    rng = np.random.default_rng(3)
+    n = 6
+    # a flow that loses mass only through the outflow: F(u) = K u with 1ᵀK = −bᵀ
+    K = rng.standard_normal((n, n))
+    b = rng.random(n)
+    K -= np.outer(np.ones(n), (np.ones(n) @ K + b)) / n
+    op = LinearFlow(K, b)
+    u = rng.random(n)
+    new, out, _ = rk.step(table, op, u, 0.1, np.array([1.0]), 1.0)
+    assert abs(new.sum() + out - u.sum()) <= gamma(8 * n * table.stages) * (np.abs(u).sum() + 1)
+
+
+@pytest.mark.parametrize("table", list(rk.SCHEMES.values()), ids=list(rk.SCHEMES))
+def test_transpose_is_exact(table):
+    """⟨p, ∂u_new/∂u du⟩ = ⟨transpose(p), du⟩ to round-off; ∂/∂c against central differences."""
+    op, u = _flow(seed=1)
+    rng = np.random.default_rng(2)
+    p, du = rng.standard_normal(len(u)), rng.standard_normal(len(u))
+    c = np.array([0.7])
+    h = 0.3
+    new, _, taped = rk.step(table, op, u, h, c, op.velocity(u, c, True), keep=True)
+    assert taped is not None and len(taped.states) == table.stages
+    lin, _, _ = rk.step(table, op, du, h, c, op.velocity(du, c, True))  # linear in u: J du = step(du)
+    pu, gc = rk.step_transpose(op, taped, p)
+    scale = np.abs(p) @ np.abs(lin) + np.abs(pu) @ np.abs(du)
+    assert abs(p @ lin - pu @ du) <= gamma(16 * len(u) * table.stages) * scale
+    eps = 1e-5
+    up = rk.step(table, op, u, h, c + eps, float(c[0] + eps))[0]
+    um = rk.step(table, op, u, h, c - eps, float(c[0] - eps))[0]
+    fd = p @ (up - um) / (2 * eps)
+    assert gc.shape == (1,)
+    # central difference of a polynomial of degree s in c: error ≤ eps² |third derivative| (bounded by h³...)
+    assert abs(gc[0] - fd) < 1e-8 * (1 + abs(fd))
+
+
+def test_depth_step_doubles_where_the_cfl_bound_breaks():
+    """n_s = ⌈dt/Δt_max⌉, and the tape holds one TapedStep per sub-step with its layer."""
+    op, u = _flow()
+    op.dtmax = 0.03
+    tape: list[rk.TapedStep] = []
+    new, out, nsub = rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 0, 0.0, tape=tape, layer=2)
+    assert nsub.tolist() == [4] and len(tape) == 4 and all(s.layer == 2 for s in tape)
+    ref = u.copy()
+    for _ in range(4):
+        ref, _, _ = rk.step(rk.SSP_RK3, op, ref, 0.025, np.array([1.0]), 1.0)
+    assert np.array_equal(new, ref)

@@ -1,0 +1,160 @@
+"""Signals and BaseExceptions end a job cleanly, on every rank, and ``--resume`` gives the uninterrupted result.
+
+SIGTERM (a cluster's time limit), SIGINT and SIGUSR1, sent to the launcher or to one rank only: every rank
+finishes its training step, writes the checkpoint and a report with ``"status": "interrupted"``, one line on
+stderr, exit 4. A ``KeyboardInterrupt`` or ``SystemExit`` raised on one rank only ends the job instead of
+leaving the others in a collective. Every launch has a timeout, so a regression fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mpi4py import MPI  # noqa: F401  (import order)
+
+import numpy as np
+import pytest
+from configs import DEEP
+from test_mpi_failures import MPIEXEC, ROOT, launch
+
+from mfpde.signals import EXIT_INTERRUPTED
+
+SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=3", "data.test_samples=0",
+         "training.steps=40", "output.every=1", "output.checkpoint_every=4", "output.plots=false",
+         "tokens.outflow_tol=0.5"]
+SETS = [a for s in SMALL for a in ("--set", s)]
+
+#: each rank writes its pid (so that a test can signal one rank), then runs the CLI
+PIDS = '''
+import sys
+from pathlib import Path
+from mpi4py import MPI
+Path({pids!r}, f"{{MPI.COMM_WORLD.rank}}.pid").write_text(str(__import__("os").getpid()))
+from mfpde import cli
+sys.exit(cli.main(["run", {DEEP!r}, "--quiet", "--out", {out!r}, *{sets!r}]))
+'''
+
+
+def _interrupted_run(tmp: Path, n: int, sig: int, target: str) -> tuple[Path, str]:
+    """Start a run on n ranks, send sig to the launcher or to one rank once a checkpoint exists; wait (bounded)."""
+    out, pids = tmp / f"int-{n}-{sig}-{target}", tmp / f"pids-{n}-{sig}-{target}"
+    pids.mkdir()
+    script = PIDS.format(pids=str(pids), DEEP=DEEP, out=str(out), sets=SETS)
+    cmd = ([sys.executable, "-c", script] if n == 1 else [MPIEXEC, "-n", str(n), sys.executable, "-c", script])
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    t0 = time.monotonic()
+    while not (out / "checkpoint" / "state.npz").exists() and proc.poll() is None:
+        assert time.monotonic() - t0 < 300, "no checkpoint"
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before the signal: lengthen it"
+    pid = proc.pid if target == "launcher" else int((pids / f"{n - 1}.pid").read_text())
+    os.kill(pid, sig)
+    try:
+        _, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"hung after {signal.Signals(sig).name} to the {target} on {n} ranks")
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    return out, err
+
+
+def _straight(tmp: Path) -> Path:
+    out = tmp / "straight"
+    rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out), *SETS], n=1)
+    assert rc == 0, err
+    return out
+
+
+def _same_result(a: Path, b: Path) -> None:
+    """history (but wall_s), the final report and every ρ snapshot of the two runs agree to round-off."""
+    rows = [list(csv.DictReader((d / "history.csv").open())) for d in (a, b)]
+    assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]]
+    for ra, rb in zip(*rows, strict=True):
+        for k in ra:
+            if k != "wall_s":
+                assert float(rb[k]) == pytest.approx(float(ra[k]), rel=1e-9, abs=1e-14), (k, ra, rb)
+    fa, fb = (json.loads((d / "report.json").read_text()) for d in (a, b))
+    assert fb["status"] == "ok" and fb["final"]["risk"] == pytest.approx(fa["final"]["risk"], rel=1e-9)
+    assert np.allclose(fb["final"]["rho_mean"], fa["final"]["rho_mean"], rtol=1e-9, atol=1e-14)
+    from test_durability import _read_rho
+
+    sa, va = _read_rho(a / "fields" / "rho.bp")
+    sb, vb = _read_rho(b / "fields" / "rho.bp")
+    np.testing.assert_allclose(sb, sa, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(vb, va, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize(("n", "sig", "target"), [(1, signal.SIGTERM, "launcher"), (1, signal.SIGINT, "launcher"),
+                                                  (2, signal.SIGTERM, "launcher"), (2, signal.SIGUSR1, "launcher"),
+                                                  (3, signal.SIGTERM, "rank")],
+                         ids=["1-TERM", "1-INT", "2-TERM", "2-USR1", "3-TERM-to-one-rank"])
+def test_signal_checkpoints_then_resume_gives_the_straight_run(tmp_path, n, sig, target):
+    """A signal: exit 4, one line, report "interrupted" at the step of the checkpoint; --resume (on 1 rank) then
+    gives the uninterrupted history, report and ρ snapshots. On 3 ranks the signal goes to rank 2 alone."""
+    out, err = _interrupted_run(tmp_path, n, sig, target)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[mpiexec@")]
+    assert len(lines) == 1 and signal.Signals(sig).name in lines[0] and "--resume" in lines[0], err
+    assert "PETSC ERROR" not in err and "Traceback" not in err, err
+    rep = json.loads((out / "report.json").read_text())
+    with np.load(out / "checkpoint" / "state.npz") as z:
+        assert rep["status"] == "interrupted" and rep["steps_done"] == int(z["step"]) > 0, rep
+    rc, err, _ = launch(["run", DEEP, "--quiet", "--resume", "--out", str(out), *SETS], n=1)
+    assert rc == 0, err
+    _same_result(_straight(tmp_path), out)
+
+
+PLANT = '''
+import sys
+from mpi4py import MPI
+import mfpde.tokens.job as job
+from mfpde import cli
+
+def planted(pb, out, write_fields=True):
+    if MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1:
+        raise {exc}
+    MPI.COMM_WORLD.allreduce(1)  # the other ranks wait here for the last one, which never comes
+
+job.run_transport = planted
+sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
+'''
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit(5)"])
+def test_base_exception_on_one_rank_ends_the_job(tmp_path, exc, n):
+    """KeyboardInterrupt or sys.exit on the last rank only: the job ends (it hung in the others' allreduce)."""
+    rc, err, dt = launch(["-c", PLANT.format(exc=exc, out=str(tmp_path / "out"))], n=n, python=True,
+                         env={"MFPDE_MPI_EXIT_TIMEOUT": "5"}, timeout=90)
+    assert rc != 0 and "Traceback" not in err, err
+    assert f"rank {n - 1} ended with exit status 4" in err if exc == "KeyboardInterrupt" \
+        else f"SystemExit(5) on rank {n - 1} of {n}" in err, err
+
+
+@pytest.mark.serial
+def test_signal_during_transport_exit_4(tmp_path):
+    """SIGTERM to a transport (no training step to finish): exit 4 at once, one line, no report, no PETSc banner."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "transport_small.toml"), "--out", str(out),
+           "--set", "depth.steps=20000", "--set", "output.fields=false"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    while not (out / "config.toml").exists() and proc.poll() is None:
+        assert time.monotonic() - t0 < 120
+        time.sleep(0.02)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mfpde[0/1]")]
+    assert proc.returncode == EXIT_INTERRUPTED and len(lines) == 1 and "SIGTERM" in lines[0], err
+    assert not (out / "report.json").exists()
