@@ -105,7 +105,9 @@ KINDS: dict[str, str] = {
     "token_space_order": "slope", "stability_w1_data": "slope", "stability_w1_rho": "slope",
     "particle_agreement_n": "slope", "finite_heads_rate": "slope", "depth_order": "slope",
     "langevin_heads_rate": "slope", "shallow_exponential_rate": "rate [1/s]", "gibbs_fixed_point": "error",
-    "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope",
+    "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope", "depth_indexed_particles": "slope",
+    "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
+    "risk_transport_order": "slope",
 }
 
 
