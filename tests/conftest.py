@@ -23,8 +23,29 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.xmlpath = str(Path(xmlpath).with_suffix(f".rank{rank}.xml"))
 
 
+def _uses_roundoff(fn: object, module: object, depth: int = 2) -> bool:
+    """Whether fn (or a module-level function it calls, ``depth`` levels down) uses a bound of tests/roundoff.py."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    names = set(code.co_names) | {c for const in code.co_consts if hasattr(const, "co_names") for c in const.co_names}
+    for name in names:
+        obj = getattr(module, name, None)
+        if getattr(obj, "__module__", None) == "roundoff":
+            return True
+        if depth > 0 and getattr(obj, "__module__", None) == getattr(module, "__name__", None) and \
+                _uses_roundoff(obj, module, depth - 1):
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip serial-only tests when run on more than one rank."""
+    """Mark the tests whose assertions are round-off bounds ``roundoff`` (what another CPU's rounding can change:
+    the core-type passes run only these); skip serial-only tests when run on more than one rank."""
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is not None and _uses_roundoff(fn, item.module):
+            item.add_marker(pytest.mark.roundoff)
     if MPI.COMM_WORLD.size > 1:
         skip = pytest.mark.skip(reason="serial-only test")
         for item in items:

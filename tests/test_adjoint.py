@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from roundoff import gamma
 
-from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
@@ -17,7 +16,6 @@ from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import TokenTransport
-from mfpde.verify.adjoint import gaussian_first_variation_errors
 
 
 def _setup(d: int, degree: int, n: int):
@@ -38,15 +36,6 @@ def _risk(tt, th, rho, g, y, d, tape=None, steps=10):
 
 # The Taylor tests of the first variation on every token-mesh path (tensor boxes, triangles, a gmsh disk,
 # DG0 and DG1) are mfpde.verify.adjoint.taylor_errors, run by tests/test_verify.py::test_adjoint_taylor.
-
-
-def test_gaussian_first_variation():
-    """δR/δρ(a, v) = v (∂_ā G + a ∂_b̄ G) for Gaussian inputs (theory §6.1), at first order (DG0)."""
-    hs, errs = gaussian_first_variation_errors([60, 120, 240])
-    rate = fit_order(hs, errs)
-    print("gaussian first variation errors", errs, "rate", rate)
-    assert rate > 0.8, f"first-variation error {errs} has rate {rate:.2f}, expected ~1 (DG0)"
-    assert errs[-1] < 2e-2
 
 
 def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):

@@ -68,7 +68,7 @@ def _finite(x: float) -> float | None:
 
 #: Default budgets of a check: wall seconds (full size, one core) and explicit steps (:mod:`mfpde.budget`). A
 #: check that takes more steps has stalled (it fails with the reason); one over its time fails as too slow.
-DEFAULT_BUDGET_S, DEFAULT_STEPS = 300.0, 2_000_000
+DEFAULT_BUDGET_S, DEFAULT_STEPS = 300.0, 200_000
 
 
 @dataclass(frozen=True)
