@@ -12,7 +12,7 @@ PYTHON312 := $(shell if python3.12 -c 'pass' >/dev/null 2>&1; then echo python3.
 	then echo "$$(pyenv root)/versions/$$v/bin/python3.12"; fi)
 NP ?= 2
 
-.PHONY: run test env clean lint typecheck docs test-serial test-mpi test-container test-coretypes bench
+.PHONY: run test env clean lint typecheck docs demo-outputs test-serial test-mpi test-container test-coretypes bench
 
 $(BIN)/mfpde: pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: python3.12 not found: neither 'python3.12' on PATH runs nor does pyenv have a 3.12 (install Python 3.12)" >&2; exit 2; }
@@ -44,6 +44,10 @@ test-container: env
 
 docs: env
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs out/docs/html
+
+# the demos' printed output and figures of their quick runs, stored for the docs (a few minutes)
+demo-outputs: env
+	$(BIN)/python docs/store_demo_outputs.py
 
 test: lint typecheck docs test-serial test-mpi test-container
 

@@ -79,6 +79,11 @@ def test_demo_pages_keep_text_and_code():
     for line in demo.read_text().splitlines():  # every line of code is in a code block, every comment in the text
         if line.strip() and not line.startswith("#"):
             assert line in code, line
+    stored = (DOCS / "_static" / "demos" / "gaussian_transport.txt").read_text().strip()
+    assert "## Output (quick mode)" in page and stored in page  # the quick run's output, stored
+    assert "(../_static/demos/gaussian_transport.png)" in page
+    for d in sorted((ROOT / "demos").glob("demo_*.py")):  # every demo has its stored output
+        assert (DOCS / "_static" / "demos" / f"{d.stem.removeprefix('demo_')}.txt").is_file(), d.name
 
 
 def test_licence_and_citation_match_the_package():

@@ -4,7 +4,7 @@
   what it measures, the reference it is compared with, and the threshold and value of the last full run
   stored in ``_static/verify_last.json``, when that run had the check).
 * ``_generated/demo_<name>.md``: each demo of ``demos/`` (jupytext light format: comment blocks are the
-  text, the rest is code) as a page.
+  text, the rest is code) as a page, with the output of its quick run stored in ``_static/demos/``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,15 @@ def demo_page(path: Path) -> str:
     flush()
     text = "\n".join(out)
     text = re.sub(r"\n{3,}", "\n\n", text)
-    return text.strip() + f"\n\nThe script: `demos/{path.name}` (run it with `python3 demos/{path.name} --quick`).\n"
+    text = text.strip() + f"\n\nThe script: `demos/{path.name}` (run it with `python3 demos/{path.name} --quick`).\n"
+    name = path.stem.removeprefix("demo_")
+    store = DOCS / "_static" / "demos"
+    if (store / f"{name}.txt").is_file():  # stored by docs/store_demo_outputs.py (make demo-outputs)
+        text += "\n## Output (quick mode)\n\nWhat the script printed and drew with `--quick` (coarse sizes):\n\n"
+        text += "```text\n" + (store / f"{name}.txt").read_text().rstrip() + "\n```\n"
+        if (store / f"{name}.png").is_file():
+            text += f"\n![{name} (quick mode)](../_static/demos/{name}.png)\n"
+    return text
 
 
 def generate(app: object = None) -> None:
