@@ -27,7 +27,7 @@ def _cell(text: str) -> str:
 def check_rows() -> list[dict[str, Any]]:
     """The registered checks with what the docs say of each (in the registry's order)."""
     from mfpde.verify.job import _load_checks
-    from mfpde.verify.registry import CHECKS
+    from mfpde.verify.registry import CHECKS, KINDS
 
     _load_checks()
     last_path = DOCS / "_static" / "verify_last.json"
@@ -37,19 +37,22 @@ def check_rows() -> list[dict[str, Any]]:
         doc = (c.run.__doc__ or "").strip().split("\n\n")[0]
         r = last.get(c.name, {})
         rows.append({"name": c.name, "section": c.section, "measures": doc, "reference": c.reference,
+                     "kind": KINDS.get(c.name, "value"),
                      "value": r.get("value"), "threshold": r.get("threshold", ""), "passed": r.get("passed")})
     return rows
 
 
 def verify_page() -> str:
     """The Markdown table of every check."""
-    lines = ["| check | theory | what is measured | compared with | last full run: value | threshold | verdict |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| check | theory | what is measured | compared with | kind | last full run: value | threshold "
+             "| verdict |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in check_rows():
         value = "—" if r["value"] is None else f"{r['value']:.4g}"
         verdict = {True: "pass", False: "FAIL", None: "—"}[r["passed"]]
         lines.append("| " + " | ".join(_cell(x) for x in (f"`{r['name']}`", r["section"], r["measures"],
-                                                            r["reference"], value, r["threshold"], verdict)) + " |")
+                                                            r["reference"], r["kind"], value, r["threshold"],
+                                                            verdict)) + " |")
     return "\n".join(lines) + "\n"
 
 
