@@ -150,10 +150,15 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
         comm: the ranks (used when ``cfg`` is a config).
 
     Raises:
-        ConfigError: invalid input; IndexError: no such sample; NumericalError: the solve failed.
+        ConfigError: invalid input, or the circle domain (solved by ``mfpde transport`` only); IndexError: no
+            such sample; NumericalError: the solve failed.
     """
+    from mfpde.errors import ConfigError
     from mfpde.tokens.job import sample_report, transport_sample
 
+    if isinstance(cfg, Config) and cfg.tokens.domain == "circle":
+        raise ConfigError("tokens.domain = 'circle': mfpde.transport takes boxes and meshes; the circle is solved "
+                          "by the transport command (mfpde transport CONFIG), whose report and fields it writes")
     pb = build_problem(cfg, comm) if isinstance(cfg, Config) else cfg
     n = len(pb.train) + len(pb.test)
     if not 0 <= sample < n:

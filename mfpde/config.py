@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from mfpde.circle_config import CIRCLE_KINDS, check_circle
 from mfpde.errors import ConfigError
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
+from mfpde.limits import check_matrix as _check_matrix
 
 __all__ = ["Config", "ConfigError", "from_dict", "load", "suggest", "validate"]
 
@@ -30,6 +32,8 @@ class Tokens:
     """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
 
     dim: int = 1
+    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §8, with attention "softmax" or "unnormalised")
+    attention: str = "softmax"
     box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
     mesh: str = ""
     cells: list[int] = field(default_factory=lambda: [400])
@@ -90,6 +94,8 @@ class Data:
     origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
     split: float = 0.0  # digits: if > 0, all images of the pair, this fraction for training (samples ignored)
     path: str = ""
+    modes: list[list[float]] = field(default_factory=list)  # circle_modes: [[k, amplitude, phase], ...]
+    amplitude: float = 0.01  # circle_noise: standard deviation of the white noise on the cells (times 1/2π)
 
 
 @dataclass(frozen=True)
@@ -226,14 +232,6 @@ def _check_box(key: str, box: list[list[float]], dim: int) -> None:
         _require(len(lo_hi) == 2 and lo_hi[0] < lo_hi[1], key, f"each axis is [lo, hi] with lo < hi, got {lo_hi}")
 
 
-def _check_matrix(key: str, m: list[list[float]], n: int) -> None:
-    _require(len(m) == n and all(len(r) == n for r in m), key, f"must be {n}x{n}")
-    a = np.asarray(m, dtype=float)
-    _require(bool(np.all(np.isfinite(a))), key, "must be finite")
-    _require(np.allclose(a, a.T), key, "must be symmetric")
-    _require(bool(np.all(np.linalg.eigvalsh(a) > 0)), key, "must be positive definite")
-
-
 def heads_dim(h: Heads) -> int:
     """The parameter dimension p of the head family (``scalar``: θ = (a, v), p = 2; ``value``: p = 1)."""
     return {"scalar": 2, "value": 1}[h.family]
@@ -254,7 +252,7 @@ def validate(cfg: Config) -> None:
         _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                  f"needs {t.dim} integers >= 2, got {t.cells}")
         check_box("tokens.box", t.box, t.cells)
-    _require(t.degree in (0, 1), "tokens.degree", f"must be 0 or 1, got {t.degree}")
+    _require(t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}")
     _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
     _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
     _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
@@ -291,7 +289,8 @@ def validate(cfg: Config) -> None:
                  "one non-negative weight per point, not all zero")
     else:
         raise ConfigError(f"heads.init.kind: must be 'gaussian' or 'diracs', got {kind!r}")
-    _require(da.kind in ("gaussian", "digits", "file"), "data.kind", "must be 'gaussian', 'digits' or 'file'")
+    check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+    _require(da.kind in (kinds := ("gaussian", "digits", "file", *CIRCLE_KINDS)), "data.kind", f"must be in {kinds}")
     if da.kind == "gaussian":
         n = len(da.mean)
         _require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")
@@ -310,7 +309,7 @@ def validate(cfg: Config) -> None:
         _require(da.seed >= 0, "data.seed", "must be >= 0")
         _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
-    else:
+    elif da.kind == "file":
         _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
     _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'")
     if lo.readout == "linear":

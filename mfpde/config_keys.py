@@ -31,15 +31,18 @@ def in_use(cfg: Config, key: str) -> bool:
     """Whether ``key`` (``section.key``) matters for the problem ``cfg`` describes."""
     t, d, h, da, lo, tr = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training
     digits, split = da.kind == "digits", da.kind == "digits" and 0 < da.split < 1
+    circle = t.domain == "circle"
     rules = {
-        "tokens.box": not t.mesh, "tokens.cells": not t.mesh, "tokens.mesh": bool(t.mesh),
-        "tokens.cell": not t.mesh and t.dim == 2,
+        "tokens.box": not t.mesh and not circle, "tokens.cells": not t.mesh, "tokens.mesh": bool(t.mesh),
+        "tokens.cell": not t.mesh and t.dim == 2 and not circle, "tokens.attention": circle,
+        "data.modes": da.kind == "circle_modes", "data.amplitude": da.kind == "circle_noise",
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
         "heads.a": h.family == "value", "heads.box": not h.mesh, "heads.cells": not h.mesh,
         "heads.mesh": bool(h.mesh),
         "data.mean": da.kind == "gaussian", "data.cov": da.kind == "gaussian", "data.target": da.kind == "gaussian",
         "data.classes": digits, "data.samples": digits and not split, "data.test_samples": digits and not split,
-        "data.seed": digits, "data.origin": digits, "data.split": digits, "data.path": da.kind == "file",
+        "data.seed": digits or da.kind == "circle_noise",
+        "data.origin": digits, "data.split": digits, "data.path": da.kind == "file",
         "loss.w": lo.readout == "linear", "loss.b": lo.readout == "linear",
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),

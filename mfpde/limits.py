@@ -79,6 +79,23 @@ def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
                               "tokens.box")
 
 
+def check_matrix(key: str, m: list[list[float]], n: int) -> None:
+    """Check an n×n symmetric positive definite matrix (a covariance) of the config key ``key``.
+
+    Raises:
+        ConfigError: naming the key: wrong shape, non-finite, not symmetric or not positive definite.
+    """
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+
+    need(len(m) == n and all(len(r) == n for r in m), f"must be {n}x{n}")
+    a = np.asarray(m, dtype=float)
+    need(bool(np.all(np.isfinite(a))), "must be finite")
+    need(np.allclose(a, a.T), "must be symmetric")
+    need(bool(np.all(np.linalg.eigvalsh(a) > 0)), "must be positive definite")
+
+
 def check_box(key: str, box: Sequence[Sequence[float]], cells: Sequence[int]) -> None:
     """Refuse a box whose coordinates are absurd or whose cells are too small to tell apart.
 

@@ -147,6 +147,8 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
             in memory or end within a year (:func:`mfpde.limits.check_resources`).
     """
     t, h = cfg.tokens, cfg.heads
+    if t.domain == "circle":
+        raise ConfigError("tokens.domain: 'circle' is solved by `mfpde transport` only")
     check_resources(cfg, comm.size, "run" if split_samples else "transport")
     family = make_family(h.family, h.a)
     train, test = load_samples(cfg)

@@ -61,6 +61,9 @@ def test_transport_gives_mu_t_as_arrays_consistent_with_the_report():
     assert not np.allclose(res.mu_0.values, res.mu_T.values)
     with pytest.raises(IndexError):
         mfpde.transport(cfg, sample=1)
+    circle = mfpde.load_config(str(ROOT / "demos" / "circle.toml"))
+    with pytest.raises(ConfigError, match="circle"):
+        mfpde.transport(circle)
 
 
 VALUE = {"tokens": {"cells": [60]}, "depth": {"steps": 10}, "heads": {"family": "value", "cells": [40]},

@@ -26,6 +26,7 @@ FIGURES = {
     "demo_deep_ntk": ("ntk.png", False),
     "demo_digits": ("digits.png", False),
     "demo_mpi_run": ("mpi.png", True),
+    "demo_circle": ("circle.png", False),
 }
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -49,6 +49,12 @@ def test_resolved_config_has_only_the_keys_in_use_and_loads_back():
     gauss = _keys(to_toml(mfpde.load_config(SMALL)))
     assert {"data.mean", "data.cov", "data.target"} <= gauss and not gauss & {"data.classes", "data.samples"}
     assert len(_keys(to_toml(digits, only_in_use=False))) == len(schema_keys())
+    circle = mfpde.load_config(str(ROOT / "demos" / "circle.toml"))
+    text = to_toml(circle)
+    keys = _keys(text)
+    assert {"tokens.domain", "tokens.attention", "tokens.cells"} <= keys, keys
+    assert not keys & {"tokens.box", "tokens.cell", "data.mean", "data.classes"}, keys
+    assert to_toml(from_dict(tomllib.loads(text))) == text
 
 
 def _file_data(tempdir: Path) -> Path:

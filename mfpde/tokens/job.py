@@ -45,6 +45,10 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> di
         ConfigError: invalid input (nothing is written).
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
+    if cfg.tokens.domain == "circle":  # theory §8: a replicated 1-D solve (mfpde.tokens.circle_job)
+        from mfpde.tokens.circle_job import circle_transport_job
+
+        return circle_transport_job(cfg, out, comm)
     pb = build(cfg, comm)
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)

@@ -28,7 +28,18 @@ logger = logging.getLogger(__name__)
 
 def _load_checks() -> None:
     """Import the check modules (each registers its checks)."""
-    from mfpde.verify import adjoint, batched, conservation, deep, particles, reach, shallow, training, transport  # noqa: F401
+    from mfpde.verify import (  # noqa: F401
+        adjoint,
+        batched,
+        circle,
+        conservation,
+        deep,
+        particles,
+        reach,
+        shallow,
+        training,
+        transport,
+    )
 
 
 def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:

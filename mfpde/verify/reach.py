@@ -155,7 +155,7 @@ def lagrangian_blocks(x: Array, w: Array, blocks: Sequence[HeadMeasure], T: floa
 
 #: The mixture μ₀ = ½N(−0.8, 0.1) + ½N(0.9, 0.2) and two blocks of different heads (they do not commute).
 MIXTURE = ((0.5, -0.8, 0.1), (0.5, 0.9, 0.2))
-BLOCKS = (HeadMeasure(np.array([0.8]), np.array([0.7])), HeadMeasure(np.array([-0.9, 0.4]), np.array([0.6, -0.3])))
+BLOCKS = (HeadMeasure(np.array([0.8]), np.array([1.0])), HeadMeasure(np.array([-1.2]), np.array([0.6])))
 MIX_BOX = [[-4.3, 5.2]]
 
 

@@ -107,7 +107,8 @@ KINDS: dict[str, str] = {
     "langevin_heads_rate": "slope", "shallow_exponential_rate": "rate [1/s]", "gibbs_fixed_point": "error",
     "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope", "depth_indexed_particles": "slope",
     "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
-    "risk_transport_order": "slope",
+    "risk_transport_order": "slope", "circle_growth_rates": "slope", "circle_mode_selection": "clusters",
+    "circle_particles": "slope", "circle_mass_positivity": "ratio to bound",
 }
 
 

@@ -1,0 +1,124 @@
+"""Plant known bugs one at a time and see which `mfpde verify --quick` checks catch them.
+
+Each plant is a (file, old text, new text) replacement applied in a detached git worktree of HEAD (the source
+tree of the run is never touched), then the named checks run there with ``PYTHONPATH`` pointing at it; a plant
+is caught when verify exits 3 within its budgets. Prints a table bug → check → verdict → the check's detail and
+writes ``out/plant_bugs.json``. Run from the repository root:
+
+    python bench/plant_bugs.py [--only NAME ...]
+
+About 5 minutes on 2 cores for all plants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: name → (file, old, new, checks that must catch it, what the bug is)
+PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
+    "strang_stale_potential": (
+        "mfpde/training/splitting.py",
+        '"transport step")\n            self.risk_potentials()\n',
+        '"transport step")\n',
+        ["risk_transport_order"], "Strang's risk transport: the second Heun stage reuses the first stage's δR/δρ"),
+    "depth_indexed_block_order": (
+        "mfpde/tokens/transport.py",
+        "layer = layers[k // per_layer]", "layer = layers[k % len(layers)]",
+        ["depth_indexed_particles"], "depth-indexed blocks applied in the wrong order (k % L for k // per_layer)"),
+    "depth_indexed_block_order_batched": (
+        "mfpde/tokens/batch.py",
+        "hk, layer = heads[k // per_layer], k // per_layer", "hk, layer = heads[k % len(heads)], k % len(heads)",
+        ["batched_gradient_d2"], "the same in the batched solver (the per-sample one is right)"),
+    "linear_readout_offset_dropped": (
+        "mfpde/tokens/readout.py", "return lambda x: x @ wv + b", "return lambda x: x @ wv",
+        ["offcentre_exact"], "the linear readout's offset b dropped"),
+    "chebyshev_substitution_shift": (
+        "mfpde/tokens/substitution.py", "C[:, 1, 0], C[:, 1, 1] = beta, lam",
+        "C[:, 1, 0], C[:, 1, 1] = 1.01 * beta, lam",
+        ["offcentre_exact"], "the Chebyshev substitution's shift β_k off by 1% (multiplied by 0 on symmetric boxes)"),
+    "interpolated_vjp_weight": (
+        "mfpde/tokens/interpolated.py", "gw += T[0] * self.y[:, 0] + T[1] * self.y[:, 1] - T[2]",
+        "gw += T[0] * self.y[:, 0] + T[1] * self.y[:, 1] - 1.01 * T[2]",
+        ["adjoint_taylor_interpolated"], "the interpolated VJP's mean term off by 1%"),
+    "velocity_components_swapped": (
+        "mfpde/tokens/velocity.py", "vals = lin.tensor.velocity(c)[self.index]",
+        "vals = lin.tensor.velocity(c)[self.index][..., ::-1]",
+        ["gaussian_exact_d2", "offcentre_exact"], "the d = 2 velocity field with its components swapped"),
+    "kl_without_log_z": (
+        "mfpde/params/free_energy.py", "logp = -(f - fmin) / lam - math.log(z)", "logp = -(f - fmin) / lam",
+        ["free_energy_certificate"], "KL(ρ‖p_ρ) without the log Z of the Gibbs density"),
+    "muscl_half_substeps": (
+        "mfpde/params/muscl.py", "max(1, math.ceil(ds / (0.5 * cfl)))", "max(1, math.ceil(ds / cfl))",
+        ["fp_positivity"], "MUSCL sub-step count half as large (sub-steps at the upwind CFL, not half of it)"),
+    "limiter_removed": (
+        "mfpde/tokens/transport.py",
+        "return None if self.tokens.degree == 0 else limit(state, self.tokens.cell_dofs, self.tokens.m)",
+        "return None", ["token_positivity"], "the DG1 positivity limiter removed (the 2-D solve stalls)"),
+    "batched_adjoint_mass": (
+        "mfpde/tokens/batch.py", "Z = P * self.inv_m  # M symmetric", "Z = P * self.inv_m * 1.000001  # M symmetric",
+        ["batched_gradient_d2"], "the batched adjoint's M⁻¹ off by 1e-6"),
+    "rk_transpose_weight": (
+        "mfpde/tokens/rk.py", "pacc[j] = a * q if pacc[j] is None else pacc[j] + a * q",
+        "pacc[j] = a * q if pacc[j] is None else pacc[j] + 1.001 * a * q",
+        ["adjoint_taylor", "batched_gradient_d2"], "a Shu–Osher α of the transposed step off by 1e-3"),
+}
+
+
+def run(name: str, tree: Path) -> dict[str, object]:
+    """Apply one plant in ``tree``, run its checks, undo it."""
+    file, old, new, checks, what = PLANTS[name]
+    path = tree / file
+    text = path.read_text()
+    if text.count(old) != 1:
+        return {"name": name, "what": what, "checks": checks, "caught": None, "detail": "plant site not found"}
+    path.write_text(text.replace(old, new))
+    out = Path(tempfile.mkdtemp(prefix=f"plant-{name}-"))
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mfpde", "verify", "--quick", "--only", *checks, "--out",
+                               str(out)], env=env, cwd=tree, capture_output=True, text=True, timeout=1200)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = -1
+    finally:
+        path.write_text(text)
+    wall = time.perf_counter() - t0
+    rep = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"checks": []}
+    failed = [c["name"] for c in rep["checks"] if not c["passed"]]
+    detail = "; ".join(f"{c['name']}: {c['detail'][:160]}" for c in rep["checks"] if not c["passed"])
+    return {"name": name, "what": what, "checks": checks, "exit": rc, "caught": rc == 3, "failed": failed,
+            "wall_s": round(wall, 1), "detail": detail}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=list(PLANTS))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True,
+                       capture_output=True)
+        try:
+            rows = [run(name, tree) for name in args.only]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    for r in rows:
+        print(f"{r['name']:36s} {'CAUGHT' if r['caught'] else 'MISSED'} exit {r.get('exit')} "
+              f"{r.get('wall_s')} s by {', '.join(r.get('failed') or []) or '—'}")
+    (ROOT / "out").mkdir(exist_ok=True)
+    (ROOT / "out" / "plant_bugs.json").write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["caught"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

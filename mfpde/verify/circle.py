@@ -1,0 +1,239 @@
+"""Checks of the circle solver (theory §9), each against a reference the solver does not produce.
+
+* ``circle_growth_rates``: the growth of modes k = 1..12 from the uniform state, fitted in the linear regime,
+  against the closed form γ_k = k² I_k(β)/β (USA), k² I_k(β)/(β I₀(β)) (SA) (scipy.special.iv), SA and USA at
+  β = 5 and 12. The fitted rate of |μ̂_k| per depth step is the exact growth of SSP-RK3 applied to the
+  semi-discrete rate λ_h: e^{r Δt} = R(λ_h Δt), R(z) = 1 + z + z²/2 + z³/6 (all sub-steps are equal), so λ_h is
+  recovered by inverting R and the error λ_h − γ_k is the spatial error alone. It is measured relative to the
+  fastest rate, max_k |λ_h − γ_k| / max_k γ_k. Expected order in h: the linearised DG operator is the Galerkin
+  (L²-projection) approximation of μ' ↦ −(1/2π) ∂_θ u[μ'], a convolution with the even kernel −G'/2π: a
+  self-adjoint compact operator, whose Galerkin eigenvalues converge like the square of the projection
+  error, O(h^{2(p+1)}) (Babuška–Osborn), and the Gauss quadrature of the kernel is also O(h^{2p+2}). So DG1:
+  order 4; asserted |q − 4| < 0.25 (the tolerance of the house's order checks); the full run also asserts the
+  DG2 error at n = 128 below 1e-6. Nonlinear terms: modes start at ±ε (ε = 1e-9) and the odd part
+  (μ̂(ε) − μ̂(−ε))/2 is fitted, so quadratic interactions cancel and cubic ones are ≲ ε² e^{3γT} ≈ 1e-13.
+* ``circle_mode_selection``: from 24 modes of amplitude 1e-4 with seeded random phases (USA), the number of
+  clusters (maxima above twice the uniform density) once the fastest mode has grown by 3·10⁴ and by 10⁶
+  equals k_max(β) = argmax_k γ_k, at β = 4, 5, 7, 12 (:data:`MODE_BETAS`).
+* ``circle_particles``: W1(μ_T^N, μ_T) between N particles (:mod:`mfpde.tokens.circle_particles`, the Bessel
+  series of the kernel, RK4) and the PDE decays like N^{-1/2}: the slope of the mean over seeds is −1/2 within
+  3 standard errors (:func:`~mfpde.fitting.slope_se`) plus the slope tolerance of the bias (grid of the CDFs and
+  PDE error by Richardson, :func:`~mfpde.fitting.slope_tolerance`).
+* ``circle_mass_positivity``: a clustering run (DG2, β = 5) keeps ∫μ to round-off (≤ 8 n(p+1) ε per sub-step,
+  ε = 2⁻⁵²) and μ_h ≥ −8ε max μ_h at every Gauss and Gauss–Lobatto point.
+
+Each check is bounded: fixed sizes, and a wall-clock budget after which it fails with "budget exceeded".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import scipy.special
+
+from mfpde.fitting import fit_order, fit_rate, richardson_bound, slope_se, slope_tolerance
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.circle import CircleMesh, CircleTransport
+from mfpde.tokens.circle_diag import cdf_density, cdf_points, clusters, fourier, initial_density, w1_circle
+from mfpde.tokens.circle_particles import sample_modes, transport_particles
+from mfpde.verify.registry import Outcome, Series, register
+
+__all__ = ["fitted_rates", "gamma_k"]
+
+#: Wall-clock budget of one check (seconds, quick and full).
+#: Inside each solve (a deadline), the same as the registry's time budget (quick: a quarter): generous, the machine
+#: may be shared (quick runs take ~5–20 s alone).
+BUDGET_S = {True: 180.0, False: 720.0}
+EPS = 2.0**-52
+
+
+class _Budget:
+    """The wall budget of one check: ``spent()`` between runs, ``deadline`` inside a solve (it then raises)."""
+
+    def __init__(self, quick: bool) -> None:
+        self.t0, self.limit = time.perf_counter(), BUDGET_S[quick]
+        self.deadline = self.t0 + self.limit
+
+    def spent(self) -> bool:
+        return time.perf_counter() > self.deadline
+
+
+def gamma_k(k: np.ndarray, beta: float, attention: str) -> np.ndarray:
+    """The closed-form linear growth rates of theory §9 (scipy.special.iv)."""
+    g = k**2 * scipy.special.iv(k, beta) / beta
+    return np.asarray(g / scipy.special.iv(0, beta) if attention == "softmax" else g, dtype=float)
+
+
+def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: float = 1e-9, steps: int = 40,
+                 sub: int = 4, seed: int = 0, deadline: float = math.inf) -> np.ndarray:
+    """The semi-discrete growth rates λ_h of modes 1..K (n cells, DG_p), from two runs at ±ε (see the module)."""
+    k = np.arange(1, K + 1)
+    T = 4.0 / float(gamma_k(k, beta, attention).max())
+    dt = T / (steps * sub)
+    mesh = CircleMesh(n, p)
+    op = CircleTransport(mesh, attention, max_dt=dt * (1 + 1e-9))
+    heads = HeadMeasure(np.array([beta]), np.array([1.0]))
+    phases = np.random.default_rng(seed).uniform(0, 2 * np.pi, K)
+    hat = {}
+    basis = np.exp(-1j * np.outer(k, mesh.nodes.ravel()))
+    for s in (1.0, -1.0):
+        rows = [[float(kk), s * eps, float(ph)] for kk, ph in zip(k, phases, strict=True)]
+        mu = initial_density(mesh, "circle_modes", rows)
+        hist: list[np.ndarray] = []
+        op.solve(mu, heads, T, steps, lambda i, t, u, hist=hist: hist.append(basis @ mesh.weights(u).ravel()),
+                 deadline)
+        hat[s] = np.array(hist)
+    odd = np.abs(hat[1.0] - hat[-1.0]) / 2
+    t = np.linspace(0.0, T, steps + 1)
+    lam = []
+    for j in range(K):
+        r = -fit_rate(t, odd[:, j])
+        roots = np.roots([1 / 6, 1 / 2, 1, 1 - math.exp(r * dt)])
+        z = roots[np.argmin(np.abs(roots.imag) + np.abs(roots.real - r * dt))].real  # R(z) = e^{r dt}
+        lam.append(z / dt)
+    return np.array(lam)
+
+
+@register("circle_growth_rates", "§9 (linear growth)",
+          "closed form γ_k = k² I_k(β)/β (SA: /I₀(β)), scipy.special.iv", budget_s=BUDGET_S[False])
+def check_circle_growth_rates(quick: bool) -> Outcome:
+    """max_k |λ_h − γ_k| / max γ_k at the order 4 of DG1 in h (|q − 4| < 0.25); full: DG2 at n = 128 ≤ 1e-6."""
+    budget = _Budget(quick)
+    cells = [32, 64] if quick else [32, 64, 128]
+    k = np.arange(1, 13)
+    ok, lines, series, qs = True, [], [], []
+    for beta in (5.0, 12.0):
+        for att in ("unnormalised", "softmax"):
+            ex = gamma_k(k, beta, att)
+            errs = [float(np.max(np.abs(fitted_rates(n, 1, beta, att, deadline=budget.deadline) - ex)) / ex.max())
+                    for n in cells]
+            if budget.spent():
+                return Outcome(math.nan, "budget", False, f"budget of {budget.limit:.0f} s exceeded")
+            hs = [2 * math.pi / n for n in cells]
+            q = fit_order(hs, errs)
+            qs.append(q)
+            ok &= abs(q - 4.0) < 0.25
+            tag = f"β={beta:g} {'SA' if att == 'softmax' else 'USA'}"
+            lines.append(f"{tag}: DG1 err {', '.join(f'{e:.2e}' for e in errs)} at n = {cells}, order {q:.2f}")
+            series.append(Series(hs, errs, "cell size h (rad)", 4.0, q, f"DG1 {tag}"))
+            if not quick:
+                e2 = float(np.max(np.abs(fitted_rates(128, 2, beta, att, deadline=budget.deadline) - ex)) / ex.max())
+                ok &= e2 <= 1e-6
+                lines.append(f"{tag}: DG2 n=128 err {e2:.2e} (≤ 1e-6)")
+    worst = max(qs, key=lambda q: abs(q - 4.0))
+    return Outcome(worst, "DG1 |q − 4| < 0.25 (Galerkin eigenvalues, O(h^{2p+2}))" + ("" if quick else
+                   "; DG2 n=128 ≤ 1e-6"), ok, "; ".join(lines), series)
+
+
+def _kmax(beta: float) -> int:
+    k = np.arange(1, 200)
+    return int(k[np.argmax(gamma_k(k, beta, "unnormalised"))])
+
+
+#: β of the mode-selection check: the runner-up rate is at most 0.94 γ_max (β = 4: 0.86, 5: 0.88, 7: 0.94,
+#: 12: 0.94), so the top mode outgrows it by (3·10⁴)^0.06 ≥ 1.9 before the count. Not at β = 16 (0.983: the
+#: order of modes 5 and 6 after growth 10⁶ is decided by the initial phases, and 5 clusters form).
+MODE_BETAS = (4.0, 5.0, 7.0, 12.0)
+
+
+@register("circle_mode_selection", "§9 (k_max clusters)",
+          "argmax_k γ_k of the closed form (scipy.special.iv)", budget_s=BUDGET_S[False])
+def check_circle_mode_selection(quick: bool) -> Outcome:
+    """From 24 random-phase modes of amplitude 1e-4 (USA), k_max(β) clusters at growth 3·10⁴ and 10⁶ of the top mode."""
+    budget = _Budget(quick)
+    n, p = (192, 1) if quick else (256, 2)
+    phases = np.random.default_rng(7).uniform(0, 2 * np.pi, 24)
+    modes = [[k + 1, 1e-4, float(ph)] for k, ph in enumerate(phases)]
+    ok, lines = True, []
+    for beta in MODE_BETAS:
+        km = _kmax(beta)
+        gmax = float(gamma_k(np.array([km]), beta, "unnormalised")[0])
+        mesh = CircleMesh(n, p)
+        op = CircleTransport(mesh, "unnormalised")
+        heads = HeadMeasure(np.array([beta]), np.array([1.0]))
+        mu = initial_density(mesh, "circle_modes", modes)
+        counts = []
+        for growth in (3e4, 1e6):
+            T = math.log(growth) / gmax
+            counts.append(clusters(mesh, op.solve(mu, heads, T, 10, deadline=budget.deadline).mu_T)[0])
+        if budget.spent():
+            return Outcome(math.nan, "budget", False, f"budget of {budget.limit:.0f} s exceeded")
+        ok &= counts == [km, km]
+        lines.append(f"β={beta:g}: k_max {km}, clusters {counts[0]}, {counts[1]}")
+    return Outcome(float(ok), "clusters = k_max(β) at both depths, β = 4, 5, 7, 12", ok, "; ".join(lines))
+
+
+#: The particle check's problem: USA, β = 3, two modes, T = 0.5.
+PART_BETA, PART_T, PART_MODES = 3.0, 0.5, [[1, 0.3, 0.5], [2, 0.2, 1.0]]
+#: RK4 steps of the particles: relative error ~ (γ_max Δt)⁴ = (3.0 · 0.025)⁴ ≈ 3e-5, far below the W1 sampled.
+PART_STEPS = 20
+
+
+def _pde_cdf(n: int, M: int, deadline: float) -> np.ndarray:
+    mesh = CircleMesh(n, 2)
+    rep = CircleTransport(mesh, "unnormalised").solve(initial_density(mesh, "circle_modes", PART_MODES),
+                                                      HeadMeasure(np.array([PART_BETA]), np.array([1.0])), PART_T, 10,
+                                                      deadline=deadline)
+    return cdf_density(mesh, rep.mu_T, M)
+
+
+@register("circle_particles", "§9; §5.3 (finite N)",
+          "independent particle code (Bessel-series force, RK4)", budget_s=BUDGET_S[False])
+def check_circle_particles(quick: bool) -> Outcome:
+    """E W1(μ^N_T, μ_T) ∝ N^{-1/2}: |q + 1/2| ≤ 3 se(q) + the bias's slope tolerance."""
+    budget = _Budget(quick)
+    Ns = [500, 2000, 8000] if quick else [500, 2000, 8000, 32000]
+    R = 8 if quick else 16
+    M = 2**15
+    n = 128 if quick else 256
+    F, F_coarse = _pde_cdf(n, M, budget.deadline), _pde_cdf(n // 2, M, budget.deadline)
+    pde_err = float(richardson_bound([0.0], [w1_circle(F, F_coarse)], 2.0)[0])  # W1(F_256, F_128)/(2² − 1)
+    means, ses = [], []
+    for N in Ns:
+        w = []
+        for r in range(R):
+            th0 = sample_modes(N, PART_MODES, np.random.default_rng(1000 * N + r))
+            thT = transport_particles(th0, PART_BETA, False, PART_T, PART_STEPS)
+            w.append(w1_circle(cdf_points(thT, M), F))
+        if budget.spent():
+            return Outcome(math.nan, "budget", False, f"budget of {budget.limit:.0f} s exceeded")
+        means.append(float(np.mean(w)))
+        ses.append(float(np.std(w, ddof=1) / math.sqrt(R)))
+    q = fit_order(Ns, means)
+    se = slope_se(Ns, means, ses)
+    bias = np.full(len(Ns), math.pi / M + pde_err)
+    tol = 3 * se + slope_tolerance(Ns, means, bias)
+    ok = abs(q + 0.5) <= tol
+    return Outcome(q, f"|q + 0.5| ≤ 3 se + bias = {tol:.3f}", ok,
+                   f"E W1 {', '.join(f'{m:.3e}' for m in means)} (se {', '.join(f'{s:.1e}' for s in ses)}) at "
+                   f"N = {Ns}; slope {q:.3f} ± {se:.3f}; PDE error ≤ {pde_err:.1e} (DG2, Richardson {n // 2}/{n})",
+                   [Series(Ns, means, "particles N", -0.5, q, "E W1(μ^N_T, μ_T)")])
+
+
+@register("circle_mass_positivity", "§9 (conservation, positivity)",
+          "round-off bounds: 8 n(p+1) ε per sub-step", budget_s=BUDGET_S[False])
+def check_circle_mass_positivity(quick: bool) -> Outcome:
+    """|∫μ_T − ∫μ_0| ≤ 8 n(p+1) ε × sub-steps and min μ_h ≥ −8ε max μ_h, through cluster formation (DG2, β = 5)."""
+    n, p = (128, 2) if quick else (256, 2)
+    budget = _Budget(quick)
+    mesh = CircleMesh(n, p)
+    op = CircleTransport(mesh, "unnormalised")
+    mu = initial_density(mesh, "circle_noise", amplitude=0.05, seed=3)
+    mu = np.repeat(mesh.cell_means(mu)[:, None], p + 1, axis=1)
+    peak = [0.0]
+
+    def cb(i: int, t: float, u: np.ndarray) -> None:
+        peak[0] = max(peak[0], float(u.max()))
+
+    rep = op.solve(mu, HeadMeasure(np.array([5.0]), np.array([1.0])), 1.0 if quick else 2.0, 20, cb, budget.deadline)
+    mass_tol = 8 * n * (p + 1) * EPS * rep.substeps
+    min_tol = -8 * EPS * peak[0]
+    ncl = clusters(mesh, rep.mu_T)[0]
+    amp = fourier(mesh, rep.mu_T, 3)
+    ok = rep.mass_error <= mass_tol and rep.min_density >= min_tol and ncl >= 1
+    return Outcome(rep.mass_error, f"mass ≤ {mass_tol:.1e}, min ≥ {min_tol:.1e}", ok,
+                   f"mass error {rep.mass_error:.2e}, min {rep.min_density:.2e} (peak {peak[0]:.3g}), "
+                   f"{rep.substeps} sub-steps, {rep.limited_cells} cells limited, {ncl} clusters, |μ̂_1..3| "
+                   f"{np.round(amp, 3).tolist()}")

@@ -1,0 +1,145 @@
+"""Tokens on the circle (theory §9): the solver against closed forms and an independent particle code.
+
+References the code does not produce: the Bessel-function growth rates γ_k (scipy.special.iv), the pairwise
+particle force (a direct sum), W1 of a point mass to the uniform measure (π/2), the Fourier coefficients of
+the sampled closed-form density, round-off bounds for the mass, and the DOLFINx field's own integral.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from mpi4py import MPI
+
+import numpy as np
+import pytest
+
+from mfpde import config as C
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.circle import CircleMesh, CircleTransport
+from mfpde.tokens.circle_diag import cdf_density, cdf_points, clusters, fourier, initial_density, w1_circle
+from mfpde.tokens.circle_particles import bessel_velocity, dense_velocity, sample_modes
+from mfpde.verify.circle import fitted_rates, gamma_k
+
+DEMO = "demos/circle.toml"
+EPS = 2.0**-52
+
+
+@pytest.mark.parametrize("attention", ["unnormalised", "softmax"])
+def test_growth_rates_against_bessel(attention):
+    """DG1 on 64 cells: the rates of modes 1..12 within 1e-4 of max γ (measured 3.4e-5); DG2 at 1e-6."""
+    k = np.arange(1, 13)
+    ex = gamma_k(k, 5.0, attention)
+    assert np.max(np.abs(fitted_rates(64, 1, 5.0, attention) - ex)) / ex.max() < 1e-4
+    assert np.max(np.abs(fitted_rates(64, 2, 5.0, attention) - ex)) / ex.max() < 1e-6
+
+
+def test_growth_rate_order_dg0():
+    """DG0 (upwind finite volumes): the rate error falls at order 2 = 2(p+1) in h."""
+    from mfpde.fitting import fit_order
+
+    k = np.arange(1, 13)
+    ex = gamma_k(k, 5.0, "unnormalised")
+    ns = [64, 128]
+    errs = [np.max(np.abs(fitted_rates(n, 0, 5.0, "unnormalised") - ex)) for n in ns]
+    assert abs(fit_order([2 * math.pi / n for n in ns], errs) - 2.0) < 0.2
+
+
+@pytest.mark.parametrize("softmax", [False, True])
+def test_bessel_force_equals_the_pairwise_sum(softmax):
+    th = np.random.default_rng(0).uniform(0, 2 * np.pi, 300)
+    a, b = bessel_velocity(th, 5.0, softmax), dense_velocity(th, 5.0, softmax)
+    assert np.max(np.abs(a - b)) < 1e-12 * max(1.0, np.max(np.abs(b)))
+
+
+def test_pde_velocity_equals_the_particle_force_of_its_quadrature():
+    """The FFT velocity at the nodes = the pairwise sum over the Gauss quadrature points of μ_h (weights w h μ)."""
+    mesh = CircleMesh(24, 2)
+    mu = initial_density(mesh, "circle_modes", [[1, 0.4, 0.3], [3, 0.2, 1.0]])
+    for att in ("unnormalised", "softmax"):
+        un, ue, _ = CircleTransport(mesh, att).velocity(mu, HeadMeasure(np.array([4.0]), np.array([1.0])))
+        x, w = mesh.nodes.ravel(), mesh.weights(mu).ravel()
+        d = x[None, :] - x[:, None]
+        e = np.exp(4.0 * np.cos(d))
+        ref = (e * np.sin(d)) @ w / (e @ w if att == "softmax" else 1.0)
+        assert np.max(np.abs(un.ravel() - ref)) < 1e-12 * np.max(np.abs(ref))
+
+
+def test_mass_and_positivity_through_clustering():
+    mesh = CircleMesh(96, 1)
+    op = CircleTransport(mesh, "unnormalised")
+    mu = initial_density(mesh, "circle_noise", amplitude=0.1, seed=1)
+    rep = op.solve(mu, HeadMeasure(np.array([5.0]), np.array([1.0])), 1.0, 10)
+    assert rep.limited_cells > 0  # the limiter was needed
+    assert rep.mass_error <= 8 * mesh.n * 2 * EPS * rep.substeps
+    assert rep.min_density >= -8 * EPS * rep.mu_T.max()
+    assert clusters(mesh, rep.mu_T)[0] >= 1
+
+
+def test_w1_of_a_point_mass_to_uniform():
+    M = 2**14
+    uniform = (np.arange(M) + 0.5) / M
+    assert w1_circle(cdf_points(np.array([1.0]), M), uniform) == pytest.approx(math.pi / 2, abs=4 * math.pi / M)
+    mesh = CircleMesh(64, 2)
+    mu = initial_density(mesh, "circle_modes", [[1, 0.0, 0.0]])
+    assert w1_circle(cdf_density(mesh, mu, M), uniform) < 1e-12
+
+
+def test_sampled_modes_have_the_fourier_coefficients():
+    """|μ̂_k| = a/2 for the density (1/2π)(1 + a cos(k(θ − φ))), sampled and on the mesh."""
+    modes = [[2, 0.6, 0.4]]
+    th = sample_modes(200_000, modes, np.random.default_rng(3))
+    assert abs(np.abs(np.exp(-2j * th).mean()) - 0.3) < 4 / math.sqrt(200_000)
+    mesh = CircleMesh(64, 1)
+    assert fourier(mesh, initial_density(mesh, "circle_modes", modes), 3) == pytest.approx([0, 0.3, 0], abs=1e-6)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("tokens.attention=\"sigmoid\"", "tokens.attention"), ("tokens.cells=[4]", "tokens.cells"),
+    ("data.kind=\"gaussian\"", "data.kind"), ("data.modes=[[1.5, 0.1, 0.0]]", "data.modes[0]"),
+    ("data.modes=[[1, 0.7, 0.0], [2, 0.6, 0.0]]", "data.modes"), ("tokens.domain=\"torus\"", "tokens.domain"),
+    ("heads.family=\"value\"", "heads.family"), ("tokens.degree=9", "tokens.degree")])
+def test_bad_circle_config_is_one_line(override, key):
+    with pytest.raises(C.ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        C.load(DEMO, [override])
+
+
+def test_circle_data_on_a_box_is_refused():
+    with pytest.raises(C.ConfigError, match="data.kind"):
+        C.load("demos/transport_small.toml", ["data.kind=\"circle_noise\""])
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="runs the CLI in a subprocess")
+def test_cli_exit_2_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mfpde", "transport", DEMO, "--out", str(tmp_path / "o"),
+                        "--set", "tokens.attention=\"x\""], capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "tokens.attention" in r.stderr
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
+def test_transport_job_on_the_circle(tmp_path):
+    """The demo at a shorter depth: report keys, K = 32 modes at every output, 3 clusters (k_max(5) = 3), the
+    field's integral over the polygon (chords 2 sin(h/2)) equal to the mass, and the space–depth picture."""
+    from mfpde.io import read_vtx
+    from mfpde.tokens.job import transport_job
+
+    cfg = C.load(DEMO, ["tokens.degree=1", "depth.T=1.5", "depth.steps=30", "output.every=10"])
+    rep = transport_job(cfg, tmp_path)
+    s = rep["samples"][0]
+    assert json.loads((tmp_path / "report.json").read_text())["samples"][0]["clusters_T"] == s["clusters_T"] == 3
+    assert s["fourier"]["k"] == list(range(1, 33)) and s["fourier"]["t"] == pytest.approx([0, 0.5, 1.0, 1.5])
+    assert len(s["fourier"]["abs"]) == 4 and all(len(a) == 32 for a in s["fourier"]["abs"])
+    assert s["mass_error"] < 1e-12 and s["min_density"] > -1e-13 and 0 < s["w1_uniform_T"] < math.pi / 2
+    angles = np.array(s["cluster_angles_T"])
+    assert np.allclose(np.diff(np.concatenate([angles, [angles[0] + 2 * math.pi]])), 2 * math.pi / 3, atol=0.3)
+    f = read_vtx(tmp_path / "fields" / "mu_0.bp")
+    n = cfg.tokens.cells[0]
+    h = 2 * math.pi / n
+    x, c, v = f.points[3][:, :2], f.cells[3], f.values[3]
+    chords = np.linalg.norm(x[c[:, 1]] - x[c[:, 0]], axis=1)  # 2 sin(h/2); read_vtx's integral takes |Δx_1|
+    assert len(f.times) == 4 and len(c) == n and chords == pytest.approx(2 * math.sin(h / 2))
+    assert chords @ v[c].mean(axis=1) * h / (2 * math.sin(h / 2)) == pytest.approx(1.0, abs=1e-9)
+    assert (tmp_path / "plots" / "space_depth_0.png").stat().st_size > 1000
