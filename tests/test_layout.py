@@ -79,3 +79,11 @@ def test_run_returns_a_result(tempdir):
     assert [int(h["step"]) for h in res.history] == [0, 2] and res.report["final"]["risk"] == res.history[-1]["risk"]
     assert set(res.timings) == {"fokker_planck"} and res.timings["fokker_planck"] > 0
     assert set(res.report["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)
+
+
+def test_tests_mirror_the_package():
+    """tests/ mirrors the package: a folder of tests for every subpackage of mfpde, and no test folder without one."""
+    tests = Path(__file__).resolve().parent
+    subpackages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert subpackages == folders, (sorted(subpackages - folders), sorted(folders - subpackages))

@@ -57,7 +57,7 @@ def test_interface_check_names_are_registered():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "interface.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "interface.md").read_text()
     block = text[text.index("Check names (more may be added)"):text.index("Each check also records")]
     names = re.findall(r"`([a-z0-9_]+)`", block)
     assert set(names) == set(CHECKS), (sorted(set(names) - set(CHECKS)), sorted(set(CHECKS) - set(names)))
