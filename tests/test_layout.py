@@ -56,9 +56,12 @@ def test_no_import_cycle():
 
 
 def test_plots_take_arrays():
-    """plots.py imports nothing of mfpde and no solver."""
-    src = (PKG / "plots.py").read_text()
-    assert not _imports(PKG / "plots.py") and "dolfinx" not in src
+    """The plotting modules import nothing of mfpde but each other, and no solver."""
+    mods = {"plots.py", "plot_layout.py", "plot_loss.py"}
+    for name in mods:
+        src = (PKG / name).read_text()
+        assert _imports(PKG / name) <= {f"mfpde.{m[:-3]}" for m in mods}, name
+        assert "dolfinx" not in src, name
 
 
 def test_scheme_registry():
