@@ -79,7 +79,9 @@ class Check:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
         (collective); budget_s: the wall-time budget of the full (not quick) check in seconds on one core;
-        steps: its budget of explicit steps (:mod:`mfpde.budget`).
+        steps: its budget of explicit steps (:mod:`mfpde.budget`); distributed: whether its solves are spread over
+        the ranks (False: each rank computes the same thing alone, on ``COMM_SELF`` or replicated, so the rank
+        count cannot change it and the test suite's MPI pass skips it).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Check:
     run: Callable[[bool], Outcome]
     budget_s: float = DEFAULT_BUDGET_S
     steps: int = DEFAULT_STEPS
+    distributed: bool = True
 
 
 #: The registered checks, in the order of the table.
@@ -116,11 +119,11 @@ CheckFunction = Callable[[bool], Outcome]
 
 
 def register(name: str, section: str, reference: str, budget_s: float = DEFAULT_BUDGET_S,
-             steps: int = DEFAULT_STEPS) -> Callable[[CheckFunction], CheckFunction]:
+             steps: int = DEFAULT_STEPS, distributed: bool = True) -> Callable[[CheckFunction], CheckFunction]:
     """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (budgets as in :class:`Check`)."""
 
     def deco(fn: CheckFunction) -> CheckFunction:
-        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps)
+        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps, distributed)
         return fn
 
     return deco
