@@ -12,10 +12,10 @@ import pytest
 import scipy.linalg
 from roundoff import gamma
 
-pytestmark = pytest.mark.serial  # pure numpy: the rank count cannot change it
-
 from mfpde.fitting import fit_order
 from mfpde.tokens import rk
+
+pytestmark = pytest.mark.serial  # pure numpy: the rank count cannot change it
 
 
 class LinearFlow:
