@@ -1,7 +1,8 @@
 # mfpde: two commands on a fresh machine.
 #   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
-#   make test   builds .venv if missing, then ruff, mypy, pytest, pytest under mpiexec -n 2, and the container test
-#   make test-coretypes   the serial suite again under other CPUs' OpenBLAS kernels (CI runs it too)
+#   make test   builds .venv if missing, then ruff, mypy, the docs, pytest, pytest under mpiexec -n 2, and the container test
+#   make docs   the documentation (Sphinx, warnings are errors) into out/docs/html
+#   make test-coretypes   the round-off tests again under other CPUs' OpenBLAS kernels (CI runs it too)
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ PYTHON312 := $(shell if python3.12 -c 'pass' >/dev/null 2>&1; then echo python3.
 	then echo "$$(pyenv root)/versions/$$v/bin/python3.12"; fi)
 NP ?= 2
 
-.PHONY: run test env clean lint typecheck test-serial test-mpi test-container test-coretypes bench
+.PHONY: run test env clean lint typecheck docs demo-outputs test-serial test-mpi test-container test-coretypes bench
 
 $(BIN)/mfpde: pyproject.toml
 	@test -n "$(PYTHON312)" || { echo "error: python3.12 not found: neither 'python3.12' on PATH runs nor does pyenv have a 3.12 (install Python 3.12)" >&2; exit 2; }
@@ -31,8 +32,9 @@ lint: env
 typecheck: env
 	$(BIN)/mypy
 
+# The serial pass in NP worker processes (pytest-xdist): the tests are independent processes' work, each rank-1.
 test-serial: env
-	$(BIN)/pytest -m "not container" --junitxml=out/junit-serial.xml
+	$(BIN)/pytest -n $(NP) -m "not container" --junitxml=out/junit-serial.xml
 
 test-mpi: env
 	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "not serial and not container" -p no:cacheprovider \
@@ -41,7 +43,14 @@ test-mpi: env
 test-container: env
 	$(BIN)/pytest -m container --junitxml=out/junit-container.xml
 
-test: lint typecheck test-serial test-mpi test-container
+docs: env
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs out/docs/html
+
+# the demos' printed output and figures of their quick runs, stored for the docs (a few minutes)
+demo-outputs: env
+	$(BIN)/python docs/store_demo_outputs.py
+
+test: lint typecheck docs test-serial test-mpi test-container
 
 # The round-off tests (marker ``roundoff``: their assertions are bounds of tests/roundoff.py, what another CPU's
 # rounding can change; tests/conftest.py marks them) under other CPUs' OpenBLAS kernels (OPENBLAS_CORETYPE):
@@ -52,9 +61,9 @@ test: lint typecheck test-serial test-mpi test-container
 OPENBLAS_FIXED = $$($(BIN)/python -c "import scipy_openblas64 as s; print(s.get_lib_dir())")/libscipy_openblas64_.so
 test-coretypes: env
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Prescott OMP_NUM_THREADS=1 \
-		$(BIN)/pytest -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
+		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell \
-		$(BIN)/pytest -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
+		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
 
 bench: env
 	$(BIN)/python bench/run_all.py

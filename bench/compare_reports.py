@@ -1,6 +1,6 @@
 """Rerun the reference jobs and compare their outputs with a recorded baseline (issue 10).
 
-The jobs are the default run (shrunk as in ``tests/test_coupling.py``), the README's 1-D Gaussian
+The jobs are the default run (shrunk as in ``tests/training/test_coupling.py``), the README's 1-D Gaussian
 example, ``mfpde transport`` on every ``demos/*.toml``, the demo script, and shrunk runs that reach the
 other code paths a refactoring touches (Strang splitting, depth-indexed and shallow models, Tikhonov
 regularisation, a numerical failure, ``--resume``), serially and on 2 ranks where it matters.

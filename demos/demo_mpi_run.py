@@ -77,7 +77,7 @@ else:
 if comm.rank == 0:
     reports = [json.loads((d / "report.json").read_text()) for d in dirs]
     rows = [np.genfromtxt(d / "history.csv", delimiter=",", names=True) for d in dirs]
-    keys = ["risk", "free_energy", "entropy", "mass_rho", "grad_norm", "kl_gibbs"]
+    keys = ["risk", "free_energy", "neg_entropy", "mass_rho", "grad_norm", "kl_gibbs"]
     diff = {k: float(np.max(np.abs(rows[0][k] - rows[1][k]) / np.maximum(np.abs(rows[0][k]), 1e-300)))
             for k in keys}
     final = [np.hstack([np.ravel(rep["final"][k]) for k in ("risk", "free_energy", "rho_mean", "rho_cov")])

@@ -46,7 +46,7 @@ logger = logging.getLogger("mfpde")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mfpde", description="Finite elements for the mean-field transformer: token transport in depth, "
-        "adjoint, and training of the head distribution (see README.md and docs/interface.md).")
+        "adjoint, and training of the head distribution (see README.md and docs/user-guide.md).")
     p.add_argument("--version", action="version", version=f"mfpde {__version__}")
     sub = p.add_subparsers(dest="command")
     common = argparse.ArgumentParser(add_help=False)

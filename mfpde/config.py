@@ -8,7 +8,7 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 from __future__ import annotations
 
 import copy
-import dataclasses
+import difflib
 import math
 import re
 import tomllib
@@ -24,7 +24,7 @@ from mfpde.errors import ConfigError
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 
-__all__ = ["Config", "ConfigError", "from_dict", "load", "to_toml", "validate"]
+__all__ = ["Config", "ConfigError", "from_dict", "load", "suggest", "validate"]
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,8 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     sections: dict[str, Any] = {}
     for name, table in raw.items():
         if name not in hints or name == "source":
-            raise ConfigError(f"unknown config section [{name}]")
+            known = [h for h in hints if h != "source"]
+            raise ConfigError(f"unknown config section [{name}]{suggest(name, known, fmt='[{}]')}")
         if not isinstance(table, dict):
             raise ConfigError(f"[{name}] must be a table")
         fhints = typing.get_type_hints(cls := hints[name])
@@ -202,7 +203,8 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
         for key, value in table.items():
             attr = _ALIASES.get((name, key), key)
             if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
-                raise ConfigError(f"unknown config key {name}.{key}")
+                known = [_ALIASES_BACK.get((name, f), f) for f in fhints]
+                raise ConfigError(f"unknown config key {name}.{key}{suggest(key, known, name + '.')}")
             kwargs[attr] = _check_type(f"{name}.{key}", value, fhints[attr])
         if name == "heads" and not kwargs.get("mesh"):  # family-dependent defaults (deep copies)
             fam = FAMILY_DEFAULTS.get(kwargs.get("family", "scalar"), {})
@@ -211,6 +213,12 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     cfg = Config(**sections, source=source)
     validate(cfg)
     return cfg
+
+
+def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
+    """``"; did you mean X?"`` for the closest of ``known`` to a misspelt ``word`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{fmt.format(close[0])}?" if close else ""
 
 
 def _require(cond: bool, key: str, msg: str) -> None:
@@ -373,27 +381,3 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         table[keys[-1]] = value
     return from_dict(raw, source=source)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    return repr(v)
-
-
-def to_toml(cfg: Config) -> str:
-    """The resolved config as TOML text (round-trips through :func:`from_dict`)."""
-    lines = []
-    for f in (f for f in dataclasses.fields(cfg) if f.name != "source"):
-        lines.append(f"[{f.name}]")
-        for g in dataclasses.fields(getattr(cfg, f.name)):
-            key = _ALIASES_BACK.get((f.name, g.name), g.name)
-            lines.append(f"{key} = {_toml_value(getattr(getattr(cfg, f.name), g.name))}")
-        lines.append("")
-    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""The job's environment on clusters and in containers (issue 15): checked or fixed before anything runs.
+"""The job's environment on clusters and in containers: checked or fixed before anything runs.
 
 Called by :mod:`mfpde.cli` only (the library never changes the process environment):
 
@@ -10,7 +10,7 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
 * :func:`private_caches`: FFCx's JIT cache (``$XDG_CACHE_HOME/fenics``) and matplotlib's config dir need a
   writable directory; with a read-only home they go to ``$TMPDIR/mfpde-cache-<uid>`` (one log line). Must
   run before ``dolfinx`` and ``matplotlib`` are imported (they read the variables at import).
-* :func:`blas_threads`: one BLAS thread per rank under MPI (threadpoolctl), unless the user set
+* :func:`blas_threads`: one BLAS thread per rank, serially and under MPI (threadpoolctl), unless the user set
   ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``MFPDE_BLAS_THREADS``.
 * :func:`keep_freed_memory`: glibc's malloc keeps freed blocks up to 256 MiB for reuse instead of returning
   them to the kernel, unless the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_``.
@@ -72,7 +72,7 @@ def check_launcher(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None =
             raise ConfigError(
                 f"the launcher started {n} tasks ({var}={n}) but MPI sees 1 rank: the launcher does not match "
                 "mfpde's MPI (MPICH); use the venv's mpiexec, or srun --mpi=pmi2, or a site MPICH-ABI MPI "
-                "(README: Clusters); MFPDE_ALLOW_SINGLETON=1 runs independent serial copies anyway")
+                "(docs: user guide, Clusters); MFPDE_ALLOW_SINGLETON=1 runs independent serial copies anyway")
 
 
 def _writable(d: Path) -> bool:
@@ -115,22 +115,33 @@ def private_caches(env: os._Environ[str] | dict[str, str] | None = None) -> Path
 
 @contextlib.contextmanager
 def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = None) -> Iterator[int | None]:
-    """Limit BLAS to one thread per rank under MPI while the block runs (threadpoolctl).
+    """Limit BLAS to one thread per rank (serially too) while the block runs (threadpoolctl).
+
+    Measured (``bench/bench_threads.py``, docs: benchmarks): OpenBLAS's default of one thread per core made a
+    serial ``mfpde run`` 1.1-5x slower on 2 cores, and far slower when another process used a core; the
+    products mfpde makes are too small for a second thread to pay. numpy's and scipy's BLAS are loaded first,
+    so that both are limited (a library loaded later, inside the block, would keep its default).
+
+    Args:
+        comm: the ranks (every rank limits its own process).
+        env: the environment to read (default ``os.environ``).
 
     Yields:
-        The limit set (1), or None: a single rank, or a thread count chosen by the user (``THREAD_VARS``;
-        ``MFPDE_BLAS_THREADS=N`` sets N).
+        The limit set (1, or N from ``MFPDE_BLAS_THREADS=N``), or None when the user chose the thread count
+        with ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS`` (then left alone).
     """
     env = dict(os.environ) if env is None else env
     if "MFPDE_BLAS_THREADS" in env:
         limit: int | None = int(env["MFPDE_BLAS_THREADS"]) if env["MFPDE_BLAS_THREADS"].isdigit() else None
-    elif comm.size > 1 and not any(v in env for v in THREAD_VARS):
+    elif not any(v in env for v in THREAD_VARS):
         limit = 1
     else:
         limit = None
     if limit is None:
         yield None
         return
+    import numpy  # noqa: F401  (load the BLAS libraries mfpde uses, so that threadpoolctl sees them)
+    import scipy.linalg  # noqa: F401
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=limit, user_api="blas"):

@@ -253,7 +253,7 @@ class VTXField:
     cells: list[np.ndarray]
 
     def integral(self, k: int) -> float:
-        """∫ of snapshot k: Σ_cells |K| × (cell value, or the mean of its vertex values).
+        """∫ of snapshot k: Σ_cells ``|K|`` × (cell value, or the mean of its vertex values).
 
         Exact for DG0, for P1/DG1 on intervals and triangles, and for bilinear fields on parallelograms
         (box meshes).
@@ -271,7 +271,7 @@ class VTXField:
 def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
     """Read a field of an mfpde ``.bp`` file (``fields/rho.bp``, ``fields/mu_<i>.bp``, ...) into numpy.
 
-    Needs the ``adios2`` wheel (``pip install adios2``, in the ``[test]`` extra); DOLFINx is imported first,
+    Needs the ``adios2`` wheel (a dependency of mfpde); DOLFINx is imported first,
     because the wheel's ADIOS2 library loaded before DOLFINx's breaks the latter. Serial: call it on one rank.
 
     Args:

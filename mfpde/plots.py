@@ -1,4 +1,4 @@
-"""PNG plots of a run (matplotlib, Agg backend): loss.png, rho.png, tokens.png (interface.md, issue 13).
+"""PNG plots of a run (matplotlib, Agg backend): loss.png, rho.png, tokens.png (interface.md).
 
 Plots take arrays and never solve: the run driver hands in what it computed at an output step. Each figure is
 built by a function returning the :class:`matplotlib.figure.Figure` (``loss_figure``, ``rho_figure``,
@@ -10,7 +10,6 @@ no layout engine), ticks on the outer panels of a grid only: text layout and tic
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+from mfpde.plot_layout import _aspect, _figure, _outer_ticks, _place
+from mfpde.plot_loss import loss_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -69,127 +71,6 @@ class TokenSeries:
     weights: list[Array] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     yhat: list[float] = field(default_factory=list)
-
-
-def _col(history: list[dict[str, float]], key: str) -> Array | None:
-    return np.array([h[key] for h in history], dtype=float) if history and key in history[0] else None
-
-
-def _figure(width: float, height: float) -> Figure:
-    """A figure of that size in inches, outside pyplot (no figure manager; ``_save`` closes it all the same)."""
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height))
-
-
-def _place(fig: Figure, x: float, y: float, w: float, h: float) -> Axes:
-    """An axis with its lower left corner at (x, y) and size w × h, all in inches from the figure's lower left."""
-    W, H = fig.get_size_inches()
-    return fig.add_axes((x / W, y / H, w / W, h / H))
-
-
-def _outer_ticks(ax: Axes, x: bool, y: bool, nbins: int = 4) -> None:
-    """At most nbins + 1 ticks on the x (y) axis of an outer panel of a grid of panels, none on an inner one."""
-    from matplotlib.ticker import MaxNLocator, NullLocator
-
-    for show, axis in ((x, ax.xaxis), (y, ax.yaxis)):
-        axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]) if show else NullLocator())
-
-
-def _log_minor(ax: Axes) -> None:
-    """Over more than 1.5 decades (minor ticks unlabelled), minor ticks and grid lines at 2 and 5 × 10^k only."""
-    from matplotlib.ticker import LogLocator
-
-    lo, hi = ax.get_ylim()
-    if lo > 0 and hi / lo > 10**1.5:
-        ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-
-
-def _aspect(points: Array) -> float:
-    """Height over width of the bounding box of 2-D points, within [0.5, 2] (panels of that shape)."""
-    ext = np.ptp(points, axis=0)
-    return float(np.clip(ext[1] / ext[0], 0.5, 2.0)) if ext[0] > 0 and ext[1] > 0 else 1.0
-
-
-def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: float = 0.0,
-                certificate: bool = False) -> Figure:
-    """Risk, F − F* and λ KL(ρ_s ‖ p_ρ_s) on a log scale, and (classification) risks and accuracies.
-
-    The gap is F(ρ_s) − min_s F(ρ_s): F* ≤ min F, so it is a lower bound of F − F*; λ KL is an upper bound
-    where the certificate of theory §5.4 holds (single-layer entropic model). The theoretical rate line
-    is drawn only where ``rate["theory"]`` is not None, from λ KL(ρ_0 ‖ p_ρ_0) (or the first gap).
-
-    Args:
-        history: the history rows (``s``, ``risk``, ``free_energy``; optional ``kl_gibbs``,
-            ``train_accuracy``, ``test_accuracy``, ``test_risk``).
-        rate: the report's ``rate`` block (``fitted``, ``theory``, ``theory_kind``).
-        lam: λ, the entropy weight.
-        certificate: whether λ KL bounds F − F* (theory §5.4 applies).
-
-    Returns:
-        The figure: one axis, or two (plus a twin) with the classification columns.
-    """
-    s = _col(history, "s")
-    assert s is not None
-    acc = _col(history, "train_accuracy")
-    # inches: 1.0 left of each panel (log tick labels and y label), 0.6 below (x label; 0.9 with the second
-    # panel's legend under it), 0.35 above (title), 0.8 right of the second panel (accuracy axis)
-    w, bottom = 5.0, 0.9 if acc is not None else 0.6
-    h = 4.6 - bottom - 0.35
-    fig = _figure(13.0 if acc is not None else 6.4, 4.6)
-    ax = _place(fig, 1.0, bottom, w, h)
-    risk, F, kl = _col(history, "risk"), _col(history, "free_energy"), _col(history, "kl_gibbs")
-    assert risk is not None and F is not None
-    ax.semilogy(s, np.maximum(risk, 1e-300), "o-", ms=3, label="risk R(ρ_s)")
-    gap = F - F.min()
-    ok = gap > 0
-    if ok.any():
-        ax.semilogy(s[ok], gap[ok], "s-", ms=3, label="F(ρ_s) − min_s F  (≤ F − F*)")
-    anchor = gap[ok][0] if ok.any() else math.nan
-    if kl is not None and lam > 0:
-        cert = lam * kl
-        what = "certificate λ·KL(ρ_s ‖ p_ρs)  (≥ F − F*, theory §5.4)" if certificate else "λ·KL(ρ_s ‖ p_ρs)"
-        good = cert > 0
-        ax.semilogy(s[good], cert[good], "^-", ms=3, label=what)
-        if certificate and good.any():
-            anchor = cert[good][0]
-    s0 = s[ok][0] if ok.any() else s[0]
-    c = rate.get("fitted")
-    if c is not None and math.isfinite(c) and ok.any():
-        ax.semilogy(s, gap[ok][0] * np.exp(-c * (s - s0)), "--", label=f"fitted rate: e^(−{c:.3g} s)")
-    c = rate.get("theory")
-    if c is not None and math.isfinite(c) and math.isfinite(anchor):
-        kind = str(rate.get("theory_kind", "theory"))
-        ax.semilogy(s, anchor * np.exp(-c * (s - s0)), ":", lw=2,
-                    label=f"theory: e^(−{c:.3g} s)\n({kind[:60]})")
-    ax.set_xlabel("training time s (non-dimensional)")
-    ax.set_ylabel("risk, free-energy gap (non-dimensional, log)")
-    ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})", y=1.0)  # y: not auto-placed
-    ax.grid(True, which="both", alpha=0.3)
-    _log_minor(ax)
-    ax.legend(fontsize=7, loc="best")
-    if acc is not None:
-        ax = _place(fig, 7.2, bottom, w, h)
-        test_risk, test_acc = _col(history, "test_risk"), _col(history, "test_accuracy")
-        ax.semilogy(s, np.maximum(risk, 1e-300), "o-", ms=3, color="C0", label="train risk")
-        if test_risk is not None:
-            ax.semilogy(s, np.maximum(test_risk, 1e-300), "o--", ms=3, color="C1", label="test risk")
-        _log_minor(ax)
-        ax.set_xlabel("training time s (non-dimensional)")
-        ax.set_ylabel("risk ½(ŷ − y)² (mean, log)")
-        ax2 = ax.twinx()
-        ax2.plot(s, acc, "s-", ms=3, color="C2", label="train accuracy")
-        if test_acc is not None:
-            ax2.plot(s, test_acc, "s--", ms=3, color="C3", label="test accuracy")
-        ax2.axhline(0.5, color="grey", lw=0.8, ls=":")
-        ax2.set_ylim(0.0, 1.02)
-        ax2.set_ylabel("accuracy (fraction, chance 0.5)")
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.52 / h), ncol=4)
-        ax.set_title("held-out and training risk, accuracy", y=1.0)
-        ax.grid(True, alpha=0.3)
-    return fig
 
 
 def _refined(points: Array, values: Array, n: int = 128) -> tuple[Box, Array]:

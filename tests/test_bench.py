@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_langevin  # noqa: E402
 import bench_particles  # noqa: E402
 import bench_run  # noqa: E402
+import bench_threads  # noqa: E402
 import bench_training_step  # noqa: E402
 import digit_pairs  # noqa: E402
 
@@ -82,3 +83,16 @@ def test_measure_fit_against_least_squares():
     assert abs(np.abs(c).sum() - vmax) <= 1e-8 * vmax and risk(c) <= risk(0.3 * c_ls) + 1e-12
     assert np.array_equal(digit_pairs.measure_fit(b, F, y, 0.0), np.zeros(5)) or np.abs(
         digit_pairs.measure_fit(b, F, y, 0.0)).sum() <= 1e-12
+
+
+def test_bench_threads_settings_give_the_same_run():
+    """bench_threads: 1 or 2 BLAS threads and any batch size train the same ρ (the same final risk to 1e-12);
+    the busy process of the loaded rows is gone after its block."""
+    base = bench_threads.one_run("1", 8, 1)
+    for threads, batch in (("2", 8), ("default", 4)):
+        wall, risk = bench_threads.one_run(threads, batch, 1)
+        assert wall > 0 and risk == pytest.approx(base[1], rel=1e-12), (threads, batch)
+    assert bench_threads.one_run("1", 8, 2)[1] != base[1]  # the steps do reach the run
+    with bench_threads.Busy() as busy:
+        assert busy.proc.poll() is None
+    assert busy.proc.poll() is not None

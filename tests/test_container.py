@@ -1,4 +1,4 @@
-"""The Docker image, built and run for real: `.ci/docker-smoke` with rootful podman (shared/containers.md).
+"""The Docker image, built and run for real: `.ci/docker-smoke` with rootful podman (see the script for why each step).
 
 The script builds the image from the Dockerfile on a Debian trixie stand-in base, then runs a small
 `mfpde run` (the main job, shrunk) in it serially and under `mpiexec -n 2`, and checks each report.json.

@@ -204,6 +204,29 @@ def test_one_blas_thread_per_rank_under_mpi(tmp_path, env, expected):
     assert all(s["blas_threads"] == expected for s in seen), seen
 
 
+THREADS_SERIAL = THREADS.replace("    from threadpoolctl import threadpool_info\n",
+                                 "    import scipy.linalg  # noqa: F401  (every BLAS a run loads)\n"
+                                 "    from threadpoolctl import threadpool_info\n")
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize(("env", "expected"), [({}, 1), ({"OPENBLAS_NUM_THREADS": "2"}, 2),
+                                               ({"OMP_NUM_THREADS": "2"}, 2), ({"MFPDE_BLAS_THREADS": "2"}, 2)])
+def test_one_blas_thread_serially_unless_the_user_chose(tmp_path, env, expected):
+    """A single-rank run left OpenBLAS at one thread per core (2 here), 1.1-5x slower than one thread
+    (bench/bench_threads.py); now 1, unless the user chose. Every BLAS library the run loaded counts."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: OpenBLAS's default is already one thread")
+    base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                                               "MKL_NUM_THREADS", "MFPDE_BLAS_THREADS",
+                                                               "LD_PRELOAD", "OPENBLAS_CORETYPE")}
+    cmd = [sys.executable, "-c", THREADS_SERIAL.format(out=str(tmp_path / "out"), record=str(tmp_path / "threads"))]
+    r = subprocess.run(cmd, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    (seen,) = [json.loads(f.read_text()) for f in tmp_path.glob("threads-*.json")]
+    assert seen["blas_threads"] == expected, seen
+
+
 @pytest.mark.serial
 @pytest.mark.parametrize("n", [2, 3])
 def test_lock_is_agreed_under_mpi(tmp_path, n):

@@ -56,9 +56,12 @@ def test_no_import_cycle():
 
 
 def test_plots_take_arrays():
-    """plots.py imports nothing of mfpde and no solver."""
-    src = (PKG / "plots.py").read_text()
-    assert not _imports(PKG / "plots.py") and "dolfinx" not in src
+    """The plotting modules import nothing of mfpde but each other, and no solver."""
+    mods = {"plots.py", "plot_layout.py", "plot_loss.py"}
+    for name in mods:
+        src = (PKG / name).read_text()
+        assert _imports(PKG / name) <= {f"mfpde.{m[:-3]}" for m in mods}, name
+        assert "dolfinx" not in src, name
 
 
 def test_scheme_registry():
@@ -76,3 +79,11 @@ def test_run_returns_a_result(tempdir):
     assert [int(h["step"]) for h in res.history] == [0, 2] and res.report["final"]["risk"] == res.history[-1]["risk"]
     assert set(res.timings) == {"fokker_planck"} and res.timings["fokker_planck"] > 0
     assert set(res.report["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)
+
+
+def test_tests_mirror_the_package():
+    """tests/ mirrors the package: a folder of tests for every subpackage of mfpde, and no test folder without one."""
+    tests = Path(__file__).resolve().parent
+    subpackages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert subpackages == folders, (sorted(subpackages - folders), sorted(folders - subpackages))

@@ -78,12 +78,13 @@ def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
         assert c["tmp"] == [], c["tmp"]  # written through a temporary file, renamed into place
         assert all(h > 200 and w > 400 for h, w in c["shapes"].values()), c["shapes"]
         if "loss" in c["figures"]:
-            # loss: risk panel + risk/accuracy panel + its twin axis (digits); certificate curve, no theory line
-            # (deep model: report rate.theory is null)
-            assert c["axes"]["loss"] == 3, c["axes"]
-            assert any("KL" in lab for lab in c["loss_labels"][0]), c["loss_labels"]
-            assert not any(lab.startswith("theory") for lab in c["loss_labels"][0]), c["loss_labels"]
-            assert {"test accuracy", "train accuracy", "test risk"} <= {*c["loss_labels"][1], *c["loss_labels"][2]}
+            # loss: risk panel + its twin (F itself: the deep model's F* is unknown) + risk/accuracy panel + its
+            # twin (digits); no theory line (deep model: report rate.theory is null)
+            assert c["axes"]["loss"] == 4, c["axes"]
+            labels = {lab for ax in c["loss_labels"] for lab in ax}
+            assert "free energy F(ρ_s)" in labels and not any("F*" in lab for lab in labels), labels
+            assert not any(lab.startswith("theorem") for lab in labels), labels
+            assert {"test accuracy", "train accuracy", "test risk"} <= labels
         if "rho" in c["figures"]:
             # rho: one panel per snapshot so far (≤ 4) + the Gibbs measure, each with its colour bar
             n_snap = min(c["step"] + 1, plots.N_RHO_PANELS)
@@ -167,17 +168,49 @@ def _history(m, classification=True):
     return rows
 
 
-def test_loss_figure_draws_the_theory_rate_only_where_given():
-    rate = {"fitted": None, "theory": 0.2, "theory_kind": "2 λ₂"}
+def _labels(fig):
+    return [lab for ax in fig.axes for lab in ax.get_legend_handles_labels()[1]]
+
+
+def test_loss_figure_draws_the_theory_rate_only_where_given_and_informative():
+    rate = {"fitted": None, "converged": True, "theory": 0.2, "theory_kind": "2 λ₂"}
     fig = plots.loss_figure(_history(6), rate, lam=0.01, certificate=True)
-    labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert any(lab.startswith("theory") for lab in labels) and any("certificate" in lab for lab in labels), labels
+    labels = _labels(fig)
+    assert any(lab.startswith("theorem's rate") for lab in labels) and any("certificate" in lab for lab in labels)
     assert "training time s" in fig.axes[0].get_xlabel() and fig.axes[0].get_yscale() == "log"
     plt.close(fig)
+    # the bound 3e-81 predicts no visible decay over s <= 2.5: not drawn, and the title says so
+    fig = plots.loss_figure(_history(6), {**rate, "theory": 3e-81}, lam=0.01, certificate=True)
+    assert not any(lab.startswith("theorem's rate") for lab in _labels(fig)), _labels(fig)
+    assert "not drawn (uninformative" in fig.axes[0].get_title(), fig.axes[0].get_title()
+    plt.close(fig)
     fig = plots.loss_figure(_history(6, classification=False), {"fitted": None, "theory": None})
-    labels = fig.axes[0].get_legend_handles_labels()[1]
-    assert len(fig.axes) == 1 and not any(lab.startswith("theory") for lab in labels), labels
+    labels = _labels(fig)
+    assert not any(lab.startswith("theorem") for lab in labels), labels
     assert not any("KL" in lab for lab in labels), labels  # λ = 0: no certificate
+    plt.close(fig)
+
+
+def test_loss_figure_plots_f_itself_when_f_star_is_unknown():
+    """It plotted F − min_s F, which falls to zero by construction; now F − F* only where F* is known."""
+    h = _history(6, classification=False)
+    fig = plots.loss_figure(h, {"fitted": None, "theory": None}, lam=0.05, certificate=False)
+    labels = _labels(fig)
+    assert "free energy F(ρ_s)" in labels and not any("F*" in lab and "−" in lab for lab in labels), labels
+    assert "F* unknown" in fig.axes[0].get_title()
+    (line,) = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "free energy F(ρ_s)"]
+    np.testing.assert_array_equal(line.get_ydata(), [r["free_energy"] for r in h])  # F itself, not a gap
+    plt.close(fig)
+    # the certificate holds but has not converged: F and the band [F_S - λ KL_S, F_S] that holds F*
+    fig = plots.loss_figure(h, {"fitted": None, "converged": False, "theory": None}, lam=0.05, certificate=True)
+    assert any("F* lies here" in lab for lab in _labels(fig)) and "F* not reached" in fig.axes[0].get_title()
+    plt.close(fig)
+    # converged: F − F(ρ_S) on the rows where it exceeds 10 λ KL_S, which is F − F* to within 10 %
+    fig = plots.loss_figure(h, {"fitted": 0.5, "converged": True, "theory": None}, lam=0.05, certificate=True)
+    (gap,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("F(ρ_s) − F*")]
+    F = np.array([r["free_energy"] for r in h])
+    cert = 0.05 * np.array([r["kl_gibbs"] for r in h])
+    np.testing.assert_allclose(gap.get_ydata(), (F - F[-1])[F - F[-1] >= 10 * cert[-1]])
     plt.close(fig)
 
 

@@ -154,6 +154,16 @@ def _negligible(heads: HeadMeasure) -> npt.NDArray[np.bool_]:
     return np.abs(heads.c) <= 1e-16 * np.abs(heads.c).sum()
 
 
+def active_heads(heads: HeadMeasure, linearize: bool) -> tuple[Array, Array]:
+    """The (a, c) a velocity evaluation takes, shapes (N_active,).
+
+    Every head when linearised (the VJP needs ∂/∂c_k of all of them), else the heads that are not negligible
+    (:func:`_negligible`).
+    """
+    keep = np.ones(len(heads.a), bool) if linearize else ~_negligible(heads)
+    return heads.a[keep], heads.c[keep]
+
+
 #: The Chebyshev degrees tried, doubling, by the d = 1 interpolants (forward and VJP).
 CHEBYSHEV_DEGREES = (16, 32, 64, 128, 256, 512)
 

@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from mfpde.errors import NumericalError
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.attention import HeadMeasure, active_heads
 from mfpde.tokens.readout import Readout
 from mfpde.tokens.separable import TensorSoftmax
 from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
@@ -98,8 +98,7 @@ class BatchTransport:
         Raises:
             BatchDeclined: a row without mass, or heads without shared factors (solve those samples one by one).
         """
-        keep = np.ones(len(heads.a), bool) if linearize else np.abs(heads.c) > 1e-16 * np.abs(heads.c).sum()
-        a, c = heads.a[keep], heads.c[keep]
+        a, c = active_heads(heads, linearize)
         S = len(U)
         if not len(a):
             return np.zeros((S, self.vel.x.size)), None

@@ -161,7 +161,7 @@ def linear_rate_bound(a: Array, c: Array, attention: str) -> float:
     return lam
 
 
-class CircleTransport:
+class CircleTransport(rk.SingleRow):
     """Upwind DG_p on the circle with FFT attention kernels: the :class:`mfpde.tokens.rk.SubstepOperator`.
 
     Args:
@@ -268,17 +268,8 @@ class CircleTransport:
             lim = self.cfl * m.w_lobatto * m.h / vmax if vmax > 0 else math.inf
         return np.array([min(lim, cap)])
 
-    def take(self, state: Array, idx: npt.NDArray[np.int64]) -> Array:
-        """One row: the state itself."""
-        return state
 
-    def put(self, state: Array, idx: npt.NDArray[np.int64], rows: Array) -> Array:
-        """One row: the new state."""
-        return rows
 
-    def step_size(self, h: Array) -> float:
-        """One row: the float step."""
-        return float(h[0])
 
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, mu: Array, heads: HeadMeasure, T: float, steps: int, callback: Any = None,

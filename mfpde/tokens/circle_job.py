@@ -23,7 +23,8 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import __version__
-from mfpde.config import Config, to_toml
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.attention import HeadMeasure

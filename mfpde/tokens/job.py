@@ -1,13 +1,15 @@
 """The ``transport`` job (interface.md): every sample μ_0^i transported to μ_T^i under ρ₀, and its report.
 
 Built by :func:`mfpde.problem.build` (one token mesh distributed over all ranks); writes ``config.toml``,
-``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json`` into DIR.
+``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps), ``plots/tokens.png`` (μ_0 and μ_T of the first
+samples) and ``report.json`` into DIR.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +19,18 @@ import dolfinx.fem
 import numpy as np
 
 from mfpde import __version__
-from mfpde.config import Config, to_toml
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.plots import TokenSeries, plot_run
 from mfpde.problem import Problem, build
 from mfpde.tokens.data import fill_density
 from mfpde.tokens.shallow import solve_shallow
 from mfpde.tokens.transport import TransportReport
 
-__all__ = ["run_transport", "sample_report", "transport_job"]
+__all__ = ["run_transport", "sample_report", "transport_job", "transport_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,30 +87,78 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
     return report
 
 
-def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict[str, Any]]) -> None:
-    """Transport each sample in turn, appending its report block to ``samples``."""
+def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
+                     on_initial: Callable[[dolfinx.fem.Function], None] | None = None
+                     ) -> tuple[dolfinx.fem.Function, TransportReport]:
+    """Transport sample ``i`` (of ``pb.train + pb.test``) to depth T under ρ₀ (collective over ``pb.comm``).
+
+    Args:
+        pb: the problem (:func:`mfpde.problem.build`).
+        i: the sample's index in ``pb.train + pb.test``.
+        writer_path: if given, μ_t is written there (a ``.bp`` directory) every ``output.every`` depth steps.
+        on_initial: called with μ_0 before it is transported (e.g. to copy it).
+
+    Returns:
+        μ_T (a DG function on the token mesh, a density: mass per unit volume) and the solve's report.
+
+    Raises:
+        NumericalError: the solve failed.
+    """
     cfg, tokens = pb.cfg, pb.tokens
+    u = dolfinx.fem.Function(tokens.W, name="mu")
+    fill_density((pb.train + pb.test)[i], u, tokens.mass)
+    if on_initial is not None:
+        on_initial(u)
+    writer = None
+    if writer_path is not None:
+        writer = FieldWriter(pb.comm, writer_path, [u])
+        writer.write(0.0)
+
+    def cb(step: int, t: float, u: dolfinx.fem.Function) -> None:
+        if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
+            writer.write(t)
+
+    if pb.shallow:
+        rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
+    else:
+        rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol)
+    if writer is not None:
+        writer.close()
+    return u, rep
+
+
+#: How many samples ``plots/tokens.png`` of the transport job shows (the first ones).
+N_PLOTTED = 4
+
+
+def _transport_samples(pb: Problem, out: Path, write_fields: bool, samples: list[dict[str, Any]]) -> None:
+    """Transport each sample in turn, appending its report block to ``samples``; then ``plots/tokens.png``."""
+    cfg, quad = pb.cfg, pb.tokens.quad
+    series = TokenSeries(np.zeros((0, cfg.tokens.dim)), np.zeros(0), [0.0, cfg.depth.T])
     for i, s in enumerate(pb.train + pb.test):
-        u = dolfinx.fem.Function(tokens.W, name="mu")
-        fill_density(s, u, tokens.mass)
-        writer = None
-        if write_fields and cfg.output.fields:
-            writer = FieldWriter(pb.comm, out / "fields" / f"mu_{i}.bp", [u])
-            writer.write(0.0)
+        path = out / "fields" / f"mu_{i}.bp" if write_fields and cfg.output.fields else None
+        first: list[np.ndarray] = []
+        keep = cfg.output.plots and i < N_PLOTTED
 
-        def cb(step: int, t: float, u: dolfinx.fem.Function, writer: FieldWriter | None = writer) -> None:
-            if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
-                writer.write(t)
+        def initial(u0: dolfinx.fem.Function, first: list[np.ndarray] = first) -> None:
+            first.append(quad.gather(u0))
 
-        if pb.shallow:
-            rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
-        else:
-            rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb,
-                               outflow_tol=cfg.tokens.outflow_tol)
-        if writer is not None:
-            writer.close()
+        u, rep = transport_sample(pb, i, path, initial if keep else None)
+        if keep:
+            series.weights.append(np.stack([first[0], quad.gather(u)]))
+            series.labels.append(f"sample {i} (y = {s.target:+g})")
+            series.yhat.append(rep.yhat)
         block = sample_report(rep)
         block["target"] = s.target
         samples.append(block)
         logger.info("sample %d: mass_T %.12g, outflow %.3g, min %.3g, yhat %.6g, mean %s", i, rep.mass_T,
                     rep.outflow, rep.min_density, rep.yhat, np.round(rep.mean_T, 6).tolist())
+    if series.weights:
+        ones = dolfinx.fem.Function(pb.tokens.W)
+        ones.x.array[:] = 1.0
+        series.points, series.mass = quad.points, quad.gather(ones)
+        if pb.comm.rank == 0:
+            try:
+                plot_run(out, [], {}, None, series, figures=("tokens",))
+            except Exception as e:  # noqa: BLE001  a plot never fails the job
+                logger.warning("plots/tokens.png not written: %s: %s", type(e).__name__, e)

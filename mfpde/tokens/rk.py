@@ -37,7 +37,7 @@ from mfpde.budget import spend
 from mfpde.tokens.stepping import MAX_SUBSTEPS, substeps_error
 
 __all__ = ["FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "DepthAdjoint", "DepthOperator", "ShuOsher",
-           "SubstepOperator", "TapedStep", "depth_step", "step", "step_transpose"]
+           "SingleRow", "SubstepOperator", "TapedStep", "depth_step", "step", "step_transpose"]
 
 Array = npt.NDArray[np.float64]
 
@@ -269,6 +269,22 @@ class SubstepOperator(DepthOperator, Protocol):
 
     def step_size(self, h: Array) -> Any:
         """The step sizes h (S_r,) in the form the states take (one sample: a float; a batch: (S_r, 1))."""
+
+
+class SingleRow:
+    """The row methods of :class:`SubstepOperator` for an operator whose state is one sample (S = 1)."""
+
+    def take(self, state: Any, idx: npt.NDArray[np.int64]) -> Any:
+        """One row: the state itself."""
+        return state
+
+    def put(self, state: Any, idx: npt.NDArray[np.int64], rows: Any) -> Any:
+        """One row: the new state."""
+        return rows
+
+    def step_size(self, h: Array) -> float:
+        """One row: h (shape (1,)) as a float."""
+        return float(h[0])
 
 
 def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: Any, step_no: int, t: float,

@@ -282,7 +282,7 @@ class TokenTransport(PetscOwner):
                                nsub_total)
 
 
-class SampleOperator:
+class SampleOperator(rk.SingleRow):
     """One sample's DG solver as the operator of :mod:`mfpde.tokens.rk` (states: local DG arrays, owned and ghost).
 
     ``velocity`` sets the P1 velocity field of ``tokens`` for a state and returns its linearisation (None unless
@@ -315,14 +315,5 @@ class SampleOperator:
         """The CFL bound of the velocity last set, shape (1,)."""
         return np.array([self.tokens.max_stable_dt()])
 
-    def take(self, state: Array, idx: npt.NDArray[np.int64]) -> Array:
-        """One sample: the state itself."""
-        return state
 
-    def put(self, state: Array, idx: npt.NDArray[np.int64], rows: Array) -> Array:
-        """One sample: the new state."""
-        return rows
 
-    def step_size(self, h: Array) -> float:
-        """One sample: h as a float."""
-        return float(h[0])

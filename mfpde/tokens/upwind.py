@@ -11,7 +11,7 @@ with n_f the unit normal of facet f from its cell L(f) to R(f) (outward on ∂Ω
 inflow: φ_f = F_f⁺ u_L), (·)⁺ = max(·, 0), (·)⁻ = min(·, 0), x_q the Gauss points of f (weights w_q,
 Σ w_q = 1) and V the P1 velocity there. Evaluating it by arrays over the facets instead of assembling the UFL
 form costs O(N_facets) numpy operations with no form-assembly overhead; the two agree to round-off
-(``tests/test_upwind.py``), and the UFL form stays the definition for k = 1.
+(``tests/tokens/test_upwind.py``), and the UFL form stays the definition for k = 1.
 
 Transposed Jacobians, for the discrete adjoint (:mod:`mfpde.tokens.adjoint`), with z the adjoint weights and
 Δz_f = z_R − z_L (−z_L on ∂Ω):

@@ -21,6 +21,7 @@ from mfpde.tokens.attention import (
     HeadMeasure,
     TensorGrid,
     TiltedInterpolant,
+    active_heads,
     softmax_moments_direct,
     tilted_interpolant,
     velocity_vjp,
@@ -95,8 +96,7 @@ class VelocityOperator:
             if linearize:
                 self._lin = replace(lin, field=np.array(self.field.x.array, dtype=np.float64))
             return
-        keep = np.ones(len(heads.a), bool) if linearize else np.abs(heads.c) > 1e-16 * np.abs(heads.c).sum()
-        a, c = heads.a[keep], heads.c[keep]
+        a, c = active_heads(heads, linearize)
         if not len(a):
             vals = np.zeros_like(self.x)
         elif self.grid is not None and self.d == 2:

@@ -27,7 +27,8 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import signals
-from mfpde.config import Config, to_toml
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
@@ -37,6 +38,7 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (
     Resumed,
     Snapshot,
+    classification,
     history_row,
     load_resume,
     plot_samples,
@@ -78,6 +80,9 @@ class RunResult:
         report: the report written to ``report.json``; history: the history rows.
         out: the output directory; error: the failure message ("" when ok).
         timings: wall seconds per splitting sub-flow (the timing monitor).
+        rho: the nodal values of the last ρ (the trained one, or the last good one of a failed run) per layer
+            block, shape (L, N_θ), a density on Θ (∫ρ = 1), on every rank.
+        theta_points: the Θ nodes of ``rho``'s columns, shape (N_θ, p).
     """
 
     status: str
@@ -87,6 +92,8 @@ class RunResult:
     out: Path
     error: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    rho: np.ndarray | None = None
+    theta_points: np.ndarray | None = None
 
 
 def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -217,7 +224,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     if status != "ok":
         report["error" if status == "failed" else "interrupted_by"] = fail_msg
         write_report(out, report, comm)
-        return RunResult(status, step, report, history, out, fail_msg, splitting.timings)
+        return RunResult(status, step, report, history, out, fail_msg, splitting.timings, *_rho(cp))
     assert grad is not None
     _final_outputs(cp, out, history, report, grad)
     if oc.plots and report["rate"] != plotted:  # the deep λ = λ₂ = 0 rate comes from the final NTK
@@ -230,7 +237,12 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                                                         acc.items() if (v0 := acc["initial"].get(k)) is not None),
                 out)
     logger.debug("splitting sub-flow wall times: %s", splitting.timings)
-    return RunResult(status, step, report, history, out, "", splitting.timings)
+    return RunResult(status, step, report, history, out, "", splitting.timings, *_rho(cp))
+
+
+def _rho(cp: CoupledProblem) -> tuple[np.ndarray, np.ndarray]:
+    """The global nodal values of ρ per layer block, shape (L, N_θ), and the Θ nodes, shape (N_θ, p)."""
+    return np.stack([cp.theta.gather_values(r) for r in cp.rhos]), cp.theta.points
 
 
 def _write(writer: FieldWriter, t: float, cp: CoupledProblem, out: Path, step: int, history: list[dict[str, float]],
@@ -269,7 +281,7 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
     st, rate = cp.state, report["rate"]
     deep_unregularised = not pb.shallow and st.lam == 0 and st.lam2 == 0
     if "warning" in ntk:  # a warning where theory §5.5 is the theorem the run relies on
-        (logger.warning if deep_unregularised else logger.info)("%s", ntk["warning"])
+        (logger.warning if deep_unregularised else logger.debug)("%s", ntk["warning"])
     if deep_unregularised:  # theory §5.5: the local rate from the NTK
         theory, kind = deep_rate(ntk, n)
         rate.pop("theory_reason", None)
@@ -279,7 +291,7 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
     if pb.test:  # the last history row (step = training.steps, every run's last) transported them
         assert history and history[-1]["step"] == cfg.training.steps and "test_accuracy" in history[-1]
         acc["test"] = history[-1]["test_accuracy"]
-    if cfg.data.kind == "digits":
+    if classification(cp):
         h0 = history[0] if history and history[0]["step"] == 0 else {}
         acc["initial"] = {k: h0[f"{k}_accuracy"] for k in ("train", "test") if f"{k}_accuracy" in h0}
         report["accuracy"] = acc

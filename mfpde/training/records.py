@@ -29,13 +29,14 @@ from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
-__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "history_row", "load_resume",
-           "plot_samples", "rate_block", "run_report", "save_state", "write_history", "write_plots", "cut_appended"]
+__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "classification", "cut_appended",
+           "history_row", "load_resume", "plot_samples", "rate_block", "run_report", "save_state", "write_history",
+           "write_plots"]
 
 logger = logging.getLogger(__name__)
 
 #: The columns of ``history.csv`` (interface.md).
-HISTORY_KEYS = ["step", "s", "risk", "free_energy", "entropy", "mass_rho", "min_rho", "grad_norm", "wall_s"]
+HISTORY_KEYS = ["step", "s", "risk", "free_energy", "neg_entropy", "mass_rho", "min_rho", "grad_norm", "wall_s"]
 #: Columns added for entropic runs: KL(ρ_s ‖ p_ρ_s) and ‖ρ_s − p_ρ_s‖_L¹ (summed over layer blocks).
 GIBBS_KEYS = ["kl_gibbs", "gibbs_residual_l1"]
 #: Columns added for classification data (sign of ŷ against the sign of the target).
@@ -109,7 +110,7 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
     for k, r in enumerate(cp.rhos):
         theta.set_values(r, ck["rho"][k])
     step0 = int(ck["step"])
-    keys = ck["history_keys"].tolist()
+    keys = ["neg_entropy" if k == "entropy" else k for k in ck["history_keys"].tolist()]  # ∫ρ log ρ, older name
     history = [h for h in (dict(zip(keys, row, strict=True)) for row in ck["history"]) if h["step"] < step0]
     snaps = [(int(st), r) for st, r in zip(ck.get("snap_step", []), ck.get("snap_rho", []), strict=True)
              if st < step0]
@@ -193,14 +194,14 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
     st = cp.state
     fe = st.free_energy(grad.risk)
     gn = st.dissipation_norm()
-    row = {"step": step, "s": s, "risk": fe["risk"], "free_energy": fe["free_energy"], "entropy": fe["entropy"],
+    row = {"step": step, "s": s, "risk": fe["risk"], "free_energy": fe["free_energy"], "neg_entropy": fe["entropy"],
            "mass_rho": fe["mass_rho"], "min_rho": fe["min_rho"], "grad_norm": gn, "wall_s": wall}
     if st.lam > 0:
         diag = [st.fp.diagnostics(r, phi) for r, phi in zip(st.rhos, st.phis, strict=True)]
         row["kl_gibbs"] = math.fsum(float(d["kl"]) for d in diag)  # type: ignore[arg-type]
         row["gibbs_residual_l1"] = math.fsum(float(d["l1_gibbs"]) for d in diag)  # type: ignore[arg-type]
     pb = cp.problem
-    if cp.cfg.data.kind == "digits":  # classification: accuracy per row, the held-out set transported once
+    if classification(cp):  # accuracy per row, the held-out set transported once
         y = np.array([smp.target for smp in pb.train])
         row["train_accuracy"] = float(np.mean(np.sign(grad.yhat) == np.sign(y)))
         if pb.test:
@@ -209,6 +210,13 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
             row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))
             row["test_risk"] = float(0.5 * np.mean((yh - yt) ** 2))
     return row
+
+
+def classification(cp: CoupledProblem) -> bool:
+    """Whether the sign accuracy is reported: digits, or a data file whose targets are all −1 or +1."""
+    pb, kind = cp.problem, cp.cfg.data.kind
+    return kind == "digits" or (kind == "file" and bool(pb.train)
+                                and all(abs(s.target) == 1 for s in pb.train + pb.test))
 
 
 def write_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) -> None:

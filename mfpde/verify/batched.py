@@ -87,7 +87,7 @@ def _case(model: str) -> tuple[bool, str, Series, float]:
 
 
 @register("batched_gradient_d2", "§3 (discrete adjoint); §2, §1.4 (D); default job's path",
-          "finite differences of R; the per-sample solver to round-off", budget_s=120.0)
+          "finite differences of R; the per-sample solver to round-off", budget_s=120.0, distributed=False)
 def check_batched_gradient_d2(quick: bool) -> Outcome:
     """Taylor slope 2 ± 0.1 and per-sample agreement to round-off, three models (value: the worst slope)."""
     ok, lines, series, worst = True, [], [], 2.0

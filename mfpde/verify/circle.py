@@ -97,7 +97,8 @@ def fitted_rates(n: int, p: int, beta: float, attention: str, K: int = 12, eps: 
 
 
 @register("circle_growth_rates", "§9 (linear growth)",
-          "closed form γ_k = k² I_k(β)/β (SA: /I₀(β)), scipy.special.iv", budget_s=BUDGET_S[False])
+          "closed form γ_k = k² I_k(β)/β (SA: /I₀(β)), scipy.special.iv",
+          budget_s=BUDGET_S[False], distributed=False)
 def check_circle_growth_rates(quick: bool) -> Outcome:
     """max_k |λ_h − γ_k| / max γ_k at the order 4 of DG1 in h (|q − 4| < 0.25); full: DG2 at n = 128 ≤ 1e-6."""
     budget = _Budget(quick)
@@ -139,7 +140,8 @@ MODE_BETAS = (4.0, 5.0, 7.0, 12.0)
 
 
 @register("circle_mode_selection", "§9 (k_max clusters)",
-          "argmax_k γ_k of the closed form (scipy.special.iv)", budget_s=BUDGET_S[False])
+          "argmax_k γ_k of the closed form (scipy.special.iv)",
+          budget_s=BUDGET_S[False], distributed=False)
 def check_circle_mode_selection(quick: bool) -> Outcome:
     """From 24 random-phase modes of amplitude 1e-4 (USA), k_max(β) clusters at growth 3·10⁴ and 10⁶ of the top mode."""
     budget = _Budget(quick)
@@ -180,7 +182,8 @@ def _pde_cdf(n: int, M: int, deadline: float) -> np.ndarray:
 
 
 @register("circle_particles", "§9; §5.3 (finite N)",
-          "independent particle code (Bessel-series force, RK4)", budget_s=BUDGET_S[False])
+          "independent particle code (Bessel-series force, RK4)",
+          budget_s=BUDGET_S[False], distributed=False)
 def check_circle_particles(quick: bool) -> Outcome:
     """E W1(μ^N_T, μ_T) ∝ N^{-1/2}: |q + 1/2| ≤ 3 se(q) + the bias's slope tolerance."""
     budget = _Budget(quick)
@@ -213,7 +216,8 @@ def check_circle_particles(quick: bool) -> Outcome:
 
 
 @register("circle_mass_positivity", "§9 (conservation, positivity)",
-          "round-off bounds: 8 n(p+1) ε per sub-step", budget_s=BUDGET_S[False])
+          "round-off bounds: 8 n(p+1) ε per sub-step",
+          budget_s=BUDGET_S[False], distributed=False)
 def check_circle_mass_positivity(quick: bool) -> Outcome:
     """|∫μ_T − ∫μ_0| ≤ 8 n(p+1) ε × sub-steps and min μ_h ≥ −8ε max μ_h, through cluster formation (DG2, β = 5)."""
     n, p = (128, 2) if quick else (256, 2)

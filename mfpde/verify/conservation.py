@@ -267,7 +267,7 @@ def check_mpi_consistency(quick: bool) -> Outcome:
     within γ_n max|δR/δρ| of the exact-arithmetic value, whatever the order of its sums (Higham, Accuracy
     and Stability of Numerical Algorithms, Lemma 3.1 and eq. (4.4)), with
     n = 2 · 6 · 10 · 3 · 92 + 144: ≤ 10 CFL sub-steps of 3 stages, ≤ 92 roundings a DG0 dof (d = 2), forward
-    and adjoint, then the sum over the 144 token cells (as tests/test_adjoint).
+    and adjoint, then the sum over the 144 token cells (as tests/tokens/test_adjoint.py).
     """
     a, b = _first_variation(MPI.COMM_WORLD, False), _first_variation(MPI.COMM_SELF, True)
     n_ops = 2 * 6 * 10 * 3 * 92 + 144

@@ -156,7 +156,7 @@ def check_ntk_degenerate_control(quick: bool) -> Outcome:
     tol = 2 * rmax * dy + dy**2 + left
     err = R[-1] - r_ls
     ok = abs(err) <= tol and r_ls > 10 * tol
-    return Outcome(err / r_ls, f"|R_S − R_LS| ≤ {tol:.2e} (token error + remaining decay), R_LS ≫ tol", ok,
+    return Outcome(abs(err), f"|R_S − R_LS| ≤ {tol:.2e} (token error + remaining decay), R_LS ≫ tol", ok,
                    f"R_S {R[-1]:.6f}, least-squares residual {r_ls:.6f} at ā = {a_ls:.4f}; δŷ {dy:.1e}, "
                    f"remaining {left:.1e}")
 

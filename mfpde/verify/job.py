@@ -68,15 +68,32 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
     return rec
 
 
-def format_table(records: list[dict[str, Any]]) -> str:
-    """The table of interface.md: check, theory §, measured, threshold, verdict, seconds."""
-    head = ("check", "theory §", "measured", "threshold", "verdict", "s")
-    rows = [(r["name"], r["theory"], "—" if r["value"] is None else f"{r['value']:.4g}", r["threshold"],
-             "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}") for r in records]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)).rstrip() for row in [head, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+#: The widest table line :func:`format_table` prints (characters).
+TABLE_WIDTH = 120
+
+
+def format_table(records: list[dict[str, Any]], width: int = TABLE_WIDTH) -> str:
+    """The table of interface.md: check, kind of the measured value, measured, verdict, seconds, threshold.
+
+    One kind per column: each row's measured value is of the kind its ``kind`` column names (slope, rate,
+    ratio to a bound, ...); the threshold, last, wraps onto continuation lines so that no line is wider than
+    ``width``. The theory sections are in ``report.json`` and the docs.
+    """
+    import textwrap
+
+    head = ("check", "kind", "measured", "verdict", "s", "threshold")
+    rows = [(r["name"], r.get("kind", ""), "—" if r["value"] is None else f"{r['value']:.4g}",
+             "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}", r["threshold"]) for r in records]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)][:-1]
+    lead = sum(widths) + 2 * len(widths)
+    room = max(width - lead, 20)
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(head, [*widths, 0], strict=True)).rstrip(),
+             "  ".join("-" * w for w in [*widths, min(room, max(len(r[-1]) for r in rows) if rows else 9)])]
+    for row in rows:
+        wrapped = textwrap.wrap(str(row[-1]), room) or [""]
+        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row[:-1], widths, strict=True)) + "  " + wrapped[0])
+        lines += [" " * lead + more for more in wrapped[1:]]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _plot(out: Path, record: dict[str, Any]) -> None:

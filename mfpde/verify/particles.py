@@ -145,7 +145,8 @@ def _euler_network(N: int, Ls: list[int], m0: float, s0: float) -> list[float]:
     return ys
 
 
-@register("depth_order", "§1.1; §5.3 (finite L); §7 item 10", "closed-form continuous flow and exact L-layer law")
+@register("depth_order", "§1.1; §5.3 (finite L); §7 item 10", "closed-form continuous flow and exact L-layer law",
+          distributed=False)
 def check_depth_order(quick: bool) -> Outcome:
     """L-layer Euler network against the continuous closed form: fitted order q in T/L against the exact one.
 

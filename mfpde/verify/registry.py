@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECKS", "Check", "Outcome", "Series", "register"]
+__all__ = ["CHECKS", "KINDS", "Check", "Outcome", "Series", "register"]
 
 Array = npt.NDArray[np.float64]
 
@@ -56,7 +56,8 @@ class Outcome:
 
     def record(self, check: Check) -> dict[str, Any]:
         """The ``checks`` entry of report.json (interface.md), plus the theory section and the series."""
-        return {"name": check.name, "value": _finite(self.value), "threshold": self.threshold,
+        return {"name": check.name, "kind": KINDS.get(check.name, "value"), "value": _finite(self.value),
+                "threshold": self.threshold,
                 "passed": bool(self.passed), "detail": self.detail, "reference": check.reference,
                 "theory": check.section, "series": [asdict(s) for s in self.series]}
 
@@ -78,7 +79,9 @@ class Check:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
         (collective); budget_s: the wall-time budget of the full (not quick) check in seconds on one core;
-        steps: its budget of explicit steps (:mod:`mfpde.budget`).
+        steps: its budget of explicit steps (:mod:`mfpde.budget`); distributed: whether its solves are spread over
+        the ranks (False: each rank computes the same thing alone, on ``COMM_SELF`` or replicated, so the rank
+        count cannot change it and the test suite's MPI pass skips it).
     """
 
     name: str
@@ -87,21 +90,40 @@ class Check:
     run: Callable[[bool], Outcome]
     budget_s: float = DEFAULT_BUDGET_S
     steps: int = DEFAULT_STEPS
+    distributed: bool = True
 
 
 #: The registered checks, in the order of the table.
 CHECKS: dict[str, Check] = {}
+
+#: What each check's measured value is (one kind per check, the ``kind`` column of the table): a fitted log-log
+#: slope (an order or exponent, no unit), a fitted rate (per unit of training time s), a ratio of a quantity to
+#: its bound (≤ 1 passes), a minimum density, or a difference/error in the units of the compared quantity.
+KINDS: dict[str, str] = {
+    "adjoint_taylor": "slope", "adjoint_gaussian_exact": "slope", "token_mass": "ratio to bound",
+    "token_positivity": "min density", "gaussian_exact_d2": "slope", "fp_positivity": "min density",
+    "fp_gibbs_steady_state": "ratio to bound", "mpi_consistency": "max difference", "shallow_yhat_exact": "slope",
+    "splitting_order": "slope", "theta_transport_order": "slope", "deep_ntk_rate": "rate [1/s]",
+    "ntk_degenerate_control": "|R_S − R_LS|", "ntk_gaussian_exact": "slope", "gaussian_exact_d1": "slope",
+    "token_space_order": "slope", "stability_w1_data": "slope", "stability_w1_rho": "slope",
+    "particle_agreement_n": "slope", "finite_heads_rate": "slope", "depth_order": "slope",
+    "langevin_heads_rate": "slope", "shallow_exponential_rate": "rate [1/s]", "gibbs_fixed_point": "error",
+    "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope", "depth_indexed_particles": "slope",
+    "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
+    "risk_transport_order": "slope", "circle_growth_rates": "slope", "circle_mode_selection": "clusters",
+    "circle_particles": "slope", "circle_mass_positivity": "ratio to bound", "free_energy_exact": "rate [1/s]",
+}
 
 
 CheckFunction = Callable[[bool], Outcome]
 
 
 def register(name: str, section: str, reference: str, budget_s: float = DEFAULT_BUDGET_S,
-             steps: int = DEFAULT_STEPS) -> Callable[[CheckFunction], CheckFunction]:
+             steps: int = DEFAULT_STEPS, distributed: bool = True) -> Callable[[CheckFunction], CheckFunction]:
     """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (budgets as in :class:`Check`)."""
 
     def deco(fn: CheckFunction) -> CheckFunction:
-        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps)
+        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps, distributed)
         return fn
 
     return deco

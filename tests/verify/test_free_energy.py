@@ -15,7 +15,7 @@ import pytest
 from mfpde.verify.free_energy import THETA_BOX, poisson_floor
 from mfpde.verify.training import K_SHALLOW, LAM, LAM2, _fstar
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import bench_free_energy as bfe  # noqa: E402
 

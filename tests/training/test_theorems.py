@@ -94,7 +94,7 @@ def _entropic_rate(cfg, out, lo: float, hi: float | None) -> tuple[dict, float]:
     # λ₂ max|θ|²/2 ≤ 4λ₂; two evaluations of F per difference
     lam, lam2 = cfg.training.lam, cfg.training.lambda2
     n_theta = int(np.prod([c + 1 for c in cfg.heads.cells]))
-    f_err = (2 * _adjoint_roundoff() * h["risk"] + gamma(n_theta + 4) * (lam * (np.abs(h["entropy"]) + 32 / np.e)
+    f_err = (2 * _adjoint_roundoff() * h["risk"] + gamma(n_theta + 4) * (lam * (np.abs(h["neg_entropy"]) + 32 / np.e)
                                                                            + 4 * lam2))
     assert np.all(np.diff(F) <= f_err[1:] + f_err[:-1]), f"free energy increased by {np.diff(F).max():.3e}"
     gap = F - F[-1]

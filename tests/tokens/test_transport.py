@@ -3,8 +3,8 @@
 Checks of theory §7: 1 (mass and positivity), 2 (Gaussian exactness, §6.1, with convergence orders),
 9 (finite-N particles vs the PDE, rate N^{-1/2}), plus rank-count independence (interface.md).
 
-Run serially (``pytest tests/test_transport.py``) and on 2 ranks
-(``mpiexec -n 2 python -m mpi4py -m pytest -m "not serial" tests/test_transport.py``).
+Run serially (``pytest tests/tokens/test_transport.py``) and on 2 ranks
+(``mpiexec -n 2 python -m mpi4py -m pytest -m "not serial" tests/tokens/test_transport.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from mfpde.tokens.particles import transport_particles
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import SampleOperator, TokenTransport
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demos" / "transport_small.toml"
 
 # Head distributions (A = aI, V = vI), reduced: c_k = ∫_{a = a_k} v dρ.  ā = Σ c, b̄ = Σ a c (theory §6.1).

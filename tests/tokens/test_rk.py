@@ -15,6 +15,8 @@ from roundoff import gamma
 from mfpde.fitting import fit_order
 from mfpde.tokens import rk
 
+pytestmark = pytest.mark.serial  # pure numpy: the rank count cannot change it
+
 
 class LinearFlow:
     """du/dt = c (A u) with outflow rate b·u: an operator of the rk protocols over rows (S, n)."""

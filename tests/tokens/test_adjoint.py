@@ -35,7 +35,7 @@ def _risk(tt, th, rho, g, y, d, tape=None, steps=10):
 
 
 # The Taylor tests of the first variation on every token-mesh path (tensor boxes, triangles, a gmsh disk,
-# DG0 and DG1) are mfpde.verify.adjoint.taylor_errors, run by tests/test_verify.py::test_adjoint_taylor.
+# DG0 and DG1) are mfpde.verify.adjoint.taylor_errors, run by tests/verify/test_verify.py::test_check.
 
 
 def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):

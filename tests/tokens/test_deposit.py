@@ -18,7 +18,7 @@ from mfpde import config
 from mfpde.problem import build
 from mfpde.tokens.data import fill_density
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demos" / "transport_small.toml"
 
 

@@ -24,7 +24,7 @@ from mfpde.mesh import box, read_msh
 from mfpde.tokens.adjoint import DiscreteAdjoint
 from mfpde.tokens.transport import TokenTransport
 
-MESHES = Path(__file__).resolve().parent.parent / "meshes"
+MESHES = Path(__file__).resolve().parents[2] / "meshes"
 
 
 def _domain(kind: str):

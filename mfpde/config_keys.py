@@ -1,0 +1,84 @@
+"""The resolved config as TOML (``DIR/config.toml``), with only the keys the problem uses.
+
+A key is left out when the config makes it irrelevant: the Gaussian data's ``mean``, ``cov``, ``target`` for
+``data.kind = "digits"``, ``data.samples`` when ``data.split`` takes all images, ``loss.w`` for a readout that
+is not linear, ``training.lambda`` for Tikhonov training, and so on (:func:`in_use`). What is written loads
+back to the same problem (the keys left out take their defaults, which the problem does not read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mfpde.config import _ALIASES_BACK, Config
+
+__all__ = ["in_use", "schema_keys", "to_toml"]
+
+
+def schema_keys() -> dict[str, Any]:
+    """Every config key of the schema (``section.key`` as in TOML) and its default value."""
+    out: dict[str, Any] = {}
+    cfg = Config()
+    for f in (f for f in dataclasses.fields(cfg) if f.name != "source"):
+        sec = getattr(cfg, f.name)
+        for g in dataclasses.fields(sec):
+            out[f"{f.name}.{_ALIASES_BACK.get((f.name, g.name), g.name)}"] = getattr(sec, g.name)
+    return out
+
+
+def in_use(cfg: Config, key: str) -> bool:
+    """Whether ``key`` (``section.key``) matters for the problem ``cfg`` describes."""
+    t, d, h, da, lo, tr = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training
+    digits, split = da.kind == "digits", da.kind == "digits" and 0 < da.split < 1
+    circle = t.domain == "circle"
+    rules = {
+        "tokens.box": not t.mesh and not circle, "tokens.cells": not t.mesh, "tokens.mesh": bool(t.mesh),
+        "tokens.cell": not t.mesh and t.dim == 2 and not circle, "tokens.attention": circle,
+        "data.modes": da.kind == "circle_modes", "data.amplitude": da.kind == "circle_noise",
+        "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
+        "heads.a": h.family == "value", "heads.box": not h.mesh, "heads.cells": not h.mesh,
+        "heads.mesh": bool(h.mesh),
+        "data.mean": da.kind == "gaussian", "data.cov": da.kind == "gaussian", "data.target": da.kind == "gaussian",
+        "data.classes": digits, "data.samples": digits and not split, "data.test_samples": digits and not split,
+        "data.seed": digits or da.kind == "circle_noise",
+        "data.origin": digits, "data.split": digits, "data.path": da.kind == "file",
+        "loss.w": lo.readout == "linear", "loss.b": lo.readout == "linear",
+        "training.lambda": tr.regularization == "entropic",
+        "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
+    }
+    return rules.get(key, True)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return repr(v)
+
+
+def to_toml(cfg: Config, only_in_use: bool = True) -> str:
+    """The resolved config as TOML text (loads back with :func:`mfpde.config.from_dict` to the same problem).
+
+    Args:
+        cfg: the config.
+        only_in_use: leave out the keys that the problem does not use (:func:`in_use`); False: every key.
+    """
+    lines = []
+    for f in (f for f in dataclasses.fields(cfg) if f.name != "source"):
+        body = []
+        for g in dataclasses.fields(getattr(cfg, f.name)):
+            key = _ALIASES_BACK.get((f.name, g.name), g.name)
+            if only_in_use and not in_use(cfg, f"{f.name}.{key}"):
+                continue
+            body.append(f"{key} = {_toml_value(getattr(getattr(cfg, f.name), g.name))}")
+        if body or not only_in_use:
+            lines += [f"[{f.name}]", *body, ""]
+    return "\n".join(lines)

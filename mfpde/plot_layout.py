@@ -1,0 +1,62 @@
+"""Hand layout of the figures of :mod:`mfpde.plots` (inches, no layout engine: text layout costs most).
+
+Imports nothing of mfpde and no solver, as the plots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__: list[str] = []
+
+Array = npt.NDArray[np.float64]
+
+
+def _col(history: list[dict[str, float]], key: str) -> Array | None:
+    """The column ``key`` of the history rows, shape (rows,), or None if the rows have no such key."""
+    return np.array([h[key] for h in history], dtype=float) if history and key in history[0] else None
+
+
+def _figure(width: float, height: float) -> Figure:
+    """A figure of that size in inches, outside pyplot (no figure manager; ``_save`` closes it all the same)."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
+def _place(fig: Figure, x: float, y: float, w: float, h: float) -> Axes:
+    """An axis with its lower left corner at (x, y) and size w × h, all in inches from the figure's lower left."""
+    W, H = fig.get_size_inches()
+    return fig.add_axes((x / W, y / H, w / W, h / H))
+
+
+def _outer_ticks(ax: Axes, x: bool, y: bool, nbins: int = 4) -> None:
+    """At most nbins + 1 ticks on the x (y) axis of an outer panel of a grid of panels, none on an inner one."""
+    from matplotlib.ticker import MaxNLocator, NullLocator
+
+    for show, axis in ((x, ax.xaxis), (y, ax.yaxis)):
+        axis.set_major_locator(MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]) if show else NullLocator())
+
+
+def _log_minor(ax: Axes) -> None:
+    """Over more than 1.5 decades (minor ticks unlabelled), minor ticks and grid lines at 2 and 5 × 10^k only."""
+    from matplotlib.ticker import LogLocator
+
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo > 10**1.5:
+        ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+
+
+def _aspect(points: Array) -> float:
+    """Height over width of the bounding box of 2-D points, within [0.5, 2] (panels of that shape)."""
+    ext = np.ptp(points, axis=0)
+    return float(np.clip(ext[1] / ext[0], 0.5, 2.0)) if ext[0] > 0 and ext[1] > 0 else 1.0
+
+

@@ -1,0 +1,136 @@
+"""The documentation: every config key documented with its default, no development history in user docs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mfpde.config_keys import _toml_value, schema_keys
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+#: The user docs: the README and every page of docs/ written by hand.
+USER_DOCS = [ROOT / "README.md", *sorted(p for p in DOCS.glob("*.md"))]
+
+
+def _documented() -> dict[str, str]:
+    rows = re.findall(r"^\| `([a-z_]+\.[A-Za-z_0-9]+)` \| `(.*?)` \|", (DOCS / "config.md").read_text(), re.M)
+    return dict(rows)
+
+
+def test_every_config_key_is_documented_with_its_default_and_no_other():
+    doc, schema = _documented(), schema_keys()
+    assert set(doc) == set(schema), (set(schema) - set(doc), set(doc) - set(schema))
+    for key, default in schema.items():
+        assert doc[key] == _toml_value(default), f"{key}: docs say {doc[key]}, the schema {_toml_value(default)}"
+
+
+@pytest.mark.parametrize("page", USER_DOCS, ids=lambda p: p.name)
+def test_user_docs_carry_no_development_history(page):
+    """Issue numbers, commit hashes and 'this session' narrative belong in CHANGELOG.md."""
+    text = page.read_text()
+    assert not re.search(r"\bissues? #?\d+|\bPR #\d+|(this|previous|last) session", text, re.I), page
+    hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", h) and re.search(r"\d", h)]
+    assert not hashes, (page, hashes)
+    assert "../shared" not in text and "shared/" not in text, page
+
+
+def test_readme_is_short_and_keeps_the_commands_ci_relies_on():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    for cmd in ("make run", "make test", "make test-coretypes", "mfpde transport demos/transport_small.toml",
+                "mpiexec -n", "docker build -t mfpde ."):
+        assert cmd in text, cmd
+    make = (ROOT / "Makefile").read_text()
+    for target in ("run:", "test:", "test-coretypes:", "docs:", "env:"):
+        assert f"\n{target}" in make, target
+    for link in re.findall(r"\]\(([\w./-]+\.(?:md|png|cff)|LICENSE)\)", text):  # every link of the README exists
+        assert (ROOT / link).exists(), link
+
+
+def test_verification_page_has_every_registered_check():
+    import sys
+
+    sys.path.insert(0, str(DOCS / "_ext"))
+    import mfpde_docs
+
+    from mfpde.verify.registry import CHECKS
+
+    page = mfpde_docs.verify_page()
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [re.match(r"\| `(\w+)`", r).group(1) for r in rows] == list(CHECKS)  # type: ignore[union-attr]
+    for name, check in CHECKS.items():
+        (row,) = [r for r in rows if r.startswith(f"| `{name}`")]
+        assert " ".join(check.reference.split()) in row.replace("\\|", "|"), name
+
+
+def test_demo_pages_keep_text_and_code():
+    import sys
+
+    sys.path.insert(0, str(DOCS / "_ext"))
+    import mfpde_docs
+
+    demo = ROOT / "demos" / "demo_gaussian_transport.py"
+    page = mfpde_docs.demo_page(demo)
+    assert page.startswith("# Gaussian tokens through attention")
+    code = "\n".join(re.findall(r"```python\n(.*?)```", page, re.S))
+    for line in demo.read_text().splitlines():  # every line of code is in a code block, every comment in the text
+        if line.strip() and not line.startswith("#"):
+            assert line in code, line
+    stored = (DOCS / "_static" / "demos" / "gaussian_transport.txt").read_text().strip()
+    assert "## Output (quick mode)" in page and stored in page  # the quick run's output, stored
+    assert "(../_static/demos/gaussian_transport.png)" in page
+    for d in sorted((ROOT / "demos").glob("demo_*.py")):  # every demo has its stored output
+        assert (DOCS / "_static" / "demos" / f"{d.stem.removeprefix('demo_')}.txt").is_file(), d.name
+
+
+def test_licence_and_citation_match_the_package():
+    import tomllib
+
+    import yaml
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "MIT" and (ROOT / "LICENSE").read_text().startswith("MIT License")
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    import mfpde
+
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "MIT" and cff["version"] == mfpde.__version__
+    assert cff["title"] and cff["authors"]
+    log = (ROOT / "CHANGELOG.md").read_text()
+    assert log.startswith("# Changelog") and "## [Unreleased]" in log and "Keep a Changelog" in log
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    me = Path(__file__).relative_to(ROOT).as_posix()
+    for f in files:
+        path = ROOT / f
+        if f == me or not path.is_file() or path.suffix in (".png", ".msh", ".npz"):
+            continue
+        text = path.read_text(errors="replace")
+        assert "../shared" not in text and "shared/" not in text, f
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/api.md"])
+def test_the_python_examples_run(page, tempdir, monkeypatch):
+    """The README's and the API page's Python blocks, run as a user would (in a fresh directory with demos/)."""
+    from mpi4py import MPI
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), re.S)
+    assert blocks
+    if MPI.COMM_WORLD.rank == 0:
+        (tempdir / "demos").symlink_to(ROOT / "demos")
+    MPI.COMM_WORLD.Barrier()
+    monkeypatch.chdir(tempdir)
+    for code in blocks:
+        scope: dict[str, object] = {}
+        exec(compile(code, page, "exec"), scope)  # noqa: S102
+        values = scope.get("res")
+        if values is not None:  # μ_T as arrays
+            assert values.mu_T.values.ndim == 1 and values.mu_T.points.shape[0] == values.mu_T.values.shape[0]
+        if "run" in scope:
+            assert scope["run"].status == "ok" and scope["run"].rho.ndim == 2
