@@ -114,8 +114,10 @@ def check_free_energy_exact(quick: bool) -> Outcome:
       the predicted factor (~1e4, the spectral e^{−2π²v*/h²}, not a power of h);
     * the floor does not depend on Δs: at 16 cells, Δs = 0.5 and 0.25 give the same gap within round-off.
 
-    A wrong entropy weight (λ∫ρ log ρ counted with 1.01 λ in F) moves F_h* by 1e-2 λ ∫ρ*log ρ* ≈ 2e-4, far
-    outside every floor bound; an F* off by 1e-9 fails the fine-mesh floor.
+    Planted bugs (measured): the entropy counted with 1.01 λ in F moves every floor by 1e-2 λ ∫ρ* log ρ* ≈
+    −2.7e-4 and the gap turns negative (rate and floors fail); the diffusion 1.01 λ in the Scharfetter–Gummel
+    flux only moves the fixed point's variance by 1%, a floor of λ(0.01)²/4 ≈ 2.5e-6 (floors fail by 10⁶ times
+    their bound, and the fitted rate collapses to 0.16); an F* off by 1e-9 fails the fine floor and the rate.
     """
     astar, var, fstar = _fstar()
     law = shallow_lie_law(LONG_STEPS, LONG_DS, RHO0_MEAN, RHO0_VAR, LAM, LAM2, A_FIXED, M0[0], S0[0], 1.0)
