@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.config import Config, from_dict, load
+from mfpde.spaces import lumped_mass
 
 __all__ = ["TokenField", "TrainingResult", "TransportResult", "build_problem", "load_config", "make_config",
            "train", "transport"]
@@ -106,11 +107,24 @@ class TokenField:
         points: the coordinates of the degrees of freedom, shape (n, d): the cell centres for DG0 (the
             default), the cell vertices (once per cell) for DG1. Sorted by coordinates.
         degree: the DG degree (0: one value per cell).
+        weights: the lumped-mass quadrature weights m_i = ∫ φ_i of the degrees of freedom, shape (n,): the
+            quadrature the solver uses (theory §1.3), exact for the mass, so ∫ f dμ ≈ Σ_i m_i μ_i f(x_i).
     """
 
     values: Array
     points: Array
     degree: int
+    weights: Array
+
+    @property
+    def mass(self) -> float:
+        """∫ μ = Σ_i m_i μ_i (exact for the discrete density)."""
+        return float(self.weights @ self.values)
+
+    @property
+    def mean(self) -> Array:
+        """The mean of μ/∫μ by the lumped quadrature, shape (d,) (as the report's ``mean_T``)."""
+        return (self.weights * self.values) @ self.points / self.mass
 
 
 def _gather(u: dolfinx.fem.Function, comm: MPI.Comm) -> TokenField:
@@ -120,8 +134,9 @@ def _gather(u: dolfinx.fem.Function, comm: MPI.Comm) -> TokenField:
     d = W.mesh.geometry.dim
     vals = np.concatenate(comm.allgather(np.array(u.x.array[:n], dtype=float)))
     pts = np.concatenate(comm.allgather(np.array(W.tabulate_dof_coordinates()[:n, :d], dtype=float)))
+    wts = np.concatenate(comm.allgather(np.array(lumped_mass(W)[:n], dtype=float)))
     order = np.lexsort(np.round(pts, 10).T[::-1])
-    return TokenField(vals[order], pts[order], W.ufl_element().basix_element.degree)
+    return TokenField(vals[order], pts[order], W.ufl_element().basix_element.degree, wts[order])
 
 
 @dataclass

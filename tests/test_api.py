@@ -57,6 +57,10 @@ def test_transport_gives_mu_t_as_arrays_consistent_with_the_report():
     mass = h * res.mu_T.values.sum()
     np.testing.assert_allclose(mass, res.report["mass_T"], rtol=1e-10)
     np.testing.assert_allclose(h * (x * res.mu_T.values).sum() / mass, res.report["mean_T"][0], rtol=1e-9)
+    # the field's own quadrature: the lumped weights of the cells (h each for DG0), mass and mean as reported
+    np.testing.assert_allclose(res.mu_T.weights, h, rtol=1e-12)
+    np.testing.assert_allclose([res.mu_T.mass, *res.mu_T.mean], [res.report["mass_T"], *res.report["mean_T"]],
+                               rtol=1e-9)
     assert res.yhat == res.report["yhat"] and abs(res.yhat - 0.609) < 1e-2  # theory §6.1: m_T = 0.609014
     assert not np.allclose(res.mu_0.values, res.mu_T.values)
     with pytest.raises(IndexError):
