@@ -282,7 +282,7 @@ class CircleTransport(rk.SingleRow):
             T: final depth.
             steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
             callback: called as callback(step, t, μ_t) after every depth step (and with step 0 first).
-            deadline: a ``time.perf_counter()`` value after which the solve stops (a check's wall budget).
+            deadline: a ``time.process_time()`` value (CPU seconds) after which the solve stops (a check's budget).
 
         Returns:
             The report, μ_T in ``mu_T``.
@@ -308,8 +308,8 @@ class CircleTransport(rk.SingleRow):
             min_mu = min(min_mu, float((u @ self.mesh.E.T).min()))
             if callback is not None:
                 callback(k + 1, (k + 1) * dt, u)
-            if time.perf_counter() > deadline:
-                raise NumericalError(f"wall budget exceeded at depth step {k + 1}, t = {(k + 1) * dt:.6g}")
+            if time.process_time() > deadline:
+                raise NumericalError(f"CPU-time budget exceeded at depth step {k + 1}, t = {(k + 1) * dt:.6g}")
         return CircleReport(mass0, self.mesh.mass(u), min_mu, nsub, self.limited_cells, u)
 
 

@@ -66,7 +66,7 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-#: Default budgets of a check: wall seconds (full size, one core) and explicit steps (:mod:`mfpde.budget`). A
+#: Default budgets of a check: CPU seconds (full size) and explicit steps (:mod:`mfpde.budget`). A
 #: check that takes more steps has stalled (it fails with the reason); one over its time fails as too slow.
 DEFAULT_BUDGET_S, DEFAULT_STEPS = 300.0, 200_000
 
@@ -78,7 +78,7 @@ class Check:
     Attributes:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
-        (collective); budget_s: the wall-time budget of the full (not quick) check in seconds on one core;
+        (collective); budget_s: the CPU-time budget of the full (not quick) check in seconds (quick: half);
         steps: its budget of explicit steps (:mod:`mfpde.budget`); distributed: whether its solves are spread over
         the ranks (False: each rank computes the same thing alone, on ``COMM_SELF`` or replicated, so the rank
         count cannot change it and the test suite's MPI pass skips it).

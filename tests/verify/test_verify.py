@@ -37,7 +37,8 @@ def test_check(name):
     if MPI.COMM_WORLD.size > 1 and not CHECKS[name].distributed:
         pytest.skip("not distributed: each rank computes the same alone (run by the serial pass)")
     rec = run_check(CHECKS[name], quick=True)
-    assert {"name", "value", "threshold", "passed", "detail", "reference", "theory", "wall_s", "steps"} <= set(rec)
+    fields = {"name", "value", "threshold", "passed", "detail", "reference", "theory", "wall_s", "cpu_s", "steps"}
+    assert fields <= set(rec)
     assert rec["reference"] and rec["theory"] and rec["threshold"]
     assert rec["passed"] is True, f"{name}: {rec['detail']}"
     assert np.isfinite(rec["value"]) and rec["steps"] <= rec["step_budget"]
