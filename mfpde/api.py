@@ -144,7 +144,8 @@ class TransportResult:
     """One sample transported through depth [0, T] under ρ₀.
 
     Attributes:
-        mu_0, mu_T: the token density at depth 0 and at depth T.
+        mu_0: the token density at depth 0.
+        mu_T: the token density at depth T.
         yhat: the readout ŷ = ∫ g dμ_T.
         report: the sample's block of the ``transport`` report (``mass_T``, ``mass_error``, ``outflow``,
             ``min_density``, ``mean_T`` (d,), ``cov_T`` (d, d), ``yhat``, ``substeps``).

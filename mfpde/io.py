@@ -241,8 +241,8 @@ class VTXField:
         values: per snapshot the nodal values (point data: P1, DG1) or cell values (cell data: DG0).
         cell_data: whether the values are per cell.
         points: per snapshot the node coordinates, shape (N, 3).
-        cells: per snapshot the vertices of each cell (indices into ``points``), shape (C, 2, 3 or 4); a
-            ghost cell that several ranks wrote appears once.
+        cells: per snapshot the vertices of each cell (indices into ``points``), shape (C, k): k = 2 for
+            intervals, 3 for triangles, 4 for quadrilaterals; a ghost cell that several ranks wrote appears once.
     """
 
     name: str
