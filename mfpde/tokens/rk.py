@@ -317,7 +317,10 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
     """
     n0 = len(tape) if tape is not None else 0
     vel = op.velocity(u, heads, tape is not None)
-    nsub = np.maximum(1, np.ceil(dt / op.max_stable_dt(vel) - 1e-12)).astype(np.int64)
+    need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)  # in floats: a tiny CFL step must not wrap an int64
+    if not np.all(need <= MAX_SUBSTEPS):
+        raise substeps_error(step_no + 1, t)
+    nsub = np.maximum(1, need).astype(np.int64)
     while True:
         v, outflow, broken = _substeps(table, op, u, vel, dt, nsub, heads, layer, tape, budget)
         if not broken.any():

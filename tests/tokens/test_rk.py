@@ -143,3 +143,15 @@ def test_depth_step_doubles_where_the_cfl_bound_breaks():
     for _ in range(4):
         ref, _, _ = rk.step(rk.SSP_RK3, op, ref, 0.025, np.array([1.0]), 1.0)
     assert np.array_equal(new, ref)
+
+
+@pytest.mark.parametrize("dtmax", [1e-27, 1e-300, 0.0])
+def test_depth_step_refuses_a_vanishing_cfl_step(dtmax):
+    """A CFL step so small that the sub-step count would pass MAX_SUBSTEPS (or wrap an int64, 1e-27 → −9e18, and
+    run no sub-step at all) is a NumericalError before any sub-step, not a silent no-op."""
+    from mfpde.errors import NumericalError
+
+    op, u = _flow()
+    op.dtmax = dtmax
+    with pytest.raises(NumericalError, match="do not converge"):
+        rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 0, 0.0)
