@@ -284,7 +284,7 @@ def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
     Raises:
         ConfigError: the file is missing or holds no such field.
     """
-    importlib.import_module("dolfinx")  # before adios2, see above
+    importlib.import_module("dolfinx.io")  # before adios2 (it loads dolfinx's own ADIOS2 library), see above
     import adios2
 
     if not Path(path).is_dir():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
+import dolfinx.io  # noqa: F401  (dolfinx's ADIOS2 library before the adios2 wheel's: see mfpde.io.read_vtx)
 import pytest
 
 from mfpde.petsc import collect_garbage

@@ -38,6 +38,7 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (
     Resumed,
     Snapshot,
+    check_resume_config,
     classification,
     history_row,
     load_resume,
@@ -107,6 +108,8 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
     with signals.deferred():  # a first signal stops the run after its current step (signals.py)
         cp = CoupledProblem(cfg, comm)
         out = Path(out)
+        if resume:
+            check_resume_config(to_toml(cfg), out, comm)
         r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
         t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
         prepare_output_dir(out, comm, keep=resume)

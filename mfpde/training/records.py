@@ -11,6 +11,7 @@ import io
 import logging
 import math
 import os
+import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,6 +69,49 @@ class Resumed(NamedTuple):
     history: list[dict[str, float]]
     snapshots: list[Snapshot]
     wall_s: float
+
+
+#: Config sections and keys that a resumed run may change: how long it trains and what it writes.
+RESUME_MAY_CHANGE = ("training.steps", "output.")
+
+
+def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> None:
+    """Refuse a ``--resume`` whose config differs from the interrupted run's ``DIR/config.toml`` (collective).
+
+    Only ``training.steps`` and ``output.*`` may change: a resumed run continues the same trajectory, and any
+    other key (the model, the meshes, λ, the data) would join two different problems into one history.
+
+    Raises:
+        ConfigError: on every rank, naming the first key that differs (and its two values).
+    """
+    err = ""
+    if comm.rank == 0:
+        old_path = out / "config.toml"
+        if old_path.exists():
+            try:
+                old = _flatten(tomllib.loads(old_path.read_text()))
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                old, err = {}, f"--resume: cannot read the interrupted run's {str(old_path)!r}: {e}"
+            new = _flatten(tomllib.loads(new_toml))
+            for key in sorted(set(old) & set(new)):  # older versions wrote unused keys too
+                if err or key.startswith(RESUME_MAY_CHANGE):
+                    continue
+                if old.get(key) != new.get(key):
+                    err = (f"--resume: {key} = {new.get(key)!r} differs from the interrupted run's {old.get(key)!r} "
+                           f"({str(old_path)!r}); only training.steps and output.* may change")
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def load_resume(cp: CoupledProblem, out: Path) -> Resumed:

@@ -281,6 +281,20 @@ def test_resume_rejects_other_theta_and_corrupt_checkpoint(tempdir):
     assert main(["run", DEEP, "--out", str(tempdir), "--quiet", "--resume", *_args(base)]) == 2
 
 
+@pytest.mark.parametrize("changed", ["training.lambda=0.2", "tokens.cells=[16, 16]", "depth.T=0.5"])
+def test_resume_refuses_another_problem(tempdir, changed, capfd):
+    """--resume with a key other than training.steps and output.* changed would join two problems in one history:
+    exit 2 naming the key, and the interrupted run's config.toml and report are kept."""
+    base = ["output.plots=false", "output.fields=false", "training.steps=2"]
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(base)]) == 0
+    before = (tempdir / "config.toml").read_text()
+    capfd.readouterr()
+    assert main(["run", DEEP, "--out", str(tempdir), "--quiet", "--resume", *_args([*base, changed])]) == 2
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.rank != 0 or (changed.split("=")[0] in err and "only training.steps" in err), err
+    assert (tempdir / "config.toml").read_text() == before
+
+
 def test_out_is_a_file(tempdir):
     """--out naming an existing file is an input error on every rank (no hang under MPI)."""
     f = tempdir / "afile"
