@@ -70,6 +70,13 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/rk.py", "pacc[j] = a * q if pacc[j] is None else pacc[j] + a * q",
         "pacc[j] = a * q if pacc[j] is None else pacc[j] + 1.001 * a * q",
         ["adjoint_taylor", "batched_gradient_d2"], "a Shu–Osher α of the transposed step off by 1e-3"),
+    "rk_outflow_weight": (
+        "mfpde/tokens/rk.py", "a * (out[j] + (b / a) * R[j])", "a * out[j] + (b / a) * R[j]",
+        ["token_mass"], "the outflow of a stage with 0 < α < 1 not scaled by α (found by a reviewer's plant)"),
+    "dg1_outflow_halved": (
+        "mfpde/tokens/transport.py", "self.outflow_rate = dolfinx.fem.form(u * vnp * ds)",
+        "self.outflow_rate = dolfinx.fem.form(0.5 * u * vnp * ds)",
+        ["token_mass"], "the DG1 outflow rate halved (found by a reviewer's plant)"),
 }
 
 
