@@ -74,7 +74,8 @@ def test_unreadable_msh_raises(tempdir):
         read_msh(MPI.COMM_WORLD, bad, 2)
 
 
-@pytest.mark.parametrize(("degree", "tol"), [(0, 1.5e-2), (1, 2e-3)])
+# DG1 on the disk (47 s on 2 ranks) in the serial pass only: the distributed disk path runs as DG0 under MPI
+@pytest.mark.parametrize(("degree", "tol"), [(0, 1.5e-2), pytest.param(1, 2e-3, marks=pytest.mark.serial)])
 def test_transport_on_disk_conserves_mass(degree, tol):
     """Unstructured triangles (direct kernel path): a contracting head, Gaussian well inside the disk of radius 3.
 

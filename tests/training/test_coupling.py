@@ -183,6 +183,7 @@ def _ode(S: float, lam: float, lam2: float):
     return value_training_law(S, 0.4, 0.05, lam, lam2, a=0.5, m0=0.3, s0=0.25, y=1.0, T=1.0)
 
 
+@pytest.mark.serial  # an order in Δs against the closed form: verify's splitting_order runs it under MPI
 def test_exact_training_dynamics(tempdir):
     """Mean and variance of ρ_s follow dā/ds = −G'(ā) − λ₂ā, dv/ds = −2λ₂v + 2λ (theory §6.2).
 
@@ -206,6 +207,7 @@ def test_exact_training_dynamics(tempdir):
     assert abs(rate - 1.0) < 0.25, f"Δs-order {rate:.2f} (errors {errs})"
 
 
+@pytest.mark.serial  # an order in Δs: verify's splitting_order runs the distributed version under MPI
 def test_splitting_order(tempdir):
     """Self-convergence in Δs on fixed meshes: Lie order ≈ 1, Strang order ≈ 2 (fitted, theory §4)."""
     lam, lam2, S = 0.02, 0.5, 1.0
