@@ -92,7 +92,7 @@ def format_table(records: list[dict[str, Any]], width: int = TABLE_WIDTH) -> str
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(head, [*widths, 0], strict=True)).rstrip(),
              "  ".join("-" * w for w in [*widths, min(room, max(len(r[-1]) for r in rows) if rows else 9)])]
     for row in rows:
-        wrapped = textwrap.wrap(str(row[-1]), room) or [""]
+        wrapped = textwrap.wrap(str(row[-1]), room, break_on_hyphens=False) or [""]
         lines.append("  ".join(str(x).ljust(w) for x, w in zip(row[:-1], widths, strict=True)) + "  " + wrapped[0])
         lines += [" " * lead + more for more in wrapped[1:]]
     return "\n".join(line.rstrip() for line in lines)
