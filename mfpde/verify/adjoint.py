@@ -148,15 +148,18 @@ def check_adjoint_taylor(quick: bool) -> Outcome:
     return Outcome(worst, f"|slope − 2| < {TAYLOR_TOL}", ok, "slopes: " + ", ".join(lines), series)
 
 
-def interpolated_taylor_errors(comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[list[float], list[float], float, bool]:
+def interpolated_taylor_errors(comm: MPI.Comm = MPI.COMM_WORLD, domain: Domain | None = None
+                               ) -> tuple[list[float], list[float], float, bool]:
     """Taylor remainders |R(c + εδ) − R(c) − ε ∂R/∂c·δ| on the gmsh disk of radius 1.5, h = 0.15 (collective).
+
+    ``domain`` replaces the disk (an unstructured-mesh token domain, DG0).
 
     μ₀ ∝ exp(−|x − (0.3, 0)|²/0.2), five heads a ∈ [−1, 1], T = 0.5 in 4 depth steps, ŷ = ∫|x|² dμ_T, y = 1.5.
 
     Returns:
         (ε, remainders, ∂R/∂c·δ, whether the interpolated path was taken).
     """
-    tt = TokenTransport(gmsh_disk(comm, radius=1.5, h=0.15), 0)
+    tt = TokenTransport(domain if domain is not None else gmsh_disk(comm, radius=1.5, h=0.15), 0)
     g, y = readout_function("second_moment"), 1.5
     a = np.linspace(-1.0, 1.0, 5)
     c0, dc = np.array([0.2, -0.1, 0.3, 0.1, -0.2]), np.array([0.3, 0.1, -0.2, 0.4, 0.1])
