@@ -136,11 +136,10 @@ exec "$@"
 def _on_full_disk(tmp, size: str, args: list[str], n: int) -> tuple[int, str]:
     """Run mfpde (on n ranks) with DIR on a tmpfs of ``size`` in a private mount namespace (unshare -m); bounded."""
     import shutil
-    import signal
     import subprocess
     import sys
 
-    from test_mpi_failures import MPIEXEC, ROOT
+    from test_mpi_failures import MPIEXEC, ROOT, finish
 
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1) to mount a small file system")
@@ -149,12 +148,7 @@ def _on_full_disk(tmp, size: str, args: list[str], n: int) -> tuple[int, str]:
            *([MPIEXEC, "-n", str(n)] if n > 1 else []), sys.executable, "-m", "mfpde", *args, "--out", str(mnt / "out")]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "MNT": str(mnt), "OMP_NUM_THREADS": "1"}, text=True,
                             stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"hung on a full disk: {args}")
+    err = finish(proc, 240, f"on a full disk: {args}")
     if proc.returncode == 97:
         pytest.skip("cannot mount a tmpfs here (unprivileged)")
     return proc.returncode, err

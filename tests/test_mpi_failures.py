@@ -36,6 +36,17 @@ def _sets(overrides: list[str]) -> list[str]:
     return [a for s in overrides for a in ("--set", s)]
 
 
+def finish(proc: subprocess.Popen, timeout: float, what: str) -> str:
+    """Wait for ``proc`` (started with ``start_new_session``) and return its stderr; if it does not end within
+    ``timeout`` seconds, kill its whole process group (mpiexec and every rank) and fail the test as hung."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"hung: {what} (killed after {timeout:g} s)")
+
+
 def launch(args: list[str], n: int = 2, timeout: float = 240, env: dict[str, str] | None = None,
            python: bool = False) -> tuple[int, str, float]:
     """Run ``mpiexec -n n`` (python -c ... or ``-m mfpde``) with a timeout; (exit status, stderr, seconds).
@@ -47,12 +58,7 @@ def launch(args: list[str], n: int = 2, timeout: float = 240, env: dict[str, str
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=e, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"hung: {' '.join(args)} (killed after {timeout:g} s)")
+    err = finish(proc, timeout, " ".join(args))
     return proc.returncode, err, time.monotonic() - t0
 
 

@@ -22,7 +22,7 @@ from mpi4py import MPI  # noqa: F401  (import order)
 import numpy as np
 import pytest
 from configs import DEEP
-from test_mpi_failures import MPIEXEC, ROOT, launch
+from test_mpi_failures import MPIEXEC, ROOT, finish, launch
 
 from mfpde.signals import EXIT_INTERRUPTED
 
@@ -57,12 +57,7 @@ def _interrupted_run(tmp: Path, n: int, sig: int, target: str) -> tuple[Path, st
     assert proc.poll() is None, "the run ended before the signal: lengthen it"
     pid = proc.pid if target == "launcher" else int((pids / f"{n - 1}.pid").read_text())
     os.kill(pid, sig)
-    try:
-        _, err = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"hung after {signal.Signals(sig).name} to the {target} on {n} ranks")
+    err = finish(proc, 240, f"after {signal.Signals(sig).name} to the {target} on {n} ranks")
     assert proc.returncode == EXIT_INTERRUPTED, err
     return out, err
 
