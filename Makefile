@@ -1,6 +1,7 @@
 # mfpde: two commands on a fresh machine.
 #   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
-#   make test   builds .venv if missing, then ruff, mypy, the docs, pytest, pytest under mpiexec -n 2, and the container test
+#   make test   builds .venv if missing, then ruff, mypy, the docs, pytest, pytest under mpiexec -n 2 (the tests marked
+#               ranks: what the rank count can change), and the container test
 #   make docs   the documentation (Sphinx, warnings are errors) into out/docs/html
 #   make test-coretypes   the round-off tests again under other CPUs' OpenBLAS kernels (CI runs it too)
 SHELL := /bin/bash
@@ -37,7 +38,7 @@ test-serial: env
 	$(BIN)/pytest -n $(NP) -m "not container" --junitxml=out/junit-serial.xml
 
 test-mpi: env
-	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "not serial and not container" -p no:cacheprovider \
+	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "ranks and not serial and not container" -p no:cacheprovider \
 		--junitxml=out/junit-mpi.xml
 
 test-container: env

@@ -10,11 +10,14 @@ from pathlib import Path
 from mpi4py import MPI
 
 import numpy as np
+import pytest
 
 import mfpde
 from mfpde import cli
 from mfpde.config import from_dict
 from mfpde.config_keys import in_use, schema_keys, to_toml
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "demos" / "transport_small.toml")
