@@ -35,7 +35,7 @@ typecheck: env
 
 # The serial pass in NP worker processes (pytest-xdist): the tests are independent processes' work, each rank-1.
 test-serial: env
-	$(BIN)/pytest -n $(NP) -m "not container" --junitxml=out/junit-serial.xml
+	$(BIN)/pytest -n $(NP) --dist worksteal -m "not container" --junitxml=out/junit-serial.xml
 
 test-mpi: env
 	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "ranks and not serial and not container" -p no:cacheprovider \
@@ -62,9 +62,9 @@ test: lint typecheck docs test-serial test-mpi test-container
 OPENBLAS_FIXED = $$($(BIN)/python -c "import scipy_openblas64 as s; print(s.get_lib_dir())")/libscipy_openblas64_.so
 test-coretypes: env
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Prescott OMP_NUM_THREADS=1 \
-		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
+		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell \
-		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
+		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
 
 bench: env
 	$(BIN)/python bench/run_all.py

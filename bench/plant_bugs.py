@@ -77,6 +77,13 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/transport.py", "self.outflow_rate = dolfinx.fem.form(u * vnp * ds)",
         "self.outflow_rate = dolfinx.fem.form(0.5 * u * vnp * ds)",
         ["token_mass"], "the DG1 outflow rate halved (found by a reviewer's plant)"),
+    "dg1_cfl_not_halved": (
+        "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
+        ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),
+    "substeps_floor": (
+        "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
+        "need = np.floor(dt / op.max_stable_dt(vel))", ["token_cfl_substeps"],
+        "the CFL sub-step count rounded down (one sub-step over the limit, redone with twice as many)"),
 }
 
 

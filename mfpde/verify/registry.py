@@ -112,6 +112,7 @@ KINDS: dict[str, str] = {
     "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
     "risk_transport_order": "slope", "circle_growth_rates": "slope", "circle_mode_selection": "clusters",
     "circle_particles": "slope", "circle_mass_positivity": "ratio to bound", "free_energy_exact": "rate [1/s]",
+    "token_cfl_substeps": "|n − n_CFL|",
 }
 
 
