@@ -84,6 +84,14 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
         "need = np.floor(dt / op.max_stable_dt(vel))", ["token_cfl_substeps"],
         "the CFL sub-step count rounded down (one sub-step over the limit, redone with twice as many)"),
+    "depth_block_switch_early": (
+        "mfpde/tokens/transport.py", "layer = layers[k // per_layer]",
+        "layer = layers[min((k + 1) // per_layer, len(layers) - 1)]", ["depth_indexed_particles"],
+        "the depth-indexed model's next block one depth step early (an O(Δt) = O(h) error: DG1's order sees it)"),
+    "depth_block_switch_early_batched": (
+        "mfpde/tokens/batch.py", "hk, layer = heads[k // per_layer], k // per_layer",
+        "hk, layer = heads[min((k + 1) // per_layer, len(heads) - 1)], min((k + 1) // per_layer, len(heads) - 1)",
+        ["batched_gradient_d2"], "the same in the batched solver (caught once the blocks' heads differ)"),
 }
 
 
