@@ -84,6 +84,13 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
         "need = np.floor(dt / op.max_stable_dt(vel))", ["token_cfl_substeps"],
         "the CFL sub-step count rounded down (one sub-step over the limit, redone with twice as many)"),
+    "redo_every_row": (
+        "mfpde/tokens/rk.py", "        nsub[broken] *= 2", "        nsub *= 2", ["token_cfl_substeps"],
+        "a redone depth step doubles every row's sub-steps, not only the rows that broke the bound (a breaker's)"),
+    "redo_late": (
+        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)",
+        "broken[idx] = h > op.max_stable_dt(vel) * 1.1", ["token_cfl_substeps"],
+        "a sub-step up to 10% over the CFL bound not redone"),
     "depth_block_switch_early": (
         "mfpde/tokens/transport.py", "layer = layers[k // per_layer]",
         "layer = layers[min((k + 1) // per_layer, len(layers) - 1)]", ["depth_indexed_particles"],
