@@ -46,7 +46,8 @@ def _check_png(path: Path) -> None:
     assert img.shape[:2] == (height, width) and float(img[..., :3].std()) > 0, "an empty figure"
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.ranks) if FIGURES[n][1] else n for n in sorted(FIGURES)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.ranks) if FIGURES[n][1] else n
+                                  for n in sorted(FIGURES)])
 def test_demo(name, tempdir, monkeypatch):
     figure = FIGURES[name][0]
     monkeypatch.chdir(tempdir)
