@@ -55,7 +55,8 @@ test: lint typecheck docs test-serial test-mpi test-container
 
 # The round-off tests (marker ``roundoff``: their assertions are bounds of tests/roundoff.py, what another CPU's
 # rounding can change; tests/conftest.py marks them) under other CPUs' OpenBLAS kernels (OPENBLAS_CORETYPE):
-# Prescott (SSE3) with one thread, Haswell (AVX2) with the default threads. numpy 2.5's bundled OpenBLAS
+# Prescott (SSE3) with one thread, Haswell (AVX2) with OpenBLAS's default threads (the suite itself runs one thread a
+# process, as the commands do, unless MFPDE_BLAS_THREADS says otherwise). numpy 2.5's bundled OpenBLAS
 # 0.3.34 overflows a stack buffer in dgemm when a core type is forced on an AMD Zen 4/5 host (OpenBLAS
 # issues #6021 and #6026, fixed by PR #6027, not yet in numpy's wheel): the emulation preloads the fixed
 # build of the scipy-openblas64 wheel, which exports numpy's symbols. A real Haswell never takes that path.
@@ -63,7 +64,7 @@ OPENBLAS_FIXED = $$($(BIN)/python -c "import scipy_openblas64 as s; print(s.get_
 test-coretypes: env
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Prescott OMP_NUM_THREADS=1 \
 		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
-	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell \
+	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell MFPDE_BLAS_THREADS=default \
 		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
 
 bench: env

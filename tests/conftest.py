@@ -17,11 +17,19 @@ from mfpde.petsc import collect_garbage
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give each rank its own junit file so that ranks > 0 do not overwrite rank 0's."""
+    """Give each rank its own junit file so that ranks > 0 do not overwrite rank 0's; one BLAS thread per process
+    for the session, as the commands run (:func:`mfpde.environment.blas_threads`: unless the user chose, e.g.
+    ``MFPDE_BLAS_THREADS=default`` keeps OpenBLAS's own count). Without it the in-process solves of two pytest
+    workers, or of two MPI ranks, ran two OpenBLAS threads each on two cores."""
     rank = MPI.COMM_WORLD.rank
     xmlpath = getattr(config.option, "xmlpath", None)
     if xmlpath and rank > 0:
         config.option.xmlpath = str(Path(xmlpath).with_suffix(f".rank{rank}.xml"))
+    from mfpde.environment import blas_threads
+
+    limit = blas_threads(MPI.COMM_WORLD)
+    limit.__enter__()
+    config.add_cleanup(lambda: limit.__exit__(None, None, None))
 
 
 def _uses_roundoff(fn: object, module: object, depth: int = 2) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def test_train_without_out_leaves_nothing_behind():
 def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
     """The API limits BLAS to one thread per process while it solves, as ``mfpde run`` does (a second OpenBLAS
     thread made the same runs 2-6 times slower, bench/bench_threads.py); the limit is lifted on return."""
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     import mfpde.tokens.job
     import mfpde.training.driver
@@ -135,7 +136,8 @@ def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
     for module, name in ((mfpde.tokens.job, "transport_sample"), (mfpde.training.driver, "run_job")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, **k: (seen.append(blas()), _real(*a, **k))[1])
-    outside = blas()
-    mfpde.transport(mfpde.load_config(SMALL, overrides=["tokens.degree=0", "output.fields=false"]))
-    mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 1, "ds": 0.1}}))
-    assert seen == [1, 1] and blas() == outside
+    with threadpool_limits(limits=max(os.cpu_count() or 1, 2), user_api="blas"):  # not the suite's own limit
+        outside = blas()
+        mfpde.transport(mfpde.load_config(SMALL, overrides=["tokens.degree=0", "output.fields=false"]))
+        mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 1, "ds": 0.1}}))
+        assert seen == [1, 1] and blas() == outside
