@@ -4,6 +4,7 @@ where they apply, the transport plot. Serially and under MPI."""
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from pathlib import Path
 
@@ -107,10 +108,15 @@ def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
     lines = table.splitlines()
     assert max(len(line) for line in lines) <= 120, max(lines, key=len)
     assert lines[0].split() == list(COLUMNS), lines[0]
-    starts = [lines[1].index(d) for d in lines[1].split()]  # the column starts, from the dashes
+    starts = [m.start() for m in re.finditer(r"-+", lines[1])]  # the column starts, from the dashes
     col = {c: starts[i] for i, c in enumerate(COLUMNS)}
     for r in records:
-        (row,) = [line for line in lines if line.startswith(r["name"] + " ")]
+        (i,) = [i for i, line in enumerate(lines) if line.startswith(r["name"] + " ")]
+        row, more = lines[i], []
+        for line in lines[i + 1:]:  # the threshold's continuation lines: blank but in its column
+            if line[:col["threshold"]].strip():
+                break
+            more.append(line)
         kind = CHECKS[r["name"]].kind
         assert r["kind"] == kind and row[col["kind"]:].startswith(kind), row
         assert row[col["measured"]:].startswith(f"{r['measured']:.4g}"), row
@@ -120,7 +126,9 @@ def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
             assert row[col["reference"]:].startswith(f"{r['reference_value']:.4g}"), row
             assert r["error"] == pytest.approx(abs(r["measured"] - r["reference_value"]), rel=1e-12, abs=1e-300)
             assert row[col["error"]:].startswith(f"{r['error']:.2g}"), row
-        assert " ".join(r["threshold"].split()) in " ".join(table.split()), r["threshold"]
+        cell = " ".join(line[col["threshold"]:col["verdict"]].strip() for line in [row, *more])
+        assert cell == " ".join(r["threshold"].split()), (cell, r["threshold"])  # all of it, in its column
+        assert row[col["verdict"]:].startswith("pass" if r["passed"] else "FAIL"), row
 
 
 def test_verify_table_reads_reports_without_reference_columns():
