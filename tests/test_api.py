@@ -14,6 +14,8 @@ import pytest
 import mfpde
 from mfpde.errors import ConfigError
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "demos" / "transport_small.toml")
 

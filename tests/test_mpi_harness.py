@@ -13,6 +13,8 @@ from mpi4py import MPI  # noqa: F401  (import order)
 
 import pytest
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 ONE_RANK_FAILS = '''
 from mpi4py import MPI

@@ -18,6 +18,8 @@ from mfpde import cli
 from mfpde.config import from_dict
 from mfpde.config_keys import in_use, schema_keys, to_toml
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "demos" / "transport_small.toml")
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -31,6 +31,7 @@ def _load_checks() -> None:
     from mfpde.verify import (  # noqa: F401
         adjoint,
         batched,
+        cfl,
         circle,
         conservation,
         deep,

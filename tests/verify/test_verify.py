@@ -20,6 +20,8 @@ from mfpde.cli import main
 from mfpde.verify.job import _load_checks, run_check
 from mfpde.verify.registry import CHECKS
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 _load_checks()
 
 
