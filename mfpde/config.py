@@ -174,6 +174,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     with P.block():
         _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
     dim_ok = t.dim in (1, 2)  # the box, the data and loss.w are checked against d only when d is valid
+    before = len(P.messages)
     with P.block():
         if t.mesh:
             _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
@@ -201,8 +202,9 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         _check_heads(h)
     with P.block():
         check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
     with P.block():
-        if dim_ok:
+        if omega_ok:
             _check_data(cfg)
     for ok, key, msg in (
         (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),
