@@ -183,6 +183,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
             _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                      f"needs {t.dim} integers >= 2, got {t.cells}")
             check_box("tokens.box", t.box, t.cells)
+    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
     for ok, key, msg in (
         (t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}"),
         (t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'"),
@@ -202,7 +203,6 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         _check_heads(h)
     with P.block():
         check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
-    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
     with P.block():
         if omega_ok:
             _check_data(cfg)
