@@ -251,6 +251,7 @@ def test_resolved_sample_at_one_cell_per_standard_deviation(tempdir):
         assert abs(yhat - 0.609014) < 0.01 * 0.609014, yhat
 
 
+@pytest.mark.ranks  # every rank must exit 2 on the same errors
 def test_every_config_error_is_reported_at_once(tempdir, capfd):
     """Two misspelt keys and a value out of range in one file: exit 2, one line naming all three (each with its
     suggestion or range), nothing written; from Python, ConfigErrors lists them one per message."""
