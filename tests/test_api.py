@@ -114,3 +114,28 @@ def test_train_without_out_leaves_nothing_behind():
     assert run.status == "ok" and run.rho.shape[0] == 1 and len(run.history["risk"]) == 2
     MPI.COMM_WORLD.Barrier()
     assert set(Path(tempfile.gettempdir()).glob("mfpde-*")) <= before
+
+
+def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
+    """The API limits BLAS to one thread per process while it solves, as ``mfpde run`` does (a second OpenBLAS
+    thread made the same runs 2-6 times slower, bench/bench_threads.py); the limit is lifted on return."""
+    from threadpoolctl import threadpool_info
+
+    import mfpde.tokens.job
+    import mfpde.training.driver
+    from mfpde.environment import THREAD_VARS
+
+    for var in THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+    def blas() -> int:
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    seen: list[int] = []
+    for module, name in ((mfpde.tokens.job, "transport_sample"), (mfpde.training.driver, "run_job")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, **k: (seen.append(blas()), _real(*a, **k))[1])
+    outside = blas()
+    mfpde.transport(mfpde.load_config(SMALL, overrides=["tokens.degree=0", "output.fields=false"]))
+    mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 1, "ds": 0.1}}))
+    assert seen == [1, 1] and blas() == outside

@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 ONE_RANK_FAILS = '''
 from mpi4py import MPI
 
+import pytest
+
+pytestmark = pytest.mark.ranks  # under MPI the conftest runs only tests marked ranks
+
 
 def test_fails_on_rank_1_before_a_collective():
     comm = MPI.COMM_WORLD
