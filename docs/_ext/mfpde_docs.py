@@ -21,8 +21,9 @@ GEN = DOCS / "_generated"
 
 
 def _cell(text: str) -> str:
-    """A table cell: no pipes or newlines."""
-    return " ".join(str(text).replace("|", "\\|").split())
+    """A table cell: no pipes or newlines, and a docstring's Sphinx roles (``:func:`name```) as code."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", str(text))
+    return " ".join(text.replace("|", "\\|").split())
 
 
 def check_rows() -> list[dict[str, Any]]:
