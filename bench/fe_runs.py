@@ -112,9 +112,9 @@ class TokenDrift:
 
     EPS = 1e-5
 
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, cp: CoupledProblem | None = None) -> None:
         self.family = family
-        self.cp = CoupledProblem(config(family, 8, 0.1, 1), MPI.COMM_SELF)
+        self.cp = cp if cp is not None else CoupledProblem(config(family, 8, 0.1, 1), MPI.COMM_SELF)
 
     def __call__(self, th: np.ndarray) -> tuple[np.ndarray, float]:
         """(∇_θ δR/δρ at the heads, shape (H, p); R(ρ_H))."""
