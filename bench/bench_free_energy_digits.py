@@ -13,7 +13,7 @@ weighted point set, δR/δρ = v D(a) by the discrete adjoint at every distinct 
 at H heads drawn from ρ₀.
 
 Writes ``out/bench/free_energy_digits.json`` and ``.png`` and prints markdown tables.
-Run: ``nice -n 10 python bench/free_energy_digits.py [--quick]``.
+Run: ``nice -n 10 python bench/bench_free_energy_digits.py [--quick]``.
 """
 
 from __future__ import annotations
