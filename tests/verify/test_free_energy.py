@@ -113,3 +113,23 @@ def test_token_drift_is_the_closed_form(family):
 
     probe = token_drift_probe(family, 64, repeats=1)
     assert probe["dev"] < (1e-13 if family == "value" else 1e-9), probe
+
+
+def test_particle_times_stop_at_the_floor():
+    """Synthetic runs: gap 10^{−k} decaying onto ±1e-3 noise, unit costs. The floor is the noise's RMS, tolerances
+    below it are never reached, and the time to a tolerance above it counts every step's estimate (k-NN at every
+    step), only those at the given rows, or none (dynamics only)."""
+    from fe_report import particle_times
+
+    n = 40
+    noise = 1e-3 * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)  # RMS exactly 1e-3
+    gap = np.maximum(10.0 ** -(np.arange(n) / 2.0), 0.0) + noise
+    runs = [{"knn": gap.tolist(), "dyn": [1.0] * n, "knn_s": [10.0] * n} for _ in range(2)]
+    pt = particle_times(runs, (1e-2, 8e-4), rows=[0, 2, 4, 8, 16, 32])
+    assert abs(pt["floor"] - 1e-3) < 1e-12
+    assert np.min(np.abs(gap)) < 8e-4  # step 7 dips below 8e-4 ...
+    assert math.isnan(pt["every"][1]) and math.isnan(pt["dyn"][1])  # ... but 8e-4 < floor: never seen
+    k = int(np.nonzero(np.abs(gap) <= 1e-2)[0][0])  # first crossing of 1e-2
+    assert pt["every"][0] == 11.0 * (k + 1) and pt["dyn"][0] == float(k + 1)
+    r = 8  # the first row at or after the crossing (k = 5: rows 0, 2, 4 are above 1e-2, row 8 below)
+    assert pt["rows"][0] == (r + 1) + 10.0 * 4  # dynamics of steps 0..8, estimates at rows 0, 2, 4, 8
