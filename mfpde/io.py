@@ -228,7 +228,14 @@ def setup_logging(quiet: bool = False) -> None:
 
 
 #: VTK cell types of the VTX files (Lagrange interval, triangle, quadrilateral) and their vertex counts.
-_VTK_CELLS = {68: 2, 69: 3, 70: 4}
+_VTK_CELLS = {68: 2, 69: 3, 70: 4}  # VTK's Lagrange curve, triangle, quadrilateral: their vertices
+
+
+def _newton_cotes(n: int) -> np.ndarray:
+    """The weights (summing to 1) of n equispaced nodes on [0, 1] in VTK's order (end points, then interior)."""
+    t = np.concatenate([[0.0, 1.0], np.arange(1, n - 1) / (n - 1)]) if n > 1 else np.array([0.5])
+    V = np.vander(t, n, increasing=True).T  # Σ_j w_j t_j^i = 1/(i + 1)
+    return np.linalg.solve(V, 1.0 / np.arange(1, n + 1))
 
 
 @dataclass
@@ -241,8 +248,11 @@ class VTXField:
         values: per snapshot the nodal values (point data: P1, DG1) or cell values (cell data: DG0).
         cell_data: whether the values are per cell.
         points: per snapshot the node coordinates, shape (N, 3).
-        cells: per snapshot the vertices of each cell (indices into ``points``), shape (C, k): k = 2 for
-            intervals, 3 for triangles, 4 for quadrilaterals; a ghost cell that several ranks wrote appears once.
+        cells: per snapshot the nodes of each cell (indices into ``points``), shape (C, k): k = 2 for
+            intervals, 3 for triangles, 4 for quadrilaterals; on curves of Lagrange degree p ≥ 2 (the circle's
+            DG2 and higher) the p + 1 nodes in VTK's order, the two end points first, then the interior nodes
+            along the segment; a ghost cell that several ranks wrote appears once.
+        curve: whether the cells are segments (an interval, or the circle's closed polygon).
     """
 
     name: str
@@ -251,21 +261,26 @@ class VTXField:
     cell_data: bool
     points: list[np.ndarray]
     cells: list[np.ndarray]
+    curve: bool = False
 
     def integral(self, k: int) -> float:
-        """∫ of snapshot k: Σ_cells ``|K|`` × (cell value, or the mean of its vertex values).
+        """∫ of snapshot k: Σ_cells ``|K|`` × (the cell value, or the mean of the cell's nodal values).
 
-        Exact for DG0, for P1/DG1 on intervals and triangles, and for bilinear fields on parallelograms
-        (box meshes).
+        On a curve of Lagrange degree p the mean is the Newton–Cotes rule of its p + 1 equispaced nodes.
+        Exact for DG0, for P1/DG1 on intervals and triangles, for bilinear fields on parallelograms (box
+        meshes), and for DG degree p on the segments of an interval or of the circle (there ``|K|`` is the
+        arc of the unit circle that a segment of its inscribed polygon spans: the density is per unit angle).
         """
-        x, c, v = self.points[k][:, :2], self.cells[k], self.values[k]
-        if c.shape[1] == 2:
-            size = np.abs(x[c[:, 1], 0] - x[c[:, 0], 0])
-        else:  # shoelace formula; VTK orders the vertices of triangles and quadrilaterals counter-clockwise
-            xs, ys = x[c, 0], x[c, 1]
-            size = 0.5 * np.abs(np.sum(xs * np.roll(ys, -1, axis=1) - np.roll(xs, -1, axis=1) * ys, axis=1))
-        avg = v if self.cell_data else v[c].mean(axis=1)
-        return float(size @ avg)
+        x, c, v = self.points[k], self.cells[k], self.values[k]
+        if self.curve:
+            size = np.linalg.norm(x[c[:, 1]] - x[c[:, 0]], axis=1)
+            if np.any(x[:, 1] != 0.0):  # the circle's polygon, inscribed in a circle of radius R: the arc
+                radius = np.linalg.norm(x[c[:, 0]], axis=1)
+                size = 2.0 * radius * np.arcsin(np.minimum(size / (2.0 * radius), 1.0))
+            return float(size @ (v if self.cell_data else v[c] @ _newton_cotes(c.shape[1])))
+        xs, ys = x[c, 0], x[c, 1]  # shoelace formula; VTK orders the vertices counter-clockwise
+        size = 0.5 * np.abs(np.sum(xs * np.roll(ys, -1, axis=1) - np.roll(xs, -1, axis=1) * ys, axis=1))
+        return float(size @ (v if self.cell_data else v[c].mean(axis=1)))
 
 
 def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
@@ -304,11 +319,16 @@ def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
         times, values, points, cells = [], [], [], []
         for k in range(n):
             times.append(float(f.read("step", step_selection=[k, 1]).ravel()[0]))
-            nv = _VTK_CELLS[int(f.read("types", step_selection=[k, 1]).ravel()[0])]
+            kind = int(f.read("types", step_selection=[k, 1]).ravel()[0])
+            if kind not in _VTK_CELLS:
+                raise ConfigError(f"{str(path)!r}: VTK cell type {kind} is not one mfpde writes")
             blocks = range(len(f.all_blocks_info("geometry")[k]))
             x = [f.read("geometry", block_id=b, step_selection=[k, 1]).reshape(-1, 3) for b in blocks]
-            conn = [f.read("connectivity", block_id=b, step_selection=[k, 1]).reshape(-1, nv + 1)[:, 1:]
-                    for b in blocks]
+            count = "NumberOfEntities" if "NumberOfEntities" in avail else "NumberOfCells"
+            ncell = [int(f.read(count, block_id=b, step_selection=[k, 1]).ravel()[0]) for b in blocks]
+            # each row: the node count, then the nodes (more than the vertices on higher-degree Lagrange cells)
+            conn = [f.read("connectivity", block_id=b, step_selection=[k, 1]).reshape(nc, -1)[:, 1:]
+                    for b, nc in zip(blocks, ncell, strict=True)]
             shift = np.cumsum([0] + [len(p) for p in x[:-1]])
             gid = np.concatenate([f.read("vtkOriginalPointIds", block_id=b, step_selection=[k, 1]).ravel()
                                   for b in blocks])
@@ -319,4 +339,4 @@ def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
             cells.append(c[keep])
             v = np.concatenate([f.read(name, block_id=b, step_selection=[k, 1]).ravel() for b in blocks])
             values.append(v[keep] if cell_data else v)
-    return VTXField(name, np.array(times), values, cell_data, points, cells)
+    return VTXField(name, np.array(times), values, cell_data, points, cells, curve=kind == 68)

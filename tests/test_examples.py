@@ -146,6 +146,23 @@ def test_read_back_rho_and_mu(tempdir):
         assert abs(mu.integral(len(mu.times) - 1) - rep["mass_T"]) <= reordered(2 * n)
 
 
+@pytest.mark.serial  # reads the files on one process
+@pytest.mark.parametrize("degree", [0, 1, 2])
+def test_read_back_the_circle_fields(tempdir, degree):
+    """The circle's μ_t (a closed polygon; DG2 is a Lagrange curve of three nodes a cell) read back: ∫μ_0 = 1
+    and the last snapshot's integral is the report's mass_T, per unit angle (the arcs, not the chords), to the
+    round-off of the reordered sums (the Newton–Cotes weights of DG2: a few roundings more a node)."""
+    out = tempdir / f"circle{degree}"
+    assert main(["transport", str(ROOT / "demos" / "circle.toml"), "--out", str(out), "--set", "depth.T=0.2",
+                 "--set", f"tokens.degree={degree}", "--set", "tokens.cells=[64]"]) == 0
+    mu = read_vtx(out / "fields" / "mu_0.bp")
+    rep = json.loads((out / "report.json").read_text())["samples"][0]
+    n = len(mu.values[0])
+    assert mu.curve and mu.cells[0].shape == (64, max(degree + 1, 2)) and mu.cell_data == (degree == 0)
+    assert abs(mu.integral(0) - 1) <= reordered(4 * n) + gamma(4 * n + 8)
+    assert abs(mu.integral(len(mu.times) - 1) - rep["mass_T"]) <= reordered(4 * n) + gamma(4 * n + 8)
+
+
 def test_read_vtx_errors(tempdir):
     with pytest.raises(C.ConfigError, match="no such"):
         read_vtx(tempdir / "missing.bp")

@@ -6,6 +6,7 @@ check that could not run because a solver failed is a failed check with the erro
 
 from __future__ import annotations
 
+import difflib
 import logging
 import sys
 import time
@@ -169,7 +170,9 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
     names = list(only) if only else list(CHECKS)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
-        raise ConfigError(f"--only: unknown check {unknown[0]!r} (known: {', '.join(CHECKS)})")
+        close = difflib.get_close_matches(unknown[0], list(CHECKS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"--only: unknown check {unknown[0]!r}{hint} (known: {', '.join(CHECKS)})")
     out = Path(out)
     prepare_output_dir(out, comm)
     records = []

@@ -79,8 +79,10 @@ def test_interface_check_names_are_registered():
     assert set(names) == set(CHECKS), (sorted(set(names) - set(CHECKS)), sorted(set(CHECKS) - set(names)))
 
 
-def test_verify_unknown_check_is_input_error(tempdir):
+def test_verify_unknown_check_is_input_error(tempdir, capfd):
     assert main(["verify", "--only", "no_such_check", "--out", str(tempdir)]) == 2
+    assert main(["verify", "--only", "token_mas", "--out", str(tempdir)]) == 2
+    assert "did you mean 'token_mass'?" in capfd.readouterr().err or MPI.COMM_WORLD.rank > 0
 
 
 def test_verify_planted_bug_exits_3(tempdir, monkeypatch):
