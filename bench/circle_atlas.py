@@ -9,7 +9,12 @@
     (:func:`~mfpde.tokens.circle_flow.cluster_masses`); T_meta = (first later output with fewer clusters) −
     (first output with k_max clusters); the median over the draws fitted as log T_meta = log C + cβ
     (:func:`mfpde.fitting.fit_power` with x = e^β), with its standard error. The label count M is checked by
-    the same lifetimes at M/2 (``--check-m``).
+    the same lifetimes at M/2 (``--check-m``). Nearest clusters at distance d drift together at a speed
+    ∝ e^{β(cos d − 1)} sin d (SA; USA: e^{β cos d} sin d), so k equally spaced clusters live
+    ∝ e^{β(1 − cos(2π/k))} (SA): the prediction c_k = 1 − cos(2π/k_max(β)) against which the medians are shown.
+    And the clean case: two clusters from μ_0 ∝ 1 + 0.3 cos 2θ + 0.05 cos(θ − 0.4), β = 1..8, to t = 10⁹; the
+    pair is nearly antipodal, so T_merge ∝ e^{2β} (SA) and e^{β} (USA) up to a polynomial factor
+    (:data:`TWO_MODES`; M = 64 and 128 compared).
 (iii) BPA's Fig. 4: β = 5 and 7 from uniform plus white noise (the notebook's σ = 0.01, amplitude 2π·0.01), the
     space–depth picture of μ_t with the cluster angles (2πj − arg μ̂_k(0))/k predicted from the initial
     Fourier coefficient of k = k_max (USA, DG2 on 512 cells).
@@ -74,6 +79,24 @@ def counts(betas: list[float]) -> list[dict[str, float]]:
         print(f"β = {b:5.1f}: k_max {km:2d}, clusters {n_cl:2d}, γ_2nd/γ_max {second:.3f}, "
               f"{time.process_time() - t0:.1f} s", flush=True)
     return rows
+
+
+#: The two-cluster start of the clean lifetime law.
+TWO_MODES = [[2, 0.3, 0.0], [1, 0.05, 0.4]]
+
+
+def two_cluster_lifetime(beta: float, attention: str, M: int) -> dict[str, float]:
+    """From :data:`TWO_MODES`: first depth with two clusters, first with one, their difference (flow map)."""
+    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_density
+
+    fm = FlowMap(modes_density(TWO_MODES), M, beta, attention)
+    t0 = time.process_time()
+    sol = fm.solve(np.logspace(-2, 9, 221), rtol=1e-8, atol=1e-10)
+    cnt = [int((cluster_masses(x, fm.w, 0.1 * math.pi) > 0.1).sum()) for x in sol.X]
+    t_form = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if c == 2), math.nan)
+    t_merge = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if t > t_form and c < 2), math.nan)
+    return {"beta": beta, "attention": attention, "M": M, "t_form": t_form, "t_merge": t_merge,
+            "T_meta": t_merge - t_form, "cpu_s": time.process_time() - t0}
 
 
 #: β of the lifetimes, and the draws of the initial phases per β.
@@ -144,6 +167,19 @@ def main() -> None:
             half = lifetime(b, seeds[0], M=64)
             full = next(r for r in life if r["beta"] == b and r["seed"] == seeds[0])
             print(f"M check β = {b:g}: T_meta {half['T_meta']:.3g} (M = 64), {full['T_meta']:.3g} (M = 128)")
+    two = [two_cluster_lifetime(float(b), att, M) for att in ("softmax", "unnormalised") for b in range(1, 9)
+           for M in (64, 128)]
+    two_fit = {}
+    for att, c_pred in (("softmax", 2.0), ("unnormalised", 1.0)):
+        rr = [r for r in two if r["attention"] == att and r["M"] == 128 and r["beta"] >= 3]
+        law2 = fit_power(np.exp([r["beta"] for r in rr]), [r["T_meta"] for r in rr])
+        two_fit[att] = (law2.q, law2.se_q)
+        for r in (r for r in two if r["attention"] == att and r["M"] == 128):
+            half = next(h for h in two if h["attention"] == att and h["M"] == 64 and h["beta"] == r["beta"])
+            print(f"two clusters {att} β = {r['beta']:g}: formed {r['t_form']:.3g}, merged {r['t_merge']:.3g}, "
+                  f"T_meta {r['T_meta']:.3g} (M = 64: {half['T_meta']:.3g}), {r['cpu_s']:.1f} s CPU", flush=True)
+        print(f"two clusters {att}: T_meta ∝ e^(c β), β = 3..8: c = {law2.q:.3f} ± {law2.se_q:.3f} "
+              f"(predicted {c_pred:g} as β → ∞)", flush=True)
     med = []
     for b in life_betas:
         v = [r["T_meta"] for r in life if r["beta"] == b]
@@ -152,6 +188,14 @@ def main() -> None:
     law = fit_power(np.exp([m[0] for m in med]), [m[1] for m in med]) if len(med) >= 3 else None
     c, se = (law.q, law.se_q) if law else (math.nan, math.nan)
     print(f"T_meta ~ e^(c β) (SA, medians over {len(seeds)} draws): c = {c:.3f} ± {se:.3f} from {len(med)} values of β")
+    if len(med) >= 3:
+        x = [math.exp(b * (1 - math.cos(2 * math.pi / kmax(b)))) for b, *_ in med]
+        lawk = fit_power(x, [m[1] for m in med])
+        print(f"T_meta ∝ e^(c' β(1 − cos(2π/k_max))): c' = {lawk.q:.3f} ± {lawk.se_q:.3f} (nearest-cluster drift: 1)")
+    for b, m, lo, hi in med:
+        km = kmax(b)
+        print(f"β = {b:g}: k_max {km}, T_meta median {m:.3g} (draws {lo:.3g}..{hi:.3g}), predicted exponent "
+              f"β(1 − cos(2π/k_max)) = {b * (1 - math.cos(2 * math.pi / km)):.2f}")
     fig, ax = plt.subplots(2, 2, figsize=(11, 8))
     b = np.array([r["beta"] for r in rows])
     x = np.sqrt(b * np.log(np.maximum(b, 1.0 + 1e-9)))
@@ -162,19 +206,22 @@ def main() -> None:
     ax[0, 0].plot(bb, ck * np.sqrt(bb * np.log(bb)), ":", label=f"{ck:.2f} √(β log β)")
     ax[0, 0].set(xlabel="β", ylabel="clusters", xscale="log")
     ax[0, 0].legend(fontsize=8)
+    for att, mk in (("softmax", "o"), ("unnormalised", "s")):
+        rr = [r for r in two if r["attention"] == att and r["M"] == 128]
+        ax[0, 1].semilogy([r["beta"] for r in rr], [r["T_meta"] for r in rr], mk,
+                          label=f"two clusters, {'SA' if att == 'softmax' else 'USA'}: c = {two_fit[att][0]:.2f} ± "
+                                f"{two_fit[att][1]:.2f}")
     if med:
-        mb = np.array([m[0] for m in med])
-        ax[0, 1].errorbar(mb, [m[1] for m in med], yerr=[[m[1] - m[2] for m in med], [m[3] - m[1] for m in med]],
-                          fmt="o", label="T_meta (SA, flow map): median, min–max of draws")
-        if law:
-            ax[0, 1].plot(mb, [law(math.exp(v)) for v in mb], ":", label=f"e^(({c:.2f} ± {se:.2f}) β)")
-        ax[0, 1].set_yscale("log")
-        ax[0, 1].legend(fontsize=8)
-    ax[0, 1].set(xlabel="β", ylabel="metastable lifetime")
+        ax[0, 1].errorbar([m[0] for m in med], [m[1] for m in med],
+                          yerr=[[m[1] - m[2] for m in med], [m[3] - m[1] for m in med]], fmt="^",
+                          label="k_max clusters (SA): median, min–max of draws")
+    ax[0, 1].legend(fontsize=7)
+    ax[0, 1].set(xlabel="β", ylabel="metastable lifetime T_meta", yscale="log")
     fig4([ax[1, 0], ax[1, 1]])
     fig.tight_layout()
     fig.savefig(OUT / "atlas.png", dpi=100)
-    (OUT / "atlas.json").write_text(json.dumps({"counts": rows, "lifetimes": life, "c": c, "c_se": se, "c_sqrt": ck},
+    (OUT / "atlas.json").write_text(json.dumps({"counts": rows, "lifetimes": life, "c": c, "c_se": se, "c_sqrt": ck,
+                                                "two_clusters": two, "two_fit": two_fit},
                                                indent=1))
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
