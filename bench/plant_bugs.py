@@ -90,6 +90,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
     "circle_limiter_gauss_only": (
         "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
+    "circle_flow_weights": (
+        "mfpde/tokens/circle_flow.py", "self.w = (2 * math.pi / M) * density(self.xi)",
+        "self.w = (2 * math.pi / (M + 1)) * density(self.xi)",
+        ["circle_flow_map"], "the flow map's trapezoidal weights 2π/(M+1) for 2π/M (the mass 1 − 1/M)"),
 }
 
 

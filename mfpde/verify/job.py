@@ -32,6 +32,7 @@ def _load_checks() -> None:
         adjoint,
         batched,
         circle,
+        circle_flow,
         conservation,
         deep,
         free_energy,

@@ -111,7 +111,8 @@ KINDS: dict[str, str] = {
     "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope", "depth_indexed_particles": "slope",
     "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
     "risk_transport_order": "slope", "circle_growth_rates": "slope", "circle_mode_selection": "clusters",
-    "circle_particles": "slope", "circle_mass_positivity": "ratio to bound", "free_energy_exact": "rate [1/s]",
+    "circle_particles": "slope", "circle_mass_positivity": "ratio to bound",
+    "circle_flow_map": "slope", "free_energy_exact": "rate [1/s]",
 }
 
 
