@@ -204,6 +204,7 @@ def main() -> None:
     ax[0, 0].plot(bb, [kmax(v) for v in bb], "-", label="k_max(β) (linear theory)")
     ax[0, 0].plot(b, [r["clusters"] for r in rows], "o", label="clusters formed (PDE)")
     ax[0, 0].plot(bb, ck * np.sqrt(bb * np.log(bb)), ":", label=f"{ck:.2f} √(β log β)")
+    ax[0, 0].plot(bb, np.sqrt(2 * bb), "--", lw=0.8, label="√(2β) (I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ))")
     ax[0, 0].set(xlabel="β", ylabel="clusters", xscale="log")
     ax[0, 0].legend(fontsize=8)
     for att, mk in (("softmax", "o"), ("unnormalised", "s")):
