@@ -1,6 +1,7 @@
 # mfpde: two commands on a fresh machine.
 #   make run    builds .venv if missing, then runs the main job (mfpde run on its embedded default)
-#   make test   builds .venv if missing, then ruff, mypy, the docs, pytest, pytest under mpiexec -n 2, and the container test
+#   make test   builds .venv if missing, then ruff, mypy, the docs, pytest, pytest under mpiexec -n 2 (the tests marked
+#               ranks: what the rank count can change), and the container test
 #   make docs   the documentation (Sphinx, warnings are errors) into out/docs/html
 #   make test-coretypes   the round-off tests again under other CPUs' OpenBLAS kernels (CI runs it too)
 SHELL := /bin/bash
@@ -34,10 +35,10 @@ typecheck: env
 
 # The serial pass in NP worker processes (pytest-xdist): the tests are independent processes' work, each rank-1.
 test-serial: env
-	$(BIN)/pytest -n $(NP) -m "not container" --junitxml=out/junit-serial.xml
+	$(BIN)/pytest -n $(NP) --dist worksteal -m "not container" --junitxml=out/junit-serial.xml
 
 test-mpi: env
-	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "not serial and not container" -p no:cacheprovider \
+	$(BIN)/mpiexec -n $(NP) $(BIN)/python -m mpi4py -m pytest -m "ranks and not serial and not container" -p no:cacheprovider \
 		--junitxml=out/junit-mpi.xml
 
 test-container: env
@@ -54,16 +55,17 @@ test: lint typecheck docs test-serial test-mpi test-container
 
 # The round-off tests (marker ``roundoff``: their assertions are bounds of tests/roundoff.py, what another CPU's
 # rounding can change; tests/conftest.py marks them) under other CPUs' OpenBLAS kernels (OPENBLAS_CORETYPE):
-# Prescott (SSE3) with one thread, Haswell (AVX2) with the default threads. numpy 2.5's bundled OpenBLAS
+# Prescott (SSE3) with one thread, Haswell (AVX2) with OpenBLAS's default threads (the suite itself runs one thread a
+# process, as the commands do, unless MFPDE_BLAS_THREADS says otherwise). numpy 2.5's bundled OpenBLAS
 # 0.3.34 overflows a stack buffer in dgemm when a core type is forced on an AMD Zen 4/5 host (OpenBLAS
 # issues #6021 and #6026, fixed by PR #6027, not yet in numpy's wheel): the emulation preloads the fixed
 # build of the scipy-openblas64 wheel, which exports numpy's symbols. A real Haswell never takes that path.
 OPENBLAS_FIXED = $$($(BIN)/python -c "import scipy_openblas64 as s; print(s.get_lib_dir())")/libscipy_openblas64_.so
 test-coretypes: env
 	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Prescott OMP_NUM_THREADS=1 \
-		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
-	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell \
-		$(BIN)/pytest -n $(NP) -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
+		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-prescott.xml
+	LD_PRELOAD=$(OPENBLAS_FIXED) OPENBLAS_CORETYPE=Haswell MFPDE_BLAS_THREADS=default \
+		$(BIN)/pytest -n $(NP) --dist worksteal -m "roundoff and not container" -p no:cacheprovider -q --junitxml=out/junit-haswell.xml
 
 bench: env
 	$(BIN)/python bench/run_all.py

@@ -94,6 +94,28 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle_flow.py", "self.w = (2 * math.pi / M) * density(self.xi)",
         "self.w = (2 * math.pi / (M + 1)) * density(self.xi)",
         ["circle_flow_map"], "the flow map's trapezoidal weights 2π/(M+1) for 2π/M (the mass 1 − 1/M)"),
+    "dg1_cfl_not_halved": (
+        "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
+        ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),
+    "substeps_floor": (
+        "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
+        "need = np.floor(dt / op.max_stable_dt(vel))", ["token_cfl_substeps"],
+        "the CFL sub-step count rounded down (one sub-step over the limit, redone with twice as many)"),
+    "redo_every_row": (
+        "mfpde/tokens/rk.py", "        nsub[broken] *= 2", "        nsub *= 2", ["token_cfl_substeps"],
+        "a redone depth step doubles every row's sub-steps, not only the rows that broke the bound (a breaker's)"),
+    "redo_late": (
+        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)",
+        "broken[idx] = h > op.max_stable_dt(vel) * 1.1", ["token_cfl_substeps"],
+        "a sub-step up to 10% over the CFL bound not redone"),
+    "depth_block_switch_early": (
+        "mfpde/tokens/transport.py", "layer = layers[k // per_layer]",
+        "layer = layers[min((k + 1) // per_layer, len(layers) - 1)]", ["depth_indexed_particles"],
+        "the depth-indexed model's next block one depth step early (an O(Δt) = O(h) error: DG1's order sees it)"),
+    "depth_block_switch_early_batched": (
+        "mfpde/tokens/batch.py", "hk, layer = heads[k // per_layer], k // per_layer",
+        "hk, layer = heads[min((k + 1) // per_layer, len(heads) - 1)], min((k + 1) // per_layer, len(heads) - 1)",
+        ["batched_gradient_d2"], "the same in the batched solver (caught once the blocks' heads differ)"),
 }
 
 

@@ -22,7 +22,8 @@
 #
 # Run: `python3 demos/demo_shallow_convergence.py` (or under `mpiexec -n 2`; `--quick` or
 # `MFPDE_DEMO_QUICK=1` for fewer steps). Output: `out_demo_shallow_convergence/` (the run's files and
-# `convergence.png`).
+# `convergence.png`; the run's own plots are off: with a history row at every step they would be redrawn at
+# every step, and this demo draws its own figure).
 
 # ## Parameters: the example config, as `mfpde run demos/shallow.toml` reads it
 
@@ -44,7 +45,8 @@ from mfpde.training import run_job
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD
 here = Path(__file__).resolve().parent if "__file__" in globals() else Path("demos").resolve()
-cfg = config.load(here / "shallow.toml", ["training.steps=60", "output.every=1"] if quick else ["output.every=1"])
+every_step = ["output.every=1", "output.plots=false"]
+cfg = config.load(here / "shallow.toml", ["training.steps=60", *every_step] if quick else every_step)
 out = Path("out_demo_shallow_convergence")
 lam, lam2, a = cfg.training.lam, cfg.training.lambda2, cfg.heads.a
 m0, s0, y = cfg.data.mean[0][0], cfg.data.cov[0][0][0], cfg.data.target[0]

@@ -27,8 +27,13 @@ html_theme_options = {"description": "finite elements for the mean-field transfo
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented"  # no second "Parameters" list of a dataclass's fields
+autodoc_typehints_format = "short"  # NDArray[float64], not numpy._typing._array_like.NDArray[numpy.float64]
+autodoc_preserve_defaults = True  # comm=MPI.COMM_WORLD, not <mpi4py.MPI.Intracomm object>
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True
+# an attribute's type would print as numpy._typing._array_like.NDArray[...]; the docstrings give the shapes
+napoleon_attr_annotations = False
 nitpicky = False

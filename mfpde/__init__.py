@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 _PUBLIC = {
     "Config": "mfpde.config",
     "ConfigError": "mfpde.errors",
+    "ConfigErrors": "mfpde.errors",
     "NumericalError": "mfpde.errors",
     "load_config": "mfpde.api",
     "make_config": "mfpde.api",
@@ -35,7 +36,7 @@ _PUBLIC = {
     "VTXField": "mfpde.io",
 }
 
-__all__ = ["Config", "ConfigError", "NumericalError", "TokenField", "TrainingResult", "TransportResult",
+__all__ = ["Config", "ConfigError", "ConfigErrors", "NumericalError", "TokenField", "TrainingResult", "TransportResult",
            "VTXField", "__version__", "build_problem", "load_config", "make_config", "read_vtx", "train",
            "transport"]
 

@@ -169,6 +169,7 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
         ConfigError: invalid input, or the circle domain (solved by ``mfpde transport`` only); IndexError: no
             such sample; NumericalError: the solve failed.
     """
+    from mfpde.environment import blas_threads
     from mfpde.errors import ConfigError
     from mfpde.tokens.job import sample_report, transport_sample
 
@@ -180,7 +181,8 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
     if not 0 <= sample < n:
         raise IndexError(f"sample {sample}: the problem has {n} samples")
     first: list[TokenField] = []
-    u, rep = transport_sample(pb, sample, on_initial=lambda u0: first.append(_gather(u0, pb.comm)))
+    with blas_threads(pb.comm):  # as the commands: one BLAS thread per process unless the user chose
+        u, rep = transport_sample(pb, sample, on_initial=lambda u0: first.append(_gather(u0, pb.comm)))
     return TransportResult(first[0], _gather(u, pb.comm), rep.yhat, sample_report(rep))
 
 
@@ -222,7 +224,7 @@ def train(cfg: Config, out: str | Path | None = None, resume: bool = False,
     Raises:
         ConfigError: invalid input, or another job holds ``out``.
     """
-    from mfpde.environment import OutputLock
+    from mfpde.environment import OutputLock, blas_threads
     from mfpde.training.driver import run_job
 
     if out is None:  # rank 0's temporary directory (one host)
@@ -233,7 +235,7 @@ def train(cfg: Config, out: str | Path | None = None, resume: bool = False,
             comm.barrier()
             if comm.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-    with OutputLock(Path(out), comm):
+    with OutputLock(Path(out), comm), blas_threads(comm):  # one BLAS thread per process, as ``mfpde run``
         r = run_job(cfg, Path(out), resume=resume, comm=comm)
     keys = list(r.history[0]) if r.history else []
     history = {k: np.array([row.get(k, np.nan) for row in r.history], dtype=float) for k in keys}

@@ -52,9 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--out", type=Path, default=None, help="output directory (default out/<command>-<stem>)")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, TOML value syntax (repeatable)")
+                        help="override a config key, TOML value syntax (repeatable); every key, its default and "
+                        "the embedded default's value: docs/config.md")
     r = sub.add_parser("run", parents=[common], help="coupled training (the main job)")
-    r.add_argument("config", nargs="?", default=None, help="config TOML (default: the embedded digits problem)")
+    r.add_argument("config", nargs="?", default=None,
+                   help="config TOML (default: the embedded digits problem, mfpde/defaults/run.toml)")
     r.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")

@@ -7,155 +7,40 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import math
 import re
 import tomllib
 import typing
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
-from mfpde.errors import ConfigError
+from mfpde.config_schema import (
+    _ALIASES,
+    _ALIASES_BACK,
+    _FAMILY_KEYS,
+    FAMILY_DEFAULTS,
+    Config,
+    Data,
+    Depth,
+    Heads,
+    Loss,
+    Output,
+    Petsc,
+    Tokens,
+    Training,
+)
+from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 
-__all__ = ["Config", "ConfigError", "from_dict", "load", "suggest", "validate"]
-
-
-@dataclass(frozen=True)
-class Tokens:
-    """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
-
-    dim: int = 1
-    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §8, with attention "softmax" or "unnormalised")
-    attention: str = "softmax"
-    box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
-    mesh: str = ""
-    cells: list[int] = field(default_factory=lambda: [400])
-    degree: int = 0
-    cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
-    cfl: float = 0.4
-    outflow_tol: float = 1e-2  # mass allowed to leave Ω (fraction of ∫μ_0) before a run stops with exit 3
-
-
-@dataclass(frozen=True)
-class Depth:
-    """Depth interval [0, T] and the number of depth steps.
-
-    ``model``: "weight-tied" (one ρ at every depth), "depth-indexed" (one ρ per block of ``layers``), or "shallow":
-    one residual attention layer, μ_T = μ_0 − T ∇·(μ_0 V[μ_0; ρ]): ŷ linear in ρ, R convex (theory §2, §5.4).
-    """
-
-    T: float = 1.0
-    steps: int = 100
-    model: str = "weight-tied"
-    layers: int = 1
-
-
-#: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).
-FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "scalar": {"box": [[-2.0, 2.0], [-2.0, 2.0]], "cells": [48, 48],
-               "init": {"kind": "gaussian", "mean": [0.5, 1.0], "cov": [[0.01, 0.0], [0.0, 0.01]]}},
-    "value": {"box": [[-2.0, 2.0]], "cells": [80], "init": {"kind": "gaussian", "mean": [1.0], "cov": [[0.01]]}},
-}
-_FAMILY_KEYS = ("box", "mesh", "cells", "init")
-
-
-@dataclass(frozen=True)
-class Heads:
-    """Head family, Θ ⊂ R^p and ρ_0; ``box``, ``cells``, ``init`` left out take the family's :data:`FAMILY_DEFAULTS`."""
-
-    family: str = "scalar"
-    a: float = 0.5
-    box: list[list[float]] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["box"]))
-    mesh: str = ""
-    cells: list[int] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["cells"]))
-    degree: int = 1
-    init: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["init"]))
-
-
-@dataclass(frozen=True)
-class Data:
-    """Input token measures μ_0^i and targets y^i."""
-
-    kind: str = "gaussian"
-    mean: list[list[float]] = field(default_factory=lambda: [[0.3]])
-    cov: list[list[list[float]]] = field(default_factory=lambda: [[[0.25]]])
-    target: list[float] = field(default_factory=lambda: [1.0])
-    classes: list[int] = field(default_factory=lambda: [0, 1])
-    samples: int = 40
-    test_samples: int = 40
-    seed: int = 0
-    origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
-    split: float = 0.0  # digits: if > 0, all images of the pair, this fraction for training (samples ignored)
-    path: str = ""
-    modes: list[list[float]] = field(default_factory=list)  # circle_modes: [[k, amplitude, phase], ...]
-    amplitude: float = 0.01  # circle_noise: standard deviation of the white noise on the cells (times 1/2π)
-
-
-@dataclass(frozen=True)
-class Loss:
-    """Readout g and loss ℓ: ŷ = ∫ g dμ_T, ℓ(ŷ, y) = ½ (ŷ − y)²."""
-
-    readout: str = "mean"
-    loss: str = "squared"
-    w: list[float] = field(default_factory=lambda: [1.0])
-    b: float = 0.0
-
-
-@dataclass(frozen=True)
-class Training:
-    """Regularisation and the training-time stepping of the parameter Fokker–Planck equation."""
-
-    regularization: str = "entropic"
-    # ``lambda`` is a Python keyword: the TOML key "lambda" maps to this field.
-    lam: float = 0.05
-    lambda2: float = 0.5
-    ds: float = 0.05
-    steps: int = 200
-    splitting: str = "lie"
-
-
-@dataclass(frozen=True)
-class Output:
-    """What is written and how often."""
-
-    every: int = 10
-    fields: bool = True
-    plots: bool = True
-    checkpoint_every: int = 20
-
-
-@dataclass(frozen=True)
-class Petsc:
-    """PETSc options per sub-solver (prefixes ``mfpde_token_``, ``mfpde_param_``)."""
-
-    token: dict[str, Any] = field(default_factory=dict)
-    param: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
-
-    tokens: Tokens = field(default_factory=Tokens)
-    depth: Depth = field(default_factory=Depth)
-    heads: Heads = field(default_factory=Heads)
-    data: Data = field(default_factory=Data)
-    loss: Loss = field(default_factory=Loss)
-    training: Training = field(default_factory=Training)
-    output: Output = field(default_factory=Output)
-    petsc: Petsc = field(default_factory=Petsc)
-    source: str = ""  # where it came from (file path or "<default>"): not a TOML key
-
-
-_ALIASES = {("training", "lambda"): "lam"}
-_ALIASES_BACK = {(s, v): k for (s, k), v in _ALIASES.items()}
+__all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Problems",
+           "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
 
 
 def _check_type(key: str, value: Any, tp: Any) -> Any:
@@ -192,27 +77,63 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     """
     hints = typing.get_type_hints(Config)
     sections: dict[str, Any] = {}
+    problems = Problems()
     for name, table in raw.items():
-        if name not in hints or name == "source":
-            known = [h for h in hints if h != "source"]
-            raise ConfigError(f"unknown config section [{name}]{suggest(name, known, fmt='[{}]')}")
-        if not isinstance(table, dict):
-            raise ConfigError(f"[{name}] must be a table")
-        fhints = typing.get_type_hints(cls := hints[name])
-        kwargs = {}
-        for key, value in table.items():
-            attr = _ALIASES.get((name, key), key)
-            if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
-                known = [_ALIASES_BACK.get((name, f), f) for f in fhints]
-                raise ConfigError(f"unknown config key {name}.{key}{suggest(key, known, name + '.')}")
-            kwargs[attr] = _check_type(f"{name}.{key}", value, fhints[attr])
-        if name == "heads" and not kwargs.get("mesh"):  # family-dependent defaults (deep copies)
-            fam = FAMILY_DEFAULTS.get(kwargs.get("family", "scalar"), {})
-            kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
-        sections[name] = cls(**kwargs)
+        with problems.block():
+            if name not in hints or name == "source":
+                known = [h for h in hints if h != "source"]
+                raise ConfigError(f"unknown config section [{name}]{suggest(name, known, fmt='[{}]')}")
+            if not isinstance(table, dict):
+                raise ConfigError(f"[{name}] must be a table")
+            fhints = typing.get_type_hints(cls := hints[name])
+            kwargs = {}
+            for key, value in table.items():
+                with problems.block():  # a key in error is reported and left at its default
+                    attr = _ALIASES.get((name, key), key)
+                    if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
+                        known = [_ALIASES_BACK.get((name, f), f) for f in fhints]
+                        raise ConfigError(f"unknown config key {name}.{key}{suggest(key, known, name + '.')}")
+                    kwargs[attr] = _check_type(f"{name}.{key}", value, fhints[attr])
+            if name == "heads" and not kwargs.get("mesh"):  # family-dependent defaults (deep copies)
+                fam = FAMILY_DEFAULTS.get(kwargs.get("family", "scalar"), {})
+                kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
+            sections[name] = cls(**kwargs)
     cfg = Config(**sections, source=source)
-    validate(cfg)
+    validate(cfg, problems)
     return cfg
+
+
+class Problems:
+    """The config errors found so far, to report all of them at once (:class:`~mfpde.errors.ConfigErrors`).
+
+    Each :meth:`block` is a group of checks that stops at its first error (later checks of the group depend
+    on it); the groups are independent, so each reports its own. An exception other than ConfigError inside a
+    block, after an error was recorded, is a consequence of that error (a value the block could not read) and
+    is not reported again; before any, it is a bug and propagates.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    @contextlib.contextmanager
+    def block(self) -> typing.Iterator[None]:
+        """Run a group of checks; record its ConfigError (every message of a ConfigErrors)."""
+        try:
+            yield
+        except ConfigErrors as e:
+            self.messages += e.messages
+        except ConfigError as e:
+            self.messages.append(str(e))
+        except Exception:
+            if not self.messages:
+                raise
+
+    def raise_all(self) -> None:
+        """Raise the errors recorded: one ConfigError, or :class:`~mfpde.errors.ConfigErrors` for several."""
+        if len(self.messages) == 1:
+            raise ConfigError(self.messages[0])
+        if self.messages:
+            raise ConfigErrors(self.messages)
 
 
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
@@ -237,31 +158,75 @@ def heads_dim(h: Heads) -> int:
     return {"scalar": 2, "value": 1}[h.family]
 
 
-def validate(cfg: Config) -> None:
-    """Check ranges and consistency across sections.
+def validate(cfg: Config, problems: Problems | None = None) -> None:
+    """Check ranges and consistency across sections, and report every error found (not only the first).
+
+    Args:
+        cfg: the config.
+        problems: errors found before (by :func:`from_dict`: unknown keys, wrong types), reported with these.
 
     Raises:
-        ConfigError: naming the offending key.
+        ConfigError: naming the offending key; :class:`~mfpde.errors.ConfigErrors` (a ConfigError) when there
+            are several, naming each.
     """
-    t, d, h, da, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training, cfg.output
-    _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
-    if t.mesh:
-        _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
-    else:
-        _check_box("tokens.box", t.box, t.dim)
-        _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
-                 f"needs {t.dim} integers >= 2, got {t.cells}")
-        check_box("tokens.box", t.box, t.cells)
-    _require(t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}")
-    _require(t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'")
-    _require(0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}")
-    _require(t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}")
-    _require(0 < d.T < 1e6, "depth.T", f"must be in (0, 1e6), got {d.T}")
-    _require(d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}")
-    _require(d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
-             "must be 'weight-tied', 'depth-indexed' or 'shallow'")
-    _require(d.layers >= 1 and d.steps % d.layers == 0, "depth.layers",
-             f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}")
+    P = problems if problems is not None else Problems()
+    t, d, h, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.loss, cfg.training, cfg.output
+    with P.block():
+        _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
+    dim_ok = t.dim in (1, 2)  # the box, the data and loss.w are checked against d only when d is valid
+    before = len(P.messages)
+    with P.block():
+        if t.mesh:
+            _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
+        elif dim_ok:
+            _check_box("tokens.box", t.box, t.dim)
+            _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
+                     f"needs {t.dim} integers >= 2, got {t.cells}")
+            check_box("tokens.box", t.box, t.cells)
+    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
+    for ok, key, msg in (
+        (t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}"),
+        (t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'"),
+        (0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}"),
+        (t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}"),
+        (0 < d.T < 1e6, "depth.T", f"must be in (0, 1e6), got {d.T}"),
+        (d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}"),
+        (d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
+         "must be 'weight-tied', 'depth-indexed' or 'shallow'"),
+        (d.layers >= 1 and d.steps % max(d.layers, 1) == 0, "depth.layers",
+         f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}"),
+        (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),
+    ):
+        with P.block():
+            _require(ok, key, msg)
+    with P.block():
+        _check_heads(h)
+    with P.block():
+        check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+    with P.block():
+        if omega_ok:
+            _check_data(cfg)
+    for ok, key, msg in (
+        (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),
+        (lo.readout != "linear" or not dim_ok or len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}"),
+        (lo.loss == "squared", "loss.loss", "only 'squared' is supported"),
+        (tr.regularization in ("entropic", "tikhonov"), "training.regularization", "'entropic' or 'tikhonov'"),
+        (tr.lam >= 0, "training.lambda", "must be >= 0"),
+        (tr.regularization == "tikhonov" or tr.lam != 0, "training.lambda", "must be > 0 for entropic"),
+        (tr.lambda2 >= 0, "training.lambda2", "must be >= 0"),
+        (tr.ds > 0, "training.ds", "must be > 0"),
+        (tr.steps >= 0, "training.steps", "must be >= 0"),
+        (tr.splitting in ("lie", "strang"), "training.splitting", "must be 'lie' or 'strang'"),
+        (out.every >= 1, "output.every", "must be >= 1"),
+        (out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1"),
+    ):
+        with P.block():
+            _require(ok, key, msg)
+    P.raise_all()
+
+
+def _check_heads(h: Heads) -> None:
+    """The head family, Θ and ρ₀ (each check depends on the one before: the family fixes p)."""
     _require(h.family in ("scalar", "value"), "heads.family", f"must be 'scalar' or 'value', got {h.family!r}")
     p = heads_dim(h)
     if h.mesh:
@@ -271,7 +236,6 @@ def validate(cfg: Config) -> None:
         _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
                  f"needs {p} positive integers, got {h.cells}")
         check_box("heads.box", h.box, h.cells)
-    _require(h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported")
     kind = h.init.get("kind")
     if kind == "gaussian":
         _require(set(h.init) <= {"kind", "mean", "cov"}, "heads.init", "gaussian takes mean and cov")
@@ -289,7 +253,11 @@ def validate(cfg: Config) -> None:
                  "one non-negative weight per point, not all zero")
     else:
         raise ConfigError(f"heads.init.kind: must be 'gaussian' or 'diracs', got {kind!r}")
-    check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+
+
+def _check_data(cfg: Config) -> None:
+    """The data section against the token space (each check depends on the one before)."""
+    t, da = cfg.tokens, cfg.data
     _require(da.kind in (kinds := ("gaussian", "digits", "file", *CIRCLE_KINDS)), "data.kind", f"must be in {kinds}")
     if da.kind == "gaussian":
         n = len(da.mean)
@@ -311,19 +279,6 @@ def validate(cfg: Config) -> None:
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     elif da.kind == "file":
         _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
-    _require(lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'")
-    if lo.readout == "linear":
-        _require(len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}")
-    _require(lo.loss == "squared", "loss.loss", "only 'squared' is supported")
-    _require(tr.regularization in ("entropic", "tikhonov"), "training.regularization", "'entropic' or 'tikhonov'")
-    _require(tr.lam >= 0, "training.lambda", "must be >= 0")
-    _require(tr.regularization == "tikhonov" or tr.lam > 0, "training.lambda", "must be > 0 for entropic")
-    _require(tr.lambda2 >= 0, "training.lambda2", "must be >= 0")
-    _require(tr.ds > 0, "training.ds", "must be > 0")
-    _require(tr.steps >= 0, "training.steps", "must be >= 0")
-    _require(tr.splitting in ("lie", "strang"), "training.splitting", "must be 'lie' or 'strang'")
-    _require(out.every >= 1, "output.every", "must be >= 1")
-    _require(out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

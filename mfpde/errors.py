@@ -2,6 +2,8 @@
 
 * :class:`ConfigError` (exit 2): invalid input: a config key, value, mesh, data file, output directory,
   checkpoint or PETSc option. The message names the key or file.
+* :class:`ConfigErrors` (exit 2): several of those at once, each message naming its key; a
+  :class:`ConfigError`.
 * :class:`MeshError` (exit 2): a mesh file is missing, unreadable or of the wrong dimension; a
   :class:`ConfigError`.
 * :class:`NumericalError` (exit 3): non-finite values, mass leaving the domain beyond the tolerance,
@@ -13,11 +15,24 @@ Anything else is a bug (exit 1). Errors are classified by type, never by their m
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "MeshError", "NumericalError", "SolverError"]
+__all__ = ["ConfigError", "ConfigErrors", "MeshError", "NumericalError", "SolverError"]
 
 
 class ConfigError(ValueError):
     """Invalid input: a config key, value, mesh or data file. Exit status 2."""
+
+
+class ConfigErrors(ConfigError):
+    """Several config errors at once (a config with two misspelt keys and a value out of range). Exit status 2.
+
+    Attributes:
+        messages: one message per error, each naming its key.
+    """
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = list(messages)
+        super().__init__(f"{len(self.messages)} config errors: "
+                         + "; ".join(f"({i}) {m}" for i, m in enumerate(self.messages, 1)))
 
 
 class MeshError(ConfigError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 
 import mfpde
 from mfpde.errors import ConfigError
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "demos" / "transport_small.toml")
@@ -112,3 +115,29 @@ def test_train_without_out_leaves_nothing_behind():
     assert run.status == "ok" and run.rho.shape[0] == 1 and len(run.history["risk"]) == 2
     MPI.COMM_WORLD.Barrier()
     assert set(Path(tempfile.gettempdir()).glob("mfpde-*")) <= before
+
+
+def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
+    """The API limits BLAS to one thread per process while it solves, as ``mfpde run`` does (a second OpenBLAS
+    thread made the same runs 2-6 times slower, bench/bench_threads.py); the limit is lifted on return."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import mfpde.tokens.job
+    import mfpde.training.driver
+    from mfpde.environment import THREAD_VARS
+
+    for var in THREAD_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+    def blas() -> int:
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    seen: list[int] = []
+    for module, name in ((mfpde.tokens.job, "transport_sample"), (mfpde.training.driver, "run_job")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, **k: (seen.append(blas()), _real(*a, **k))[1])
+    with threadpool_limits(limits=max(os.cpu_count() or 1, 2), user_api="blas"):  # not the suite's own limit
+        outside = blas()
+        mfpde.transport(mfpde.load_config(SMALL, overrides=["tokens.degree=0", "output.fields=false"]))
+        mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 1, "ds": 0.1}}))
+        assert seen == [1, 1] and blas() == outside

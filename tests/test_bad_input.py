@@ -121,7 +121,33 @@ def _id(case) -> str:
     return f"{command}:{' '.join(overrides)}"[:60]
 
 
-@pytest.mark.parametrize(("command", "overrides", "names"), CASES, ids=[_id(c) for c in CASES])
+def _refused_by_the_schema(command: str, overrides: list[str]) -> bool:
+    """Whether ``config.load`` refuses the case: every rank reads the same text, so the rank count cannot change
+    that refusal (a few such cases run under MPI for the path itself; the rest only serially)."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    try:
+        config.load(DEMO if command == "transport" else DEEP, (RUN_SMALL if command == "run" else []) + overrides)
+    except ConfigError:
+        return True
+    return False
+
+
+def _with_ranks(cases: list, keep: int = 3) -> list:
+    """The cases marked ``ranks``: those refused after the config loads (the problem's build, the data, PETSc:
+    where ranks own different parts) and the first ``keep`` of the schema's refusals."""
+    out, schema = [], 0
+    for case in cases:
+        values = case.values if hasattr(case, "values") else case
+        by_schema = _refused_by_the_schema(*values[:2])
+        schema += by_schema
+        marks = list(getattr(case, "marks", ())) + ([pytest.mark.ranks] if not by_schema or schema <= keep else [])
+        out.append(pytest.param(*values, marks=marks, id=_id(case)))
+    return out
+
+
+@pytest.mark.parametrize(("command", "overrides", "names"), _with_ranks(CASES))
 def test_bad_input_exit_2_one_line(tempdir, capfd, command, overrides, names):
     out = tempdir / "out"
     args = [command] + ([DEMO] if command == "transport" else [DEEP] if command == "run" else [])
@@ -172,6 +198,7 @@ def test_toml_messages_bom_and_duplicate_key(tempdir):
         config.load(dup)
 
 
+@pytest.mark.ranks  # read on rank 0 or on every rank: the error must reach all of them
 @pytest.mark.parametrize(("damage", "names"), [("nan", "sample 1: non-finite"), ("negative", "sample 1: weights"),
                                                ("outside", "(sample 1)")],
                          ids=["nan", "negative", "outside"])  # not the names: the message quotes the path
@@ -211,6 +238,7 @@ def test_config_file_with_a_huge_integer(tempdir, capfd):
         assert "huge.toml" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
+@pytest.mark.ranks
 def test_resolved_sample_at_one_cell_per_standard_deviation(tempdir):
     """The refusal's edge: one token cell per standard deviation runs, and ŷ is within 1% of the closed form."""
     import json
@@ -221,3 +249,46 @@ def test_resolved_sample_at_one_cell_per_standard_deviation(tempdir):
     if MPI.COMM_WORLD.rank == 0:
         yhat = json.loads((out / "report.json").read_text())["samples"][0]["yhat"]
         assert abs(yhat - 0.609014) < 0.01 * 0.609014, yhat
+
+
+@pytest.mark.ranks  # every rank must exit 2 on the same errors
+def test_every_config_error_is_reported_at_once(tempdir, capfd):
+    """Two misspelt keys and a value out of range in one file: exit 2, one line naming all three (each with its
+    suggestion or range), nothing written; from Python, ConfigErrors lists them one per message."""
+    from mfpde import config
+    from mfpde.errors import ConfigErrors
+
+    cfg, out = tempdir / "three.toml", tempdir / "out"
+    if MPI.COMM_WORLD.rank == 0:
+        cfg.write_text("[tokens]\ncels = [40]\ncfl = 2.0\n\n[training]\nstpes = 3\n")
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", str(cfg), "--out", str(out)])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = [ln for ln in err.splitlines() if ln.strip()]
+        for part in ("3 config errors", "tokens.cels; did you mean tokens.cells?", "training.stpes; did you mean "
+                     "training.steps?", "tokens.cfl: must be in (0, 1], got 2.0"):
+            assert part in line, line
+        assert "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(ConfigErrors) as info:
+        config.load(cfg)
+    msgs = info.value.messages
+    assert len(msgs) == 3 and "tokens.cels" in msgs[0] and "training.stpes" in msgs[1] and "tokens.cfl" in msgs[2], msgs
+
+
+@pytest.mark.parametrize(("overrides", "keys"), [
+    (["tokens.dim=3", "training.ds=-1", "output.every=0"], ["tokens.dim", "training.ds", "output.every"]),
+    (["tokens.cfl='fast'", "heads.family='foo'", "data.kind='images'", "loss.readout='median'"],
+     ["tokens.cfl", "heads.family", "data.kind", "loss.readout"]),
+], ids=["ranges", "types-and-choices"])
+def test_errors_of_several_sections_each_named_once(overrides, keys):
+    """Independent errors are each reported once; an invalid d does not add the box and data errors it implies."""
+    from mfpde import config
+    from mfpde.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as info:
+        config.load(DEMO, overrides)
+    named = [m.split(":")[0] for m in info.value.messages]
+    assert named == keys, info.value.messages

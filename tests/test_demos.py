@@ -2,8 +2,8 @@
 
 The demos end with ``assert`` statements that can fail (a fitted order, a certificate, a bound derived in the
 demo's text); here each is run as a script (``MFPDE_DEMO_QUICK=1``) in a fresh directory, and its figure must
-be a PNG that decodes to a non-empty image. Serially every demo runs; under ``mpiexec -n 2`` the two whose
-point is MPI (the Gaussian transport on a distributed mesh, and 2 ranks against ``COMM_SELF``).
+be a PNG that decodes to a non-empty image. Serially every demo runs; under ``mpiexec -n 2`` (marker ``ranks``)
+the two whose point is MPI (the Gaussian transport on a distributed mesh, and 2 ranks against ``COMM_SELF``).
 """
 
 from __future__ import annotations
@@ -46,11 +46,10 @@ def _check_png(path: Path) -> None:
     assert img.shape[:2] == (height, width) and float(img[..., :3].std()) > 0, "an empty figure"
 
 
-@pytest.mark.parametrize("name", sorted(FIGURES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.ranks) if FIGURES[n][1] else n
+                                  for n in sorted(FIGURES)])
 def test_demo(name, tempdir, monkeypatch):
-    figure, mpi = FIGURES[name]
-    if MPI.COMM_WORLD.size > 1 and not mpi:
-        pytest.skip("runs in the serial suite")
+    figure = FIGURES[name][0]
     monkeypatch.chdir(tempdir)
     monkeypatch.setenv("MFPDE_DEMO_QUICK", "1")
     monkeypatch.setattr(sys, "argv", [str(DEMOS / f"{name}.py")])

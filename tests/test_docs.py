@@ -27,6 +27,27 @@ def test_every_config_key_is_documented_with_its_default_and_no_other():
         assert doc[key] == _toml_value(default), f"{key}: docs say {doc[key]}, the schema {_toml_value(default)}"
 
 
+def test_config_reference_lists_the_embedded_defaults_values():
+    """The `mfpde run` column: each key's value in the embedded default (mfpde/defaults/run.toml resolved), or —
+    where that problem does not use the key."""
+    import dataclasses
+
+    from mfpde.config import _ALIASES_BACK, load
+    from mfpde.config_keys import in_use
+
+    rows = dict(re.findall(r"^\| `([a-z_]+\.[A-Za-z_0-9]+)` \| `.*?` \| (`.*?`|—) \|", (DOCS / "config.md").read_text(),
+                           re.M))
+    cfg = load(None)
+    want = {}
+    for f in (f for f in dataclasses.fields(cfg) if f.name != "source"):
+        for g in dataclasses.fields(sec := getattr(cfg, f.name)):
+            key = f"{f.name}.{_ALIASES_BACK.get((f.name, g.name), g.name)}"
+            want[key] = f"`{_toml_value(getattr(sec, g.name))}`".replace("|", "\\|") if in_use(cfg, key) else "—"
+    assert set(rows) == set(want), set(rows) ^ set(want)
+    wrong = {k: (rows[k], want[k]) for k in want if rows[k] != want[k]}
+    assert not wrong, f"docs/config.md's `mfpde run` column against mfpde/defaults/run.toml: {wrong}"
+
+
 @pytest.mark.parametrize("page", USER_DOCS, ids=lambda p: p.name)
 def test_user_docs_carry_no_development_history(page):
     """Issue numbers, commit hashes and 'this session' narrative belong in CHANGELOG.md."""

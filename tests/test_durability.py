@@ -19,6 +19,8 @@ from configs import DEEP
 from mfpde import io as mio
 from mfpde.cli import main
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
          "training.steps=4", "output.every=1", "output.checkpoint_every=1", "output.plots=false"]
 

@@ -23,6 +23,8 @@ from mfpde.cli import main
 from mfpde.environment import OutputLock, check_launcher, private_caches
 from mfpde.errors import ConfigError
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 DEMO = str(ROOT / "demos" / "transport_small.toml")
 
 

@@ -18,6 +18,8 @@ from mfpde import config as C
 from mfpde.cli import main
 from mfpde.io import read_vtx
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 #: --set overrides that shrink each example config to seconds (same model, coarser everything).
 SHRINK = {

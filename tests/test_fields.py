@@ -21,6 +21,8 @@ from roundoff import sum_error
 
 from mfpde.cli import main
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 adios2 = pytest.importorskip("adios2")
 
 ROOT = Path(__file__).resolve().parent.parent

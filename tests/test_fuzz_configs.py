@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 
 from mfpde.cli import main
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = str(ROOT / "demos" / "transport_small.toml")
 ALARM_S = 120

@@ -1,6 +1,6 @@
 """Tests for mfpde.mesh on the gmsh files of meshes/, and a token solve on an unstructured mesh (theory §7.1).
 
-Run serially and under ``mpiexec -n 2 python -m mpi4py -m pytest -m "not serial"``.
+Run serially and under ``mpiexec -n 2 python -m mpi4py -m pytest -m ranks``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from mfpde.mesh import MeshError, box, measure, read_msh
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.transport import TokenTransport
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 MESHES = Path(__file__).resolve().parent.parent / "meshes"
 

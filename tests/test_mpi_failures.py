@@ -22,6 +22,8 @@ import pytest
 from configs import DEEP
 from roundoff import gamma
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",

@@ -13,9 +13,15 @@ from mpi4py import MPI  # noqa: F401  (import order)
 
 import pytest
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 ONE_RANK_FAILS = '''
 from mpi4py import MPI
+
+import pytest
+
+pytestmark = pytest.mark.ranks  # under MPI the conftest runs only tests marked ranks
 
 
 def test_fails_on_rank_1_before_a_collective():

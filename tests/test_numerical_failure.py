@@ -7,9 +7,12 @@ import json
 
 from mpi4py import MPI
 
+import pytest
 from configs import DEEP
 
 from mfpde.cli import main
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
          "training.steps=2", "output.plots=false", "output.fields=false"]

@@ -4,17 +4,21 @@ where they apply, the transport plot. Serially and under MPI."""
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from pathlib import Path
 
 from mpi4py import MPI
 
 import numpy as np
+import pytest
 
 import mfpde
 from mfpde import cli
 from mfpde.config import from_dict
 from mfpde.config_keys import in_use, schema_keys, to_toml
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(ROOT / "demos" / "transport_small.toml")
@@ -92,22 +96,49 @@ def test_transport_writes_a_plot_of_mu_0_and_mu_t(tempdir):
 
 
 def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
+    """The table of today's verify_last.json: measured, reference, error, threshold columns, ≤ 120 wide, and a
+    check's row shows its registered kind, its numbers in their columns and its whole threshold."""
     import json
 
-    from mfpde.verify.job import _load_checks, format_table
-    from mfpde.verify.registry import CHECKS, KINDS
+    from mfpde.verify.job import COLUMNS, _load_checks, format_table
+    from mfpde.verify.registry import CHECKS
 
     _load_checks()
-    assert set(KINDS) == set(CHECKS), set(CHECKS) ^ set(KINDS)  # every check says what its value is
     records = json.loads((ROOT / "docs" / "_static" / "verify_last.json").read_text())["checks"]
-    for r in records:
-        r["kind"] = KINDS[r["name"]]
+    # the stored run is of today's registry (as sets: CHECKS is in the order this process imported the modules)
+    assert sorted(r["name"] for r in records) == sorted(CHECKS)
     table = format_table(records)
     lines = table.splitlines()
     assert max(len(line) for line in lines) <= 120, max(lines, key=len)
-    head = lines[0].split()
-    assert head[:3] == ["check", "kind", "measured"], head
-    for r in records:  # each check's row starts with its name and kind; its threshold is all there, wrapped
-        (row,) = [line for line in lines if line.startswith(r["name"] + " ")]
-        assert row[len(r["name"]):].lstrip().startswith(r["kind"]), row
-        assert " ".join(r["threshold"].split()) in " ".join(table.split()), r["threshold"]
+    assert lines[0].split() == list(COLUMNS), lines[0]
+    starts = [m.start() for m in re.finditer(r"-+", lines[1])]  # the column starts, from the dashes
+    col = {c: starts[i] for i, c in enumerate(COLUMNS)}
+    for r in records:
+        (i,) = [i for i, line in enumerate(lines) if line.startswith(r["name"] + " ")]
+        row, more = lines[i], []
+        for line in lines[i + 1:]:  # the threshold's continuation lines: blank but in its column
+            if line[:col["threshold"]].strip():
+                break
+            more.append(line)
+        kind = CHECKS[r["name"]].kind
+        assert r["kind"] == kind and row[col["kind"]:].startswith(kind), row
+        assert row[col["measured"]:].startswith(f"{r['measured']:.4g}"), row
+        if r["reference_value"] is None:  # a bound: no reference, no error
+            assert r["error"] is None and not row[col["reference"]:col["threshold"]].strip(), row
+        else:
+            assert row[col["reference"]:].startswith(f"{r['reference_value']:.4g}"), row
+            assert r["error"] == pytest.approx(abs(r["measured"] - r["reference_value"]), rel=1e-12, abs=1e-300)
+            assert row[col["error"]:].startswith(f"{r['error']:.2g}"), row
+        cell = " ".join(line[col["threshold"]:col["verdict"]].strip() for line in [row, *more])
+        assert cell == " ".join(r["threshold"].split()), (cell, r["threshold"])  # all of it, in its column
+        assert row[col["verdict"]:].startswith("pass" if r["passed"] else "FAIL"), row
+
+
+def test_verify_table_reads_reports_without_reference_columns():
+    """A report written before the reference and error columns (``value`` only) still prints, those cells empty."""
+    from mfpde.verify.job import format_table
+
+    old = [{"name": "adjoint_taylor", "kind": "slope", "value": 1.98, "threshold": "|slope − 2| < 0.1", "passed": True,
+            "wall_s": 3.0}]
+    row = format_table(old).splitlines()[2]
+    assert row.split() == ["adjoint_taylor", "slope", "1.98", "|slope", "−", "2|", "<", "0.1", "pass", "3.0"], row

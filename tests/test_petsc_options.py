@@ -22,6 +22,8 @@ from mfpde.errors import ConfigError, SolverError
 from mfpde.mesh import box
 from mfpde.petsc import LinearSolver
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
          "training.steps=1", "output.plots=false", "output.fields=false"]

@@ -25,6 +25,8 @@ from mfpde.tokens.data import Sample, fill_density
 from mfpde.tokens.transport import TokenTransport
 from mfpde.training.problem import CoupledProblem
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 #: More communicators than MPICH can make (2048 context ids): the count below is exact under MPICH, and under an
 #: MPI with more ids it stops here (then the test cannot see a leak, but does not fail).
 CAP = 4096

@@ -26,6 +26,8 @@ from test_mpi_failures import MPIEXEC, ROOT, finish, launch
 
 from mfpde.signals import EXIT_INTERRUPTED
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=3", "data.test_samples=0",
          "training.steps=40", "output.every=1", "output.checkpoint_every=4", "output.plots=false",
          "tokens.outflow_tol=0.5"]

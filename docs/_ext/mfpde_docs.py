@@ -1,8 +1,9 @@
 """Pages generated when the docs are built: the verification checks from the registry, the demos as pages.
 
 * ``_generated/verify_checks.md``: one row per registered check of :mod:`mfpde.verify` (name, theory section,
-  what it measures, the reference it is compared with, and the threshold and value of the last full run
-  stored in ``_static/verify_last.json``, when that run had the check).
+  what it measures, the reference it is compared with, its kind, and the measured value, reference value,
+  error, threshold and verdict of the last full run stored in ``_static/verify_last.json``, when that run had
+  the check).
 * ``_generated/demo_<name>.md``: each demo of ``demos/`` (jupytext light format: comment blocks are the
   text, the rest is code) as a page, with the output of its quick run stored in ``_static/demos/``.
 """
@@ -20,14 +21,20 @@ GEN = DOCS / "_generated"
 
 
 def _cell(text: str) -> str:
-    """A table cell: no pipes or newlines."""
-    return " ".join(str(text).replace("|", "\\|").split())
+    """A table cell: no pipes or newlines, and a docstring's Sphinx roles (``:func:`name```) as code."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", str(text))
+    return " ".join(text.replace("|", "\\|").split())
 
 
 def check_rows() -> list[dict[str, Any]]:
-    """The registered checks with what the docs say of each (in the registry's order)."""
-    from mfpde.verify.job import _load_checks
-    from mfpde.verify.registry import CHECKS, KINDS
+    """The registered checks with what the docs say of each (in the registry's order).
+
+    The measured, reference, error and threshold cells are those of the check's record in the last full run
+    (``_static/verify_last.json``), the same cells as the terminal table (:func:`mfpde.verify.job.table_cells`);
+    empty when that run did not have the check.
+    """
+    from mfpde.verify.job import COLUMNS, _load_checks, table_cells
+    from mfpde.verify.registry import CHECKS
 
     _load_checks()
     last_path = DOCS / "_static" / "verify_last.json"
@@ -35,24 +42,25 @@ def check_rows() -> list[dict[str, Any]]:
     rows = []
     for c in CHECKS.values():
         doc = (c.run.__doc__ or "").strip().split("\n\n")[0]
-        r = last.get(c.name, {})
+        r = last.get(c.name)
+        cells = dict(zip(COLUMNS, table_cells(r), strict=True)) if r else {k: "" for k in COLUMNS}
         rows.append({"name": c.name, "section": c.section, "measures": doc, "reference": c.reference,
-                     "kind": KINDS.get(c.name, "value"),
-                     "value": r.get("value"), "threshold": r.get("threshold", ""), "passed": r.get("passed")})
+                     "kind": c.kind + (f" [{c.unit}]" if c.unit else ""), "measured": cells["measured"],
+                     "reference_value": cells["reference"], "error": cells["error"], "threshold": cells["threshold"],
+                     "verdict": cells["verdict"] or "—"})
     return rows
 
 
 def verify_page() -> str:
-    """The Markdown table of every check."""
-    lines = ["| check | theory | what is measured | compared with | kind | last full run: value | threshold "
+    """The Markdown table of every check (the columns of the terminal table, with what each check compares)."""
+    lines = ["| check | theory | what is measured | compared with | kind | measured | reference | error | threshold "
              "| verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in check_rows():
-        value = "—" if r["value"] is None else f"{r['value']:.4g}"
-        verdict = {True: "pass", False: "FAIL", None: "—"}[r["passed"]]
         lines.append("| " + " | ".join(_cell(x) for x in (f"`{r['name']}`", r["section"], r["measures"],
-                                                            r["reference"], r["kind"], value, r["threshold"],
-                                                            verdict)) + " |")
+                                                            r["reference"], r["kind"], r["measured"],
+                                                            r["reference_value"], r["error"], r["threshold"],
+                                                            r["verdict"])) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,7 +28,7 @@ from mfpde.params.eafe import dof_coords, global_sum
 if TYPE_CHECKING:
     from mfpde.params.theta import ThetaSpace
 
-__all__ = ["Generator", "diagnostics", "training_free_energy"]
+__all__ = ["Generator", "diagnostics", "gibbs_kl", "training_free_energy"]
 
 Array = NDArray[np.float64]
 
@@ -89,6 +89,30 @@ def training_free_energy(theta: ThetaSpace, rhos: list[dolfinx.fem.Function], co
             "min_rho": rmin}
 
 
+def gibbs_kl(comm: MPI.Comm, m: Array, lam: float, rho: Array, phi: Array) -> tuple[float, Array]:
+    """KL(ρ ‖ p) = Σ m_i ρ_i log(ρ_i/p_i) against the nodal Gibbs density p ∝ e^{−Φ/λ} (Σ m_i p_i = 1). Collective.
+
+    λ KL(ρ_s ‖ p_ρs) bounds F(ρ_s) − F* (theory §5.4). log p = −(Φ − Φ_min)/λ − log Z is taken in the log domain:
+    p underflows to 0 where (Φ − Φ_min)/λ > 745 while ρ > 0, and log(ρ/0) would make the KL infinite.
+
+    Args:
+        comm: the Θ mesh's communicator.
+        m: lumped masses of the owned dofs.
+        lam: λ > 0.
+        rho: owned nodal values of ρ.
+        phi: owned nodal values of Φ.
+
+    Returns:
+        (KL, the owned nodal values of p).
+    """
+    fmin = comm.allreduce(float(np.min(phi, initial=math.inf)), op=MPI.MIN)
+    e = np.exp(-(phi - fmin) / lam)
+    z = global_sum(comm, np.dot(m, e))
+    logp = -(phi - fmin) / lam - math.log(z)
+    kl_terms = np.where(rho > 0.0, rho * (np.log(np.where(rho > 0.0, rho, 1.0)) - logp), 0.0)
+    return global_sum(comm, np.dot(m, kl_terms)), e / z
+
+
 def diagnostics(fp: Generator, rho: fem.Function, phi: fem.Function) -> dict[str, object]:
     """Lumped-mass diagnostics of ρ against Φ, reduced over MPI (same scalars on every rank). Collective.
 
@@ -134,15 +158,7 @@ def diagnostics(fp: Generator, rho: fem.Function, phi: fem.Function) -> dict[str
         dissipation = 0.5 * global_sum(comm, np.dot(flux, phi_c[fp.rows] - phi_c[fp.lcols]))
 
     if lam > 0.0:
-        fmin = comm.allreduce(float(np.min(f, initial=math.inf)), op=MPI.MIN)
-        e = np.exp(-(f - fmin) / lam)
-        z = global_sum(comm, np.dot(m, e))
-        p = e / z
-        # log p = −(Φ − Φ_min)/λ − log Z in the log domain: p underflows to 0 where (Φ − Φ_min)/λ > 745 while ρ > 0
-        # (a large first variation or λ₂), and log(ρ/0) made the KL infinite (a false exit 3, issue 14).
-        logp = -(f - fmin) / lam - math.log(z)
-        kl_terms = np.where(r > 0.0, r * (np.log(np.where(r > 0.0, r, 1.0)) - logp), 0.0)
-        kl = global_sum(comm, np.dot(m, kl_terms))
+        kl, p = gibbs_kl(comm, m, lam, r, f)
         l1 = global_sum(comm, np.dot(m, np.abs(r - p)))
         gibbs_arr: NDArray[np.float64] | None = p
     else:

@@ -104,7 +104,8 @@ def ntk_rate_tolerance(astar: float, ds: float, e_w: float, dy: float) -> float:
     return (d1 + d2 + d3 + d4 + d5) / c_ds * (1 + e_w)
 
 
-@register("deep_ntk_rate", "§5.5; §6.2 deep case; §7 item 8", "closed-form NTK ŷ'(ā*)² and Euler map rate")
+@register("deep_ntk_rate", "§5.5; §6.2 deep case; §7 item 8", "closed-form NTK ŷ'(ā*)² and Euler map rate",
+          kind="rate", unit="1/s")
 def check_deep_ntk_rate(quick: bool) -> Outcome:
     """Fitted rate of R on 1e-2 > R/R₀ > 1e-8 within :func:`ntk_rate_tolerance` of c_Δs; R_s ≤ e^{−2κ₀s}R₀.
 
@@ -126,15 +127,18 @@ def check_deep_ntk_rate(quick: bool) -> Outcome:
     slack = np.sqrt(2 * R) * dy + 0.5 * dy**2
     bound_ok = bool(np.all(R <= np.exp(-2 * kappa0 * s) * R[0] + slack + np.sqrt(2 * R[0]) * dy))
     ok = abs(c - c_ds) < tol * c_ds and bound_ok
-    return Outcome(c, f"|c − c_Δs| < {100 * tol:.2g}% of {c_ds:.4f} (derived); R_s ≤ e^(−2κ₀s)R₀", ok,
+    return Outcome(c, c_ds, f"< {tol * c_ds:.2g} ({100 * tol:.2g}%, derived); R_s ≤ e^(−2κ₀s)R₀", ok,
                    f"fitted {c:.4f} on {int(win.sum())} rows ({100 * abs(c - c_ds) / c_ds:.2f}% off); c_Δs {c_ds:.4f}, "
                    f"2ŷ'(ā*)² = {2 * K:.4f}; e_w = {e_w:.3g}; κ₀ = {kappa0:.4f}; bound "
-                   f"{'holds' if bound_ok else 'VIOLATED'}; δŷ = {dy:.1e}")
+                   f"{'holds' if bound_ok else 'VIOLATED'}; δŷ = {dy:.1e}", tolerance=tol * c_ds)
 
 
-@register("ntk_degenerate_control", "§5.5; §6.2 (rank-1 NTK)", "closed-form least-squares residual min_ā G(ā)")
+@register("ntk_degenerate_control", "§5.5; §6.2 (rank-1 NTK)", "closed-form least-squares residual min_ā G(ā)",
+          kind="risk")
 def check_ntk_degenerate_control(quick: bool) -> Outcome:
     """R_S within (2 max|r| δŷ + δŷ² + remaining decay) of R_LS > 0: the rank-1 NTK cannot fit both samples.
+
+    Measured: the final risk R_S; reference: the closed-form least-squares residual R_LS.
 
     Remaining decay, a posteriori: the Euler map contracts ā − ā_LS by q = |1 − Δs G''(ā_LS)| per step, so
     R_S − R_LS ≤ (R_{S−Δs} − R_S) q²/(1 − q²) (R − R_LS is quadratic in ā − ā_LS).
@@ -156,9 +160,9 @@ def check_ntk_degenerate_control(quick: bool) -> Outcome:
     tol = 2 * rmax * dy + dy**2 + left
     err = R[-1] - r_ls
     ok = abs(err) <= tol and r_ls > 10 * tol
-    return Outcome(abs(err), f"|R_S − R_LS| ≤ {tol:.2e} (token error + remaining decay), R_LS ≫ tol", ok,
+    return Outcome(float(R[-1]), r_ls, f"≤ {tol:.2g} (token error + remaining decay); R_LS > 10 × that", ok,
                    f"R_S {R[-1]:.6f}, least-squares residual {r_ls:.6f} at ā = {a_ls:.4f}; δŷ {dy:.1e}, "
-                   f"remaining {left:.1e}")
+                   f"remaining {left:.1e}", tolerance=tol)
 
 
 def ntk_errors(theta_cells: list[int], comm: MPI.Comm = MPI.COMM_WORLD) -> list[float]:
@@ -211,7 +215,7 @@ def check_ntk_gaussian_exact(quick: bool) -> Outcome:
     errs = ntk_errors(cells)
     hs = [4.0 / n for n in cells]
     q = fit_order(hs, errs)
-    return Outcome(q, f"|q − {NTK_ORDER:g}| < 0.25 (against the closed form)", abs(q - NTK_ORDER) < 0.25,
+    return Outcome(q, NTK_ORDER, "< 0.25", abs(q - NTK_ORDER) < 0.25,
                    f"relative errors {', '.join(f'{e:.2e}' for e in errs)} at h_Θ = "
                    f"{', '.join(f'{h:.3g}' for h in hs)}: order {q:.2f}, expected {NTK_ORDER:g}",
-                   [Series(hs, errs, "Θ cell size h", NTK_ORDER, q, "max|K_h − K|/max|K|")])
+                   [Series(hs, errs, "Θ cell size h", NTK_ORDER, q, "max|K_h − K|/max|K|")], 0.25)

@@ -98,7 +98,7 @@ def _floor(cells: int, ds: float, steps: int, fstar: float) -> tuple[float, floa
 
 
 @register("free_energy_exact", "§4; §5.4; §6.2", "closed-form F*; exact Lie law; Poisson summation of the Θ "
-          "quadrature", budget_s=60.0)
+          "quadrature", kind="rate", unit="1/s", budget_s=60.0)
 def check_free_energy_exact(quick: bool) -> Outcome:
     """F(ρ_s) − F*_exact: rate against the exact Lie law, to round-off on a fine mesh, the coarse floors as (P).
 
@@ -159,8 +159,8 @@ def check_free_energy_exact(quick: bool) -> Outcome:
     ds_ok = ds_dev <= ds_tol
     ok = bool(rate_ok and fine_ok and floor_ok and ds_ok)
     hs = [2 * THETA_BOX / n for n in FLOOR_CELLS]
-    return Outcome(c, f"|c − {c_ref:.5f}| ≤ {mesh + slope_rnd:.1e}; fine floor ≤ {fine_tol:.1e}; coarse floors = "
-                      "(P) ± bound; floor independent of Δs", ok,
+    return Outcome(c, c_ref, f"≤ {mesh + slope_rnd:.2g}; fine floor ≤ {fine_tol:.1e}; coarse floors = (P) ± bound; "
+                      "floor independent of Δs", ok,
                    f"rate {c:.6f} ({LONG_CELLS[0]} cells; {c2:.6f} on {LONG_CELLS[1]}), exact Lie law {c_ref:.6f} "
                    f"(Δs → 0: {2 * (LAM2 + K_SHALLOW**2):.4f}, theorem ≥ {2 * LAM2}), |Δ| {abs(c - c_ref):.1e} ≤ "
                    f"{mesh:.1e} + {slope_rnd:.1e}; gap {gap_h[0]:.2e} → {gap_h[-1]:.1e} ({decades:.1f} decades, "
@@ -170,4 +170,5 @@ def check_free_energy_exact(quick: bool) -> Outcome:
                    + f"; ratio {floors[0] / floors[1]:.4g} vs {preds[0] / preds[1]:.4g}; Δs/2: |Δ floor| "
                      f"{ds_dev:.1e} ≤ {ds_tol:.1e}",
                    [Series(hs, [abs(f) + 1e-300 for f in floors], "Θ cell size h", None,
-                           fit_order(hs, [abs(f) + 1e-300 for f in floors]), "|F_h* − F*| (spectral, (P))")])
+                           fit_order(hs, [abs(f) + 1e-300 for f in floors]), "|F_h* − F*| (spectral, (P))")],
+                   mesh + slope_rnd)

@@ -21,7 +21,7 @@ from mfpde.io import prepare_output_dir, write_report
 from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 
-__all__ = ["format_table", "run_check", "verify_job"]
+__all__ = ["COLUMNS", "format_table", "run_check", "table_cells", "verify_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ def _load_checks() -> None:
     from mfpde.verify import (  # noqa: F401
         adjoint,
         batched,
+        cfl,
         circle,
         circle_flow,
         conservation,
@@ -49,21 +50,21 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
 
     The verdict is a fail, with the reason in ``detail``, when a solve inside the check fails (NumericalError:
     non-finite values, a stalled CFL loop), when the check spends more than its step budget
-    (:mod:`mfpde.budget`), when its value is not finite, or when it uses more CPU time than its time budget (the
-    slowest rank's process time, which a loaded machine does not inflate as it does wall time; quick checks get
-    half of it).
+    (:mod:`mfpde.budget`), when its measured value (or its reference value) is not finite, or when it uses more
+    CPU time than its time budget (the slowest rank's process time, which a loaded machine does not inflate as
+    it does wall time; quick checks get half of it).
     """
     t, c = time.perf_counter(), time.process_time()
     try:
         with step_budget(check.steps) as used:
             outcome = check.run(quick)
     except NumericalError as e:  # SolverError included: a solve failed inside the check
-        outcome = Outcome(float("nan"), "", False, f"numerical failure: {e}")
+        outcome = Outcome(float("nan"), None, "", False, f"numerical failure: {e}")
     wall = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
     cpu = comm.allreduce(time.process_time() - c, op=MPI.MAX)
     rec = outcome.record(check)
     budget = check.budget_s / 2 if quick else check.budget_s
-    if rec["value"] is None and rec["passed"]:
+    if (rec["measured"] is None or outcome.reference is not None and rec["reference_value"] is None) and rec["passed"]:
         rec["passed"], rec["detail"] = False, "non-finite value: " + rec["detail"]
     if cpu > budget and rec["passed"]:
         rec["passed"], rec["detail"] = False, f"over its time budget ({cpu:.1f} CPU s > {budget:g} s): " + rec["detail"]
@@ -74,29 +75,52 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
 #: The widest table line :func:`format_table` prints (characters).
 TABLE_WIDTH = 120
 
+#: The table's columns: heading, and the record's text for it (interface.md).
+COLUMNS = ("check", "kind", "measured", "reference", "error", "threshold", "verdict", "s")
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "" if x is None else f"{x:.{digits}g}"
+
+
+def table_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    """One record's cells, in the order of :data:`COLUMNS` (an empty cell: no reference value, so no error).
+
+    Records of reports written before the reference and error columns existed (``value`` only) still read:
+    their reference and error cells are empty.
+    """
+    measured = r.get("measured", r.get("value"))
+    kind = r.get("kind", "") + (f" [{r['unit']}]" if r.get("unit") else "")
+    return (r["name"], kind, "—" if measured is None else _num(measured, 4), _num(r.get("reference_value"), 4),
+            _num(r.get("error"), 2), r["threshold"], "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}")
+
 
 def format_table(records: list[dict[str, Any]], width: int = TABLE_WIDTH) -> str:
-    """The table of interface.md: check, kind of the measured value, measured, verdict, seconds, threshold.
+    """The table of interface.md: check, kind, measured, reference, error, threshold, verdict, seconds.
 
-    One kind per column: each row's measured value is of the kind its ``kind`` column names (slope, rate,
-    ratio to a bound, ...); the threshold, last, wraps onto continuation lines so that no line is wider than
-    ``width``. The theory sections are in ``report.json`` and the docs.
+    One kind per column: ``measured`` is of the kind (and unit) its row's ``kind`` names, ``reference`` its
+    reference value (empty for a bound), ``error`` = |measured − reference| and ``threshold`` the condition of
+    the verdict (on the error, or on the measured value when the reference is empty). The threshold wraps onto
+    continuation lines in its column, so that no line is wider than ``width``. The theory sections are in
+    ``report.json`` and the docs.
     """
     import textwrap
 
-    head = ("check", "kind", "measured", "verdict", "s", "threshold")
-    rows = [(r["name"], r.get("kind", ""), "—" if r["value"] is None else f"{r['value']:.4g}",
-             "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}", r["threshold"]) for r in records]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)][:-1]
-    lead = sum(widths) + 2 * len(widths)
-    room = max(width - lead, 20)
-    lines = ["  ".join(str(x).ljust(w) for x, w in zip(head, [*widths, 0], strict=True)).rstrip(),
-             "  ".join("-" * w for w in [*widths, min(room, max(len(r[-1]) for r in rows) if rows else 9)])]
+    rows = [table_cells(r) for r in records]
+    k = COLUMNS.index("threshold")
+    widths = [max(len(str(x)) for x in col) for col in zip(COLUMNS, *rows, strict=True)]
+    room = max(width - (sum(widths) - widths[k]) - 2 * (len(COLUMNS) - 1), 20)
+    widths[k] = min(widths[k], room)
+
+    def line(cells: tuple[str, ...] | list[str]) -> str:
+        return "  ".join(str(x).ljust(w) for x, w in zip(cells, widths, strict=True)).rstrip()
+
+    lines = [line(COLUMNS), line(["-" * w for w in widths])]
     for row in rows:
-        wrapped = textwrap.wrap(str(row[-1]), room, break_on_hyphens=False) or [""]
-        lines.append("  ".join(str(x).ljust(w) for x, w in zip(row[:-1], widths, strict=True)) + "  " + wrapped[0])
-        lines += [" " * lead + more for more in wrapped[1:]]
-    return "\n".join(line.rstrip() for line in lines)
+        wrapped = textwrap.wrap(row[k], widths[k], break_on_hyphens=False) or [""]
+        lines.append(line([*row[:k], wrapped[0], *row[k + 1:]]))
+        lines += [line(["" if i != k else more for i in range(len(COLUMNS))]) for more in wrapped[1:]]
+    return "\n".join(lines)
 
 
 def _plot(out: Path, record: dict[str, Any]) -> None:

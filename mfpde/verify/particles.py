@@ -75,10 +75,10 @@ def _mc_outcome(xs: list[int], stats: list[tuple[float, float]], what: str, xlab
     errs, ses = [m for m, _ in stats], [s for _, s in stats]
     q, se = fit_order(xs, errs), slope_se(xs, errs, ses)
     tol = MC_SE * se
-    return Outcome(q, f"|q + 1/2| ≤ {MC_SE:g} SE = {tol:.2g} (statistical)", abs(q + 0.5) <= tol,
+    return Outcome(q, -0.5, f"≤ {MC_SE:g} SE = {tol:.2g} (statistical)", abs(q + 0.5) <= tol,
                    f"{what} {', '.join(f'{e:.2e} ± {s:.1e}' for e, s in zip(errs, ses, strict=True))} at "
                    f"{xlabel} = {xs}; slope {q:.4f}, its standard error {se:.3f}",
-                   [Series(xs, errs, xlabel, -0.5, q, what)])
+                   [Series(xs, errs, xlabel, -0.5, q, what)], tol)
 
 
 def _quantile_tokens(N: int, m0: float, s0: float) -> tuple[np.ndarray, np.ndarray]:
@@ -169,12 +169,12 @@ def check_depth_order(quick: bool) -> Outcome:
     ref = [abs(gaussian_euler_network(m0, s0, HEADS.abar, HEADS.bbar, T, L)[0] - y_ex) for L in Ls]
     q, q_ref = fit_order(hs, errs), fit_order(hs, ref)
     tol = slope_tolerance(hs, errs, richardson_bound(ys, half, QUANTILE_ORDER_MIN))
-    return Outcome(q, f"|q − {q_ref:.4f}| ≤ {tol:.2g} (exact L-layer law; tokens by Richardson in N)",
+    return Outcome(q, q_ref, f"≤ {tol:.2g} (tokens by Richardson in N)",
                    abs(q - q_ref) <= tol,
                    f"|ŷ_L − ŷ| {', '.join(f'{e:.3e}' for e in errs)} at L = {Ls} (exact L-layer law "
                    f"{', '.join(f'{e:.3e}' for e in ref)}); slope {q:.5f}, exact {q_ref:.5f}, |Δ| = "
                    f"{abs(q - q_ref):.1e} ≤ {tol:.2e}",
-                   [Series(hs, errs, "layer step T/L", q_ref, q, "|ŷ_L − ŷ|")])
+                   [Series(hs, errs, "layer step T/L", q_ref, q, "|ŷ_L − ŷ|")], tol)
 
 
 @register("langevin_heads_rate", "§4 (particle version); §5.3 (propagation of chaos)",

@@ -1,8 +1,9 @@
 """The registry of verification checks: name, theory section, reference, and the function that measures.
 
-A check measures one number, compares it with a threshold that comes from the theory or from the order of
-the scheme (never read off a run), and says what it was compared with (``reference``): a closed form of
-theory §6, finite differences, or an independent particle code. Check functions are collective: every rank
+A check measures one quantity (:class:`Outcome`: measured, reference value, error, threshold), compares it
+with a threshold that comes from the theory or from the order of the scheme (never read off a run), and says
+what it was compared with (``reference``): a closed form of theory §6, finite differences, or an independent
+particle code. Check functions are collective: every rank
 calls them and every rank gets the same :class:`Outcome`.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CHECKS", "KINDS", "Check", "Outcome", "Series", "register"]
+__all__ = ["CHECKS", "Check", "Outcome", "Series", "register"]
 
 Array = npt.NDArray[np.float64]
 
@@ -40,26 +41,55 @@ class Series:
 
 @dataclass
 class Outcome:
-    """What a check measured.
+    """What a check measured: one quantity, its reference value, the error, the threshold, the verdict.
+
+    The table and the docs show one kind per column: ``measured`` (of the check's registered ``kind`` and
+    ``unit``), ``reference`` (the value theory gives it: the scheme's order for an order check, the theorem's
+    rate for a rate check, the closed-form value for an exact-solution check, 0 for a drift that is 0 in exact
+    arithmetic; None for a bound, which has no reference value), ``error`` = |measured − reference| (None
+    without a reference) and ``threshold``, the condition the verdict applies: on the error when there is a
+    reference, else on the measured value. Where a check measures several cases (meshes, degrees, models), the
+    row is the case nearest to failing and the others are in ``detail``.
 
     Attributes:
-        value: the measured number; threshold: the bound it is compared with (a string says how);
+        measured: the measured (or fitted) quantity of the case shown.
+        reference: its reference value, or None (a bound with no reference value).
+        threshold: the condition, as the table prints it (``"≤ 0.1"``; conditions on other cases or quantities,
+            which the verdict also applies, follow after a semicolon).
         passed: the verdict; detail: one line with the numbers behind it;
         series: convergence series to plot (may be empty).
+        tolerance: the bound of ``threshold`` on the error (or on the measured value without a reference), when
+            it is one number; None when the condition is not a single bound (a band, a count).
     """
 
-    value: float
+    measured: float
+    reference: float | None
     threshold: str
     passed: bool
     detail: str
     series: list[Series] = field(default_factory=list)
+    tolerance: float | None = None
+
+    @property
+    def error(self) -> float | None:
+        """|measured − reference|, in the units of the measured quantity (None without a reference)."""
+        return None if self.reference is None else abs(self.measured - self.reference)
 
     def record(self, check: Check) -> dict[str, Any]:
-        """The ``checks`` entry of report.json (interface.md), plus the theory section and the series."""
-        return {"name": check.name, "kind": KINDS.get(check.name, "value"), "value": _finite(self.value),
-                "threshold": self.threshold,
+        """The ``checks`` entry of report.json (interface.md), plus the theory section and the series.
+
+        ``value`` is ``measured`` under its former name (read by earlier reports' readers).
+        """
+        err = self.error
+        return {"name": check.name, "kind": check.kind, "unit": check.unit, "measured": _finite(self.measured),
+                "value": _finite(self.measured), "reference_value": _opt(self.reference),
+                "error": _opt(err), "tolerance": _opt(self.tolerance), "threshold": self.threshold,
                 "passed": bool(self.passed), "detail": self.detail, "reference": check.reference,
                 "theory": check.section, "series": [asdict(s) for s in self.series]}
+
+
+def _opt(x: float | None) -> float | None:
+    return None if x is None else _finite(x)
 
 
 def _finite(x: float) -> float | None:
@@ -78,7 +108,11 @@ class Check:
     Attributes:
         name: the check name of interface.md; section: the theory.md section it verifies;
         reference: what the code is compared with; run: the measurement, ``run(quick) -> Outcome``
-        (collective); budget_s: the CPU-time budget of the full (not quick) check in seconds (quick: half);
+        (collective); kind: what its measured value is (``slope``: a fitted log-log slope, an order or an
+        exponent; ``rate``: a fitted decay rate; ``mass drift``, ``|Δ δR/δρ|``: a quantity that is 0 in exact
+        arithmetic; ``min density``; ``moment``, ``risk``: the value of a quantity with a closed form;
+        ``e_h/R_h``: an error over its Richardson estimate; ``ratio to bound``; ``clusters``); unit: its unit
+        (``""``: none); budget_s: the CPU-time budget of the full (not quick) check in seconds (quick: half);
         steps: its budget of explicit steps (:mod:`mfpde.budget`); distributed: whether its solves are spread over
         the ranks (False: each rank computes the same thing alone, on ``COMM_SELF`` or replicated, so the rank
         count cannot change it and the test suite's MPI pass skips it).
@@ -88,6 +122,8 @@ class Check:
     section: str
     reference: str
     run: Callable[[bool], Outcome]
+    kind: str
+    unit: str = ""
     budget_s: float = DEFAULT_BUDGET_S
     steps: int = DEFAULT_STEPS
     distributed: bool = True
@@ -96,35 +132,16 @@ class Check:
 #: The registered checks, in the order of the table.
 CHECKS: dict[str, Check] = {}
 
-#: What each check's measured value is (one kind per check, the ``kind`` column of the table): a fitted log-log
-#: slope (an order or exponent, no unit), a fitted rate (per unit of training time s), a ratio of a quantity to
-#: its bound (≤ 1 passes), a minimum density, or a difference/error in the units of the compared quantity.
-KINDS: dict[str, str] = {
-    "adjoint_taylor": "slope", "adjoint_gaussian_exact": "slope", "token_mass": "ratio to bound",
-    "token_positivity": "min density", "gaussian_exact_d2": "slope", "fp_positivity": "min density",
-    "fp_gibbs_steady_state": "ratio to bound", "mpi_consistency": "max difference", "shallow_yhat_exact": "slope",
-    "splitting_order": "slope", "theta_transport_order": "slope", "deep_ntk_rate": "rate [1/s]",
-    "ntk_degenerate_control": "|R_S − R_LS|", "ntk_gaussian_exact": "slope", "gaussian_exact_d1": "slope",
-    "token_space_order": "slope", "stability_w1_data": "slope", "stability_w1_rho": "slope",
-    "particle_agreement_n": "slope", "finite_heads_rate": "slope", "depth_order": "slope",
-    "langevin_heads_rate": "slope", "shallow_exponential_rate": "rate [1/s]", "gibbs_fixed_point": "error",
-    "free_energy_certificate": "ratio to bound", "fp_energy_decay": "slope", "depth_indexed_particles": "slope",
-    "adjoint_taylor_interpolated": "slope", "offcentre_exact": "ratio to bound", "batched_gradient_d2": "slope",
-    "risk_transport_order": "slope", "circle_growth_rates": "slope", "circle_mode_selection": "clusters",
-    "circle_particles": "slope", "circle_mass_positivity": "ratio to bound",
-    "circle_flow_map": "slope", "free_energy_exact": "rate [1/s]",
-}
-
-
 CheckFunction = Callable[[bool], Outcome]
 
 
-def register(name: str, section: str, reference: str, budget_s: float = DEFAULT_BUDGET_S,
-             steps: int = DEFAULT_STEPS, distributed: bool = True) -> Callable[[CheckFunction], CheckFunction]:
-    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (budgets as in :class:`Check`)."""
+def register(name: str, section: str, reference: str, kind: str = "slope", unit: str = "",
+             budget_s: float = DEFAULT_BUDGET_S, steps: int = DEFAULT_STEPS,
+             distributed: bool = True) -> Callable[[CheckFunction], CheckFunction]:
+    """Decorator: register ``fn(quick) -> Outcome`` as the check ``name`` (kind, unit, budgets as in :class:`Check`)."""
 
     def deco(fn: CheckFunction) -> CheckFunction:
-        CHECKS[name] = Check(name, section, reference, fn, budget_s, steps, distributed)
+        CHECKS[name] = Check(name, section, reference, fn, kind, unit, budget_s, steps, distributed)
         return fn
 
     return deco

@@ -1,7 +1,7 @@
 """Tests for mfpde.fokker_planck: EAFE P1 solver of the parameter Fokker–Planck equation (theory §4, §7).
 
 Run serially (``pytest tests/params/test_fokker_planck.py``) and on 2 ranks
-(``mpiexec -n 2 python -m mpi4py -m pytest -m "not serial" tests/params/test_fokker_planck.py``).
+(``mpiexec -n 2 python -m mpi4py -m pytest -m ranks tests/params/test_fokker_planck.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from mfpde.fitting import fit_order
 from mfpde.params.densities import gaussian_density, gibbs, lumped_mass_owned
 from mfpde.params.eafe import lam_bernoulli
 from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 RECTANGLE_MSH = Path(__file__).resolve().parents[2] / "meshes" / "rectangle.msh"
 

@@ -17,6 +17,8 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import TokenTransport
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 
 def _setup(d: int, degree: int, n: int):
     comm = MPI.COMM_WORLD

@@ -35,6 +35,8 @@ from mfpde.tokens.separable import TensorSoftmax
 from mfpde.tokens.transport import TokenTransport
 from mfpde.training.objective import Objective
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 A_BIG = 300.0
 
 

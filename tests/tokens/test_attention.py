@@ -1,6 +1,7 @@
 """Tests for mfpde.attention: log-domain softmax moments, tensor vs direct paths, head reduction (theory §1.2, §6.1).
 
-Pure numpy; every rank runs the same serial computation under ``mpiexec -n 2``.
+Pure numpy, which the rank count cannot change: only the one test on a distributed token mesh is marked
+``ranks`` (run again under ``mpiexec -n 2``).
 """
 
 from __future__ import annotations
@@ -457,6 +458,7 @@ def test_chebyshev_vjp_1d_matches_direct(kind, forward):
     assert np.allclose(gc, gc_d, rtol=0, atol=float(np.abs(xi).sum()) * err_m)
 
 
+@pytest.mark.ranks  # a distributed token mesh
 @pytest.mark.parametrize("half_width,var,floor,declined", [(3.0, 0.5, 1e-3, False), (12.0, 0.02, 0.0, True)])
 def test_velocity_operator_tensor_paths(half_width, var, floor, declined):
     """VelocityOperator on a box (d = 2): with factors built once for the whole box (small exponent range), and

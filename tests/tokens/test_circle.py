@@ -24,6 +24,8 @@ from mfpde.tokens.circle_diag import cdf_density, cdf_points, clusters, fourier,
 from mfpde.tokens.circle_particles import bessel_velocity, dense_velocity, sample_modes
 from mfpde.verify.circle import fitted_rates, gamma_k
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 DEMO = "demos/circle.toml"
 EPS = 2.0**-52
 

@@ -18,6 +18,8 @@ from mfpde import config
 from mfpde.problem import build
 from mfpde.tokens.data import fill_density
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demos" / "transport_small.toml"
 

@@ -18,6 +18,8 @@ from mfpde.tokens.attention import HeadMeasure, velocity, velocity_vjp
 from mfpde.tokens.interpolated import InterpolatedSoftmax
 from mfpde.tokens.transport import TokenTransport
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 TOL = 1e-14  # the stopping rule's tail tolerance (InterpolatedSoftmax default)
 
 

@@ -4,7 +4,7 @@ Checks of theory §7: 1 (mass and positivity), 2 (Gaussian exactness, §6.1, wit
 9 (finite-N particles vs the PDE, rate N^{-1/2}), plus rank-count independence (interface.md).
 
 Run serially (``pytest tests/tokens/test_transport.py``) and on 2 ranks
-(``mpiexec -n 2 python -m mpi4py -m pytest -m "not serial" tests/tokens/test_transport.py``).
+(``mpiexec -n 2 python -m mpi4py -m pytest -m ranks tests/tokens/test_transport.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from mfpde.tokens.data import Sample, _deposit, fill_density
 from mfpde.tokens.particles import transport_particles
 from mfpde.tokens.readout import readout_function
 from mfpde.tokens.transport import SampleOperator, TokenTransport
+
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "demos" / "transport_small.toml"

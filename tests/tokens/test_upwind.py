@@ -24,6 +24,8 @@ from mfpde.mesh import box, read_msh
 from mfpde.tokens.adjoint import DiscreteAdjoint
 from mfpde.tokens.transport import TokenTransport
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 MESHES = Path(__file__).resolve().parents[2] / "meshes"
 
 

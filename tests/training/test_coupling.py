@@ -21,6 +21,8 @@ from mfpde.tokens.job import run_transport
 from mfpde.training import run_training
 from mfpde.training.problem import CoupledProblem
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=4", "data.test_samples=4",
          "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
 

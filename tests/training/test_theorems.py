@@ -18,6 +18,8 @@ from mfpde.exact import value_yhat
 from mfpde.fitting import fit_order, fit_rate
 from mfpde.training import CoupledProblem, run_training
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 M0, S0 = [0.3, -0.5], [0.25, 0.1]  # two Gaussian samples (d = 1)
 A_FIXED = 0.5
 

@@ -20,6 +20,8 @@ from mfpde.cli import main
 from mfpde.verify.job import _load_checks, run_check
 from mfpde.verify.registry import CHECKS
 
+pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
+
 _load_checks()
 
 
@@ -37,11 +39,19 @@ def test_check(name):
     if MPI.COMM_WORLD.size > 1 and not CHECKS[name].distributed:
         pytest.skip("not distributed: each rank computes the same alone (run by the serial pass)")
     rec = run_check(CHECKS[name], quick=True)
-    fields = {"name", "value", "threshold", "passed", "detail", "reference", "theory", "wall_s", "cpu_s", "steps"}
+    fields = {"name", "kind", "unit", "measured", "value", "reference_value", "error", "tolerance", "threshold",
+              "passed", "detail", "reference", "theory", "wall_s", "cpu_s", "steps"}
     assert fields <= set(rec)
-    assert rec["reference"] and rec["theory"] and rec["threshold"]
+    assert rec["reference"] and rec["theory"] and rec["threshold"] and rec["kind"] == CHECKS[name].kind
     assert rec["passed"] is True, f"{name}: {rec['detail']}"
-    assert np.isfinite(rec["value"]) and rec["steps"] <= rec["step_budget"]
+    assert np.isfinite(rec["measured"]) and rec["value"] == rec["measured"] and rec["steps"] <= rec["step_budget"]
+    if rec["kind"] in ("slope", "rate"):  # an order or a rate has a reference: the scheme's, the theorem's
+        assert rec["reference_value"] is not None
+    if rec["reference_value"] is None:
+        assert rec["error"] is None
+    else:  # the error is |measured − reference|, within the threshold's bound when it is one number
+        assert rec["error"] == abs(rec["measured"] - rec["reference_value"])
+        assert rec["tolerance"] is None or rec["error"] <= rec["tolerance"], rec
 
 
 def test_verify_cli(tempdir):
@@ -105,8 +115,11 @@ def test_slow_or_non_finite_check_fails():
 
     rec = run_check(dataclasses.replace(CHECKS["gaussian_exact_d1"], budget_s=0.0), quick=True)
     assert rec["passed"] is False and "over its time budget" in rec["detail"]
-    nan = dataclasses.replace(CHECKS["gaussian_exact_d1"], run=lambda quick: Outcome(float("nan"), "t", True, "d"))
+    nan = dataclasses.replace(CHECKS["gaussian_exact_d1"], run=lambda quick: Outcome(float("nan"), 1.0, "t", True, "d"))
     rec = run_check(nan, quick=True)
+    assert rec["passed"] is False and "non-finite value" in rec["detail"]
+    bad_ref = dataclasses.replace(nan, run=lambda quick: Outcome(1.0, float("nan"), "t", True, "d"))
+    rec = run_check(bad_ref, quick=True)
     assert rec["passed"] is False and "non-finite value" in rec["detail"]
 
 

@@ -1,0 +1,143 @@
+"""The config schema: one frozen dataclass per TOML section, with the defaults (``mfpde.config`` loads and checks it).
+
+Keys and meanings are the contract of ``interface.md`` (section "Config") and the reference of docs/config.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FAMILY_DEFAULTS", "Config", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens", "Training"]
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
+
+    dim: int = 1
+    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §8, with attention "softmax" or "unnormalised")
+    attention: str = "softmax"
+    box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
+    mesh: str = ""
+    cells: list[int] = field(default_factory=lambda: [400])
+    degree: int = 0
+    cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
+    cfl: float = 0.4
+    outflow_tol: float = 1e-2  # mass allowed to leave Ω (fraction of ∫μ_0) before a run stops with exit 3
+
+
+@dataclass(frozen=True)
+class Depth:
+    """Depth interval [0, T] and the number of depth steps.
+
+    ``model``: "weight-tied" (one ρ at every depth), "depth-indexed" (one ρ per block of ``layers``), or "shallow":
+    one residual attention layer, μ_T = μ_0 − T ∇·(μ_0 V[μ_0; ρ]): ŷ linear in ρ, R convex (theory §2, §5.4).
+    """
+
+    T: float = 1.0
+    steps: int = 100
+    model: str = "weight-tied"
+    layers: int = 1
+
+
+#: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "scalar": {"box": [[-2.0, 2.0], [-2.0, 2.0]], "cells": [48, 48],
+               "init": {"kind": "gaussian", "mean": [0.5, 1.0], "cov": [[0.01, 0.0], [0.0, 0.01]]}},
+    "value": {"box": [[-2.0, 2.0]], "cells": [80], "init": {"kind": "gaussian", "mean": [1.0], "cov": [[0.01]]}},
+}
+_FAMILY_KEYS = ("box", "mesh", "cells", "init")
+
+
+@dataclass(frozen=True)
+class Heads:
+    """Head family, Θ ⊂ R^p and ρ_0; ``box``, ``cells``, ``init`` left out take the family's :data:`FAMILY_DEFAULTS`."""
+
+    family: str = "scalar"
+    a: float = 0.5
+    box: list[list[float]] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["box"]))
+    mesh: str = ""
+    cells: list[int] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["cells"]))
+    degree: int = 1
+    init: dict[str, Any] = field(default_factory=lambda: copy.deepcopy(FAMILY_DEFAULTS["scalar"]["init"]))
+
+
+@dataclass(frozen=True)
+class Data:
+    """Input token measures μ_0^i and targets y^i."""
+
+    kind: str = "gaussian"
+    mean: list[list[float]] = field(default_factory=lambda: [[0.3]])
+    cov: list[list[list[float]]] = field(default_factory=lambda: [[[0.25]]])
+    target: list[float] = field(default_factory=lambda: [1.0])
+    classes: list[int] = field(default_factory=lambda: [0, 1])
+    samples: int = 40
+    test_samples: int = 40
+    seed: int = 0
+    origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
+    split: float = 0.0  # digits: if > 0, all images of the pair, this fraction for training (samples ignored)
+    path: str = ""
+    modes: list[list[float]] = field(default_factory=list)  # circle_modes: [[k, amplitude, phase], ...]
+    amplitude: float = 0.01  # circle_noise: standard deviation of the white noise on the cells (times 1/2π)
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Readout g and loss ℓ: ŷ = ∫ g dμ_T, ℓ(ŷ, y) = ½ (ŷ − y)²."""
+
+    readout: str = "mean"
+    loss: str = "squared"
+    w: list[float] = field(default_factory=lambda: [1.0])
+    b: float = 0.0
+
+
+@dataclass(frozen=True)
+class Training:
+    """Regularisation and the training-time stepping of the parameter Fokker–Planck equation."""
+
+    regularization: str = "entropic"
+    # ``lambda`` is a Python keyword: the TOML key "lambda" maps to this field.
+    lam: float = 0.05
+    lambda2: float = 0.5
+    ds: float = 0.05
+    steps: int = 200
+    splitting: str = "lie"
+
+
+@dataclass(frozen=True)
+class Output:
+    """What is written and how often."""
+
+    every: int = 10
+    fields: bool = True
+    plots: bool = True
+    checkpoint_every: int = 20
+
+
+@dataclass(frozen=True)
+class Petsc:
+    """PETSc options per sub-solver (prefixes ``mfpde_token_``, ``mfpde_param_``)."""
+
+    token: dict[str, Any] = field(default_factory=dict)
+    param: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
+
+    tokens: Tokens = field(default_factory=Tokens)
+    depth: Depth = field(default_factory=Depth)
+    heads: Heads = field(default_factory=Heads)
+    data: Data = field(default_factory=Data)
+    loss: Loss = field(default_factory=Loss)
+    training: Training = field(default_factory=Training)
+    output: Output = field(default_factory=Output)
+    petsc: Petsc = field(default_factory=Petsc)
+    source: str = ""  # where it came from (file path or "<default>"): not a TOML key
+
+
+_ALIASES = {("training", "lambda"): "lam"}
+_ALIASES_BACK = {(s, v): k for (s, k), v in _ALIASES.items()}

@@ -1,0 +1,137 @@
+"""The CFL sub-step counts of the token solver against the count the CFL rule fixes (theory §1.3 (F), §6.1).
+
+* ``token_cfl_substeps``: one depth step of Δt on a uniform interval mesh, Gaussian μ₀ = N(m₀, σ₀²), one head
+  (a, c) with the flow to the right everywhere on Ω = [−L, L]: the velocity is the affine field of theory §6.1,
+  u(x) = c (m + a σ² x), so the largest outflow per unit length of any cell is the boundary cell's, u(L)/h,
+  and the rule Δt_sub · outflow/|cell| ≤ CFL (CFL = ``cfl`` for DG0, half of it for DG1, the Zhang–Shu
+  condition for P1) fixes the count at n = ⌈Δt u(L) / (CFL h)⌉. Both the count and the margin that makes it
+  unambiguous come from the closed form, not from the solver.
+
+The count is fixed by the velocity at the start of the step when no sub-step has to be redone: the closed
+form's u_t(L) over the step grows by less than ⌈x⌉/x (x = Δt u₀(L)/(CFL h)), which the check asserts of its
+own parameters. A solver velocity off by more than the distance of x to the nearest integer (relative: about
+8% here; the DG0/DG1 velocity error at h = 0.01 is far below that) would change the count, so a wrong CFL
+factor, a DG1 limit not halved, or the sub-step count taken from a stale or wrong velocity fails.
+
+A third case takes the batched DG0 solver (:mod:`mfpde.tokens.batch`, d = 2, rows advanced together) on two
+samples whose counts the rule fixes differently: row A (x = 3.1, ⌈x⌉/x = 1.29) keeps its 4 sub-steps, row B
+(x = 3.8, ⌈x⌉/x = 1.053) must redo its step with 8, because its velocity, checked before each later sub-step,
+grows past the bound (by 1.091 before its last sub-step). u(L) = c(m + aσ²L) per axis and the largest outflow
+per unit area is the corner cell's, (u₁(L) + u₂(L))/h. DG0's numerical diffusion (at most |u| h/2 per axis)
+only widens μ, so it can only raise the growth: the premises are the closed form's growth for B and that growth
+plus the diffusion's largest share for A. Redoing every row when one needs it, or none, fails.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde.mesh import box
+from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.transport import TokenTransport
+from mfpde.verify.conservation import _mu0
+from mfpde.verify.registry import Outcome, register
+
+__all__ = ["expected_substeps"]
+
+#: Ω = [−L, L] with cells of h = 2L/n; μ₀ = N(M0, S0); one head (a, c) = (A_HEAD, C_HEAD): u(x) = c(m + aσ²x) > 0
+#: on all of Ω (0.2 at −L, 0.8 at L at t = 0), so the boundary cell at L has the largest outflow.
+L, CELLS, M0, S0, A_HEAD, C_HEAD, CFL = 4.0, 800, 0.5, 0.25, 0.3, 1.0, 0.4
+#: the depth step: x = Δt u₀(L)/(CFL h) = 3.7 for DG0 and 7.4 for DG1.
+DT = 0.0185
+
+
+def _velocity_at_l(t: float) -> float:
+    """u_t(L) = c (m_t + a σ_t² L) from the Gaussian law of theory §6.1 (ā = c, b̄ = c a)."""
+    bbar = C_HEAD * A_HEAD
+    var = S0 / (1.0 - 2.0 * bbar * S0 * t)
+    mean = M0 * math.exp(C_HEAD * t) / math.sqrt(1.0 - 2.0 * bbar * S0 * t)
+    return C_HEAD * (mean + A_HEAD * var * L)
+
+
+def expected_substeps(degree: int) -> tuple[int, float, float]:
+    """The sub-step count the CFL rule fixes for one depth step, its x, and the margin ⌈x⌉/x over the growth.
+
+    Returns:
+        (n = ⌈x⌉, x = Δt u₀(L)/(CFL_k h), the ratio (⌈x⌉/x) / (u_Δt(L)/u₀(L)); above 1: no sub-step is redone).
+    """
+    h = 2 * L / CELLS
+    cfl = CFL * (1.0 if degree == 0 else 0.5)
+    x = DT * _velocity_at_l(0.0) / (cfl * h)
+    n = math.ceil(x)
+    return n, x, (n / x) / (_velocity_at_l(DT) / _velocity_at_l(0.0))
+
+
+#: The batched case: Ω = [−L, L]², 50 × 50 DG0 cells, Δt = 0.16, rows μ₀ = N((m, m), σ² I) for m in BATCH_M.
+BATCH_CELLS, BATCH_DT, BATCH_M = 50, 0.16, (0.32, 0.46)
+
+
+def _law(m: float, t: float) -> tuple[float, float]:
+    """(m_t, σ_t²) per axis of theory §6.1 for μ₀ = N(m, S0), one head (a, c) = (A_HEAD, C_HEAD)."""
+    bbar = C_HEAD * A_HEAD
+    return m * math.exp(C_HEAD * t) / math.sqrt(1.0 - 2.0 * bbar * S0 * t), S0 / (1.0 - 2.0 * bbar * S0 * t)
+
+
+def batched_expected(m: float) -> tuple[int, bool, bool]:
+    """(the count the rule fixes for the row of mean (m, m), whether it is a redone step, whether the premises hold).
+
+    n = ⌈x⌉ if the velocity before the last sub-step stays within n/x (with DG0's diffusion at its largest),
+    2⌈x⌉ if it exceeds n/x even without that diffusion and stays within 2n/x at the end of the step.
+    """
+    h = 2 * L / BATCH_CELLS
+
+    def u_l(t: float, spread: float = 0.0) -> float:
+        mt, var = _law(m, t)
+        return C_HEAD * (mt + A_HEAD * (var + spread) * L)
+
+    u0 = u_l(0.0)
+    x = BATCH_DT * 2 * u0 / (CFL * h)
+    n = math.ceil(x)
+    before_last = (n - 1) / n * BATCH_DT
+    diffused = u_l(before_last, u_l(BATCH_DT) * h * before_last) / u0  # variance + |u| h t: at most
+    if diffused < n / x:
+        return n, False, True
+    clean = u_l(before_last) / u0
+    return 2 * n, True, clean > n / x and u_l(BATCH_DT, u_l(BATCH_DT) * h * BATCH_DT) / u0 < 2 * n / x
+
+
+def _batched_counts() -> list[int]:
+    """The sub-steps of each row of one batched depth step (each rank alone: the batched path's mesh)."""
+    from mfpde.tokens.batch import BatchTransport
+
+    tt = TokenTransport(box(MPI.COMM_SELF, [[-L, L]] * 2, [BATCH_CELLS] * 2), 0, CFL)
+    rows = [_mu0(tt, np.array([m, m]), S0 * np.eye(2)).x.array.copy() for m in BATCH_M]
+    reps = BatchTransport(tt).solve(np.stack(rows), [HeadMeasure(np.array([A_HEAD]), np.array([C_HEAD]))], BATCH_DT, 1)
+    return [r.substeps for r in reps]
+
+
+@register("token_cfl_substeps", "§1.3 (F) CFL; §6.1 affine velocity",
+          "the count ⌈Δt u(L)/(CFL h)⌉ of the closed-form velocity", kind="sub-steps", steps=1000)
+def check_token_cfl_substeps(quick: bool) -> Outcome:
+    """Sub-steps of one depth step, DG0 and DG1, against the CFL rule's count (the row: the largest |n − n_CFL|)."""
+    heads = HeadMeasure(np.array([A_HEAD]), np.array([C_HEAD]))
+    worst, parts, ok = 0, [], True
+    row = (-1, math.nan, math.nan)  # (|n − n_CFL|, n, n_CFL) of the row shown
+    for degree in (0, 1):
+        n_cfl, x, margin = expected_substeps(degree)
+        ok &= margin > 1.0 and min(x - math.floor(x), math.ceil(x) - x) > 0.2  # the check's own premises
+        tt = TokenTransport(box(MPI.COMM_WORLD, [[-L, L]], [CELLS]), degree, CFL)
+        rep = tt.solve(_mu0(tt, np.array([M0]), np.array([[S0]])), heads, DT, 1)
+        worst = max(worst, abs(rep.substeps - n_cfl))
+        if abs(rep.substeps - n_cfl) > row[0]:
+            row = (abs(rep.substeps - n_cfl), float(rep.substeps), float(n_cfl))
+        parts.append(f"DG{degree}: {rep.substeps} sub-steps, rule {n_cfl} (x = {x:.3f}, margin {margin:.3f})")
+    expected = [batched_expected(m) for m in BATCH_M]
+    got = _batched_counts()
+    ok &= all(premise for *_, premise in expected) and [redo for _, redo, _ in expected] == [False, True]
+    worst = max(worst, *(abs(g - e) for g, (e, *_) in zip(got, expected, strict=True)))
+    for g, (e, *_) in zip(got, expected, strict=True):
+        if abs(g - e) > row[0]:
+            row = (abs(g - e), float(g), float(e))
+    parts.append(f"batched rows: {got} sub-steps, rule {[e for e, *_ in expected]} (row B redone with twice as many)")
+    return Outcome(row[1], row[2], "= 0 (n = ⌈Δt u(L)/(CFL h)⌉ exactly, every row)", ok and worst == 0,
+                   "; ".join(parts), tolerance=0.0)
