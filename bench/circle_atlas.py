@@ -3,12 +3,18 @@
 (i) k_max(β) = argmax_k γ_k (closed form) and the number of clusters the PDE forms (USA, DG1 on 384 cells) from
     24 modes of amplitude 1e-4 with seeded random phases once the top mode has grown by 3·10⁴, for β = 1..64,
     against a fitted c √(β log β) (Geshkovski–Rigollet–Sun: modes of Gaussian kernel density estimates).
-(ii) T_meta(β) (does not work yet: clusters narrower than a cell are pinned to it, docs/circle.md, so no merge
-    is seen): DG1 on 48 cells (USA by default), the same start; the depth runs in
-    geometric segments (×1.2) from t = 1 to 10⁴ (four decades: the budget of this script, not six), the first
-    depth with k_max clusters and the first later depth with fewer; fitted log T_meta = log C + cβ
-    (:func:`mfpde.fitting.fit_rate`). A β whose run reaches 10⁴ (or its wall budget) without a merge gives a
-    lower bound only.
+(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M labels, Radau) from the same
+    kind of start (``SEEDS`` draws of the phases), SA by default, to t = 10⁶ (8 decades from 10⁻², 20 outputs per
+    decade); clusters = groups of labels cut at gaps > 0.1·2π/k_max with mass > 0.2/k_max
+    (:func:`~mfpde.tokens.circle_flow.cluster_masses`); T_meta = (first later output with fewer clusters) −
+    (first output with k_max clusters); the median over the draws fitted as log T_meta = log C + cβ
+    (:func:`mfpde.fitting.fit_power` with x = e^β), with its standard error. The label count M is checked by
+    the same lifetimes at M/2 (``--check-m``). Nearest clusters at distance d drift together at a speed
+    ∝ e^{β(cos d − 1)} sin d (SA; USA: e^{β cos d} sin d), so k equally spaced clusters live
+    ∝ e^{β(1 − cos(2π/k))} (SA): the prediction c_k = 1 − cos(2π/k_max(β)) against which the medians are shown.
+    And the clean case: two clusters from μ_0 ∝ 1 + 0.3 cos 2θ + 0.05 cos(θ − 0.4), β = 1..8, to t = 10⁹; the
+    pair is nearly antipodal, so T_merge ∝ e^{2β} (SA) and e^{β} (USA) up to a polynomial factor
+    (:data:`TWO_MODES`; M = 64 and 128 compared).
 (iii) BPA's Fig. 4: β = 5 and 7 from uniform plus white noise (the notebook's σ = 0.01, amplitude 2π·0.01), the
     space–depth picture of μ_t with the cluster angles (2πj − arg μ̂_k(0))/k predicted from the initial
     Fourier coefficient of k = k_max (USA, DG2 on 512 cells).
@@ -29,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import scipy.special
 
-from mfpde.fitting import fit_rate
+from mfpde.fitting import fit_power
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle import CircleMesh, CircleTransport
 from mfpde.tokens.circle_diag import clusters, initial_density
@@ -63,36 +69,54 @@ def counts(betas: list[float]) -> list[dict[str, float]]:
         km = kmax(b)
         g = gamma(np.arange(1, 200), b)
         T = math.log(3e4) / g.max()
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         mu0 = initial_density(mesh, "circle_modes", modes())
         rep = CircleTransport(mesh, "unnormalised").solve(mu0, heads(b), T, 5)
         n_cl = clusters(mesh, rep.mu_T)[0]
         second = np.sort(g)[-2] / g.max()
         rows.append({"beta": b, "k_max": km, "clusters": n_cl, "runner_up_ratio": float(second),
-                     "wall_s": time.perf_counter() - t0})
+                     "cpu_s": time.process_time() - t0})
         print(f"β = {b:5.1f}: k_max {km:2d}, clusters {n_cl:2d}, γ_2nd/γ_max {second:.3f}, "
-              f"{time.perf_counter() - t0:.1f} s", flush=True)
+              f"{time.process_time() - t0:.1f} s", flush=True)
     return rows
 
 
-def lifetime(beta: float, budget_s: float, attention: str = "unnormalised", n: int = 48) -> dict[str, float]:
-    mesh = CircleMesh(n, 1)
-    op = CircleTransport(mesh, attention)
-    mu = initial_density(mesh, "circle_modes", modes())
-    km, t, t_form, t_merge, t0 = kmax(beta), 0.0, math.nan, math.nan, time.perf_counter()
-    nxt = 1.0
-    while nxt <= 1e4 and time.perf_counter() - t0 < budget_s:
-        mu = op.solve(mu, heads(beta), nxt - t, 1).mu_T
-        t = nxt
-        n_cl = clusters(mesh, mu)[0]
-        if math.isnan(t_form) and n_cl == km:
-            t_form = t
-        elif not math.isnan(t_form) and n_cl < km:
-            t_merge = t
-            break
-        nxt = t * 1.2
-    return {"beta": beta, "k_max": km, "t_form": t_form, "t_merge": t_merge, "t_reached": t,
-            "T_meta": t_merge - t_form, "wall_s": time.perf_counter() - t0}
+#: The two-cluster start of the clean lifetime law.
+TWO_MODES = [[2, 0.3, 0.0], [1, 0.05, 0.4]]
+
+
+def two_cluster_lifetime(beta: float, attention: str, M: int) -> dict[str, float]:
+    """From :data:`TWO_MODES`: first depth with two clusters, first with one, their difference (flow map)."""
+    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_density
+
+    fm = FlowMap(modes_density(TWO_MODES), M, beta, attention)
+    t0 = time.process_time()
+    sol = fm.solve(np.logspace(-2, 9, 221), rtol=1e-8, atol=1e-10)
+    cnt = [int((cluster_masses(x, fm.w, 0.1 * math.pi) > 0.1).sum()) for x in sol.X]
+    t_form = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if c == 2), math.nan)
+    t_merge = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if t > t_form and c < 2), math.nan)
+    return {"beta": beta, "attention": attention, "M": M, "t_form": t_form, "t_merge": t_merge,
+            "T_meta": t_merge - t_form, "cpu_s": time.process_time() - t0}
+
+
+#: β of the lifetimes, and the draws of the initial phases per β.
+LIFE_BETAS = (1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0)
+SEEDS = (7, 8, 9, 10, 11)
+
+
+def lifetime(beta: float, seed: int, attention: str = "softmax", M: int = 128) -> dict[str, float]:
+    """First k_max-cluster depth, first merge after it, T_meta, and the CPU seconds (flow map, see the module)."""
+    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_density
+
+    km = kmax(beta)  # SA's rates are USA's over I₀(β): the same argmax
+    fm = FlowMap(modes_density(modes(seed)), M, beta, attention)
+    t0 = time.process_time()
+    sol = fm.solve(np.logspace(-2, 6, 161), rtol=1e-8, atol=1e-10)
+    cnt = [int((cluster_masses(x, fm.w, 0.1 * 2 * math.pi / km) > 0.2 / km).sum()) for x in sol.X]
+    t_form = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if c == km), math.nan)
+    t_merge = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if t > t_form and c < km), math.nan)
+    return {"beta": beta, "seed": seed, "k_max": km, "t_form": t_form, "t_merge": t_merge, "T_meta": t_merge - t_form,
+            "t_reached": float(sol.t[-1]), "final_clusters": cnt[-1], "cpu_s": time.process_time() - t0, "M": M}
 
 
 def fig4(ax_list: list, betas: tuple[float, ...] = (5.0, 7.0)) -> None:
@@ -131,13 +155,47 @@ def main() -> None:
     betas = ([1, 2, 3, 4, 5, 7, 10, 16, 32, 64] if QUICK
              else [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64])
     rows = counts([float(b) for b in betas])
-    life = [lifetime(b, 30.0 if QUICK else 150.0, "softmax") for b in ((1.5, 2.0) if QUICK else (1.5, 2.0, 2.5, 3.0))]
+    life_betas = LIFE_BETAS[::2] if QUICK else LIFE_BETAS
+    seeds = SEEDS[:2] if QUICK else SEEDS
+    life = [lifetime(b, sd) for b in life_betas for sd in seeds]
     for r in life:
-        print(f"β = {r['beta']:g}: k_max {r['k_max']}, formed {r['t_form']:.3g}, merged {r['t_merge']:.3g} "
-              f"(reached {r['t_reached']:.3g}), {r['wall_s']:.0f} s", flush=True)
-    ok = [r for r in life if np.isfinite(r["T_meta"]) and r["T_meta"] > 0]
-    c = -fit_rate([r["beta"] for r in ok], [r["T_meta"] for r in ok]) if len(ok) >= 2 else math.nan
-    print(f"T_meta ~ e^(c β): c = {c:.3f} from {len(ok)} values of β")
+        print(f"β = {r['beta']:g} seed {r['seed']}: k_max {r['k_max']}, formed {r['t_form']:.3g}, merged "
+              f"{r['t_merge']:.3g}, T_meta {r['T_meta']:.3g}, {r['final_clusters']} at t = {r['t_reached']:.0e}, "
+              f"{r['cpu_s']:.1f} s CPU", flush=True)
+    if "--check-m" in sys.argv:
+        for b in life_betas[:3]:
+            half = lifetime(b, seeds[0], M=64)
+            full = next(r for r in life if r["beta"] == b and r["seed"] == seeds[0])
+            print(f"M check β = {b:g}: T_meta {half['T_meta']:.3g} (M = 64), {full['T_meta']:.3g} (M = 128)")
+    two = [two_cluster_lifetime(float(b), att, M) for att in ("softmax", "unnormalised") for b in range(1, 9)
+           for M in (64, 128)]
+    two_fit = {}
+    for att, c_pred in (("softmax", 2.0), ("unnormalised", 1.0)):
+        rr = [r for r in two if r["attention"] == att and r["M"] == 128 and r["beta"] >= 3]
+        law2 = fit_power(np.exp([r["beta"] for r in rr]), [r["T_meta"] for r in rr])
+        two_fit[att] = (law2.q, law2.se_q)
+        for r in (r for r in two if r["attention"] == att and r["M"] == 128):
+            half = next(h for h in two if h["attention"] == att and h["M"] == 64 and h["beta"] == r["beta"])
+            print(f"two clusters {att} β = {r['beta']:g}: formed {r['t_form']:.3g}, merged {r['t_merge']:.3g}, "
+                  f"T_meta {r['T_meta']:.3g} (M = 64: {half['T_meta']:.3g}), {r['cpu_s']:.1f} s CPU", flush=True)
+        print(f"two clusters {att}: T_meta ∝ e^(c β), β = 3..8: c = {law2.q:.3f} ± {law2.se_q:.3f} "
+              f"(predicted {c_pred:g} as β → ∞)", flush=True)
+    med = []
+    for b in life_betas:
+        v = [r["T_meta"] for r in life if r["beta"] == b]
+        if all(np.isfinite(v)):
+            med.append((b, float(np.median(v)), float(np.min(v)), float(np.max(v))))
+    law = fit_power(np.exp([m[0] for m in med]), [m[1] for m in med]) if len(med) >= 3 else None
+    c, se = (law.q, law.se_q) if law else (math.nan, math.nan)
+    print(f"T_meta ~ e^(c β) (SA, medians over {len(seeds)} draws): c = {c:.3f} ± {se:.3f} from {len(med)} values of β")
+    if len(med) >= 3:
+        x = [math.exp(b * (1 - math.cos(2 * math.pi / kmax(b)))) for b, *_ in med]
+        lawk = fit_power(x, [m[1] for m in med])
+        print(f"T_meta ∝ e^(c' β(1 − cos(2π/k_max))): c' = {lawk.q:.3f} ± {lawk.se_q:.3f} (nearest-cluster drift: 1)")
+    for b, m, lo, hi in med:
+        km = kmax(b)
+        print(f"β = {b:g}: k_max {km}, T_meta median {m:.3g} (draws {lo:.3g}..{hi:.3g}), predicted exponent "
+              f"β(1 − cos(2π/k_max)) = {b * (1 - math.cos(2 * math.pi / km)):.2f}")
     fig, ax = plt.subplots(2, 2, figsize=(11, 8))
     b = np.array([r["beta"] for r in rows])
     x = np.sqrt(b * np.log(np.maximum(b, 1.0 + 1e-9)))
@@ -146,19 +204,26 @@ def main() -> None:
     ax[0, 0].plot(bb, [kmax(v) for v in bb], "-", label="k_max(β) (linear theory)")
     ax[0, 0].plot(b, [r["clusters"] for r in rows], "o", label="clusters formed (PDE)")
     ax[0, 0].plot(bb, ck * np.sqrt(bb * np.log(bb)), ":", label=f"{ck:.2f} √(β log β)")
+    ax[0, 0].plot(bb, np.sqrt(2 * bb), "--", lw=0.8, label="√(2β) (I_k(β) ≈ e^β e^{−k²/2β}/√(2πβ))")
     ax[0, 0].set(xlabel="β", ylabel="clusters", xscale="log")
     ax[0, 0].legend(fontsize=8)
-    if ok:
-        ax[0, 1].semilogy([r["beta"] for r in ok], [r["T_meta"] for r in ok], "o", label="T_meta (SA)")
-        if np.isfinite(c):
-            ax[0, 1].semilogy(bb[bb <= 6], ok[0]["T_meta"] * np.exp(c * (bb[bb <= 6] - ok[0]["beta"])), ":",
-                              label=f"e^({c:.2f} β)")
-        ax[0, 1].legend(fontsize=8)
-    ax[0, 1].set(xlabel="β", ylabel="metastable lifetime")
+    for att, mk in (("softmax", "o"), ("unnormalised", "s")):
+        rr = [r for r in two if r["attention"] == att and r["M"] == 128]
+        ax[0, 1].semilogy([r["beta"] for r in rr], [r["T_meta"] for r in rr], mk,
+                          label=f"two clusters, {'SA' if att == 'softmax' else 'USA'}: c = {two_fit[att][0]:.2f} ± "
+                                f"{two_fit[att][1]:.2f}")
+    if med:
+        ax[0, 1].errorbar([m[0] for m in med], [m[1] for m in med],
+                          yerr=[[m[1] - m[2] for m in med], [m[3] - m[1] for m in med]], fmt="^",
+                          label="k_max clusters (SA): median, min–max of draws")
+    ax[0, 1].legend(fontsize=7)
+    ax[0, 1].set(xlabel="β", ylabel="metastable lifetime T_meta", yscale="log")
     fig4([ax[1, 0], ax[1, 1]])
     fig.tight_layout()
     fig.savefig(OUT / "atlas.png", dpi=100)
-    (OUT / "atlas.json").write_text(json.dumps({"counts": rows, "lifetimes": life, "c": c, "c_sqrt": ck}, indent=1))
+    (OUT / "atlas.json").write_text(json.dumps({"counts": rows, "lifetimes": life, "c": c, "c_se": se, "c_sqrt": ck,
+                                                "two_clusters": two, "two_fit": two_fit},
+                                               indent=1))
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 

@@ -77,6 +77,23 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/transport.py", "self.outflow_rate = dolfinx.fem.form(u * vnp * ds)",
         "self.outflow_rate = dolfinx.fem.form(0.5 * u * vnp * ds)",
         ["token_mass"], "the DG1 outflow rate halved (found by a reviewer's plant)"),
+    "circle_dg0_cfl_edge": (
+        "mfpde/tokens/circle.py",
+        "np.max(np.maximum(np.roll(ue, -1), 0.0) + np.maximum(-ue, 0.0))",
+        "np.max(np.maximum(np.roll(ue, -1), 0.0))",
+        ["circle_mass_positivity"],
+        "the DG0 circle CFL counts only the right edge's outflow (the step up to 2× too large)"),
+    "circle_usa_cap": (
+        "mfpde/tokens/circle.py", "else float(np.exp(min(b, 1e4))))", "else 1.0)",
+        ["circle_mass_positivity"],
+        "the USA growth cap without the e^β of the scaled Bessel function (a step e^β too large)"),
+    "circle_limiter_gauss_only": (
+        "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
+        ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
+    "circle_flow_weights": (
+        "mfpde/tokens/circle_flow.py", "self.w = (2 * math.pi / M) * density(self.xi)",
+        "self.w = (2 * math.pi / (M + 1)) * density(self.xi)",
+        ["circle_flow_map"], "the flow map's trapezoidal weights 2π/(M+1) for 2π/M (the mass 1 − 1/M)"),
     "dg1_cfl_not_halved": (
         "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
         ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),

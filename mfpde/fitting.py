@@ -5,6 +5,8 @@
 * :func:`fit_rate`: the exponential rate c of y(s) ≈ C e^{−cs} by least squares on log y (theory §5.4, §5.5);
 * :func:`slope_tolerance`, :func:`slope_se`: how far bounded or random errors in the values move a fitted slope,
   so a threshold on a slope is derived, not read off a run;
+* :func:`fit_power`: the law y ≈ C x^q with the standard errors of q and log C from the residuals, and the x
+  where the law reaches a target (an extrapolation: the law is only measured inside the fitted range);
 * :func:`richardson_bound`: the error of the finest value of a refinement from the last two (Richardson).
 
 Pure numpy; non-dimensional.
@@ -12,10 +14,13 @@ Pure numpy; non-dimensional.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["fit_order", "fit_rate", "richardson_bound", "slope_se", "slope_tolerance"]
+__all__ = ["PowerLaw", "fit_order", "fit_power", "fit_rate", "richardson_bound", "slope_se", "slope_tolerance"]
 
 Array = npt.NDArray[np.float64]
 Values = Array | list[float] | list[int]
@@ -31,6 +36,52 @@ def fit_order(x: Values, err: Values) -> float:
     if len(xs) < 2 or len(xs) != len(es) or not (np.all(xs > 0) and np.all(es > 0)):
         raise ValueError(f"fit_order needs m >= 2 positive pairs, got x={xs.tolist()} err={es.tolist()}")
     return float(np.polyfit(np.log(xs), np.log(es), 1)[0])
+
+
+@dataclass(frozen=True)
+class PowerLaw:
+    """y ≈ C x^q fitted by least squares on logs; ``se_q``, ``se_logc``: standard errors from the residuals.
+
+    ``xi_mean`` is the mean log x of the fitted points (where the law is best known).
+
+    With m points the residual variance has m − 2 degrees of freedom (0 for m = 2: the errors are then nan).
+    """
+
+    q: float
+    log_c: float
+    se_q: float
+    se_logc: float
+    xi_mean: float
+
+    def __call__(self, x: float) -> float:
+        """C x^q."""
+        return math.exp(self.log_c + self.q * math.log(x))
+
+    def solve(self, y: float) -> tuple[float, float]:
+        """(x with C x^q = y, its relative standard error): an extrapolation outside the fitted range.
+
+        log x = (log y − log C)/q; the error propagates from q only (the leading term far from the data, where
+        |log x − mean log x_i| is large): σ(log x) ≈ |log x − ξ̄| σ_q/|q|, ξ̄ the mean log of the fitted x.
+        """
+        lx = (math.log(y) - self.log_c) / self.q
+        return math.exp(lx), abs(lx - self.xi_mean) * self.se_q / abs(self.q)
+
+
+def fit_power(x: Values, y: Values) -> PowerLaw:
+    """The power law y ≈ C x^q by least squares on (log x, log y), shapes (m,), m ≥ 2, x, y > 0.
+
+    Raises:
+        ValueError: as :func:`fit_order`.
+    """
+    q = fit_order(x, y)
+    xi, eta = np.log(np.asarray(x, float)), np.log(np.asarray(y, float))
+    log_c = float(eta.mean() - q * xi.mean())
+    m = len(xi)
+    sxx = float(((xi - xi.mean()) ** 2).sum())
+    s2 = float(((eta - log_c - q * xi) ** 2).sum() / (m - 2)) if m > 2 else math.nan
+    se_q = math.sqrt(s2 / sxx)
+    se_c = math.sqrt(s2 * (1.0 / m + xi.mean() ** 2 / sxx))
+    return PowerLaw(q, log_c, se_q, se_c, float(xi.mean()))
 
 
 def fit_rate(s: Values, y: Values) -> float:

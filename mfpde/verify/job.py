@@ -34,6 +34,7 @@ def _load_checks() -> None:
         batched,
         cfl,
         circle,
+        circle_flow,
         conservation,
         deep,
         free_energy,

@@ -145,3 +145,35 @@ def test_transport_job_on_the_circle(tmp_path):
     assert len(f.times) == 4 and len(c) == n and chords == pytest.approx(2 * math.sin(h / 2))
     assert chords @ v[c].mean(axis=1) * h / (2 * math.sin(h / 2)) == pytest.approx(1.0, abs=1e-9)
     assert (tmp_path / "plots" / "space_depth_0.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 3, 5])
+def test_cell_minima_are_the_exact_minima(p):
+    """The exact minimum of each cell's polynomial: never above a dense sample (to round-off), and within the
+    dense sample's own error (the minimum's curvature × half the spacing², ≤ max|μ''| (1e-4)²/8) below it."""
+    from mfpde.verify.circle import dense_minimum
+
+    mesh = CircleMesh(40, p)
+    mu = np.random.default_rng(p).normal(size=(40, p + 1))
+    ex = mesh.cell_minima(mu)
+    dense = mesh.evaluate(mu, np.linspace(0.0, 1.0, 10_001)).min(axis=1)
+    assert np.all(ex <= dense + 1e-12 * np.abs(mu).max())
+    assert np.all(dense - ex <= 1e-6 * np.abs(mu).max())
+    assert dense_minimum(mu, 10_001) == pytest.approx(dense.min(), abs=1e-12 * np.abs(mu).max())
+
+
+@pytest.mark.parametrize("p,att", [(0, "unnormalised"), (1, "softmax"), (2, "unnormalised"), (4, "softmax")])
+def test_substeps_follow_the_independent_cfl_rule(p, att):
+    """The sub-step count of a depth step at a clustered state = verify's CFL rule (direct sums, closed-form Λ)."""
+    from mfpde.tokens import rk
+    from mfpde.tokens.circle import GROWTH_CAP
+    from mfpde.verify.circle import cfl_substeps
+
+    mesh = CircleMesh(48, p)
+    op = CircleTransport(mesh, att)
+    mu = initial_density(mesh, "circle_modes", [[2, 0.8, 0.3], [3, 0.15, 1.0]])
+    heads = HeadMeasure(np.array([6.0]), np.array([1.0]))
+    for dt in (0.01, 0.3):
+        need, _ = cfl_substeps(mu, 6.0, att, dt, op.cfl, GROWTH_CAP)
+        _, _, ns = rk.depth_step(rk.SSP_RK3, op, mu, dt, heads, 0, 0.0)
+        assert int(ns[0]) in {need * 2**j for j in range(4)} and int(ns[0]) >= need
