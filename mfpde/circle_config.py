@@ -52,8 +52,10 @@ def check_circle(cfg: Any) -> None:
     if da.kind == "circle_modes":
         _need(len(da.modes) >= 1 and all(len(m) == 3 for m in da.modes), "data.modes",
               "needs rows [k, amplitude, phase]")
+        n = t.cells[0]
         for i, (k, a, ph) in enumerate(da.modes):
-            _need(float(k).is_integer() and k >= 1, f"data.modes[{i}]", f"k must be an integer >= 1, got {k}")
+            _need(float(k).is_integer() and 1 <= k <= n // 2, f"data.modes[{i}]",
+                  f"k must be an integer in 1..{n // 2} (tokens.cells/2: finer modes alias on {n} cells), got {k}")
             _need(math.isfinite(a) and math.isfinite(ph), f"data.modes[{i}]", "amplitude and phase must be finite")
         _need(sum(abs(a) for _, a, _ in da.modes) <= 1.0, "data.modes",
               "the amplitudes must sum to at most 1 in absolute value (a density >= 0)")

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"mfpde {__version__}")
     sub = p.add_subparsers(dest="command")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--out", type=Path, default=None, help="output directory (default out/<command>-<stem>)")
+    common.add_argument("--out", type=str, default=None, help="output directory (default out/<command>-<stem>)")
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, TOML value syntax (repeatable); every key, its default and "
                         "the embedded default's value: docs/config.md")
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
     v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
-    v.add_argument("--out", type=Path, default=None, help="output directory (default out/verify)")
+    v.add_argument("--out", type=str, default=None, help="output directory (default out/verify)")
     return p
 
 
@@ -172,6 +172,8 @@ def _join(comm: MPI.Comm, code: int) -> None:
 
 def _out_dir(args: argparse.Namespace) -> Path:
     if args.out is not None:
+        if not str(args.out).strip():
+            raise ConfigError("--out: an empty directory name (it would write into the working directory)")
         return Path(args.out)
     if args.command == "verify":
         return Path("out") / "verify"

@@ -110,6 +110,8 @@ CASES = [
     ("transport", ["tokens.box=[[-1e6, 1e6]]"], "tokens.cells"),
     ("run", ["data.kind='gaussian'", "tokens.dim=1", "tokens.box=[[-100.0, 100.0]]", "tokens.cells=[200]",
              "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]", "loss.readout='mean'"], "tokens.cells"),
+    ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
+                   "data.modes=[[1e20, 1e-4, 0.0]]"], "data.modes[0]"),  # aliased on 64 cells, exit 0
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
@@ -223,6 +225,42 @@ def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
         assert names in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_damaged_data_file_is_exit_2(tempdir, capfd, damage):
+    """A truncated or empty .npz data file: exit 2 naming data.path (was a BadZipFile/EOFError traceback, exit 1)."""
+    import numpy as np
+
+    path = tempdir / "data.npz"
+    if MPI.COMM_WORLD.rank == 0:
+        np.savez(path, points=np.zeros((2, 3, 1)), weights=np.ones((2, 3)), target=np.ones(2))
+        path.write_bytes(path.read_bytes()[:300] if damage == "truncated" else b"")
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "data.path" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_empty_out_is_exit_2(tempdir, capfd, monkeypatch):
+    """``--out ''`` was the working directory (report, fields, lock written there, exit 0)."""
+    monkeypatch.chdir(tempdir)
+    assert main(["transport", DEMO, "--out", ""]) == 2
+    assert "--out" in capfd.readouterr().err or MPI.COMM_WORLD.rank > 0
+    assert not (tempdir / "report.json").exists()
+
+
+def test_head_weights_near_the_largest_float_are_normalised():
+    """Dirac weights [1e308, 1e308] are the weights [1, 1] (their sum overflowed: ŷ was μ₀'s mean, exit 0)."""
+    from mfpde.params.family import ScalarHeads
+    from mfpde.params.theta import dirac_heads
+
+    pts = [[0.5, 1.0], [-0.3, 0.4]]
+    big, one = dirac_heads(ScalarHeads(), pts, [1e308, 1e308]), dirac_heads(ScalarHeads(), pts, [1.0, 1.0])
+    assert list(big.a) == list(one.a) and list(big.c) == list(one.c)
 
 
 def test_config_file_with_a_huge_integer(tempdir, capfd):

@@ -102,6 +102,7 @@ class ThetaSpace:
 def dirac_heads(family: HeadFamily, points: list[list[float]], weights: list[float]) -> HeadMeasure:
     """Finitely many heads θ_h with weights w_h (normalised to sum 1): ρ = Σ_h w_h δ_{θ_h}."""
     w = np.asarray(weights, dtype=float)
+    w = w / w.max()  # first: weights near the largest float would overflow their sum
     return HeadMeasure.from_heads(family, np.asarray(points, dtype=float), w / w.sum())
 
 

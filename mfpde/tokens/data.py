@@ -12,6 +12,7 @@ Each sample is turned into a DG density on the token mesh with mass 1 (theory §
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
     try:
         with np.load(path) as f:
             pts, wts, tgt = (np.asarray(f[k], dtype=float) for k in ("points", "weights", "target"))
-    except (OSError, KeyError, ValueError, TypeError, AttributeError) as e:
+    except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as e:
         raise ConfigError(f"data.path {str(path)!r}: cannot read points/weights/target from an .npz: {e}") from None
     if pts.ndim != 3 or pts.shape[2] != d or wts.shape != pts.shape[:2] or tgt.shape != (pts.shape[0],):
         raise ConfigError(f"data.path {str(path)!r}: expected points (n, N, {d}), weights (n, N), target (n,); "
