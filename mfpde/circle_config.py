@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, ConfigErrors
 
 __all__ = ["CIRCLE_KINDS", "MAX_CIRCLE_CELLS", "check_circle"]
 
@@ -21,44 +21,65 @@ CIRCLE_KINDS = ("circle_modes", "circle_noise")
 MAX_CIRCLE_CELLS = 2**20
 
 
-def _need(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"{key}: {msg}")
+class _Found:
+    """The circle errors found, reported together.
+
+    The checks are independent; one that needs another's key is skipped when that key was wrong.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def need(self, ok: bool, key: str, msg: str) -> bool:
+        if not ok:
+            self.messages.append(f"{key}: {msg}")
+        return ok
+
+    def raise_all(self) -> None:
+        if len(self.messages) == 1:
+            raise ConfigError(self.messages[0])
+        if self.messages:
+            raise ConfigErrors(self.messages)
 
 
 def check_circle(cfg: Any) -> None:
     """Check the circle keys of a :class:`~mfpde.config.Config` (nothing to do for a box with box data).
 
     Raises:
-        ConfigError: naming the key: an unknown domain or attention, circle data on a box or box data on the
+        ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors`, naming each, for several): an unknown
+            domain or attention, circle data on a box or box data on the
             circle, cells not [n], a degree out of 0..6, a head family other than scalar, modes not
             [[k, amplitude, phase], ...] with integers k ≥ 1 and a density that is negative somewhere.
     """
     t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
-    _need(t.domain in ("box", "circle"), "tokens.domain", f"must be 'box' or 'circle', got {t.domain!r}")
-    _need(t.attention in ("softmax", "unnormalised"), "tokens.attention",
-          f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
+    f = _Found()
+    if not f.need(t.domain in ("box", "circle"), "tokens.domain", f"must be 'box' or 'circle', got {t.domain!r}"):
+        return f.raise_all()
+    f.need(t.attention in ("softmax", "unnormalised"), "tokens.attention",
+           f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     if t.domain == "box":
-        _need(da.kind not in CIRCLE_KINDS, "data.kind", f"{da.kind!r} needs tokens.domain = 'circle'")
-        return
-    _need(da.kind in CIRCLE_KINDS, "data.kind", f"must be 'circle_modes' or 'circle_noise', got {da.kind!r}")
-    _need(t.dim == 1, "tokens.dim", "the circle is 1-dimensional (the angle): leave tokens.dim = 1")
-    _need(not t.mesh, "tokens.mesh", "the circle mesh is built from tokens.cells = [n]; no mesh file")
-    _need(len(t.cells) == 1 and 8 <= t.cells[0] <= MAX_CIRCLE_CELLS, "tokens.cells",
-          f"on the circle needs [n] with 8 <= n <= {MAX_CIRCLE_CELLS}, got {t.cells}")
-    _need(0 <= t.degree <= 6, "tokens.degree", f"on the circle must be in 0..6, got {t.degree}")
-    _need(h.family == "scalar", "heads.family", "the circle takes the scalar family: a is the inverse temperature β")
-    _need(d.model == "weight-tied", "depth.model", "the circle solves the weight-tied model only")
+        f.need(da.kind not in CIRCLE_KINDS, "data.kind", f"{da.kind!r} needs tokens.domain = 'circle'")
+        return f.raise_all()
+    f.need(da.kind in CIRCLE_KINDS, "data.kind", f"must be 'circle_modes' or 'circle_noise', got {da.kind!r}")
+    f.need(t.dim == 1, "tokens.dim", "the circle is 1-dimensional (the angle): leave tokens.dim = 1")
+    f.need(not t.mesh, "tokens.mesh", "the circle mesh is built from tokens.cells = [n]; no mesh file")
+    cells_ok = f.need(len(t.cells) == 1 and 8 <= t.cells[0] <= MAX_CIRCLE_CELLS, "tokens.cells",
+                      f"on the circle needs [n] with 8 <= n <= {MAX_CIRCLE_CELLS}, got {t.cells}")
+    f.need(0 <= t.degree <= 6, "tokens.degree", f"on the circle must be in 0..6, got {t.degree}")
+    f.need(h.family == "scalar", "heads.family", "the circle takes the scalar family: a is the inverse temperature β")
+    f.need(d.model == "weight-tied", "depth.model", "the circle solves the weight-tied model only")
     if da.kind == "circle_modes":
-        _need(len(da.modes) >= 1 and all(len(m) == 3 for m in da.modes), "data.modes",
-              "needs rows [k, amplitude, phase]")
-        n = t.cells[0]
+        if not f.need(len(da.modes) >= 1 and all(len(m) == 3 for m in da.modes), "data.modes",
+                      "needs rows [k, amplitude, phase]"):
+            return f.raise_all()
+        n = t.cells[0] if cells_ok else MAX_CIRCLE_CELLS
         for i, (k, a, ph) in enumerate(da.modes):
-            _need(float(k).is_integer() and 1 <= k <= n // 2, f"data.modes[{i}]",
-                  f"k must be an integer in 1..{n // 2} (tokens.cells/2: finer modes alias on {n} cells), got {k}")
-            _need(math.isfinite(a) and math.isfinite(ph), f"data.modes[{i}]", "amplitude and phase must be finite")
-        _need(sum(abs(a) for _, a, _ in da.modes) <= 1.0, "data.modes",
-              "the amplitudes must sum to at most 1 in absolute value (a density >= 0)")
+            f.need(float(k).is_integer() and 1 <= k <= n // 2, f"data.modes[{i}]",
+                   f"k must be an integer in 1..{n // 2} (tokens.cells/2: finer modes alias on {n} cells), got {k}")
+            f.need(math.isfinite(a) and math.isfinite(ph), f"data.modes[{i}]", "amplitude and phase must be finite")
+        f.need(sum(abs(a) for _, a, _ in da.modes) <= 1.0, "data.modes",
+               "the amplitudes must sum to at most 1 in absolute value (a density >= 0)")
     else:
-        _need(0 <= da.amplitude < 1, "data.amplitude", f"must be in [0, 1), got {da.amplitude}")
-        _need(da.seed >= 0, "data.seed", "must be >= 0")
+        f.need(0 <= da.amplitude < 1, "data.amplitude", f"must be in [0, 1), got {da.amplitude}")
+        f.need(da.seed >= 0, "data.seed", "must be >= 0")
+    f.raise_all()

@@ -109,6 +109,17 @@ def test_bad_circle_config_is_one_line(override, key):
         C.load(DEMO, [override])
 
 
+def test_circle_config_errors_all_at_once():
+    """Independent circle errors are reported together, each once (the box's cells rule is not applied too)."""
+    with pytest.raises(C.ConfigErrors) as e:
+        C.load(DEMO, ["tokens.degree=7", "tokens.attention='x'", "data.modes=[[1e20, 1e-4, 0.0]]"])
+    keys = [m.split(":")[0] for m in e.value.messages]
+    assert sorted(keys) == ["data.modes[0]", "tokens.attention", "tokens.degree"], e.value.messages
+    with pytest.raises(C.ConfigError) as one:
+        C.load(DEMO, ["tokens.cells=[0]"])
+    assert not isinstance(one.value, C.ConfigErrors) and "on the circle" in str(one.value)
+
+
 def test_circle_data_on_a_box_is_refused():
     with pytest.raises(C.ConfigError, match="data.kind"):
         C.load("demos/transport_small.toml", ["data.kind=\"circle_noise\""])
