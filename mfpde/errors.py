@@ -19,7 +19,17 @@ __all__ = ["ConfigError", "ConfigErrors", "MeshError", "NumericalError", "Solver
 
 
 class ConfigError(ValueError):
-    """Invalid input: a config key, value, mesh or data file. Exit status 2."""
+    """Invalid input: a config key, value, mesh or data file. Exit status 2.
+
+    Attributes:
+        messages: one message per error, each naming its key (here the one message; :class:`ConfigErrors`
+            has several), so that one handler serves both.
+    """
+
+    @property
+    def messages(self) -> list[str]:
+        """The one message of this error."""
+        return [str(self)]
 
 
 class ConfigErrors(ConfigError):
@@ -30,9 +40,14 @@ class ConfigErrors(ConfigError):
     """
 
     def __init__(self, messages: list[str]) -> None:
-        self.messages = list(messages)
-        super().__init__(f"{len(self.messages)} config errors: "
-                         + "; ".join(f"({i}) {m}" for i, m in enumerate(self.messages, 1)))
+        self._messages = list(messages)
+        super().__init__(f"{len(self._messages)} config errors: "
+                         + "; ".join(f"({i}) {m}" for i, m in enumerate(self._messages, 1)))
+
+    @property
+    def messages(self) -> list[str]:
+        """One message per error."""
+        return self._messages
 
 
 class MeshError(ConfigError):

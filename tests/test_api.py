@@ -43,8 +43,12 @@ def test_make_config_from_keywords_and_did_you_mean():
     assert cfg.heads.family == "value" and cfg.heads.box == [[-2.0, 2.0]] and cfg.training.steps == 3
     with pytest.raises(ConfigError, match=r"unknown config key training\.stpes; did you mean training\.steps\?"):
         mfpde.make_config(training={"stpes": 3})
-    with pytest.raises(ConfigError, match=r"did you mean \[training\]"):
+    with pytest.raises(ConfigError, match=r"did you mean \[training\]") as one:
         mfpde.make_config(trainig={"steps": 3})
+    assert one.value.messages == [str(one.value)]  # one handler for one error and for several
+    with pytest.raises(mfpde.ConfigErrors) as several:
+        mfpde.make_config(training={"stpes": 3, "ds": -1.0})
+    assert len(several.value.messages) == 2 and all(m in str(several.value) for m in several.value.messages)
 
 
 def test_transport_gives_mu_t_as_arrays_consistent_with_the_report():
