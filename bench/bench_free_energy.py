@@ -17,22 +17,18 @@ Run: ``nice -n 10 python bench/bench_free_energy.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from mpi4py import MPI  # noqa: F401  (initialised before dolfinx)
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fe_models import A_FIXED, SIG2, TGT, M, fixed_point, lie_law, negentropy_knn  # noqa: E402
-from fe_report import summarise  # noqa: E402
+from fe_report import bench_main, summarise  # noqa: E402
 from fe_runs import TokenDrift, particles, pde, reach_time, token_drift_probe  # noqa: E402
 
 __all__ = ["A_FIXED", "M", "SIG2", "TGT", "fixed_point", "negentropy_knn", "particles", "pde", "reach_time"]
@@ -145,22 +141,8 @@ def plot(res: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small meshes and H (about a minute)")
-    ap.add_argument("--out", default="out/bench", help="directory of free_energy.json and free_energy.png")
-    args = ap.parse_args()
-    t0, c0 = time.perf_counter(), time.process_time()
-    with threadpool_limits(limits=1):
-        res = run(args.quick)
-    res["wall_s"], res["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(res, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else float(o))
-    (out / "free_energy.json").write_text(text)
-    plot(res, out / "free_energy.png")
-    print(f"load average before {res['load_before'][0]:.2f}, after {res['load_after'][0]:.2f} (2 cores); "
-          f"wall {res['wall_s']:.0f} s, CPU {res['cpu_s']:.0f} s")
-    print("\n".join(summarise(res, TOLS)))
+    bench_main(__doc__.splitlines()[0], run, plot, lambda r: summarise(r, TOLS), "free_energy",
+               "small meshes and H (about a minute)")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ Run: ``nice -n 10 python bench/bench_free_energy_digits.py [--quick]``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -30,10 +28,10 @@ from pathlib import Path
 from mpi4py import MPI
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fe_report import bench_main  # noqa: E402
 from fe_runs import TokenDrift  # noqa: E402
 
 from mfpde import config as C  # noqa: E402
@@ -170,21 +168,8 @@ def plot(res: dict, path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a 4×4 Θ mesh and 100 steps (about 20 s)")
-    ap.add_argument("--out", default="out/bench", help="directory of free_energy_digits.json and .png")
-    args = ap.parse_args()
-    t0, c0 = time.perf_counter(), time.process_time()
-    with threadpool_limits(limits=1):
-        res = run(args.quick)
-    res["wall_s"], res["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "free_energy_digits.json").write_text(json.dumps(res, indent=1))
-    plot(res, out / "free_energy_digits.png")
-    print(f"load average before {res['load_before'][0]:.2f}, after {res['load_after'][0]:.2f} (2 cores); "
-          f"wall {res['wall_s']:.0f} s, CPU {res['cpu_s']:.0f} s")
-    print("\n".join(summarise(res)))
+    bench_main(__doc__.splitlines()[0], run, plot, summarise, "free_energy_digits",
+               "a 4×4 Θ mesh and 100 steps (about 20 s)")
 
 
 if __name__ == "__main__":

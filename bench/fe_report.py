@@ -9,10 +9,16 @@ at the fastest seed's cumulative time.
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from fe_runs import reach_time
+from threadpoolctl import threadpool_limits
 
 from mfpde.fitting import fit_order, fit_rate, slope_se
 
@@ -162,3 +168,28 @@ def floors_table(d: dict) -> list[str]:
                      f"{slope_se(Hs, [x[2] for x in stats], [x[3] for x in stats]):.2f}")
         out.append(line)
     return out
+
+
+def bench_main(description: str, run: Callable[[bool], dict], plot: Callable[[dict, Path], None],
+               summary: Callable[[dict], list[str]], stem: str, quick_help: str) -> None:
+    """The command line of a free-energy bench: ``run(quick)`` timed, its results written, a summary printed.
+
+    One BLAS thread; wall and CPU time; the results to ``--out``/STEM.json and STEM.png; then the load, the
+    times and ``summary(results)`` printed.
+    """
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    ap.add_argument("--out", default="out/bench", help=f"directory of {stem}.json and {stem}.png")
+    args = ap.parse_args()
+    t0, c0 = time.perf_counter(), time.process_time()
+    with threadpool_limits(limits=1):
+        res = run(args.quick)
+    res["wall_s"], res["cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(res, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else float(o))
+    (out / f"{stem}.json").write_text(text)
+    plot(res, out / f"{stem}.png")
+    print(f"load average before {res['load_before'][0]:.2f}, after {res['load_after'][0]:.2f} (2 cores); "
+          f"wall {res['wall_s']:.0f} s, CPU {res['cpu_s']:.0f} s")
+    print("\n".join(summary(res)))
