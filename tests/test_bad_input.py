@@ -202,10 +202,12 @@ def test_toml_messages_bom_and_duplicate_key(tempdir):
 
 @pytest.mark.ranks  # read on rank 0 or on every rank: the error must reach all of them
 @pytest.mark.parametrize(("damage", "names"), [("nan", "sample 1: non-finite"), ("negative", "sample 1: weights"),
-                                               ("outside", "(sample 1)")],
-                         ids=["nan", "negative", "outside"])  # not the names: the message quotes the path
+                                               ("outside", "(sample 1)"), ("truncated", "data.path"),
+                                               ("empty", "data.path")],
+                         ids=["nan", "negative", "outside", "truncated", "empty"])  # the message quotes the path
 def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
-    """Data-file errors say which sample (they named only the file)."""
+    """Data-file errors say which sample (they named only the file); a truncated or empty .npz is exit 2 naming
+    data.path (was a BadZipFile/EOFError traceback, exit 1)."""
     import numpy as np
 
     path = tempdir / "data.npz"
@@ -215,34 +217,18 @@ def test_data_file_errors_name_the_sample(tempdir, capfd, damage, names):
             pts[1, 0, 0] = np.nan
         elif damage == "negative":
             wts[1, 1] = -1.0
-        else:
+        elif damage == "outside":
             pts[1, 1, 0] = 9.0  # outside Ω = [-4, 4]
         np.savez(path, points=pts, weights=wts, target=np.ones(3))
+        if damage in ("truncated", "empty"):
+            path.write_bytes(path.read_bytes()[:300] if damage == "truncated" else b"")
     MPI.COMM_WORLD.Barrier()
     code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
                  "--set", f"data.path='{path}'"])
     err = capfd.readouterr().err
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
-        assert names in err and len(err.strip().splitlines()) == 1, err
-
-
-@pytest.mark.parametrize("damage", ["truncated", "empty"])
-def test_damaged_data_file_is_exit_2(tempdir, capfd, damage):
-    """A truncated or empty .npz data file: exit 2 naming data.path (was a BadZipFile/EOFError traceback, exit 1)."""
-    import numpy as np
-
-    path = tempdir / "data.npz"
-    if MPI.COMM_WORLD.rank == 0:
-        np.savez(path, points=np.zeros((2, 3, 1)), weights=np.ones((2, 3)), target=np.ones(2))
-        path.write_bytes(path.read_bytes()[:300] if damage == "truncated" else b"")
-    MPI.COMM_WORLD.Barrier()
-    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
-                 "--set", f"data.path='{path}'"])
-    err = capfd.readouterr().err
-    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
-    if MPI.COMM_WORLD.rank == 0:
-        assert "data.path" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert names in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 def test_empty_out_is_exit_2(tempdir, capfd, monkeypatch):
