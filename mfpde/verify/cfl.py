@@ -30,6 +30,7 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.transport import TokenTransport
@@ -45,11 +46,15 @@ L, CELLS, M0, S0, A_HEAD, C_HEAD, CFL = 4.0, 800, 0.5, 0.25, 0.3, 1.0, 0.4
 DT = 0.0185
 
 
+def _law(m: float, t: float) -> tuple[float, float]:
+    """(m_t, σ_t²) per axis of theory §6.1 for μ₀ = N(m, S0), one head (a, c) = (A_HEAD, C_HEAD): ā = c, b̄ = ca."""
+    mean, cov = gaussian_transport(m, S0, C_HEAD, C_HEAD * A_HEAD, t)
+    return float(mean[0]), float(cov[0, 0])
+
+
 def _velocity_at_l(t: float) -> float:
-    """u_t(L) = c (m_t + a σ_t² L) from the Gaussian law of theory §6.1 (ā = c, b̄ = c a)."""
-    bbar = C_HEAD * A_HEAD
-    var = S0 / (1.0 - 2.0 * bbar * S0 * t)
-    mean = M0 * math.exp(C_HEAD * t) / math.sqrt(1.0 - 2.0 * bbar * S0 * t)
+    """u_t(L) = c (m_t + a σ_t² L) of the d = 1 case."""
+    mean, var = _law(M0, t)
     return C_HEAD * (mean + A_HEAD * var * L)
 
 
@@ -68,12 +73,6 @@ def expected_substeps(degree: int) -> tuple[int, float, float]:
 
 #: The batched case: Ω = [−L, L]², 50 × 50 DG0 cells, Δt = 0.16, rows μ₀ = N((m, m), σ² I) for m in BATCH_M.
 BATCH_CELLS, BATCH_DT, BATCH_M = 50, 0.16, (0.32, 0.46)
-
-
-def _law(m: float, t: float) -> tuple[float, float]:
-    """(m_t, σ_t²) per axis of theory §6.1 for μ₀ = N(m, S0), one head (a, c) = (A_HEAD, C_HEAD)."""
-    bbar = C_HEAD * A_HEAD
-    return m * math.exp(C_HEAD * t) / math.sqrt(1.0 - 2.0 * bbar * S0 * t), S0 / (1.0 - 2.0 * bbar * S0 * t)
 
 
 def batched_expected(m: float) -> tuple[int, bool, bool]:
