@@ -228,7 +228,7 @@ def setup_logging(quiet: bool = False) -> None:
 
 
 #: VTK cell types of the VTX files (Lagrange interval, triangle, quadrilateral) and their vertex counts.
-_VTK_CELLS = {68: 2, 69: 3, 70: 4}  # VTK's Lagrange curve, triangle, quadrilateral: their vertices
+_VTK_CELLS = frozenset({68, 69, 70})  # VTK's Lagrange curve, triangle and quadrilateral: the cells mfpde writes
 
 
 def _newton_cotes(n: int) -> np.ndarray:
