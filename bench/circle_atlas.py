@@ -3,7 +3,7 @@
 (i) k_max(β) = argmax_k γ_k (closed form) and the number of clusters the PDE forms (USA, DG1 on 384 cells) from
     24 modes of amplitude 1e-4 with seeded random phases once the top mode has grown by 3·10⁴, for β = 1..64,
     against a fitted c √(β log β) (Geshkovski–Rigollet–Sun: modes of Gaussian kernel density estimates).
-(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M labels, Radau) from the same
+(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M quantile labels, DOP853 then LSODA) from the same
     kind of start (``SEEDS`` draws of the phases), SA by default, to t = 10⁶ (8 decades from 10⁻², 20 outputs per
     decade); clusters = groups of labels cut at gaps > 0.1·2π/k_max with mass > 0.2/k_max
     (:func:`~mfpde.tokens.circle_flow.cluster_masses`); T_meta = (first later output with fewer clusters) −
@@ -87,12 +87,13 @@ TWO_MODES = [[2, 0.3, 0.0], [1, 0.05, 0.4]]
 
 def two_cluster_lifetime(beta: float, attention: str, M: int) -> dict[str, float]:
     """From :data:`TWO_MODES`: first depth with two clusters, first with one, their difference (flow map)."""
-    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_density
+    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_labels
 
-    fm = FlowMap(modes_density(TWO_MODES), M, beta, attention)
+    fm = FlowMap(modes_labels(TWO_MODES, M), np.array([beta]), np.array([1.0]), attention)
     t0 = time.process_time()
-    sol = fm.solve(np.logspace(-2, 9, 221), rtol=1e-8, atol=1e-10)
-    cnt = [int((cluster_masses(x, fm.w, 0.1 * math.pi) > 0.1).sum()) for x in sol.X]
+    sol = fm.solve(np.logspace(-2, 9, 221), rtol=1e-8)
+    w = np.full(M, 1.0 / M)
+    cnt = [int((cluster_masses(x, w, 0.1 * math.pi) > 0.1).sum()) for x in sol.X]
     t_form = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if c == 2), math.nan)
     t_merge = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if t > t_form and c < 2), math.nan)
     return {"beta": beta, "attention": attention, "M": M, "t_form": t_form, "t_merge": t_merge,
@@ -106,13 +107,14 @@ SEEDS = (7, 8, 9, 10, 11)
 
 def lifetime(beta: float, seed: int, attention: str = "softmax", M: int = 128) -> dict[str, float]:
     """First k_max-cluster depth, first merge after it, T_meta, and the CPU seconds (flow map, see the module)."""
-    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_density
+    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_labels
 
     km = kmax(beta)  # SA's rates are USA's over I₀(β): the same argmax
-    fm = FlowMap(modes_density(modes(seed)), M, beta, attention)
+    fm = FlowMap(modes_labels(modes(seed), M), np.array([beta]), np.array([1.0]), attention)
     t0 = time.process_time()
-    sol = fm.solve(np.logspace(-2, 6, 161), rtol=1e-8, atol=1e-10)
-    cnt = [int((cluster_masses(x, fm.w, 0.1 * 2 * math.pi / km) > 0.2 / km).sum()) for x in sol.X]
+    sol = fm.solve(np.logspace(-2, 6, 161), rtol=1e-8)
+    w = np.full(M, 1.0 / M)
+    cnt = [int((cluster_masses(x, w, 0.1 * 2 * math.pi / km) > 0.2 / km).sum()) for x in sol.X]
     t_form = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if c == km), math.nan)
     t_merge = next((float(t) for t, c in zip(sol.t, cnt, strict=True) if t > t_form and c < km), math.nan)
     return {"beta": beta, "seed": seed, "k_max": km, "t_form": t_form, "t_merge": t_merge, "T_meta": t_merge - t_form,

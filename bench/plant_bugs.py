@@ -90,10 +90,20 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
     "circle_limiter_gauss_only": (
         "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
-    "circle_flow_weights": (
-        "mfpde/tokens/circle_flow.py", "self.w = (2 * math.pi / M) * density(self.xi)",
-        "self.w = (2 * math.pi / (M + 1)) * density(self.xi)",
-        ["circle_flow_map"], "the flow map's trapezoidal weights 2π/(M+1) for 2π/M (the mass 1 − 1/M)"),
+    "circle_flow_uniform_labels": (
+        "mfpde/tokens/circle_flow.py", "        x = x - dx\n", "        x = x - 0.0 * dx\n",
+        ["circle_flow_map"], "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
+    "circle_flow_jacobian_sign": (
+        "mfpde/tokens/circle_flow.py", "            J[np.diag_indices(M)] -= (Pc @ (a * self.k * S)).real",
+        "            J[np.diag_indices(M)] += (Pc @ (a * self.k * S)).real",
+        ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, USA)"),
+    "circle_flow_jacobian_sign_sa": (
+        "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN", "            JN[np.diag_indices(M)] -= dN",
+        ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
+    "circle_flow_series_cut": (
+        "mfpde/tokens/circle_flow.py", "        self.K = max(series_length(b) for b in a)",
+        "        self.K = max(series_length(b) for b in a) // 2",
+        ["circle_flow_map"], "the kernel's Fourier series cut at half the terms the Bessel decay needs"),
     "dg1_cfl_not_halved": (
         "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
         ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),

@@ -16,6 +16,7 @@ Import ``mpi4py`` before anything of DOLFINx, as these functions do::
 from __future__ import annotations
 
 import copy
+import math
 import shutil
 import tempfile
 import tomllib
@@ -166,16 +167,27 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
         comm: the ranks (used when ``cfg`` is a config).
 
     Raises:
-        ConfigError: invalid input, or the circle domain (solved by ``mfpde transport`` only); IndexError: no
-            such sample; NumericalError: the solve failed.
+        ConfigError: invalid input; IndexError: no such sample; NumericalError: the solve failed.
+
+    On the circle (``tokens.domain = "circle"``, either ``tokens.solver``) the points are angles (n, 1), ``yhat`` is
+    NaN (no readout), and ``report`` is the sample block of ``mfpde transport`` (``cdf_T``, ``clusters_t``,
+    ``solve_cpu_s``, ...); the flow solver's μ is the density on 1024 equal bins of its reconstructed CDF.
     """
     from mfpde.environment import blas_threads
-    from mfpde.errors import ConfigError
     from mfpde.tokens.job import sample_report, transport_sample
 
     if isinstance(cfg, Config) and cfg.tokens.domain == "circle":
-        raise ConfigError("tokens.domain = 'circle': mfpde.transport takes boxes and meshes; the circle is solved "
-                          "by the transport command (mfpde transport CONFIG), whose report and fields it writes")
+        if sample != 0:
+            raise IndexError(f"sample {sample}: the circle problem has one sample")
+        from mfpde.tokens.circle_job import circle_heads, circle_solve
+
+        with blas_threads(comm):
+            block, _, (d0, dT) = circle_solve(cfg, circle_heads(cfg, comm), comm)
+
+        def field(d: Any) -> TokenField:
+            return TokenField(np.asarray(d[0], float), np.asarray(d[1], float)[:, None], d[3], np.asarray(d[2], float))
+
+        return TransportResult(field(d0), field(dT), math.nan, block)
     pb = build_problem(cfg, comm) if isinstance(cfg, Config) else cfg
     n = len(pb.train) + len(pb.test)
     if not 0 <= sample < n:

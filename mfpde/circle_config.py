@@ -3,7 +3,10 @@
 On the circle the token space is the angle θ ∈ [0, 2π): ``tokens.cells = [n]`` (n ≥ 8), any DG degree 0..6,
 ``tokens.attention`` "softmax" or "unnormalised"; the heads are the scalar family, whose a is the inverse
 temperature β (a Dirac at (β, 1) is the single head of the literature); the data are ``circle_modes`` or
-``circle_noise``; the model is weight-tied. Errors name the key (:class:`~mfpde.errors.ConfigError`, exit 2).
+``circle_noise``; the model is weight-tied. ``tokens.solver`` is "dg" (cells) or "flow" (the flow map on
+``tokens.labels`` quantile labels at tolerance ``tokens.rtol``); ``depth.spacing = "log"`` spaces the output
+depths geometrically over ``depth.decades`` decades below ``depth.T``. Errors name the key
+(:class:`~mfpde.errors.ConfigError`, exit 2).
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["CIRCLE_KINDS", "MAX_CIRCLE_CELLS", "check_circle"]
+__all__ = ["CIRCLE_KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check_circle"]
 
 #: The data kinds of the circle.
 CIRCLE_KINDS = ("circle_modes", "circle_noise")
 #: The largest circle mesh (the kernels hold (p+2)(p+1)(n/2+1) complex numbers per head).
 MAX_CIRCLE_CELLS = 2**20
+#: The circle's solvers: upwind DG on cells, the flow map on quantile labels.
+SOLVERS = ("dg", "flow")
+#: The most labels of the flow solver: its stiff phase holds a few dense M × M Jacobians (8M² bytes each: 128 MiB).
+MAX_LABELS = 4096
 
 
 class _Found:
@@ -59,7 +66,18 @@ def check_circle(cfg: Any) -> None:
            f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     if t.domain == "box":
         f.need(da.kind not in CIRCLE_KINDS, "data.kind", f"{da.kind!r} needs tokens.domain = 'circle'")
+        f.need(t.solver == "dg", "tokens.solver",
+               f"{t.solver!r} needs tokens.domain = 'circle' (boxes are solved by DG)")
+        f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle'")
         return f.raise_all()
+    f.need(t.solver in SOLVERS, "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
+    if t.solver == "flow":
+        f.need(8 <= t.labels <= MAX_LABELS, "tokens.labels", f"must be in 8..{MAX_LABELS} (the stiff phase holds "
+               f"dense labels × labels Jacobians), got {t.labels}")
+        f.need(1e-14 < t.rtol < 1e-2, "tokens.rtol", f"must be in (1e-14, 1e-2), got {t.rtol:g}")
+    f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
+    if d.spacing == "log":
+        f.need(0 < d.decades <= 30, "depth.decades", f"must be in (0, 30], got {d.decades:g}")
     f.need(da.kind in CIRCLE_KINDS, "data.kind", f"must be 'circle_modes' or 'circle_noise', got {da.kind!r}")
     f.need(t.dim == 1, "tokens.dim", "the circle is 1-dimensional (the angle): leave tokens.dim = 1")
     f.need(not t.mesh, "tokens.mesh", "the circle mesh is built from tokens.cells = [n]; no mesh file")

@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
+    t.add_argument("--quiet", action="store_true", help="no progress output")
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
     v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
@@ -189,13 +190,13 @@ BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
 class _Bar:
     """A tqdm bar on stderr with the ``mfpde`` log lines written above it (``logging_redirect_tqdm``) until closed."""
 
-    def __init__(self, total: int, initial: int) -> None:
+    def __init__(self, total: int, initial: int, desc: str = "mfpde run") -> None:
         from tqdm import tqdm  # only on a terminal
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         self._redirect = logging_redirect_tqdm(loggers=[logger])
         self._redirect.__enter__()
-        self._bar = tqdm(total=total, initial=initial, desc="mfpde run", unit="step", file=sys.stderr,
+        self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step", file=sys.stderr,
                          bar_format=BAR_FORMAT)
 
     def update(self, n: int = 1) -> object:
@@ -208,14 +209,14 @@ class _Bar:
         self._redirect.__exit__(None, None, None)
 
 
-def _progress(quiet: bool) -> ProgressFactory | None:
+def _progress(quiet: bool, desc: str = "mfpde run") -> ProgressFactory | None:
     """A tqdm bar with an ETA on a terminal (rank 0 only), else None (a log line per output step is printed instead).
 
     While the bar is shown, log lines go through ``tqdm.write`` so they do not break it.
     """
     if quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty():
         return None
-    return _Bar
+    return lambda total, initial: _Bar(total, initial, desc)
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -232,7 +233,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     check_resolved(cfg)
     if args.command == "transport":
         with OutputLock(out, comm):
-            transport_job(cfg, out, comm)
+            transport_job(cfg, out, comm, progress=_progress(args.quiet, "mfpde transport"))
         return 0
     if args.command == "run":
         with OutputLock(out, comm):

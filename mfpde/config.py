@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import difflib
 import math
 import re
@@ -98,9 +99,34 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
                 fam = FAMILY_DEFAULTS.get(kwargs.get("family", "scalar"), {})
                 kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
             sections[name] = cls(**kwargs)
+    with problems.block():
+        _beta_shortcut(raw, sections)
     cfg = Config(**sections, source=source)
     validate(cfg, problems)
     return cfg
+
+
+def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
+    """``tokens.beta`` on the circle: heads.init becomes the single head of the literature, a Dirac at (β, 1).
+
+    Raises:
+        ConfigError: β < 0, a box domain, or heads.init given as well (two sources of β).
+    """
+    tok = sections.get("tokens")
+    if tok is None or not math.isfinite(tok.beta):
+        return
+    if tok.domain != "circle":
+        raise ConfigError(f"tokens.beta: only for tokens.domain = 'circle' (got {tok.domain!r}); boxes take heads.init")
+    if tok.beta < 0:
+        raise ConfigError(f"tokens.beta: must be >= 0, got {tok.beta:g}")
+    heads_raw = raw.get("heads", {})
+    if isinstance(heads_raw, dict) and "init" in heads_raw:
+        raise ConfigError("tokens.beta: heads.init is given too; set β in one of them (tokens.beta = β is "
+                          "heads.init = {kind = 'diracs', points = [[β, 1.0]], weights = [1.0]})")
+    heads = sections.get("heads", Heads())
+    sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, 1.0]],
+                                                         "weights": [1.0]})
+    sections["tokens"] = dataclasses.replace(tok, beta=math.nan)  # folded into heads.init (config.toml has that)
 
 
 class Problems:
@@ -189,7 +215,8 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'"),
         (0 < t.cfl <= 1, "tokens.cfl", f"must be in (0, 1], got {t.cfl}"),
         (t.outflow_tol >= 0, "tokens.outflow_tol", f"must be >= 0, got {t.outflow_tol}"),
-        (0 < d.T < 1e6, "depth.T", f"must be in (0, 1e6), got {d.T}"),
+        (0 < d.T < 1e6 or (t.solver == "flow" and 0 < d.T <= 1e12), "depth.T",
+         f"must be in (0, 1e6) (up to 1e12 with tokens.solver = 'flow'), got {d.T:g}"),
         (d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}"),
         (d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
          "must be 'weight-tied', 'depth-indexed' or 'shallow'"),

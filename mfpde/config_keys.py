@@ -32,11 +32,15 @@ def in_use(cfg: Config, key: str) -> bool:
     t, d, h, da, lo, tr = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training
     digits, split = da.kind == "digits", da.kind == "digits" and 0 < da.split < 1
     circle = t.domain == "circle"
+    flow = circle and t.solver == "flow"
     rules = {
         "tokens.box": not t.mesh and not circle, "tokens.cells": not t.mesh, "tokens.mesh": bool(t.mesh),
         "tokens.cell": not t.mesh and t.dim == 2 and not circle, "tokens.attention": circle,
         "data.modes": da.kind == "circle_modes", "data.amplitude": da.kind == "circle_noise",
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
+        "tokens.solver": circle, "tokens.labels": flow, "tokens.rtol": flow, "tokens.beta": False,
+        "tokens.degree": not flow, "tokens.cfl": not flow, "depth.spacing": circle,
+        "depth.decades": circle and d.spacing == "log",
         "heads.a": h.family == "value", "heads.box": not h.mesh, "heads.cells": not h.mesh,
         "heads.mesh": bool(h.mesh),
         "data.mean": da.kind == "gaussian", "data.cov": da.kind == "gaussian", "data.target": da.kind == "gaussian",

@@ -6,6 +6,7 @@ Keys and meanings are the contract of ``interface.md`` (section "Config") and th
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,10 @@ class Tokens:
     cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
     cfl: float = 0.4
     outflow_tol: float = 1e-2  # mass allowed to leave Ω (fraction of ∫μ_0) before a run stops with exit 3
+    solver: str = "dg"  # circle: "dg" (upwind DG on cells) or "flow" (the flow map on quantile labels)
+    labels: int = 128  # circle, solver "flow": the number M of quantile labels of μ_0
+    rtol: float = 1e-10  # circle, solver "flow": the integrators' relative (and absolute, radians) tolerance
+    beta: float = math.nan  # circle: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init is used)
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,8 @@ class Depth:
 
     T: float = 1.0
     steps: int = 100
+    spacing: str = "uniform"  # output depths T·j/steps, or "log" (circle): T·10^{−decades(1 − j/steps)} and 0
+    decades: float = 6.0  # spacing "log": the decades of depth the output depths span below T
     model: str = "weight-tied"
     layers: int = 1
 

@@ -15,6 +15,8 @@ Anything else is a bug (exit 1). Errors are classified by type, never by their m
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["ConfigError", "ConfigErrors", "MeshError", "NumericalError", "SolverError"]
 
 
@@ -55,7 +57,15 @@ class MeshError(ConfigError):
 
 
 class NumericalError(RuntimeError):
-    """Numerical failure (non-finite values, a solver that did not converge, blow-up). Exit status 3."""
+    """Numerical failure (non-finite values, a solver that did not converge, blow-up). Exit status 3.
+
+    Attributes:
+        partial: what the failed solver had computed up to its last good state (solver-specific), or None.
+        block: the report block of that last good state, or None.
+    """
+
+    partial: Any = None
+    block: Any = None
 
 
 class SolverError(NumericalError):

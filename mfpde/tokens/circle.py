@@ -298,7 +298,7 @@ class CircleTransport(rk.SingleRow):
 
     # -- the depth loop -----------------------------------------------------------------------
     def solve(self, mu: Array, heads: HeadMeasure, T: float, steps: int, callback: Any = None,
-              deadline: float = math.inf) -> CircleReport:
+              deadline: float = math.inf, depths: Array | None = None) -> CircleReport:
         """Transport μ_0 = ``mu`` to μ_T through ``steps`` equal depth steps of SSP-RK3 with CFL sub-steps.
 
         Args:
@@ -308,6 +308,7 @@ class CircleTransport(rk.SingleRow):
             steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
             callback: called as callback(step, t, μ_t) after every depth step (and with step 0 first).
             deadline: a ``time.process_time()`` value (CPU seconds) after which the solve stops (a check's budget).
+            depths: the depth steps' ends t_0 = 0 < t_1 < … < t_steps = T (steps + 1,) instead of equal steps.
 
         Returns:
             The report, μ_T in ``mu_T``.
@@ -321,20 +322,21 @@ class CircleTransport(rk.SingleRow):
         from mfpde.tokens.stepping import check_depth_step
 
         u = np.array(mu, dtype=float)
-        mass0, dt, nsub, min_mu = self.mesh.mass(u), T / steps, [], float(self.mesh.cell_minima(u).min())
+        ts = np.linspace(0.0, T, steps + 1) if depths is None else np.asarray(depths, float)
+        mass0, nsub, min_mu = self.mesh.mass(u), [], float(self.mesh.cell_minima(u).min())
         if callback is not None:
             callback(0, 0.0, u)
         for k in range(steps):
-            u, _, ns = rk.depth_step(rk.SSP_RK3, self, u, dt, heads, k, k * dt)
+            u, _, ns = rk.depth_step(rk.SSP_RK3, self, u, float(ts[k + 1] - ts[k]), heads, k, float(ts[k]))
             nsub.append(int(ns[0]))
             finite = bool(np.all(np.isfinite(u)))
-            check_depth_step(k + 1, (k + 1) * dt, finite, self.mesh.mass(u) if finite else math.nan, 0.0, mass0,
+            check_depth_step(k + 1, float(ts[k + 1]), finite, self.mesh.mass(u) if finite else math.nan, 0.0, mass0,
                              math.inf)
             min_mu = min(min_mu, float(self.mesh.cell_minima(u).min()))
             if callback is not None:
-                callback(k + 1, (k + 1) * dt, u)
+                callback(k + 1, float(ts[k + 1]), u)
             if time.process_time() > deadline:
-                raise NumericalError(f"CPU-time budget exceeded at depth step {k + 1}, t = {(k + 1) * dt:.6g}")
+                raise NumericalError(f"CPU-time budget exceeded at depth step {k + 1}, t = {ts[k + 1]:.6g}")
         return CircleReport(mass0, self.mesh.mass(u), min_mu, sum(nsub), self.limited_cells, u, nsub)
 
 

@@ -5,9 +5,12 @@ same on any number of ranks); only the ParaView field is distributed: a DOLFINx 
 polygon of n edges in R², vertex j at (cos jh, sin jh)) carries μ_t as a DG_p function, each rank filling its
 owned cells from the replicated nodal array and writing them once (:class:`mfpde.fields.FieldWriter`).
 
-Writes into DIR: ``config.toml``, ``report.json`` (per sample: mass, positivity, ``fourier`` at every output
-depth, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``), ``fields/mu_0.bp`` and
-``plots/space_depth_0.png`` (θ against t, log colour).
+Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle`, upwind DG on cells) and ``"flow"``
+(:mod:`mfpde.tokens.circle_flow`, the flow map on quantile labels). Writes into DIR: ``config.toml``,
+``report.json`` (per sample: ``solver``, mass, positivity, ``fourier``, ``t``, ``clusters_t`` and ``merge_times``
+at the output depths, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``, ``cdf_T`` at the 1024 angles 2πj/1024,
+``solve_cpu_s``; the flow solver also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``),
+``fields/mu_0.bp`` and ``plots/space_depth_0.png`` (θ against t, log colour).
 """
 
 from __future__ import annotations
@@ -29,13 +32,18 @@ from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle import CircleMesh, CircleTransport, _lagrange
-from mfpde.tokens.circle_diag import cdf_density, clusters, fourier, initial_density, w1_circle
+from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, fourier, initial_density, merge_times, w1_circle
 
-__all__ = ["circle_heads", "circle_transport_job", "dolfinx_circle"]
+__all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
+           "output_depths"]
 
 logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
 FOURIER_MODES = 32
+#: A DG run of at least this many sub-steps gets the hint to use the flow solver.
+HINT_SUBSTEPS = 100_000
+#: The angles of the reported CDF, 2πj/1024 (:data:`mfpde.tokens.circle_flow.CDF_POINTS`).
+_ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
 def circle_heads(cfg: Config, comm: MPI.Comm) -> HeadMeasure:
@@ -87,73 +95,269 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
     return msh, f, fill
 
 
-def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
-    """Validate, prepare DIR, transport the circle sample and write the report (and fields, picture).
+def output_depths(cfg: Config) -> np.ndarray:
+    """The depth-step ends 0 = t_0 < … < T: T·j/steps, or with ``depth.spacing = "log"`` 0 and the geometric depths.
+
+    Log spacing: T·10^{−decades(1 − j/steps)}, j = 0..steps, after 0 (steps + 2 values: the first depth step runs
+    from 0 to T·10^{−decades}).
+    """
+    d = cfg.depth
+    if d.spacing == "log":
+        return np.concatenate([[0.0], d.T * 10.0 ** (-d.decades * (1.0 - np.arange(d.steps + 1) / d.steps))])
+    return np.linspace(0.0, d.T, d.steps + 1)
+
+
+def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tuple[int, int]:
+    """(at least, at most) the DG solver's sub-steps, estimated before the solve.
+
+    At least the growth cap's T·Λ/GROWTH_CAP (Λ the fastest linear rate about the uniform state,
+    :func:`~mfpde.tokens.circle.linear_rate_bound`); at most the CFL rule's at the velocity bound |u| ≤ Σ_h |c_h|
+    (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA), if that exceeds it.
+    """
+    from mfpde.tokens.circle import GROWTH_CAP, linear_rate_bound
+
+    T = cfg.depth.T
+    lam = linear_rate_bound(heads.a, heads.c, cfg.tokens.attention)
+    lo = T * lam / GROWTH_CAP
+    if cfg.tokens.attention == "softmax":
+        umax = float(np.sum(np.abs(heads.c)))
+    else:
+        umax = float(np.sum(np.abs(heads.c) * np.exp(np.minimum(np.abs(heads.a), 700.0))))
+    cfl = cfg.tokens.cfl * (mesh.w_lobatto if mesh.degree else 1.0) * mesh.h
+    hi = max(lo, T * umax / cfl)
+    big = 1e18
+    return int(min(math.ceil(lo), big)), int(min(math.ceil(hi), big))
+
+
+def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD,
+                         progress: Any = None) -> dict[str, Any]:
+    """Validate, prepare DIR, transport the circle sample by ``tokens.solver`` and write the report (fields, picture).
+
+    Args:
+        cfg: the config (``tokens.domain = "circle"``).
+        out: the output directory.
+        comm: the communicator (the solve is replicated; the field is written in parallel).
+        progress: a factory progress(total, initial) of a display with ``update()`` and ``close()`` (e.g. a tqdm
+            bar), or None.
 
     Returns:
         The report (also in ``DIR/report.json``).
 
     Raises:
-        ConfigError: invalid input (nothing is written). NumericalError: a failed solve (status "failed").
+        ConfigError: invalid input (nothing is written). NumericalError: a failed solve (status "failed", the last
+        good output depth's block in the report).
     """
-    t, da = cfg.tokens, cfg.data
-    mesh = CircleMesh(t.cells[0], t.degree)
+    t = cfg.tokens
     heads = circle_heads(cfg, comm)
-    mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
-    logger.info("transport on the circle: n = %d, DG%d, %s, β = %s, T = %g -> %s", mesh.n, mesh.degree,
-                t.attention, np.round(heads.a, 6).tolist(), cfg.depth.T, out)
+    flow = t.solver == "flow"
+    logger.info("transport on the circle by %s: %s, β = %s, T = %g (%s depths) -> %s",
+                "the flow map" if flow else "DG", f"M = {t.labels} labels, rtol {t.rtol:g}" if flow else
+                f"n = {t.cells[0]}, DG{t.degree}", np.round(heads.a, 6).tolist(), cfg.depth.T,
+                cfg.depth.spacing, out)
     t0 = time.perf_counter()
-    op = CircleTransport(mesh, t.attention, t.cfl)
-    K = min(FOURIER_MODES, mesh.n * (mesh.degree + 1) // 2)
-    ts: list[float] = []
-    amps: list[list[float]] = []
-    picture: list[Any] = []
-    writer, fill = None, None
-    if cfg.output.fields:
-        from mfpde.fields import FieldWriter
-
-        _, f, fill = dolfinx_circle(comm, mesh)
-        writer = FieldWriter(comm, out / "fields" / "mu_0.bp", [f])
-
-    def cb(step: int, depth: float, mu: Any) -> None:
-        if step % cfg.output.every == 0 or step == cfg.depth.steps:
-            ts.append(depth)
-            amps.append(fourier(mesh, mu, K).tolist())
-            picture.append(mesh.cell_means(mu))
-            if writer is not None and fill is not None:
-                fill(mu)
-                writer.write(depth)
-
+    bar = progress(len(_kept(cfg)) - 1, 0) if progress is not None else None
     try:
-        rep = op.solve(mu0, heads, cfg.depth.T, cfg.depth.steps, cb)
+        block, pictures, _ = circle_solve(cfg, heads, comm, out if cfg.output.fields else None, bar)
     except NumericalError as e:
+        partial = getattr(e, "block", None)
         write_report(out, {"status": "failed", "command": "transport", "version": __version__, "domain": "circle",
-                           "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [],
-                           "error": f"sample 0: {e}"}, comm)
+                           "comm_size": comm.size, "wall_s": time.perf_counter() - t0,
+                           "samples": [partial] if partial else [], "error": f"sample 0: {e}"}, comm)
         raise NumericalError(f"sample 0: {e}") from None
     finally:
-        if writer is not None:
-            writer.close()
-    n_cl, angles = clusters(mesh, rep.mu_T)
-    M = mesh.n * max(1, math.ceil(2**14 / mesh.n))
-    w1 = w1_circle(cdf_density(mesh, rep.mu_T, M), lambda th: th / (2 * math.pi))
-    block = {"mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density, "outflow": 0.0,
-             "substeps": rep.substeps, "limited_cells": rep.limited_cells,
-             "fourier": {"t": ts, "k": list(range(1, K + 1)), "abs": amps},
-             "clusters_T": n_cl, "cluster_angles_T": angles, "w1_uniform_T": w1}
+        if bar is not None:
+            bar.close()
     report = {"status": "ok", "command": "transport", "version": __version__, "domain": "circle",
               "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block]}
     write_report(out, report, comm)
     if cfg.output.plots and comm.rank == 0:
-        space_depth_plot(out / "plots" / "space_depth_0.png", np.array(ts), np.array(picture), mesh.h)
-    logger.info("circle: mass error %.3g, min %.3g, %d sub-steps, %d clusters at %s, W1(μ_T, uniform) %.4g",
-                rep.mass_error, rep.min_density, rep.substeps, n_cl, np.round(angles, 3).tolist(), w1)
+        space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), np.array(pictures),
+                         2 * math.pi / np.array(pictures).shape[1], log_depth=cfg.depth.spacing == "log")
+    logger.info("circle (%s): %s, %d clusters at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
+                t.solver, f"{block['substeps']} steps" if flow else
+                f"mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, {block['substeps']} sub-steps",
+                block["clusters_T"], np.round(block["cluster_angles_T"], 3).tolist(),
+                [float(f"{m:.4g}") for m in block["merge_times"]], block["w1_uniform_T"], block["solve_cpu_s"])
     return report
 
 
-def space_depth_plot(path: Path, ts: Any, dens: Any, h: float) -> None:
+def _kept(cfg: Config) -> list[int]:
+    """The indices of the depth-step ends that are output depths (every ``output.every``-th, and the last)."""
+    steps = len(output_depths(cfg)) - 1
+    return [j for j in range(steps + 1) if j % cfg.output.every == 0 or j == steps]
+
+
+#: μ at depths 0 and T as arrays: (values (n,), angles of the points (n,), quadrature weights (n,), DG degree).
+Density = tuple[Any, Any, Any, int]
+
+
+def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path | None = None,
+                 bar: Any = None) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
+    """Solve the circle problem of ``cfg`` by ``tokens.solver`` (replicated on every rank of ``comm``).
+
+    Args:
+        cfg: the config.
+        heads: the reduced ρ₀ (:func:`circle_heads`).
+        comm: the ranks.
+        fields: a directory to write ``fields/mu_0.bp`` into, or None.
+        bar: a progress display (``update()`` per output depth) or None.
+
+    Returns:
+        (the report's sample block, the densities pictured at the output depths (bins or cells), (μ_0, μ_T)).
+
+    Raises:
+        NumericalError: a failed solve; its ``block`` attribute holds the block up to the last good output.
+    """
+    depths = output_depths(cfg)
+    keep = _kept(cfg)
+    if cfg.tokens.solver == "flow":
+        out = _solve_flow(cfg, heads, depths[keep], bar)
+        if fields is not None:
+            _write_flow_fields(comm, fields, out[0]["t"], out[1])
+        return out
+    return _solve_dg(cfg, heads, depths, keep, fields, comm, bar)
+
+
+def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: float) -> dict[str, Any]:
+    """The report fields both solvers share, from the CDFs at the CDF_POINTS angles at every output depth."""
+    counts, angles = [], []
+    for F in cdfs:
+        n, a = clusters_cdf(F)
+        counts.append(n)
+        angles.append(a)
+    F_T = np.asarray(cdfs[-1], float)
+    return {"t": [float(x) for x in ts], "clusters_t": counts, "merge_times": merge_times(np.array(ts), counts),
+            "clusters_T": counts[-1], "cluster_angles_T": angles[-1],
+            "fourier": {"t": [float(x) for x in ts], "k": list(range(1, len(amps[0]) + 1)), "abs": amps},
+            "w1_uniform_T": w1_circle(F_T, _ANGLES / (2 * math.pi)),
+            "cdf_T": (F_T - F_T[0]).tolist(), "solve_cpu_s": cpu}
+
+
+def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out: Path | None, comm: MPI.Comm,
+              bar: Any) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
+    t, da = cfg.tokens, cfg.data
+    mesh = CircleMesh(t.cells[0], t.degree)
+    mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)
+    lo, hi = dg_substep_estimate(cfg, heads, mesh)
+    logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the CFL rule at the velocity bound)", lo, hi)
+    if lo >= HINT_SUBSTEPS:
+        logger.warning("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
+                       "labels without a CFL rule (seconds to any depth)", lo)
+    op = CircleTransport(mesh, t.attention, t.cfl)
+    K = min(FOURIER_MODES, mesh.n * (mesh.degree + 1) // 2)
+    ts: list[float] = []
+    amps: list[list[float]] = []
+    cdfs: list[Any] = []
+    picture: list[Any] = []
+    keep_set = set(keep)
+    writer, fill = None, None
+    if out is not None:
+        from mfpde.fields import FieldWriter
+
+        _, f, fill = dolfinx_circle(comm, mesh)
+        writer = FieldWriter(comm, out / "fields" / "mu_0.bp", [f])
+    cpu = [0.0, time.process_time()]  # CPU of the outputs, to subtract
+
+    def cb(step: int, depth: float, mu: Any) -> None:
+        c0 = time.process_time()
+        if step in keep_set:
+            ts.append(depth)
+            amps.append(fourier(mesh, mu, K).tolist())
+            cdfs.append(cdf_at(mesh, mu, _ANGLES))
+            picture.append(mesh.cell_means(mu))
+            if writer is not None and fill is not None:
+                fill(mu)
+                writer.write(depth)
+            if bar is not None and step > 0:
+                bar.update()
+        cpu[0] += time.process_time() - c0
+
+    try:
+        rep = op.solve(mu0, heads, cfg.depth.T, len(depths) - 1, cb, depths=depths)
+    except NumericalError as e:
+        if ts:
+            e.block = {"solver": "dg", **_summary(ts, cdfs, amps, time.process_time() - cpu[1] - cpu[0])}
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    solve_cpu = time.process_time() - cpu[1] - cpu[0]
+    block = {"solver": "dg", "mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
+             "outflow": 0.0, "substeps": rep.substeps, "limited_cells": rep.limited_cells,
+             **_summary(ts, cdfs, amps, solve_cpu)}
+
+    def density(mu: Any) -> Density:
+        return mu.ravel().copy(), mesh.nodes.ravel(), np.broadcast_to(mesh.h * mesh.w, mu.shape).ravel(), mesh.degree
+
+    return block, picture, (density(mu0), density(rep.mu_T))
+
+
+def _labels(cfg: Config) -> Any:
+    from mfpde.tokens.circle_flow import modes_labels, noise_labels
+
+    da, t = cfg.data, cfg.tokens
+    if da.kind == "circle_modes":
+        return modes_labels(da.modes, t.labels)
+    mesh = CircleMesh(t.cells[0], 0)  # the same cell values as the DG solver's data
+    return noise_labels(initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)[:, 0], t.labels)
+
+
+def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
+                bar: Any) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
+    from mfpde.tokens.circle_flow import CDF_POINTS, FlowMap
+
+    t = cfg.tokens
+    c0 = time.process_time()
+    fm = FlowMap(_labels(cfg), heads.a, heads.c, t.attention)
+
+    def tick(i: int, depth: float) -> None:
+        if bar is not None and i > 0:
+            bar.update()
+
+    def block_of(sol: Any, cpu: float) -> dict[str, Any]:
+        k = np.arange(1, FOURIER_MODES + 1)
+        amps = [np.abs(np.exp(-1j * np.outer(k, x)).mean(axis=1)).tolist() for x in sol.X]
+        m = np.diff(np.concatenate([sol.cdf[-1], [sol.cdf[-1][0] + 1.0]]))
+        st = sol.stats
+        return {"solver": "flow", "labels": fm.M, "rtol": t.rtol, "mass_T": 1.0, "mass_error": 0.0,
+                "min_density": float(m.min() * CDF_POINTS / (2 * math.pi)), "outflow": 0.0,
+                "substeps": int(st["explicit_steps"] + st["stiff_steps"]), "integrator": st,
+                "reconstruction_T": sol.reconstruction[-1], **_summary(list(sol.t), list(sol.cdf), amps, cpu)}
+
+    try:
+        sol = fm.solve(np.asarray(ts, float), t.rtol, callback=tick)
+    except NumericalError as e:
+        part = getattr(e, "partial", None)
+        if part is not None and len(part.t):
+            e.block = block_of(part, time.process_time() - c0)
+        raise
+    cpu = time.process_time() - c0
+    pictures = [np.diff(np.concatenate([F, [F[0] + 1.0]])) * CDF_POINTS / (2 * math.pi) for F in sol.cdf]
+    h = 2 * math.pi / CDF_POINTS
+    centres, w = (np.arange(CDF_POINTS) + 0.5) * h, np.full(CDF_POINTS, h)
+    F0, _ = fm._cdf(fm.labels.X0, fm.labels.L0)
+    mu0 = np.diff(np.concatenate([F0, [F0[0] + 1.0]])) / h
+    return block_of(sol, cpu), pictures, ((mu0, centres, w, 0), (pictures[-1], centres, w, 0))
+
+
+def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: list[Any]) -> None:
+    """μ_t of the flow solver as DG0 on the polygon of CDF_POINTS edges (the bin densities), one step per output."""
+    from mfpde.fields import FieldWriter
+
+    mesh = CircleMesh(len(pictures[0]), 0)
+    _, f, fill = dolfinx_circle(comm, mesh)
+    writer = FieldWriter(comm, out / "fields" / "mu_0.bp", [f])
+    try:
+        for depth, dens in zip(ts, pictures, strict=True):
+            fill(np.asarray(dens)[:, None])
+            writer.write(depth)
+    finally:
+        writer.close()
+
+
+def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False) -> None:
     """θ against t, colour = cell-mean density on a log scale (rank 0)."""
     import matplotlib
 
@@ -165,11 +369,15 @@ def space_depth_plot(path: Path, ts: Any, dens: Any, h: float) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     theta = (np.arange(dens.shape[1] + 1)) * h
     tt = np.concatenate([ts, [ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 1.0)]])
+    if log_depth and len(ts) > 2:  # the first output is t = 0: drawn from a decade below the next
+        tt = np.concatenate([[ts[1] / 10.0], ts[1:], [ts[-1] * ts[-1] / ts[-2]]])
     pos = dens[dens > 0]
     lo = max(float(pos.min()) if pos.size else 1e-12, 1e-8 * float(dens.max()))
     im = ax.pcolormesh(tt, theta, np.maximum(dens.T, lo), norm=matplotlib.colors.LogNorm(lo, float(dens.max())),
                        cmap="magma", shading="flat")
     fig.colorbar(im, ax=ax, label="density μ_t(θ)")
+    if log_depth and len(ts) > 2:
+        ax.set_xscale("log")
     ax.set_xlabel("depth t")
     ax.set_ylabel("θ")
     ax.set_title("tokens on the circle")

@@ -35,8 +35,11 @@ __all__ = ["run_transport", "sample_report", "transport_job", "transport_sample"
 logger = logging.getLogger(__name__)
 
 
-def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
+def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
     """Validate the input, prepare DIR, write the resolved config and run :func:`run_transport`.
+
+    ``progress``: a factory progress(total, initial) of a display with ``update()`` and ``close()`` (the CLI's tqdm
+    bar on a terminal), used by the circle's depth loop.
 
     Returns:
         The report (also written to ``DIR/report.json``).
@@ -48,7 +51,7 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> di
     if cfg.tokens.domain == "circle":  # theory §8: a replicated 1-D solve (mfpde.tokens.circle_job)
         from mfpde.tokens.circle_job import circle_transport_job
 
-        return circle_transport_job(cfg, out, comm)
+        return circle_transport_job(cfg, out, comm, progress)
     pb = build(cfg, comm)
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
