@@ -151,13 +151,19 @@ def series_length(beta: float) -> int:
 class FourierForce:
     """The attention velocity of M equal-weight labels by the Fourier series of the kernel (see the module).
 
+    With E_kj = e^{ikX_j} (k = 1..K, by doubling: log₂K products of row blocks, round-off ≈ log₂K ε) and the moments
+    S_k = (1/M) Σ_j E_kj, every quantity is a row of one product R = (C ⊙ conj S) E (rows C of real coefficients):
+    N = −Im R_a, Z = I₀ + Re R_{2I}, and their θ-derivatives N' = −Re R_{ka}, Z' = −Im R_{2kI}. The arrays are
+    allocated once: a call is a dozen numpy operations on (K, M) arrays.
+
     Args:
-        heads_a: inverse temperatures β_h (H,); heads_c: head weights c_h (H,); attention: "softmax" or
-            "unnormalised"; M: labels.
+        heads_a: inverse temperatures β_h ≥ 0 (H,).
+        heads_c: head weights c_h (H,).
+        attention: "softmax" (SA: u = Σ_h c_h N_h/Z_h) or "unnormalised" (USA: u = Σ_h c_h e^{β_h} N_h, one row).
+        M: the number of labels.
 
     Raises:
-        ValueError: an unknown attention, or a β of 0 with unnormalised attention (no series: the kernel is sin ψ,
-            K = 1 covers it) is fine; β < 0 is refused.
+        ValueError: an unknown attention or a negative β.
     """
 
     def __init__(self, heads_a: Array, heads_c: Array, attention: str, M: int):
@@ -168,86 +174,111 @@ class FourierForce:
             raise ValueError(f"inverse temperatures must be >= 0, got {a.tolist()}")
         self.softmax, self.M = attention == "softmax", M
         self.K = max(series_length(b) for b in a)
-        k = np.arange(1, self.K + 1)
-        self.k = k.astype(float)
-        cols = []  # per head: the coefficient rows of N, and of Z for SA
-        self.i0 = []
+        k = np.arange(1, self.K + 1).astype(float)
+        self.k = k
+        rows: list[Array] = []  # USA: [a]; SA: [a_h, 2I_h] per head
+        self.i0: list[tuple[float, float]] = []
         for b, ch in zip(a, c, strict=True):
-            if b < 1e-12:  # β → 0: e^{β cos ψ} sin ψ → sin ψ (k = 1 term 1), Z → 1
-                ik, i0 = (k == 1).astype(float) * 0.5, 1.0
-                an = ik.copy()
+            if b < 1e-12:  # β → 0: e^{β cos ψ} sin ψ → sin ψ (the k = 1 term alone), Z → 1
+                ik, i0, an = np.where(k == 1, 0.5, 0.0), 1.0, np.where(k == 1, 1.0, 0.0)
             else:
-                ik, i0 = scipy.special.ive(k, b), float(scipy.special.ive(0, b))  # I_k e^{−β}
+                ik, i0 = scipy.special.ive(k, b), float(scipy.special.ive(0, b))  # I_k(β) e^{−β}
                 an = (2.0 / b) * k * ik
-            if self.softmax:  # one (N, Z) pair of columns per head: u = Σ_h c_h N_h/Z_h
-                cols += [an, 2.0 * ik]
-                self.i0.append((i0, ch))
-            else:  # USA is linear in the kernel: one column, Σ_h c_h (2/β_h) k I_k(β_h)
-                cols = [(cols[0] if cols else 0.0) + ch * an * math.exp(min(b, 700.0))]
-        self.A = np.array(cols, dtype=float).reshape(len(cols), self.K).T  # (K, columns)
+            if self.softmax:
+                rows += [an, 2.0 * ik]
+                self.i0.append((i0, float(ch)))
+            else:  # USA is linear in the kernel: Σ_h c_h e^{β_h} (2/β_h) k I_k(β_h) e^{−β_h}
+                rows = [(rows[0] if rows else 0.0) + ch * an * math.exp(min(b, 700.0))]
+        self.A = np.array(rows, dtype=float).T  # (K, columns): the coefficients, for the tests' scale
+        C = np.array(rows, dtype=float)
+        self._C = np.concatenate([C, C * k]).astype(complex)  # the rows and their k-weighted rows (derivatives)
+        self._nrow = len(rows)
+        self._CS = np.empty_like(self._C)
         self.nfev = 0
-        self._P = np.empty((self.K, M), complex)
-
-    def _powers(self, X: Array) -> Array:
-        """P_kj = e^{−ikX_j}, k = 1..K (K, M), by doubling: log₂K products of row blocks (round-off ≈ log₂K ε)."""
-        P = self._P if len(X) == self.M else np.empty((self.K, len(X)), complex)
-        P[0] = np.exp(-1j * X)
+        self._E = np.empty((self.K, M), complex)
+        self._w = np.full(M, 1.0 / M, complex)
+        self._blocks = []
         n = 1
         while n < self.K:
             m = min(n, self.K - n)
-            np.multiply(P[:m], P[n - 1], out=P[n : n + m])
+            self._blocks.append((self._E[:m], self._E[n - 1], self._E[n : n + m]))
             n += m
-        return P
+
+    def _powers(self, X: Array) -> Array:
+        """E_kj = e^{ikX_j} (K, M) in the preallocated array."""
+        E = self._E
+        np.cos(X, out=E[0].real)
+        np.sin(X, out=E[0].imag)
+        for p, q, o in self._blocks:
+            np.multiply(p, q, out=o)
+        return E
+
+    def _rows(self, X: Array, derivative: bool) -> Array:
+        E = self._powers(X)
+        S = np.conj(E @ self._w)
+        nr = 2 * self._nrow if derivative else self._nrow
+        CS = self._CS[:nr]
+        np.multiply(self._C[:nr], S, out=CS)
+        return np.asarray(CS @ E)
 
     def field(self, X: Array, derivative: bool = False) -> tuple[Array, Array | None]:
         """(u(X_j), u'(X_j) or None) of the labels X (M,) at their own positions."""
         self.nfev += 1
-        P = self._powers(X)
-        S = P.sum(axis=1).conj() / len(X)  # S_k = (1/M) Σ_j e^{ikX_j}
-        B = self.A * S[:, None]
-        if derivative:  # d/dθ Im(e^{−ikθ}S) = −Re(k e^{−ikθ}S), d/dθ Re(e^{−ikθ}S) = Im(k e^{−ikθ}S)
-            B = np.concatenate([B, B * self.k[:, None]], axis=1)
-        C = P.T @ B  # (M, columns): Σ_k e^{−ikX_j} B_k
+        R = self._rows(X, derivative)
         if not self.softmax:
-            return C[:, 0].imag, (-C[:, 1].real if derivative else None)
-        H = len(self.i0)
+            return -R[0].imag, (-R[1].real if derivative else None)
         u = np.zeros(len(X))
         du = np.zeros(len(X)) if derivative else None
+        nr = self._nrow
         for h, (i0, ch) in enumerate(self.i0):
-            N, Z = C[:, 2 * h].imag, i0 + C[:, 2 * h + 1].real
+            N, Z = -R[2 * h].imag, i0 + R[2 * h + 1].real
             u += ch * N / Z
-            if derivative and du is not None:
-                dN, dZ = -C[:, 2 * H + 2 * h].real, C[:, 2 * H + 2 * h + 1].imag
+            if du is not None:
+                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag
                 du += ch * (dN * Z - N * dZ) / (Z * Z)
         return u, du
 
+    def rhs(self, _t: float, Y: Array) -> Array:
+        """d(X, L)/dt = (u(X), u'(X)) for the state Y = (X, L) (2M,): the flow map and its log-derivative."""
+        M = self.M
+        out = np.empty(2 * M)
+        self.nfev += 1
+        R = self._rows(Y[:M], True)
+        if not self.softmax:
+            np.negative(R[0].imag, out=out[:M])
+            np.negative(R[1].real, out=out[M:])
+            return out
+        u, du = self.field(Y[:M], True)
+        self.nfev -= 1
+        out[:M], out[M:] = u, du if du is not None else 0.0
+        return out
+
     def velocity(self, X: Array) -> Array:
-        """U at the labels (M,)."""
+        """u at the labels (M,)."""
         return self.field(X)[0]
 
     def jacobian(self, X: Array) -> Array:
-        """∂u_i/∂X_l (M, M), exact: through the moments (1/M)·(low-rank product) and, on the diagonal, through θ = X_i.
+        """∂u_i/∂X_l (M, M), exact: through the moments (1/M)·(a rank-K product) and, on the diagonal, through θ = X_i.
 
         USA: ∂N(X_i)/∂X_l = (1/M) Σ_k a_k k Re(e^{ik(X_l − X_i)}), plus N'(X_i) on the diagonal; SA: (∂N Z − N ∂Z)/Z²
-        with ∂Z(X_i)/∂X_l = −(1/M) Σ_k 2I_k k Im(e^{ik(X_l − X_i)}).
+        with ∂Z(X_i)/∂X_l = −(1/M) Σ_k 2I_k k Im(e^{ik(X_l − X_i)}), plus Z'(X_i).
         """
-        Pc = self._powers(X).T.copy()  # e^{−ikX}, (M, K)
-        P = Pc.conj()
         M = len(X)
-        S = P.sum(axis=0) / M
+        R = self._rows(X, True)
+        P = self._E.T.copy()  # e^{ikX}, (M, K)
+        Pc = P.conj()
+        nr = self._nrow
+        C = self._C.real
         if not self.softmax:
-            a = self.A[:, 0]
-            J = ((Pc * (a * self.k)) @ P.T).real / M
-            J[np.diag_indices(M)] -= (Pc @ (a * self.k * S)).real
+            J = ((Pc * (C[0] * self.k)) @ P.T).real / M
+            J[np.diag_indices(M)] -= R[1].real
             return np.asarray(J)
         J = np.zeros((M, M))
         for h, (i0, ch) in enumerate(self.i0):
-            an, iz = self.A[:, 2 * h], self.A[:, 2 * h + 1]
-            G = Pc @ np.stack([an * S, iz * S, an * self.k * S, iz * self.k * S], axis=1)
-            N, Z = G[:, 0].imag, i0 + G[:, 1].real
-            dN, dZ = -G[:, 2].real, G[:, 3].imag
-            JN = ((Pc * (an * self.k)) @ P.T).real / M
-            JZ = -((Pc * (iz * self.k)) @ P.T).imag / M
+            N, Z = -R[2 * h].imag, i0 + R[2 * h + 1].real
+            dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag
+            JN = ((Pc * (C[2 * h] * self.k)) @ P.T).real / M
+            JZ = -((Pc * (C[2 * h + 1] * self.k)) @ P.T).imag / M
             JN[np.diag_indices(M)] += dN
             JZ[np.diag_indices(M)] += dZ
             J += ch * (JN * Z[:, None] - N[:, None] * JZ) / (Z * Z)[:, None]
@@ -369,11 +400,8 @@ class FlowMap:
         self.force = FourierForce(heads_a, heads_c, attention, self.M)
 
     def rhs(self, t: float, Y: Array) -> Array:
-        """d(X, L)/dt = (u(X), u'(X)), shape (2M,)."""
-        u, du = self.force.field(Y[: self.M], derivative=True)
-        out = np.empty(2 * self.M)
-        out[: self.M], out[self.M :] = u, du
-        return out
+        """d(X, L)/dt = (u(X), u'(X)), shape (2M,) (:meth:`FourierForce.rhs`)."""
+        return self.force.rhs(t, Y)
 
     def _cdf(self, X: Array, L: Array | None) -> tuple[Array, str]:
         """(the CDF at the CDF_POINTS angles, shifted to F(0) = 0; "hermite" or "linear": which reconstruction)."""
@@ -431,7 +459,7 @@ class FlowMap:
         Y = np.concatenate([self.labels.X0, self.labels.L0])
         t = 0.0
         if i < len(t_out):
-            solver = scipy.integrate.DOP853(self.rhs, 0.0, Y, float(t_out[-1]), rtol=rtol, atol=rtol)
+            solver = scipy.integrate.DOP853(self.force.rhs, 0.0, Y, float(t_out[-1]), rtol=rtol, atol=rtol)
             held = 0
             while i < len(t_out):
                 msg = solver.step()
@@ -440,8 +468,11 @@ class FlowMap:
                     raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
                 dense = None
                 while i < len(t_out) and t_out[i] <= solver.t:
-                    dense = dense or solver.dense_output()
-                    y = dense(t_out[i])
+                    if t_out[i] == solver.t:  # the step ended on it (the last depth is t_bound): no interpolant
+                        y = solver.y
+                    else:
+                        dense = dense or solver.dense_output()
+                        y = dense(t_out[i])
                     record(y[:M], y[M:])
                     i += 1
                 t, Y = solver.t, solver.y
