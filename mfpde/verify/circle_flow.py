@@ -1,5 +1,6 @@
-"""Check of the Lagrangian circle solver (theory §8, :mod:`mfpde.tokens.circle_flow`), against references it does not
-produce.
+"""Check of the Lagrangian circle solver (theory §8, :mod:`mfpde.tokens.circle_flow`).
+
+Against references it does not produce.
 
 ``circle_flow_map``:
 
@@ -18,8 +19,8 @@ produce.
    decade): the flow map's first depth with one cluster, against the reduced two-Dirac ODE started from the flow
    map's clusters at t = 100 (masses and angles; scipy's LSODA with an event at distance 10⁻³), independent of the
    labels and of the stiff integrator; the flow map's must be the first output at or after the ODE's (within a
-   factor 10^{1/20}). The stiffness
-   switch must have fired (the collapsed phase is integrated by the implicit solver).
+   factor 10^{1/20}). The stiffness switch must have fired (the collapsed phase is integrated by the implicit
+   solver).
 
 Plant a bug (``bench/plant_bugs.py``): labels at the uniform angles instead of the quantiles, a sign of the
 Jacobian, a series cut at K/2.
@@ -80,7 +81,7 @@ def _dg_cdf(n: int, cap: float = REF_CAP) -> np.ndarray:
 
 
 def _force_error() -> tuple[float, str]:
-    """max over SA/USA and β = 5, 12 of |series − direct| / (64 K ε Σ|a_k|): ≤ 1 passes."""
+    """The largest over SA/USA and β = 5, 12 of |series − direct| / (64 K ε Σ|a_k|): ≤ 1 passes."""
     X = np.sort(np.random.default_rng(3).uniform(0, 2 * math.pi, 200))
     worst, parts = 0.0, []
     for att in ("unnormalised", "softmax"):

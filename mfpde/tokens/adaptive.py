@@ -1,0 +1,77 @@
+"""Adaptive explicit integration for the Lagrangian token solvers: scipy's DOP853 with a PI step-size controller.
+
+scipy's :class:`scipy.integrate.DOP853` (Dormand–Prince 8(5,3), Hairer–Nørsett–Wanner I §II.10) chooses the next
+step from the current error estimate alone (an "I" controller, h ← h·0.9·err^{−1/8}, up to ×10). On the flow maps
+of attention dynamics, whose velocity grows as clusters form, that overshoots and rejects: on the circle's
+side-by-side problem 9 of 24 attempted steps were rejected at rtol 1e-10. The proportional–integral controller of
+Gustafsson (ACM TOMS 17, 1991; Hairer–Wanner II §IV.2), h ← h·0.9·err_n^{−0.7/k}·err_{n−1}^{0.4/k} with k = 8 the
+order of the error estimator plus one, damps that growth: 15–25% fewer right-hand sides at equal accuracy there
+(``bench/bench_circle.py``). Everything else (the Butcher table, the error norm, dense output, the status) is
+scipy's: only ``_step_impl`` is replaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.integrate
+from scipy.integrate._ivp.rk import rk_step
+
+__all__ = ["DOP853PI"]
+
+
+class DOP853PI(scipy.integrate.DOP853):
+    """:class:`scipy.integrate.DOP853` with Gustafsson's PI step-size controller (see the module).
+
+    Attributes:
+        alpha, beta: the controller's exponents 0.7/8 and 0.4/8; safety 0.9; factors clamped to [0.2, 5].
+    """
+
+    alpha, beta, safety, fmin, fmax = 0.7 / 8, 0.4 / 8, 0.9, 0.2, 5.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._err_prev = 1.0
+
+    t: float
+    y: Any
+    f: Any
+    h_abs: float
+
+    def _step_impl(self) -> tuple[bool, str | None]:
+        t, y = self.t, self.y
+        min_step = 10 * np.abs(np.nextafter(t, self.direction * np.inf) - t)
+        h_abs = min(max(self.h_abs, min_step), self.max_step)
+        rejected = False
+        while True:
+            if h_abs < min_step:
+                return False, self.TOO_SMALL_STEP
+            t_new = t + h_abs * self.direction
+            if self.direction * (t_new - self.t_bound) > 0:
+                t_new = self.t_bound
+            h = t_new - t
+            h_abs = abs(h)
+            y_new, f_new = rk_step(self.fun, t, y, self.f, h, self.A, self.B, self.C, self.K)
+            scale = self.atol + np.maximum(np.abs(y), np.abs(y_new)) * self.rtol
+            err = float(self._estimate_error_norm(self.K, h, scale))
+            if not np.isfinite(err):  # a non-finite stage: shrink as for a large error
+                h_abs *= self.fmin
+                rejected = True
+                continue
+            if err < 1:
+                fac = self.fmax if err == 0 else min(self.fmax, self.safety * err**-self.alpha
+                                                     * self._err_prev**self.beta)
+                if rejected:
+                    fac = min(1.0, fac)
+                self._err_prev = max(err, 1e-4)
+                break
+            h_abs *= max(self.fmin, self.safety * err ** (-1.0 / 8))
+            rejected = True
+        self.h_previous = h
+        self.y_old = y
+        self.t = t_new
+        self.y = y_new
+        self.h_abs = h_abs * fac
+        self.f = f_new
+        return True, None
