@@ -16,9 +16,10 @@ Cases (μ_0 = (1/2π)(1 + Σ a cos(k(θ − φ)))):
   :func:`mfpde.tokens.circle_diag.clusters_cdf` on both codes' CDFs).
 
 For A and B each code runs over a grid of its own settings (labels or particles M, tolerance; DG: cells), W1 on the
-circle of μ_T against a reference (the flow map at M = 256, rtol 1e-13, checked against the peer at N = 1024, two
-independent codes), and CPU seconds of the solve alone (``time.process_time``, best of ``--repeat``, one BLAS
-thread, the codes interleaved); the table gives each code's cheapest setting that reaches W1 ≤ 1e-3, 1e-5, 1e-7.
+circle of μ_T against a reference (the flow map at M = 256 (A) or 1024 (B), rtol 1e-13, checked against the peer at
+twice as many particles, an independent code, and against itself at half as many labels), and CPU seconds of the
+solve alone (``time.process_time``, best of ``--repeat``, one BLAS thread, the codes interleaved); the table
+gives each code's cheapest setting that reaches W1 ≤ 1e-3, 1e-5, 1e-7.
 Error-vs-cost laws W1 ≈ C·t^q are fitted (:func:`mfpde.fitting.fit_power`) through each code's Pareto front.
 
     python bench/bench_circle.py [--repeat 3] [--json out/bench_circle.json] [--quick]
@@ -54,6 +55,10 @@ MODES = [[1, 2e-4, 0.0], [2, 1e-4, 1.3], [3, 1e-4, 1.0], [4, 1e-4, 2.5], [5, 5e-
 CASES = {"A": ("unnormalised", 5.0, 0.5, MODES), "B": ("softmax", 9.0, 13.5, MODES + [[6, 5e-5, 0.7]])}
 TWO = [[2, 0.3, 0.0], [1, 0.05, 0.4]]
 TARGETS = (1e-3, 1e-5, 1e-7)
+#: The labels (particles) each code is run with, per case; B's map is steep (min μ/max μ ≈ 1/55) and needs more.
+LABELS = {"A": [16, 24, 32, 40, 48, 64, 80, 96, 128, 160], "B": [64, 96, 128, 192, 256, 320, 384, 512, 640]}
+#: The reference's labels (its error: against the peer at twice as many and the flow map at half as many).
+REF_LABELS = {"A": 256, "B": 1024}
 ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
@@ -100,25 +105,24 @@ def cheapest(rows: list[dict[str, Any]], target: float) -> dict[str, Any] | None
 
 def run_case(name: str, repeat: int, quick: bool) -> dict[str, Any]:
     att, beta, T, modes = CASES[name]
-    ref = mfpde_flow(att, beta, T, modes, 256, 1e-13)
-    ref_peer = peer_final(att, beta, T, modes, 1024, 1e-13)
-    ref_flow2 = mfpde_flow(att, beta, T, modes, 192, 1e-13)
-    check = {"w1(flow M=256, peer N=1024)": w1_circle(ref, ref_peer),
-             "w1(flow M=256, flow M=192)": w1_circle(ref, ref_flow2)}
+    Mr = REF_LABELS[name]
+    ref = mfpde_flow(att, beta, T, modes, Mr, 1e-13)
+    check = {f"w1(flow M={Mr}, peer N={2 * Mr})": w1_circle(ref, peer_final(att, beta, T, modes, 2 * Mr, 1e-13)),
+             f"w1(flow M={Mr}, flow M={Mr // 2})": w1_circle(ref, mfpde_flow(att, beta, T, modes, Mr // 2, 1e-13))}
     print(f"case {name}: {att}, β = {beta}, t = {T}; reference checks " +
           ", ".join(f"{k} = {v:.1e}" for k, v in check.items()), flush=True)
-    Ms = [16, 24, 32, 40, 48, 64, 80, 96, 128] if not quick else [24, 32, 48, 64, 96]
-    tols = [1e-4, 1e-6, 1e-8, 1e-10, 1e-12] if not quick else [1e-5, 1e-8, 1e-11]
+    Ms = LABELS[name] if not quick else LABELS[name][1::2]
+    tols = [1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12] if not quick else [1e-6, 1e-8, 1e-10]
     rows: dict[str, list[dict[str, Any]]] = {"flow": [], "peer": [], "dg": []}
     for M in Ms:
         for rtol in tols:  # interleaved: the same load for both
             for code, f in (("flow", mfpde_flow), ("peer", peer_final)):
                 try:
-                    F, t = cpu(lambda f=f: f(att, beta, T, modes, M, rtol), repeat)
+                    F, t = cpu(lambda f=f, M=M, rtol=rtol: f(att, beta, T, modes, M, rtol), repeat)
                     rows[code].append({"M": M, "rtol": rtol, "w1": w1_circle(F, ref), "cpu": t})
                 except Exception as e:  # a setting that fails counts as not reached
                     print(f"  {code} M={M} rtol={rtol:g}: failed ({e})", flush=True)
-    for n in ([32, 64, 128, 256, 512] if not quick else [64, 256]):
+    for n in ([32, 64, 128, 256] if not quick else [64, 128]):
         F, t = cpu(lambda n=n: mfpde_dg(att, beta, T, modes, n), 1 if n >= 256 else repeat)
         rows["dg"].append({"n": n, "w1": w1_circle(F, ref), "cpu": t})
     best = {code: {f"{tg:g}": cheapest(r, tg) for tg in TARGETS} for code, r in rows.items()}
@@ -141,11 +145,12 @@ def run_merges(repeat: int, Ms: list[int]) -> list[dict[str, Any]]:
         for code in ("flow", "peer"):
             for M in Ms:
                 if code == "flow":
-                    sol, t = cpu(lambda M=M: FlowMap(modes_labels(TWO, M), np.array([beta]), np.array([1.0]),
-                                                     "softmax").solve(ts, 1e-8), repeat)
+                    sol, t = cpu(lambda M=M, b=beta: FlowMap(modes_labels(TWO, M), np.array([b]), np.array([1.0]),
+                                                             "softmax").solve(ts, 1e-8), repeat)
                     cdfs, extra = sol.cdf, {"switch_t": sol.stats["switch_t"]}
                 else:
-                    (cdfs, _), t = cpu(lambda M=M: peer.peer_merge_times(TWO, beta, "softmax", ts, M, 1e-8), repeat)
+                    (cdfs, _), t = cpu(lambda M=M, b=beta: peer.peer_merge_times(TWO, b, "softmax", ts, M, 1e-8),
+                                       repeat)
                     extra = {}
                 got = merge_times(ts, [clusters_cdf(F)[0] for F in cdfs])
                 out.append({"beta": beta, "code": code, "M": M, "cpu": t, "merge_times": got,

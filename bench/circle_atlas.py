@@ -3,7 +3,8 @@
 (i) k_max(β) = argmax_k γ_k (closed form) and the number of clusters the PDE forms (USA, DG1 on 384 cells) from
     24 modes of amplitude 1e-4 with seeded random phases once the top mode has grown by 3·10⁴, for β = 1..64,
     against a fitted c √(β log β) (Geshkovski–Rigollet–Sun: modes of Gaussian kernel density estimates).
-(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M quantile labels, DOP853 then LSODA) from the same
+(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M quantile labels, DOP853 then
+    LSODA) from the same
     kind of start (``SEEDS`` draws of the phases), SA by default, to t = 10⁶ (8 decades from 10⁻², 20 outputs per
     decade); clusters = groups of labels cut at gaps > 0.1·2π/k_max with mass > 0.2/k_max
     (:func:`~mfpde.tokens.circle_flow.cluster_masses`); T_meta = (first later output with fewer clusters) −

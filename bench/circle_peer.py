@@ -26,8 +26,6 @@ Run ``python bench/circle_peer.py`` for the accuracy / CPU table (cases A, B, C)
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import numpy as np
@@ -177,7 +175,7 @@ def make_jacobian(N: int, beta: float, attention: str):
 # Reconstruction of the CDF on the grid from the particles (the quantile map at u_j = (j + 1/2)/N)
 # ----------------------------------------------------------------------------------------------------------
 def _lift_targets(theta: np.ndarray, x_first: float):
-    """theta = theta' + 2 pi m with theta' in [x_first, x_first + 2 pi): returns (theta', m)."""
+    """Theta = theta' + 2 pi m with theta' in [x_first, x_first + 2 pi): returns (theta', m)."""
     m = np.floor((theta - x_first) / TWO_PI)
     return theta - TWO_PI * m, m
 
@@ -197,7 +195,7 @@ def _exp_powers(s: np.ndarray, kmax: int) -> np.ndarray:
 
 
 def _spectral_coefficients(X: np.ndarray):
-    """rfft of the periodic part P_j = X_j - 2 pi u_j of the quantile map at u_j = (j+1/2)/N."""
+    """Rfft of the periodic part P_j = X_j - 2 pi u_j of the quantile map at u_j = (j+1/2)/N."""
     N = X.size
     return np.fft.rfft(X - TWO_PI * (np.arange(N) + 0.5) / N)
 

@@ -92,14 +92,16 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
     "circle_flow_uniform_labels": (
         "mfpde/tokens/circle_flow.py", "        x = x - dx\n", "        x = x - 0.0 * dx\n",
-        ["circle_flow_map"], "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
+        ["circle_flow_map"],
+        "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
     "circle_flow_jacobian_sign": (
         "mfpde/tokens/circle_flow.py", "            J[np.diag_indices(M)] -= (Pc @ (a * self.k * S)).real",
         "            J[np.diag_indices(M)] += (Pc @ (a * self.k * S)).real",
         ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, USA)"),
     "circle_flow_jacobian_sign_sa": (
-        "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN", "            JN[np.diag_indices(M)] -= dN",
-        ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
+        "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN",
+        "            JN[np.diag_indices(M)] -= dN", ["circle_flow_map"],
+        "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
     "circle_flow_series_cut": (
         "mfpde/tokens/circle_flow.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",

@@ -27,10 +27,12 @@ Design, and why:
 * **Depth stepping by :mod:`mfpde.tokens.rk`** (SSP-RK3, sub-steps from :meth:`CircleTransport.max_stable_dt`):
   the sub-step follows the CFL of the actual velocity, so slow phases take long steps. Two bounds: the
   Zhang–Shu positivity bound Δt·max|u_edge|/h ≤ cfl·ŵ₁ (ŵ₁ the first Gauss–Lobatto weight of N ≥ (p+3)/2
-  points on [0, 1]; p = 0: Δt (u⁺_right + u⁻_left)/h ≤ cfl), and an accuracy cap Δt ≤ 0.1/Λ with Λ the fastest
-  linear growth rate about the uniform state (theory §9), which near the uniform state the CFL bound does
-  not see (u is small there but the instability grows at rate Λ); SSP-RK3's relative error per step in a
-  mode growing at rate Λ is then (Λ Δt)⁴/24 ≤ 4·10⁻⁶ (with 0.4/Λ it was 10⁻³, 2.5% after a growth by 10⁴).
+  points on [0, 1]; p = 0: Δt (u⁺_right + u⁻_left)/h ≤ cfl), and an accuracy cap ΛΔt ≤ min(0.1,
+  0.42 (k_max h)^{(2p+2)/3}) with Λ the fastest linear growth rate about the uniform state (theory §9), which
+  near the uniform state the CFL bound does not see (u is small there but the instability grows at rate Λ).
+  The mesh-dependent part (:func:`growth_cap`) holds SSP-RK3's error per unit depth, (ΛΔt)³Λ/24, below DG_p's
+  error of the growth rate, C(k h)^{2p+2}Λ: the depth error stays below the spatial error as the mesh is refined
+  (with a fixed 0.1/Λ it levelled off at W1 ≈ 3·10⁻⁵ on the side-by-side problem).
 * **Positivity limiter** (Zhang & Shu, J. Comput. Phys. 229, 2010) after each stage: on a cell whose
   polynomial has a negative minimum over the cell, scale toward the cell mean until that minimum is 0; means
   (so mass) are kept. The minimum is the exact one (:meth:`CircleMesh.cell_minima`: the end-points and the real
@@ -52,12 +54,16 @@ import scipy.special
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
 
-__all__ = ["ATTENTIONS", "CircleMesh", "CircleReport", "CircleTransport", "linear_rate_bound"]
+__all__ = ["ATTENTIONS", "CircleMesh", "CircleReport", "CircleTransport", "fastest_mode", "growth_cap",
+           "linear_rate_bound"]
 
 Array = npt.NDArray[np.float64]
 ATTENTIONS = ("softmax", "unnormalised")
-#: The sub-step cap near the uniform state, GROWTH_CAP/Λ (Λ: :func:`linear_rate_bound`).
+#: The sub-step cap near the uniform state, at most GROWTH_CAP/Λ (Λ: :func:`linear_rate_bound`).
 GROWTH_CAP = 0.1
+#: The depth-error balance (:func:`growth_cap`): (24 C)^{1/3} with C ≈ 3·10⁻³ the constant of DG_p's growth-rate
+#: error C (k h)^{2p+2} (measured by the ``circle_growth_rates`` check: DG1 n = 32 and DG2 n = 128 at β = 5).
+DEPTH_BALANCE = 0.42
 
 
 def _lagrange(nodes: Array, x: Array) -> tuple[Array, Array]:
@@ -171,6 +177,24 @@ class CircleMesh:
         return mu @ V.T
 
 
+def fastest_mode(a: Array) -> int:
+    """The largest of the fastest linear modes k_max(β_h) = argmax_k k² I_k(β_h) of the heads (1 if all β ≈ 0)."""
+    k = np.arange(1, 400)
+    return max([1] + [int(k[np.argmax(k**2 * scipy.special.ive(k, abs(float(b))))]) for b in np.asarray(a, float)
+                      if abs(float(b)) >= 1e-12])
+
+
+def growth_cap(a: Array, h: float, p: int) -> float:
+    """ΛΔt for the sub-step cap: min(GROWTH_CAP, DEPTH_BALANCE·(k_max h)^{(2p+2)/3}) (k_max: :func:`fastest_mode`).
+
+    Why: in a mode growing at the rate Λ, SSP-RK3's relative error per unit depth is (ΛΔt)³Λ/24, and DG_p's error of
+    the rate itself is C(k h)^{2p+2}Λ (Galerkin eigenvalues: order 2p+2); ΛΔt ≤ (24C)^{1/3}(k h)^{(2p+2)/3} keeps the
+    depth error below the spatial one on every mesh, so refining the mesh alone converges (at the order of the
+    spatial error: measured in docs/circle.md). GROWTH_CAP bounds it on coarse meshes.
+    """
+    return min(GROWTH_CAP, DEPTH_BALANCE * (fastest_mode(a) * h) ** ((2 * p + 2) / 3))
+
+
 def linear_rate_bound(a: Array, c: Array, attention: str) -> float:
     """Λ = Σ_h |c_h| max_k |γ_k(β_h)|, the fastest linear rate about the uniform state (theory §9); a step cap.
 
@@ -217,6 +241,7 @@ class CircleTransport(rk.SingleRow):
         self._kernels: dict[float, tuple[Array, Array | None]] = {}
         self.limited_cells = 0  # cells the limiter scaled, in total
         self.p = p
+        self._caps: dict[tuple[tuple[float, ...], tuple[float, ...]], float] = {}
 
     # -- kernels ------------------------------------------------------------------------------
     def kernel(self, beta: float) -> tuple[Array, Array | None]:
@@ -234,11 +259,14 @@ class CircleTransport(rk.SingleRow):
         return self._kernels[key]
 
     def step_cap(self, heads: HeadMeasure) -> float:
-        """The sub-step's accuracy cap for these heads: ``max_dt``, or GROWTH_CAP/Λ (:func:`linear_rate_bound`)."""
+        """The sub-step's accuracy cap for these heads: ``max_dt``, or :func:`growth_cap`/Λ (Λ: linear_rate_bound)."""
         if self.max_dt is not None:
             return self.max_dt
-        lam = linear_rate_bound(heads.a, heads.c, self.attention)
-        return GROWTH_CAP / lam if lam > 0 else math.inf
+        key = (tuple(np.round(heads.a, 12)), tuple(np.round(heads.c, 12)))
+        if key not in self._caps:
+            lam = linear_rate_bound(heads.a, heads.c, self.attention)
+            self._caps[key] = growth_cap(heads.a, self.mesh.h, self.p) / lam if lam > 0 else math.inf
+        return self._caps[key]
 
     # -- the operator protocol ------------------------------------------------------------------
     def velocity(self, state: Array, heads: HeadMeasure, linearize: bool = False) -> tuple[Array, Array, float]:

@@ -77,7 +77,7 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
     W = dolfinx.fem.functionspace(msh, ("DG", mesh.degree))
     f = dolfinx.fem.Function(W, name="mu")
     nloc = msh.topology.index_map(1).size_local
-    geo = msh.geometry.x[msh.geometry.dofmap[:nloc]]  # (nloc, 2, 3): the two vertices of each owned cell
+    geo = msh.geometry.x[msh.geometry.dofmaps[0][:nloc]]  # (nloc, 2, 3): the two vertices of each owned cell
     a0 = np.mod(np.arctan2(geo[:, 0, 1], geo[:, 0, 0]), 2 * math.pi)
     a1 = np.mod(np.arctan2(geo[:, 1, 1], geo[:, 1, 0]), 2 * math.pi)
     j0, j1 = np.rint(a0 / mesh.h).astype(int) % n, np.rint(a1 / mesh.h).astype(int) % n
@@ -110,15 +110,15 @@ def output_depths(cfg: Config) -> np.ndarray:
 def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tuple[int, int]:
     """(at least, at most) the DG solver's sub-steps, estimated before the solve.
 
-    At least the growth cap's T·Λ/GROWTH_CAP (Λ the fastest linear rate about the uniform state,
-    :func:`~mfpde.tokens.circle.linear_rate_bound`); at most the CFL rule's at the velocity bound |u| ≤ Σ_h |c_h|
-    (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA), if that exceeds it.
+    At least the growth cap's T·Λ/:func:`~mfpde.tokens.circle.growth_cap` (Λ the fastest linear rate about the
+    uniform state, :func:`~mfpde.tokens.circle.linear_rate_bound`); at most the CFL rule's at the velocity bound
+    |u| ≤ Σ_h |c_h| (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA), if that exceeds it.
     """
-    from mfpde.tokens.circle import GROWTH_CAP, linear_rate_bound
+    from mfpde.tokens.circle import growth_cap, linear_rate_bound
 
     T = cfg.depth.T
     lam = linear_rate_bound(heads.a, heads.c, cfg.tokens.attention)
-    lo = T * lam / GROWTH_CAP
+    lo = T * lam / growth_cap(heads.a, mesh.h, mesh.degree)
     if cfg.tokens.attention == "softmax":
         umax = float(np.sum(np.abs(heads.c)))
     else:

@@ -239,15 +239,16 @@ def _edge_velocity(mu: np.ndarray, beta: float, attention: str) -> np.ndarray:
     return (e * np.sin(d)) @ mass / ((e @ mass) if attention == "softmax" else 1.0)
 
 
-def cfl_substeps(mu: np.ndarray, beta: float, attention: str, dt: float, cfl: float, growth_cap: float
-                 ) -> tuple[int, bool]:
+def cfl_substeps(mu: np.ndarray, beta: float, attention: str, dt: float, cfl: float, growth_cap: float,
+                 depth_balance: float) -> tuple[int, bool]:
     """The sub-steps ⌈dt/Δt_max⌉ the CFL rule of theory §9 fixes at the state μ_h (n, p+1), and an edge flag.
 
     The flag: the ratio is within 1e-8 of an integer (then one less is also the rule, in floats).
 
-    Δt_max = min(positivity bound, growth_cap/Λ): DG0 Δt max_j(u⁺_{j+1/2} + u⁻_{j−1/2})/h ≤ cfl; DG_p, p ≥ 1,
+    Δt_max = min(positivity bound, min(growth_cap, depth_balance (k_max h)^{2(p+1)/3})/Λ): DG0
+    Δt max_j(u⁺_{j+1/2} + u⁻_{j−1/2})/h ≤ cfl; DG_p, p ≥ 1,
     Δt max|u_edge|/h ≤ cfl ŵ₁ with ŵ₁ = 1/(N(N−1)) the first Gauss–Lobatto weight on [0, 1] of N = max(2,
-    ⌈(p+3)/2⌉) points; Λ = max_k γ_k(β) of the closed form. Nothing of the solver is called.
+    ⌈(p+3)/2⌉) points; Λ = max_k γ_k(β) of the closed form, k_max its argmax. Nothing of the solver is called.
     """
     n, q = mu.shape
     h = 2 * math.pi / n
@@ -257,8 +258,10 @@ def cfl_substeps(mu: np.ndarray, beta: float, attention: str, dt: float, cfl: fl
     else:
         N = max(2, math.ceil((q + 2) / 2))
         dt_pos = cfl * h / (N * (N - 1)) / float(np.max(np.abs(ue)))
-    lam = float(gamma_k(np.arange(1, 400), beta, attention).max())
-    r = dt / min(dt_pos, growth_cap / lam)
+    g = gamma_k(np.arange(1, 400), beta, attention)
+    lam, kmax = float(g.max()), int(np.argmax(g)) + 1
+    cap = min(growth_cap, depth_balance * (kmax * h) ** (2 * q / 3))  # (2p+2)/3, p + 1 = q
+    r = dt / min(dt_pos, cap / lam)
     return max(1, math.ceil(r)), abs(r - round(r)) < 1e-8
 
 
@@ -292,7 +295,7 @@ def check_circle_mass_positivity(quick: bool) -> Outcome:
     direct sums and the closed-form Λ); a depth step redone after a CFL break doubles it, so the count taken
     must be n_s·2^j, j ≥ 0.
     """
-    from mfpde.tokens.circle import GROWTH_CAP
+    from mfpde.tokens.circle import DEPTH_BALANCE, GROWTH_CAP
 
     budget = _Budget(quick)
     ok, lines, worst = True, [], 0.0
@@ -311,7 +314,7 @@ def check_circle_mass_positivity(quick: bool) -> Outcome:
         mass_tol, min_tol = 8 * n * (p + 1) * EPS * rep.substeps, -8 * (p + 1) ** 2 * EPS * peak
         bad = []
         for k, (u, taken) in enumerate(zip(states[:-1], rep.substeps_per_step, strict=True)):
-            need, edge = cfl_substeps(u, beta, att, T / steps, op.cfl, GROWTH_CAP)
+            need, edge = cfl_substeps(u, beta, att, T / steps, op.cfl, GROWTH_CAP, DEPTH_BALANCE)
             if not any(taken % m == 0 and (taken // m) & (taken // m - 1) == 0
                        for m in ((need, need - 1) if edge and need > 1 else (need,))):
                 bad.append(f"step {k + 1}: {taken} for rule {need}")

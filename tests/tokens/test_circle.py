@@ -177,7 +177,7 @@ def test_cell_minima_are_the_exact_minima(p):
 def test_substeps_follow_the_independent_cfl_rule(p, att):
     """The sub-step count of a depth step at a clustered state = verify's CFL rule (direct sums, closed-form Λ)."""
     from mfpde.tokens import rk
-    from mfpde.tokens.circle import GROWTH_CAP
+    from mfpde.tokens.circle import DEPTH_BALANCE, GROWTH_CAP
     from mfpde.verify.circle import cfl_substeps
 
     mesh = CircleMesh(48, p)
@@ -185,6 +185,6 @@ def test_substeps_follow_the_independent_cfl_rule(p, att):
     mu = initial_density(mesh, "circle_modes", [[2, 0.8, 0.3], [3, 0.15, 1.0]])
     heads = HeadMeasure(np.array([6.0]), np.array([1.0]))
     for dt in (0.01, 0.3):
-        need, _ = cfl_substeps(mu, 6.0, att, dt, op.cfl, GROWTH_CAP)
+        need, _ = cfl_substeps(mu, 6.0, att, dt, op.cfl, GROWTH_CAP, DEPTH_BALANCE)
         _, _, ns = rk.depth_step(rk.SSP_RK3, op, mu, dt, heads, 0, 0.0)
         assert int(ns[0]) in {need * 2**j for j in range(4)} and int(ns[0]) >= need
