@@ -377,7 +377,7 @@ def spectral_tail(X: np.ndarray) -> float:
     return float(c[int(0.375 * N):].max())
 
 
-def reconstruct_cdf(X: np.ndarray, how: str = "spectral", theta: np.ndarray = THETA, tail_tol: float = 1e-6):
+def reconstruct_cdf(X: np.ndarray, how: str = "spectral", theta: np.ndarray = THETA, tail_tol: float = 1e-5):
     """CDF on the grid from particle positions X (lifted) by `how`.
 
     how:

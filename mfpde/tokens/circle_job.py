@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
 FOURIER_MODES = 32
 #: A DG run of at least this many sub-steps gets the hint to use the flow solver.
-HINT_SUBSTEPS = 100_000
+HINT_SUBSTEPS = 10_000
 #: The angles of the reported CDF, 2πj/1024 (:data:`mfpde.tokens.circle_flow.CDF_POINTS`).
 _ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
