@@ -118,27 +118,43 @@ def cdf_at(mesh: CircleMesh, mu: Array, theta: Array) -> Array:
     return np.asarray(before[c] + mesh.h * np.einsum("ij,ij->i", part, mu[c]), dtype=np.float64)
 
 
+#: Runs of hot bins closer than 2π/BRIDGE (0.1 rad) are one cluster; distinct clusters are ≥ 2π/k_max(β) apart (0.57 rad
+#: at β = 64).
+BRIDGE = 64
+
+
 def clusters_cdf(F: Array) -> tuple[int, list[float]]:
     """(number, angles) of the clusters of a measure given by its CDF at the angles 2πj/N (N = len(F), mass 1).
 
     A cluster is a maximal cyclic run of bins [2πj/N, 2π(j+1)/N) whose mass exceeds twice the uniform bin mass
-    (density above twice the uniform density at the bins' resolution); its angle is the circular mean of its bins
-    weighted by their masses. Unlike local maxima, wiggles inside one peak do not count as clusters.
+    (density above twice the uniform density at the bins' resolution), runs less than 2π/BRIDGE apart counted as
+    one (the flanks of one peak crossing the threshold); its angle is the circular mean of its bins weighted by
+    their masses. Unlike local maxima, wiggles inside one peak do not count as clusters.
     """
     F = np.asarray(F, float)
     N = len(F)
     m = np.diff(np.concatenate([F, [F[0] + 1.0]]))
     hot = m > 2.0 / N
-    if hot.all():
+    if hot.all() or not hot.any():
         return 0, []
     start = int(np.flatnonzero(~hot)[0])  # rotate so that a run never wraps
     hot, m = np.roll(hot, -start), np.roll(m, -start)
     ang = (np.arange(N) + start + 0.5) * (2 * math.pi / N)
     edges = np.diff(np.concatenate([[0], hot.astype(int), [0]]))
-    runs = zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True)
+    runs = [[int(a), int(b)] for a, b in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True)]
+    gap = max(1, N // BRIDGE)
+    joined = [runs[0]]
+    for a, b in runs[1:]:  # bridge gaps shorter than 2π/BRIDGE: the flanks of one peak crossing the threshold
+        if a - joined[-1][1] < gap:
+            joined[-1][1] = b
+        else:
+            joined.append([a, b])
+    spans = [[(a, b)] for a, b in joined]
+    if len(spans) > 1 and joined[0][0] + N - joined[-1][1] < gap:  # across the cut
+        spans[0] = spans.pop() + spans[0]
     out = []
-    for a, b in runs:
-        z = np.sum(m[a:b] * np.exp(1j * ang[a:b]))
+    for parts in spans:
+        z = sum(np.sum(m[a:b] * np.exp(1j * ang[a:b])) for a, b in parts)
         out.append(float(np.mod(np.angle(z), 2 * math.pi)))
     return len(out), sorted(out)
 

@@ -154,6 +154,16 @@ def test_clusters_and_merges_from_a_cdf():
     n, ang = clusters_cdf(F)
     assert n == 2 and ang == pytest.approx([99.5 * 2 * math.pi / CDF_POINTS, 699.5 * 2 * math.pi / CDF_POINTS])
     assert clusters_cdf(ANGLES / (2 * math.pi))[0] == 0
+    # one peak whose flank dips below the threshold for 3 bins is one cluster; two peaks 0.5 rad apart are two
+    dens = np.ones(CDF_POINTS)
+    dens[300:340] = dens[343:360] = 10.0
+    dens[600:620] = 10.0
+    G = np.concatenate([[0.0], np.cumsum(dens)[:-1]]) / dens.sum()
+    assert clusters_cdf(G)[0] == 2
+    dens[1000:1024] = dens[0:10] = 10.0  # a third, across θ = 0
+    G = np.concatenate([[0.0], np.cumsum(dens)[:-1]]) / dens.sum()
+    n3, a3 = clusters_cdf(G)
+    assert n3 == 3 and min(a3) < 0.05
     assert merge_times(np.array([1.0, 2.0, 3.0, 4.0]), [0, 2, 2, 1]) == [4.0]
 
 
