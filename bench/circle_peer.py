@@ -26,6 +26,8 @@ Run ``python bench/circle_peer.py`` for the accuracy / CPU table (cases A, B, C)
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import numpy as np
