@@ -85,8 +85,14 @@ def mfpde_dg(att: str, beta: float, T: float, modes: list[list[float]], n: int) 
     return cdf_at(mesh, rep.mu_T, ANGLES)
 
 
-def peer_final(att: str, beta: float, T: float, modes: list[list[float]], N: int, rtol: float) -> np.ndarray:
-    return np.asarray(peer.peer_cdf(modes, beta, att, np.array([T]), N, rtol)[-1])
+def peer_final(att: str, beta: float, T: float, modes: list[list[float]], N: int, rtol: float,
+               method: str = "DOP853") -> np.ndarray:
+    """The peer's CDF of μ_T (its best reconstruction, "auto": spectral where the map is resolved, else PCHIP)."""
+    return np.asarray(peer.peer_cdf(modes, beta, att, np.array([T]), N, rtol, method=method, reconstruct="auto")[-1])
+
+
+#: The integrators the peer is run with (its author found odeint fastest at tight tolerances, RK45 on case B).
+PEER_METHODS = ("DOP853", "odeint", "RK45")
 
 
 def front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -116,12 +122,16 @@ def run_case(name: str, repeat: int, quick: bool) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {"flow": [], "peer": [], "dg": []}
     for M in Ms:
         for rtol in tols:  # interleaved: the same load for both
-            for code, f in (("flow", mfpde_flow), ("peer", peer_final)):
+            runs: list[tuple[str, str, Callable[[], np.ndarray]]] = [
+                ("flow", "auto", lambda M=M, rtol=rtol: mfpde_flow(att, beta, T, modes, M, rtol))]
+            runs += [("peer", m, lambda M=M, rtol=rtol, m=m: peer_final(att, beta, T, modes, M, rtol, m))
+                     for m in PEER_METHODS]
+            for code, method, f in runs:
                 try:
-                    F, t = cpu(lambda f=f, M=M, rtol=rtol: f(att, beta, T, modes, M, rtol), repeat)
-                    rows[code].append({"M": M, "rtol": rtol, "w1": w1_circle(F, ref), "cpu": t})
+                    F, t = cpu(f, repeat)
+                    rows[code].append({"M": M, "rtol": rtol, "method": method, "w1": w1_circle(F, ref), "cpu": t})
                 except Exception as e:  # a setting that fails counts as not reached
-                    print(f"  {code} M={M} rtol={rtol:g}: failed ({e})", flush=True)
+                    print(f"  {code} {method} M={M} rtol={rtol:g}: failed ({e})", flush=True)
     for n in ([32, 64, 128, 256] if not quick else [64, 128]):
         F, t = cpu(lambda n=n: mfpde_dg(att, beta, T, modes, n), 1 if n >= 256 else repeat)
         rows["dg"].append({"n": n, "w1": w1_circle(F, ref), "cpu": t})
@@ -136,34 +146,42 @@ def run_case(name: str, repeat: int, quick: bool) -> dict[str, Any]:
             "best": best, "laws": laws}
 
 
-def run_merges(repeat: int, Ms: list[int]) -> list[dict[str, Any]]:
+def run_merges(repeat: int, Ms: list[int], tols: list[float]) -> list[dict[str, Any]]:
+    """Case C: each code at each (M, rtol), interleaved; the merge times against the peer's at N = 256, rtol 1e-8."""
     ts = np.logspace(-2, 9, 221)
     out = []
     for beta in (5.0, 8.0):
         ref_peer, _ = peer.peer_merge_times(TWO, beta, "softmax", ts, 256, 1e-8)
         want = merge_times(ts, [clusters_cdf(F)[0] for F in ref_peer])
-        for code in ("flow", "peer"):
-            for M in Ms:
-                if code == "flow":
-                    sol, t = cpu(lambda M=M, b=beta: FlowMap(modes_labels(TWO, M), np.array([b]), np.array([1.0]),
-                                                             "softmax").solve(ts, 1e-8), repeat)
-                    cdfs, extra = sol.cdf, {"switch_t": sol.stats["switch_t"]}
-                else:
-                    (cdfs, _), t = cpu(lambda M=M, b=beta: peer.peer_merge_times(TWO, b, "softmax", ts, M, 1e-8),
-                                       repeat)
-                    extra = {}
-                got = merge_times(ts, [clusters_cdf(F)[0] for F in cdfs])
-                out.append({"beta": beta, "code": code, "M": M, "cpu": t, "merge_times": got,
-                            "same": got[-1:] == want[-1:], **extra})
-                print(f"  merges β={beta:g} {code} M={M}: {[f'{x:.3g}' for x in got]} (peer N=256: "
-                      f"{[f'{x:.3g}' for x in want]}), CPU {t:.3f} s", flush=True)
+        for M in Ms:
+            for rtol in tols:
+                for code in ("flow", "peer"):
+                    if code == "flow":
+                        sol, t = cpu(lambda M=M, b=beta, r=rtol: FlowMap(modes_labels(TWO, M), np.array([b]),
+                                                                         np.array([1.0]), "softmax").solve(ts, r),
+                                     repeat)
+                        cdfs, extra = sol.cdf, {"switch_t": sol.stats["switch_t"]}
+                    else:
+                        (cdfs, _), t = cpu(lambda M=M, b=beta, r=rtol: peer.peer_merge_times(TWO, b, "softmax", ts,
+                                                                                             M, r), repeat)
+                        extra = {}
+                    got = merge_times(ts, [clusters_cdf(F)[0] for F in cdfs])
+                    out.append({"beta": beta, "code": code, "M": M, "rtol": rtol, "cpu": t, "merge_times": got,
+                                "same": got == want, "want": want, **extra})
+                    print(f"  merges β={beta:g} {code} M={M} rtol={rtol:g}: {[f'{x:.3g}' for x in got]} (peer N=256: "
+                          f"{[f'{x:.3g}' for x in want]}), CPU {t:.3f} s", flush=True)
     return out
+
+
+def ratio(f: dict[str, Any] | None, p: dict[str, Any] | None) -> str:
+    return f"{f['cpu'] / p['cpu']:.2f}×" if f and p else "—"
 
 
 def fmt(r: dict[str, Any] | None, key: str) -> str:
     if r is None:
         return "not reached"
-    return f"{r['cpu']:.4f} s ({key} = {r.get(key, r.get('n'))}, rtol {r['rtol']:g})" if "rtol" in r else \
+    return (f"{r['cpu']:.4f} s ({key} = {r.get(key, r.get('n'))}, rtol {r['rtol']:g}"
+            + (f", {r['method']})" if r.get("method", "auto") != "auto" else ")")) if "rtol" in r else \
         f"{r['cpu']:.3f} s (n = {r['n']})"
 
 
@@ -176,22 +194,29 @@ def main() -> int:
     print(f"load {os.getloadavg()[0]:.1f}", flush=True)
     with blas_threads():
         cases = [run_case(c, args.repeat, args.quick) for c in CASES]
-        merges = run_merges(args.repeat, [32, 64] if args.quick else [16, 32, 64, 128])
+        merges = run_merges(args.repeat, [32, 64] if args.quick else [16, 32, 64, 128],
+                            [1e-6] if args.quick else [1e-4, 1e-6, 1e-8])
     print("\n| case | W1 target | mfpde flow | mfpde DG2 | peer (quantile particles) | flow / peer |")
     print("|---|---|---|---|---|---|")
     for c in cases:
         for tg in TARGETS:
             b = c["best"]
             f, p, d = b["flow"][f"{tg:g}"], b["peer"][f"{tg:g}"], b["dg"][f"{tg:g}"]
-            ratio = f"{f['cpu'] / p['cpu']:.2f}×" if f and p else "—"
-            print(f"| {c['case']} | {tg:g} | {fmt(f, 'M')} | {fmt(d, 'n')} | {fmt(p, 'M')} | {ratio} |")
+            print(f"| {c['case']} | {tg:g} | {fmt(f, 'M')} | {fmt(d, 'n')} | {fmt(p, 'M')} | {ratio(f, p)} |")
     for c in cases:
         print(f"case {c['case']} error-vs-CPU laws (Pareto fronts, W1 ∝ CPU^q): " +
               ", ".join(f"{k}: q = {v['q']:.2f} ± {v['se_q']:.2f}" for k, v in c["laws"].items()))
-    print("\n| β | code | M | merge times | CPU (s) | same last merge as peer N = 256 |\n|---|---|---|---|---|---|")
-    for r in merges:
-        print(f"| {r['beta']:g} | {r['code']} | {r['M']} | {', '.join(f'{x:.3g}' for x in r['merge_times'])} | "
-              f"{r['cpu']:.3f} | {r['same']} |")
+    print("\n| β | merge times (peer N = 256) | mfpde flow: cheapest with the same | peer: cheapest with the same | "
+          "flow / peer |\n|---|---|---|---|---|")
+    for beta in (5.0, 8.0):
+        rows = [r for r in merges if r["beta"] == beta]
+        best = {c: min((r for r in rows if r["code"] == c and r["same"]), key=lambda r: r["cpu"], default=None)
+                for c in ("flow", "peer")}
+        cell = {c: f"{b['cpu']:.3f} s (M = {b['M']}, rtol {b['rtol']:g})" if b else "not reached"
+                for c, b in best.items()}
+        f, p = best["flow"], best["peer"]
+        print(f"| {beta:g} | {', '.join(f'{x:.3g}' for x in rows[0]['want'])} | {cell['flow']} | {cell['peer']} | "
+              f"{ratio(f, p)} |")
     print(f"load {os.getloadavg()[0]:.1f}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"cases": cases, "merges": merges, "load": os.getloadavg()}, indent=1,

@@ -20,8 +20,13 @@ Method (numpy + scipy only, written as a careful expert user would):
 * Reconstruction of the CDF on the 1024-point grid by inverting the spectral (trigonometric) interpolant of
   the periodic part X(u) - 2 pi u of the quantile map; where the map is no longer smooth (the interpolant
   is not monotone) it falls back to the monotone cubic (PCHIP) interpolant of the quantile map.
+  reconstruct="auto" also falls back when the map is monotone but not resolved (Gibbs ripple: spurious
+  density maxima, which matter for cluster counting); "pchip", "linear" and "step" (the empirical CDF of the
+  particles) are available as such.
 
-Run ``python bench/circle_peer.py`` for the accuracy / CPU table (cases A, B, C).
+Public functions: peer_cdf, peer_merge_times, w1_circle, cluster_count, merge_times (see their docstrings).
+Run ``python bench/circle_peer.py`` (with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1) for the accuracy / CPU
+table of cases A, B, C.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from functools import partial
 
 import numpy as np
 from scipy.integrate import odeint, solve_ivp
@@ -61,24 +67,29 @@ def initial_quantiles(modes: np.ndarray, N: int) -> np.ndarray:
     shift = (ak * np.sin(k * ph)).sum()
     target = TWO_PI * (np.arange(N) + 0.5) / N
     x = target.copy()
+    done = False
     for _ in range(60):
         arg = k * (x - ph)
         g = x + (ak * np.sin(arg)).sum(0) + shift - target
         dg = 1.0 + (a * np.cos(arg)).sum(0)
         dx = g / dg
         x -= dx
-        if np.max(np.abs(dx)) < 1e-15:
+        if done:
             break
+        done = np.max(np.abs(dx)) < 1e-9  # quadratic convergence: one more step reaches round-off
     return x
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Force
 # ----------------------------------------------------------------------------------------------------------
-def fourier_cutoff(beta: float, tol: float = 1e-17) -> int:
-    """Number K of kernel harmonics: the first k with k I_k(beta)/I_0(beta) < tol (round-off)."""
+def fourier_cutoff(beta: float, tol: float = 2.0**-53) -> int:
+    """Number K of kernel harmonics: the first k with I_k(beta)/I_0(beta) below round-off (tol).
+
+    The harmonics k > K then change the kernel by less than round-off relative to its k = 0 term.
+    """
     ks = np.arange(1, int(2 * beta) + 60)
-    r = ks * ive(ks, beta) / ive(0, beta)
+    r = ive(ks, beta) / ive(0, beta)
     return int(np.argmax(r < tol)) + 1
 
 
@@ -245,7 +256,8 @@ def cdf_spectral(X: np.ndarray, theta: np.ndarray = THETA, fine: int = 8, exact_
     zero-padded inverse FFTs; between fine-grid points it is replaced by the quintic Hermite interpolant of
     those values (relative error <= (pi/fine)^6/46080 on the highest harmonic, ~1e-7 for fine = 8, far
     less on the low harmonics that carry the map: below round-off in practice), and X(u) = theta is solved
-    on each fine cell by safeguarded Newton. exact_newton=True instead does Newton with exact O(N)
+    on each fine cell by Newton from the linear guess (clipped to the cell; the derivative is positive on
+    the fine grid). exact_newton=True instead does Newton with exact O(N)
     evaluation of the trigonometric polynomial at each target (slower; used to verify the above).
     Returns None when the interpolant is not monotone on the fine grid (map not smooth / not resolved).
     """
@@ -301,25 +313,28 @@ def cdf_spectral(X: np.ndarray, theta: np.ndarray = THETA, fine: int = 8, exact_
         a5 = 6.0 * R0 - 3.0 * R1 + 0.5 * R2
         y = th - y0
         tau = y / (y1 - y0)
-        lo = np.zeros_like(tau)
-        hi = np.ones_like(tau)
+        idx = np.arange(th.size)  # active set
         for _ in range(30):
-            val = ((((a5 * tau + a4) * tau + a3) * tau + a2) * tau + a1) * tau - y
-            der = (((5.0 * a5 * tau + 4.0 * a4) * tau + 3.0 * a3) * tau + 2.0 * a2) * tau + a1
-            pos = val > 0
-            hi = np.where(pos, tau, hi)
-            lo = np.where(pos, lo, tau)
-            tn = tau - val / der
-            bad = ~((tn >= lo) & (tn <= hi))
-            if bad.any():
-                tn[bad] = 0.5 * (lo[bad] + hi[bad])
-            step = np.max(np.abs(tn - tau))
-            tau = tn
-            if step < 1e-13:
+            t = tau[idx]
+            b1 = a1[idx]
+            b2 = a2[idx]
+            b3 = a3[idx]
+            b4 = a4[idx]
+            b5 = a5[idx]
+            val = ((((b5 * t + b4) * t + b3) * t + b2) * t + b1) * t - y[idx]
+            der = (((5.0 * b5 * t + 4.0 * b4) * t + 3.0 * b3) * t + 2.0 * b2) * t + b1
+            step = val / der
+            tau[idx] = np.minimum(np.maximum(t - step, 0.0), 1.0)
+            idx = idx[np.abs(step) >= 1e-13]
+            if idx.size == 0:
                 break
         s = (i + tau) * h
     F = s + 0.5 / N + m
     return F - F[0]
+
+
+_PCHIP_SAMPLES = np.array([0.0, 1 / 4096, 1 / 512, 1 / 64, 1 / 16, 1 / 8, 1 / 4, 3 / 8, 1 / 2, 5 / 8, 3 / 4, 7 / 8,
+                           15 / 16, 63 / 64, 511 / 512, 4095 / 4096])
 
 
 def cdf_pchip(X: np.ndarray, theta: np.ndarray = THETA) -> np.ndarray:
@@ -327,23 +342,26 @@ def cdf_pchip(X: np.ndarray, theta: np.ndarray = THETA) -> np.ndarray:
 
     Periodic: node slopes are the harmonic means of the neighbouring secants (zero when one of them is zero:
     coincident particles), so the interpolant is monotone whatever the data. This is the fall-back when the
-    map is no longer smooth (clusters collapsed). Inverse: a first guess from the cubics sampled at 8 points
-    per cell, then Newton on the cell's cubic (clipped to the cell, iterating only on unconverged targets).
+    map is no longer smooth (clusters collapsed). Inverse: a first guess from the cubics sampled at 16 points
+    per cell (denser towards the cell ends), then Newton on the cell's cubic (clipped to the cell, iterating
+    only on the targets not converged yet).
     """
     N = X.size
     h = 1.0 / N
-    Xn = np.append(X, X[0] + TWO_PI)
-    dX = np.diff(Xn)  # secant rises, >= 0
-    dprev = np.roll(dX, 1)
+    dX = np.empty(N)
+    np.subtract(X[1:], X[:-1], out=dX[:-1])
+    dX[-1] = X[0] + TWO_PI - X[-1]  # secant rises, >= 0
+    dprev = np.concatenate((dX[-1:], dX[:-1]))
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = np.where((dX > 0) & (dprev > 0), 2.0 * dX * dprev / (dX + dprev), 0.0)  # h * X'(u_j)
+    snext = np.concatenate((slope[1:], slope[:1]))
     # cubic on cell i in t in [0, 1]: X_i + a1 t + a2 t^2 + a3 t^3
     a1 = slope
-    a2 = 3.0 * dX - 2.0 * slope - np.roll(slope, -1)
-    a3 = slope + np.roll(slope, -1) - 2.0 * dX
-    # first guess: linear inverse of the cubics sampled at L points per cell, then Newton on the cell
-    L = 8
-    tl = np.arange(L) / L
+    a2 = 3.0 * dX - 2.0 * slope - snext
+    a3 = slope + snext - 2.0 * dX
+    # first guess: linear inverse of the cubics sampled per cell (geometrically refined towards the cell ends,
+    # where a collapsed cluster makes the cubic flat), then Newton on the cell's cubic
+    tl = _PCHIP_SAMPLES
     Xs = (X[:, None] + ((a3[:, None] * tl + a2[:, None]) * tl + a1[:, None]) * tl).ravel()
     us = (np.arange(N)[:, None] + tl).ravel()  # cell index + t
     th, m = _lift_targets(theta, X[0])
@@ -355,6 +373,8 @@ def cdf_pchip(X: np.ndarray, theta: np.ndarray = THETA) -> np.ndarray:
     A3 = a3[i]
     y = th - X[i]
     idx = np.arange(th.size)  # active set: targets not converged yet
+    mx = np.maximum
+    mn = np.minimum
     for _ in range(60):
         t = tau[idx]
         c3 = A3[idx]
@@ -365,7 +385,7 @@ def cdf_pchip(X: np.ndarray, theta: np.ndarray = THETA) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             step = val / der
         step[~np.isfinite(step)] = 0.0
-        tau[idx] = np.clip(t - step, 0.0, 1.0)
+        tau[idx] = mn(mx(t - step, 0.0), 1.0)
         idx = idx[np.abs(step) >= 1e-13]
         if idx.size == 0:
             break
@@ -443,6 +463,8 @@ def integrate_particles(x0, beta, attention, t_eval, rtol, atol=None, method="DO
     """
     t_eval = np.atleast_1d(np.asarray(t_eval, dtype=float))
     N = x0.size
+    if t_eval[-1] == 0.0:
+        return np.tile(x0, (t_eval.size, 1))
     if atol is None:
         atol = rtol
     f = make_velocity(N, beta, attention)
@@ -469,15 +491,17 @@ def integrate_particles(x0, beta, attention, t_eval, rtol, atol=None, method="DO
     return sol.y.T
 
 
-def peer_cdf(modes, beta, attention, t_eval, N, rtol, atol=None, method="DOP853", reconstruct="spectral"):
+def peer_cdf(modes, beta, attention, t_eval, N, rtol, atol=None, method="DOP853", reconstruct="spectral",
+             jacobian=True):
     """CDF mu_t([0, theta_j)), theta_j = 2 pi j/1024, at each depth of t_eval: array (len(t_eval), 1024).
 
     Everything is done here on each call (nothing cached): quantile particles of mu_0 (N of them), the
     integration (rtol, atol, method; see integrate_particles) and the reconstruction (see reconstruct_cdf)
-    at each output depth. attention: "softmax" (SA) or "unnormalised" (USA).
+    at each output depth. attention: "softmax" (SA) or "unnormalised" (USA). jacobian: give the stiff
+    integrators (odeint, LSODA) the analytic Jacobian.
     """
     x0 = initial_quantiles(modes, N)
-    Y = integrate_particles(x0, float(beta), attention, t_eval, rtol, atol, method)
+    Y = integrate_particles(x0, float(beta), attention, t_eval, rtol, atol, method, jacobian)
     return np.array([reconstruct_cdf(y, reconstruct) for y in Y])
 
 
@@ -578,7 +602,7 @@ def reference(case, N, rtol=1e-13):
 
 
 def scan_case(case, Ns, ref, rtols, methods=("DOP853", "RK45", "odeint"), recons=("spectral", "auto", "pchip"),
-              targets=(1e-3, 1e-5, 1e-7), finalists=4, log=None):
+              targets=(1e-3, 1e-5, 1e-7), finalists=6, log=None):
     """W1 to the reference over (N, method, rtol, reconstruction); cheapest setting per target (CPU best of 3)."""
     c = CASES[case]
     rows = []
@@ -602,7 +626,7 @@ def scan_case(case, Ns, ref, rtols, methods=("DOP853", "RK45", "odeint"), recons
         ok = sorted((r for r in rows if r[4] <= tgt), key=lambda r: r[5])[:finalists]
         timed = []
         for N, method, rtol, how, err, _ in ok:
-            cpu = cpu_best(lambda: _solve_final(case, N, rtol, method, how))
+            cpu = cpu_best(partial(_solve_final, case, N, rtol, method, how))
             timed.append((cpu, N, method, rtol, how, err))
         best[tgt] = min(timed) if timed else None
         if log:
@@ -634,7 +658,7 @@ def merge_scan(beta, Ns, rtols, ref_N=256, ref_rtol=1e-8, method="odeint", recon
     ok = sorted(r for r in rows if r[3])[:3]
     timed = []
     for _, N, rtol, _, mt in ok:
-        cpu = cpu_best(lambda: peer_merge_times(*args, N, rtol, method=method, reconstruct=reconstruct))
+        cpu = cpu_best(partial(peer_merge_times, *args, N, rtol, method=method, reconstruct=reconstruct))
         timed.append((cpu, N, rtol, mt))
     return ref_mt, min(timed) if timed else None
 
@@ -681,6 +705,14 @@ def main():
             cpu, N, rtol, mt = best
             out(f"  beta={beta:g}: cheapest N={N} rtol={rtol:.0e}: merge times {np.array2string(mt, precision=4)}, "
                 f"CPU {cpu:.3f} s (best of 3)")
+            for label, kw in (("odeint, finite-difference Jacobian", dict(method="odeint", jacobian=False)),
+                              ("solve_ivp LSODA + analytic Jacobian", dict(method="LSODA")),
+                              ("solve_ivp Radau + analytic Jacobian", dict(method="Radau"))):
+                if kw["method"] == "Radau" and N > 128:
+                    continue
+                cpu_o = cpu_best(partial(peer_cdf, MODES_C, beta, "softmax", T_EVAL_C, N, rtol,
+                                         reconstruct="auto", **kw), repeat=1)
+                out(f"      same N, rtol with {label}: CPU {cpu_o:.3f} s")
         out(f"  load average: {os.getloadavg()}")
 
 

@@ -91,12 +91,13 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
     "circle_flow_uniform_labels": (
-        "mfpde/tokens/circle_flow.py", "        x = x - dx\n", "        x = x - 0.0 * dx\n",
+        "mfpde/tokens/circle_flow.py", "    return Labels(x, -np.log(f(x)), smooth=True)",
+        "    return Labels(2 * math.pi * v, -np.log(f(x)), smooth=True)",
         ["circle_flow_map"],
         "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
     "circle_flow_jacobian_sign": (
-        "mfpde/tokens/circle_flow.py", "            J[np.diag_indices(M)] -= (Pc @ (a * self.k * S)).real",
-        "            J[np.diag_indices(M)] += (Pc @ (a * self.k * S)).real",
+        "mfpde/tokens/circle_flow.py", "            J[np.diag_indices(M)] -= R[1].real",
+        "            J[np.diag_indices(M)] += R[1].real",
         ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, USA)"),
     "circle_flow_jacobian_sign_sa": (
         "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN",

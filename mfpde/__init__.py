@@ -14,9 +14,14 @@ use, so ``import mfpde`` stays cheap (numpy, MPI and DOLFINx load when a functio
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 __version__ = "0.1.0"
+
+# A library logs through its own logger and prints nothing unless the application configures logging (the CLI
+# does): without a handler Python's last resort would print warnings to stderr.
+logging.getLogger("mfpde").addHandler(logging.NullHandler())
 
 #: Public name -> the module that defines it.
 _PUBLIC = {

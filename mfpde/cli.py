@@ -96,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
                 code = _dispatch(args)
     except (signals.Interrupted, KeyboardInterrupt) as e:  # every rank got it, or _join ends the job in time
         what = signals.name(e.signum) if isinstance(e, signals.Interrupted) else "KeyboardInterrupt"
-        _err(f"interrupted by {what} outside a training step: no report written (a run continues from its last "
-             "checkpoint with --resume)")
+        if args.command == "run":
+            _err(f"interrupted by {what} outside a training step: no report written (a run continues from its last "
+                 "checkpoint with --resume)")
+        else:  # transport and verify have no checkpoint: say what is left
+            _err(f"interrupted by {what}: {args.command} stopped, no report written (fields/ holds the depths written "
+                 "so far; run the command again to redo it)" if args.command == "transport" else
+                 f"interrupted by {what}: {args.command} stopped, no report written")
         code = signals.EXIT_INTERRUPTED
     except SystemExit as e:  # a library's sys.exit: under MPI the other ranks would wait for ever
         if comm.size == 1:

@@ -44,6 +44,10 @@ __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "Data", "Depth", "Heads",
            "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
 
 
+#: Keys whose default NaN means "not set" (a NaN given is the same as the key left out).
+UNSET_BY_NAN = frozenset({"tokens.beta"})
+
+
 def _check_type(key: str, value: Any, tp: Any) -> Any:
     """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
     origin = typing.get_origin(tp)
@@ -51,7 +55,7 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         check_integer(key, value)  # an int beyond float's range (OverflowError in float())
-        if not math.isfinite(value):
+        if not math.isfinite(value) and not (key in UNSET_BY_NAN and math.isnan(value)):
             raise ConfigError(f"{key}: must be finite, got {value!r}")
         return float(value)
     if tp in (int, bool, str):  # a bool is an int to isinstance, but not a config integer

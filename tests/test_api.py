@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -72,9 +74,14 @@ def test_transport_gives_mu_t_as_arrays_consistent_with_the_report():
     assert not np.allclose(res.mu_0.values, res.mu_T.values)
     with pytest.raises(IndexError):
         mfpde.transport(cfg, sample=1)
-    circle = mfpde.load_config(str(ROOT / "demos" / "circle.toml"))
-    with pytest.raises(ConfigError, match="circle"):
-        mfpde.transport(circle)
+    circle = mfpde.load_config(str(ROOT / "demos" / "circle.toml"), overrides=["depth.T=0.3", "tokens.cells=[64]"])
+    for solver in ("dg", "flow"):  # the circle: angles as points, the quadrature's mass 1, the report's sample block
+        c = mfpde.transport(dataclasses.replace(circle, tokens=dataclasses.replace(circle.tokens, solver=solver)))
+        assert c.mu_T.points.shape == (len(c.mu_T.values), 1) and math.isnan(c.yhat)
+        assert c.mu_T.mass == pytest.approx(1.0, abs=1e-12) and c.report["solver"] == solver
+        assert len(c.report["cdf_T"]) == 1024
+    with pytest.raises(IndexError):
+        mfpde.transport(circle, sample=1)
 
 
 VALUE = {"tokens": {"cells": [60]}, "depth": {"steps": 10}, "heads": {"family": "value", "cells": [40]},

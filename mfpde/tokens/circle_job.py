@@ -40,6 +40,8 @@ __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_e
 logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
 FOURIER_MODES = 32
+#: The picture's bins at most (the flow solver's 1024 bins are averaged in groups: a collapsed cluster stays visible).
+PICTURE_BINS = 256
 #: A DG run of at least this many sub-steps gets the hint to use the flow solver.
 HINT_SUBSTEPS = 10_000
 #: The angles of the reported CDF, 2πj/1024 (:data:`mfpde.tokens.circle_flow.CDF_POINTS`).
@@ -173,9 +175,12 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
               "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block]}
     write_report(out, report, comm)
     if cfg.output.plots and comm.rank == 0:
-        space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), np.array(pictures),
-                         2 * math.pi / np.array(pictures).shape[1], log_depth=cfg.depth.spacing == "log")
-    logger.info("circle (%s): %s, %d clusters at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
+        dens = np.array(pictures)
+        if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
+            dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
+        space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
+                         log_depth=cfg.depth.spacing == "log")
+    logger.info("circle (%s): %s, clusters at T: %d at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
                 t.solver, f"{block['substeps']} steps" if flow else
                 f"mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, {block['substeps']} sub-steps",
                 block["clusters_T"], np.round(block["cluster_angles_T"], 3).tolist(),
@@ -335,11 +340,12 @@ def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
         raise
     cpu = time.process_time() - c0
     pictures = [np.diff(np.concatenate([F, [F[0] + 1.0]])) * CDF_POINTS / (2 * math.pi) for F in sol.cdf]
+    block = block_of(sol, cpu)
     h = 2 * math.pi / CDF_POINTS
     centres, w = (np.arange(CDF_POINTS) + 0.5) * h, np.full(CDF_POINTS, h)
     F0, _ = fm._cdf(fm.labels.X0, fm.labels.L0)
     mu0 = np.diff(np.concatenate([F0, [F0[0] + 1.0]])) / h
-    return block_of(sol, cpu), pictures, ((mu0, centres, w, 0), (pictures[-1], centres, w, 0))
+    return block, pictures, ((mu0, centres, w, 0), (pictures[-1], centres, w, 0))
 
 
 def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: list[Any]) -> None:

@@ -180,12 +180,13 @@ def test_cluster_masses_across_the_cut():
     ("tokens.solver='fem'", "tokens.solver"), ("tokens.labels=4", "tokens.labels"),
     ("tokens.labels=100000", "tokens.labels"), ("tokens.rtol=0.5", "tokens.rtol"), ("tokens.rtol=1e-15", "tokens.rtol"),
     ("depth.spacing='cubic'", "depth.spacing"), ("depth.decades=0", "depth.decades"),
-    ("tokens.beta=-1.0", "tokens.beta"), ("tokens.beta=4.0", "tokens.beta")])
+    ("tokens.beta=-1.0", "tokens.beta"),
+    ("heads.init={kind='diracs', points=[[4.0, 1.0]], weights=[1.0]}", "tokens.beta")])
 def test_bad_flow_config_names_the_key(override, key):
     over = [override, "tokens.solver='flow'"] if key != "tokens.solver" else [override]
     if key == "depth.decades":
         over.append("depth.spacing='log'")
-    with pytest.raises(C.ConfigError, match=key):  # tokens.beta=4 with the demo's heads.init: both given
+    with pytest.raises(C.ConfigError, match=key):  # heads.init with the demo's tokens.beta: both given
         C.load(DEMO, over)
 
 
