@@ -114,17 +114,19 @@ def modes_labels(modes: list[list[float]], M: int) -> Labels:
     """
     if M < 2:
         raise ValueError(f"need M >= 2 labels, got {M}")
-    f, F = modes_density(modes), modes_cdf(modes)
+    k, a, ph = (np.array([m[i] for m in modes], float) for i in range(3))
     v = (np.arange(M) + 0.5) / M
+    target = 2 * math.pi * v - np.sum((a / k) * np.sin(k * ph))  # 2π F_0(x) = x + Σ (a/k) sin(k(x − φ)) + const
     x = 2 * math.pi * v
-    for _ in range(60):
-        dx = (F(x) - v) / f(x)
+    for _ in range(60):  # Newton on 2πF_0(x) = 2πv, the modes as one (M, modes) array
+        arg = np.outer(x, k) - k * ph
+        dx = (x + np.sin(arg) @ (a / k) - target) / (1.0 + np.cos(arg) @ a)
         x = x - dx
         if float(np.max(np.abs(dx))) <= 4 * np.finfo(float).eps * 2 * math.pi:
             break
     else:
         raise ValueError("the quantiles of data.modes did not converge (a density too close to 0)")
-    return Labels(x, -np.log(f(x)), smooth=True)
+    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)
 
 
 def noise_labels(cells: Array, M: int) -> Labels:
@@ -146,9 +148,14 @@ def noise_labels(cells: Array, M: int) -> Labels:
 def series_length(beta: float) -> int:
     """The first K with I_K(β)/I₀(β) < 1e-17: the terms kept in the Fourier series of the kernel."""
     b = abs(float(beta))
-    k = np.arange(1, 2048)
-    small = np.flatnonzero(scipy.special.ive(k, b) < SERIES_CUT * scipy.special.ive(0, b))
-    return int(k[small[0]]) if len(small) else int(k[-1])
+    cut = SERIES_CUT * scipy.special.ive(0, b)
+    start = 1
+    while True:  # blocks of 64 orders: one or two blocks up to β ≈ 100
+        k = np.arange(start, start + 64)
+        small = np.flatnonzero(scipy.special.ive(k, b) < cut)
+        if len(small):
+            return int(k[small[0]])
+        start += 64
 
 
 class FourierForce:
