@@ -121,6 +121,9 @@ def cdf_at(mesh: CircleMesh, mu: Array, theta: Array) -> Array:
 #: Runs of hot bins closer than 2π/BRIDGE (0.1 rad) are one cluster; distinct clusters are ≥ 2π/k_max(β) apart (0.57 rad
 #: at β = 64).
 BRIDGE = 64
+#: A run holding less mass than this is not a cluster (a few bins above the threshold: a lone label of a coarse
+#: flow map in transit between clusters, a wiggle of a coarse mesh); the k_max ≤ 11 clusters of β ≤ 64 hold ≈ 1/11.
+MIN_CLUSTER_MASS = 1.0 / 64
 
 
 def clusters_cdf(F: Array) -> tuple[int, list[float]]:
@@ -128,8 +131,8 @@ def clusters_cdf(F: Array) -> tuple[int, list[float]]:
 
     A cluster is a maximal cyclic run of bins [2πj/N, 2π(j+1)/N) whose mass exceeds twice the uniform bin mass
     (density above twice the uniform density at the bins' resolution), runs less than 2π/BRIDGE apart counted as
-    one (the flanks of one peak crossing the threshold); its angle is the circular mean of its bins weighted by
-    their masses. Unlike local maxima, wiggles inside one peak do not count as clusters.
+    one (the flanks of one peak crossing the threshold), holding at least MIN_CLUSTER_MASS; its angle is the
+    circular mean of its bins weighted by their masses. Unlike local maxima, wiggles inside one peak do not count.
     """
     F = np.asarray(F, float)
     N = len(F)
@@ -154,6 +157,8 @@ def clusters_cdf(F: Array) -> tuple[int, list[float]]:
         spans[0] = spans.pop() + spans[0]
     out = []
     for parts in spans:
+        if sum(float(m[a:b].sum()) for a, b in parts) < MIN_CLUSTER_MASS:  # a straggler, not a cluster
+            continue
         z = sum(np.sum(m[a:b] * np.exp(1j * ang[a:b])) for a, b in parts)
         out.append(float(np.mod(np.angle(z), 2 * math.pi)))
     return len(out), sorted(out)
