@@ -22,7 +22,7 @@ solve alone (``time.process_time``, best of ``--repeat``, one BLAS thread, the c
 gives each code's cheapest setting that reaches W1 ≤ 1e-3, 1e-5, 1e-7.
 Error-vs-cost laws W1 ≈ C·t^q are fitted (:func:`mfpde.fitting.fit_power`) through each code's Pareto front.
 
-    python bench/bench_circle.py [--repeat 3] [--json out/bench_circle.json] [--quick]
+    python bench/bench_circle.py [--repeat 3] [--json out/bench_circle.json] [--quick] [--cases A B C]
 
 About 3 minutes of CPU (``--quick``: fewer settings). Prints markdown tables and the load average.
 """
@@ -190,12 +190,13 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json", default="out/bench_circle.json")
+    ap.add_argument("--cases", nargs="+", default=["A", "B", "C"], choices=["A", "B", "C"])
     args = ap.parse_args()
     print(f"load {os.getloadavg()[0]:.1f}", flush=True)
     with blas_threads():
-        cases = [run_case(c, args.repeat, args.quick) for c in CASES]
+        cases = [run_case(c, args.repeat, args.quick) for c in CASES if c in args.cases]
         merges = run_merges(args.repeat, [32, 64] if args.quick else [16, 32, 64, 128],
-                            [1e-6] if args.quick else [1e-4, 1e-6, 1e-8])
+                            [1e-6] if args.quick else [1e-4, 1e-6, 1e-8]) if "C" in args.cases else []
     print("\n| case | W1 target | mfpde flow | mfpde DG2 | peer (quantile particles) | flow / peer |")
     print("|---|---|---|---|---|---|")
     for c in cases:
