@@ -62,7 +62,7 @@ REF_LABELS = {"A": 256, "B": 1024}
 ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
-def cpu(f: Callable[[], Any], repeat: int) -> tuple[Any, float]:
+def cpu(f: Callable[[], Any], repeat: int = 1) -> tuple[Any, float]:
     """(f(), the least CPU time of ``repeat`` calls)."""
     best, out = math.inf, None
     for _ in range(repeat):

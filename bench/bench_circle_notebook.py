@@ -28,11 +28,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
-from collections.abc import Callable
 
 import numpy as np
 import scipy.special
+from bench_circle import cpu  # the same best-of-n CPU timer
 
 from mfpde.fitting import PowerLaw, fit_power
 from mfpde.tokens.attention import HeadMeasure
@@ -47,16 +46,6 @@ M = 3 * 2**15  # a multiple of every mesh size below (16·2^j, 24·2^j)
 
 def load() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
-
-
-def cpu(f: Callable[[], object], repeat: int = 1) -> tuple[object, float]:
-    """(f(), the least CPU time of ``repeat`` calls)."""
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t0 = time.process_time()
-        out = f()
-        best = min(best, time.process_time() - t0)
-    return out, best
 
 
 def pde(modes: list[list[float]], n: int, p: int = 2, cap: float | None = None) -> np.ndarray:
