@@ -103,6 +103,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN",
         "            JN[np.diag_indices(M)] -= dN", ["circle_flow_map"],
         "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
+    "circle_flow_sa_dz_sign": (
+        "mfpde/tokens/circle_flow.py", "                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag",
+        "                dN, dZ = -R[nr + 2 * h].real, R[nr + 2 * h + 1].imag", ["circle_flow_map"],
+        "the sign of Z' in the SA derivative u' that the map's derivative rides on (found by a breaker)"),
     "circle_flow_series_cut": (
         "mfpde/tokens/circle_flow.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",

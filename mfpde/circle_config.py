@@ -24,6 +24,14 @@ CIRCLE_KINDS = ("circle_modes", "circle_noise")
 MAX_CIRCLE_CELLS = 2**20
 #: The circle's solvers: upwind DG on cells, the flow map on quantile labels.
 SOLVERS = ("dg", "flow")
+#: The largest inverse temperature on the circle: past it the kernel's Fourier series needs more than ≈ 600 terms
+#: (the flow solver) and e^β I_k(β) overflows for unnormalised attention past 700.
+MAX_BETA = {"softmax": 1e4, "unnormalised": 700.0}
+#: The most output depths of a circle run (each keeps a 1024-point CDF and 32 Fourier moduli in memory).
+MAX_OUTPUTS = 100_000
+#: The flow solver's tolerance range: below 1e-12 its stiff phase grinds (round-off in the collapsed state), and
+#: scipy's DOP853 refuses less than 100 ε.
+RTOL_RANGE = (1e-12, 1e-2)
 #: The most labels of the flow solver: its stiff phase holds a few dense M × M Jacobians (8M² bytes each: 128 MiB).
 MAX_LABELS = 4096
 
@@ -74,7 +82,17 @@ def check_circle(cfg: Any) -> None:
     if t.solver == "flow":
         f.need(8 <= t.labels <= MAX_LABELS, "tokens.labels", f"must be in 8..{MAX_LABELS} (the stiff phase holds "
                f"dense labels × labels Jacobians), got {t.labels}")
-        f.need(1e-14 < t.rtol < 1e-2, "tokens.rtol", f"must be in (1e-14, 1e-2), got {t.rtol:g}")
+        f.need(RTOL_RANGE[0] <= t.rtol < RTOL_RANGE[1], "tokens.rtol",
+               f"must be in [{RTOL_RANGE[0]:g}, {RTOL_RANGE[1]:g}), got {t.rtol:g}")
+    if cfg.output.every >= 1 and d.steps >= 1:
+        n_out = d.steps // cfg.output.every + 2
+        f.need(n_out <= MAX_OUTPUTS, "depth.steps", f"{d.steps} steps with output.every = {cfg.output.every} keep "
+               f"{n_out} output depths on the circle (at most {MAX_OUTPUTS}: each holds a 1024-point CDF)")
+    if h.init.get("kind") == "diracs" and t.attention in MAX_BETA:
+        betas = [p[0] for p in h.init.get("points", []) if isinstance(p, list | tuple) and p]
+        bad = [b for b in betas if isinstance(b, int | float) and not 0 <= b <= MAX_BETA[t.attention]]
+        f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in [0, {MAX_BETA[t.attention]:g}] with "
+               f"{t.attention} attention on the circle, got {bad}")
     f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
     if d.spacing == "log":
         f.need(0 < d.decades <= 30, "depth.decades", f"must be in (0, 30], got {d.decades:g}")
@@ -90,6 +108,9 @@ def check_circle(cfg: Any) -> None:
         if not f.need(len(da.modes) >= 1 and all(len(m) == 3 for m in da.modes), "data.modes",
                       "needs rows [k, amplitude, phase]"):
             return f.raise_all()
+        if t.solver == "flow":
+            f.need(sum(abs(a) for _, a, _ in da.modes) < 1.0, "data.modes", "the flow solver needs a density > 0 "
+                   "everywhere (its labels are the quantiles of μ_0): amplitudes summing to less than 1")
         n = t.cells[0] if cells_ok else MAX_CIRCLE_CELLS
         for i, (k, a, ph) in enumerate(da.modes):
             f.need(float(k).is_integer() and 1 <= k <= n // 2, f"data.modes[{i}]",

@@ -45,7 +45,7 @@ class DOP853PI(scipy.integrate.DOP853):
         h_abs = min(max(self.h_abs, min_step), self.max_step)
         rejected = False
         while True:
-            if h_abs < min_step:
+            if not h_abs >= min_step:  # also a NaN step (a non-finite right-hand side): stop, never loop
                 return False, self.TOO_SMALL_STEP
             t_new = t + h_abs * self.direction
             if self.direction * (t_new - self.t_bound) > 0:

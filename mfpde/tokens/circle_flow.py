@@ -42,6 +42,7 @@ Everything is replicated: every MPI rank solves the same small ODE with the same
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -492,6 +493,7 @@ class FlowMap:
                 callback(len(Xs) - 1, float(t_out[len(Xs) - 1]))
 
         def fail(msg: str) -> NumericalError:
+            stats["nfev"] = self.force.nfev
             e = NumericalError(msg)
             e.partial = FlowSolution(t_out[: len(Xs)], np.array(Xs).reshape(len(Xs), M),
                                      np.array(Fs).reshape(len(Fs), CDF_POINTS), kinds, stats)
@@ -533,15 +535,18 @@ class FlowMap:
         if i < len(t_out):
             X = Y[:M]
             ts = np.concatenate([[t], t_out[i:]])
-            out, info = scipy.integrate.odeint(lambda x, _t: self.force.velocity(x), X, ts,
-                                               Dfun=lambda x, _t: self.force.jacobian(x), rtol=rtol, atol=rtol,
-                                               full_output=True, mxstep=100_000)
-            stats["stiff_steps"] = int(info["nst"][-1])
-            stats["njev"] = int(info["nje"][-1])
+            with warnings.catch_warnings():  # a failure is reported by its message below, not by scipy's warning
+                warnings.simplefilter("ignore")
+                out, info = scipy.integrate.odeint(lambda x, _t: self.force.velocity(x), X, ts,
+                                                   Dfun=lambda x, _t: self.force.jacobian(x), rtol=rtol, atol=rtol,
+                                                   full_output=True, mxstep=100_000)
             good = 0  # outputs reached with a finite state
             while (good + 1 < len(ts) and info["tcur"][good] >= ts[good + 1] * (1 - 1e-12)
                    and np.all(np.isfinite(out[good + 1]))):
                 good += 1
+            stats["stiff_steps"] = int(info["nst"][good - 1]) if good else 0  # entries past a failure are unset
+            stats["njev"] = int(info["nje"][good - 1]) if good else 0
+            stats["nfev"] = self.force.nfev
             for j in range(1, good + 1):
                 record(out[j], None)
             if good + 1 < len(ts):

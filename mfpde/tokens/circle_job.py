@@ -127,8 +127,12 @@ def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tu
         umax = float(np.sum(np.abs(heads.c) * np.exp(np.minimum(np.abs(heads.a), 700.0))))
     cfl = cfg.tokens.cfl * (mesh.w_lobatto if mesh.degree else 1.0) * mesh.h
     hi = max(lo, T * umax / cfl)
-    big = 1e18
-    return int(min(math.ceil(lo), big)), int(min(math.ceil(hi), big))
+    big = 10**18  # a count past this is "unbounded" (β near the overflow of e^β)
+
+    def count(x: float) -> int:
+        return int(math.ceil(x)) if math.isfinite(x) and x < big else big
+
+    return count(lo), count(hi)
 
 
 def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -217,12 +221,30 @@ def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path |
     """
     depths = output_depths(cfg)
     keep = _kept(cfg)
+    if bar is None:  # no bar (not a terminal, or the Python API): a log line at every tenth of the outputs
+        bar = _LogProgress(len(keep) - 1, depths[keep])
     if cfg.tokens.solver == "flow":
         out = _solve_flow(cfg, heads, depths[keep], bar)
         if fields is not None:
             _write_flow_fields(comm, fields, out[0]["t"], out[1])
         return out
     return _solve_dg(cfg, heads, depths, keep, fields, comm, bar)
+
+
+class _LogProgress:
+    """A progress display without a terminal: one log line at every tenth of the output depths."""
+
+    def __init__(self, total: int, ts: Any) -> None:
+        self.total, self.ts, self.done = total, ts, 0
+        self.every = max(1, total // 10)
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.done % self.every == 0 or self.done == self.total:
+            logger.info("circle: output %d/%d, t = %.4g", self.done, self.total, float(self.ts[self.done]))
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: float) -> dict[str, Any]:
@@ -248,7 +270,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
     lo, hi = dg_substep_estimate(cfg, heads, mesh)
     logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the CFL rule at the velocity bound)", lo, hi)
     if lo >= HINT_SUBSTEPS:
-        logger.warning("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
+        logger.info("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
                        "labels without a CFL rule (seconds to any depth)", lo)
     op = CircleTransport(mesh, t.attention, t.cfl)
     K = min(FOURIER_MODES, mesh.n * (mesh.degree + 1) // 2)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.special
 
-__all__ = ["bessel_velocity", "dense_velocity", "sample_modes", "transport_particles"]
+__all__ = ["bessel_velocity", "dense_velocity", "dense_velocity_derivative", "sample_modes", "transport_particles"]
 
 Array = npt.NDArray[np.float64]
 
@@ -37,6 +37,22 @@ def dense_velocity(theta: Array, beta: float, softmax: bool, chunk: int = 2048) 
         num = (e * np.sin(d)).mean(axis=1)
         out[s:s + chunk] = num / e.mean(axis=1) if softmax else num
     return out
+
+
+def dense_velocity_derivative(theta: Array, beta: float, softmax: bool) -> Array:
+    """u_N'(θ_i) (the θ-derivative of the field, particles fixed) by pairwise sums, d_ij = θ_j − θ_i.
+
+    N = (1/N) Σ_j e^{β cos d} sin d, N' = −(1/N) Σ_j e^{β cos d}(cos d − β sin² d); Z = (1/N) Σ_j e^{β cos d},
+    Z' = (1/N) Σ_j β sin d e^{β cos d}; u' = N' (USA), (N'Z − NZ')/Z² (SA).
+    """
+    d = theta[None, :] - theta[:, None]
+    e = np.exp(beta * (np.cos(d) - (1.0 if softmax else 0.0)))
+    s, c = np.sin(d), np.cos(d)
+    N, dN = (e * s).mean(axis=1), -(e * (c - beta * s * s)).mean(axis=1)
+    if not softmax:
+        return np.asarray(dN, dtype=np.float64)
+    Z, dZ = e.mean(axis=1), (beta * s * e).mean(axis=1)
+    return np.asarray((dN * Z - N * dZ) / (Z * Z), dtype=np.float64)
 
 
 def _series_length(beta: float) -> int:

@@ -6,7 +6,8 @@ Against references it does not produce.
 
 1. **The force**: the Fourier-series velocity against the direct pairwise sum of the independent particle code
    (:func:`mfpde.tokens.circle_particles.dense_velocity`), SA and USA at β = 5 and 12, on scattered labels: the
-   series is cut below round-off, so the difference is round-off, ≤ 64 K ε times the series' scale Σ_k |a_k|;
+   series is cut below round-off, so the difference is round-off, ≤ 64 K ε times the series' scale Σ_k |a_k|; its
+   derivative u' against the direct sum of the derivative (≤ 64 K² ε relative);
    the exact Jacobian (the stiff phase's) against central differences of that velocity, ≤ 10⁻⁷ of its size.
 2. **Growth rates** of modes k = 1..8 from ±10⁻⁶ (odd part, fitted in the linear regime) against the closed form
    γ_k (scipy.special.iv), SA and USA at β = 5, M = 48: the midpoint rule is spectral, so the error is the
@@ -39,7 +40,7 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle import CircleMesh, CircleTransport
 from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, initial_density, w1_circle
 from mfpde.tokens.circle_flow import FlowMap, FourierForce, cluster_masses, modes_labels
-from mfpde.tokens.circle_particles import dense_velocity
+from mfpde.tokens.circle_particles import dense_velocity, dense_velocity_derivative
 from mfpde.verify.circle import BUDGET_S, _Budget, gamma_k
 from mfpde.verify.registry import Outcome, Series, register
 
@@ -91,8 +92,9 @@ def _dg_cdf(n: int, cap: float = REF_CAP) -> np.ndarray:
 def _force_error() -> tuple[float, str]:
     """The force's and the Jacobian's errors over their bounds (≤ 1 passes), largest over SA/USA and β = 5, 12.
 
-    Force: |series − direct| / (64 K ε Σ|a_k|). Jacobian: its error against central differences of the velocity
-    (step 10⁻⁶: O(10⁻¹²|u‴|) + ε|u|/10⁻⁶, ≈ 10⁻¹⁰ of |J|) over 10⁻⁷|J|.
+    Force: |series − direct| / (64 K ε Σ|a_k|); its θ-derivative u' (which the map's derivative needs) against the
+    direct sum of the derivative, relative, over 64 K² ε. Jacobian: its error against central differences of the
+    velocity (step 10⁻⁶: O(10⁻¹²|u‴|) + ε|u|/10⁻⁶, ≈ 10⁻¹⁰ of |J|) over 10⁻⁷|J|.
     """
     X = np.sort(np.random.default_rng(3).uniform(0, 2 * math.pi, 200))
     worst, parts = 0.0, []
@@ -100,18 +102,24 @@ def _force_error() -> tuple[float, str]:
         for beta in (5.0, 12.0):
             f = FourierForce(np.array([beta]), np.array([1.0]), att, len(X))
             scale = float(np.abs(f.A[:, 0]).sum())
-            err = float(np.max(np.abs(f.velocity(X) - dense_velocity(X, beta, att == "softmax"))))
-            r = err / (64 * f.K * np.finfo(float).eps * scale)
+            u, du = f.field(X, derivative=True)
+            err = float(np.max(np.abs(u - dense_velocity(X, beta, att == "softmax"))))
+            ref_du = dense_velocity_derivative(X, beta, att == "softmax")  # the derivative the map's Hermite needs
+            assert du is not None
+            derr = float(np.max(np.abs(du - ref_du)) / np.max(np.abs(ref_du)))  # terms weighted by k ≤ K: ≤ 64K²ε
+            r = max(err / (64 * f.K * np.finfo(float).eps * scale), derr / (64 * f.K**2 * np.finfo(float).eps))
             J, h, cols = f.jacobian(X), 1e-6, range(0, len(X), 7)
             fd = np.array([(f.velocity(X + h * np.eye(len(X))[c]) - f.velocity(X - h * np.eye(len(X))[c])) / (2 * h)
                            for c in cols]).T
             jerr = float(np.max(np.abs(J[:, list(cols)] - fd)) / np.max(np.abs(J)))
             worst = max(worst, r, jerr / 1e-7)
-            parts.append(f"{'SA' if att == 'softmax' else 'USA'} β={beta:g}: {err / scale:.1e} (Jacobian {jerr:.0e})")
+            parts.append(f"{'SA' if att == 'softmax' else 'USA'} β={beta:g}: {err / scale:.1e} (u' {derr:.0e}, "
+                         f"Jacobian {jerr:.0e})")
     return worst, ", ".join(parts)
 
 
-def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9) -> tuple[float, float, dict[str, object]]:
+def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9,
+                      deadline: float = math.inf) -> tuple[float, float, dict[str, object]]:
     """(the flow map's merge depth, the reduced two-Dirac ODE's, the flow map's integrator stats), SA.
 
     The flow map runs to 10⁹ with 20 output depths per decade; its merge depth is the first output with one
@@ -121,7 +129,7 @@ def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9) -> tuple[flo
     """
     ts = np.logspace(-2, 9, 221)
     fm = _flow(TWO_MODES, M, beta, "softmax")
-    sol = fm.solve(ts, rtol)
+    sol = fm.solve(ts, rtol, deadline=deadline)
     counts = [clusters_cdf(F)[0] for F in sol.cdf]
     two = [i for i, c in enumerate(counts) if c == 2]
     t_flow = next((float(ts[i]) for i in range(two[0] if two else len(ts), len(ts)) if counts[i] == 1), math.inf)
@@ -187,7 +195,7 @@ def check_circle_flow_map(quick: bool) -> Outcome:
     ok &= fall < algebraic and ref_err <= 0.1 * errs[-1]
     lines.append(f"W1 to DG2 (n = 256, its error ≤ {ref_err:.0e}): {', '.join(f'{e:.2e}' for e in errs)} at M = {Ms}: "
                  f"exp(−{b:.3f} M), fall {fall:.1e} (< {algebraic:.1e}, order 6's)")
-    t_flow, t_red, stats = two_cluster_merge(5.0)
+    t_flow, t_red, stats = two_cluster_merge(5.0, deadline=budget.deadline)
     agree = math.isfinite(t_red) and t_red <= t_flow * (1 + 1e-9) <= t_red * 10 ** (1 / 20)  # the next output
     switched = stats.get("switch_t") is not None
     ok &= agree and switched
