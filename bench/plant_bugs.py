@@ -91,7 +91,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
     "circle_flow_uniform_labels": (
-        "mfpde/tokens/circle_flow.py", "    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)",
+        "mfpde/tokens/circle_map.py", "    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)",
         "    return Labels(2 * math.pi * v, -np.log(modes_density(modes)(x)), smooth=True)",
         ["circle_flow_map"],
         "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),

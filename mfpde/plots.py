@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.cm import ScalarMappable
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "tokens_figure"]
+__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "space_depth_plot",
+           "tokens_figure"]
 
 Array = npt.NDArray[np.float64]
 Box = tuple[float, float, float, float]
@@ -279,3 +280,32 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
     for name in figures:
         if (fig := draw[name]()) is not None:
             _save(fig, d / f"{name}.png")
+
+
+def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False) -> None:
+    """θ against t, colour = cell-mean density on a log scale (rank 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.colors
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    theta = (np.arange(dens.shape[1] + 1)) * h
+    tt = np.concatenate([ts, [ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 1.0)]])
+    if log_depth and len(ts) > 2:  # the first output is t = 0: drawn from a decade below the next
+        tt = np.concatenate([[ts[1] / 10.0], ts[1:], [ts[-1] * ts[-1] / ts[-2]]])
+    pos = dens[dens > 0]
+    lo = max(float(pos.min()) if pos.size else 1e-12, 1e-8 * float(dens.max()))
+    im = ax.pcolormesh(tt, theta, np.maximum(dens.T, lo), norm=matplotlib.colors.LogNorm(lo, float(dens.max())),
+                       cmap="magma", shading="flat")
+    fig.colorbar(im, ax=ax, label="density μ_t(θ)")
+    if log_depth and len(ts) > 2:
+        ax.set_xscale("log")
+    ax.set_xlabel("depth t")
+    ax.set_ylabel("θ")
+    ax.set_title("tokens on the circle")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

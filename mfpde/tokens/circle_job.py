@@ -182,6 +182,8 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
         dens = np.array(pictures)
         if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
             dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
+        from mfpde.plots import space_depth_plot
+
         space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
                          log_depth=cfg.depth.spacing == "log")
     logger.info("circle (%s): %s, clusters at T: %d at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
@@ -383,32 +385,3 @@ def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: lis
             writer.write(depth)
     finally:
         writer.close()
-
-
-def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False) -> None:
-    """θ against t, colour = cell-mean density on a log scale (rank 0)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.colors
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    theta = (np.arange(dens.shape[1] + 1)) * h
-    tt = np.concatenate([ts, [ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 1.0)]])
-    if log_depth and len(ts) > 2:  # the first output is t = 0: drawn from a decade below the next
-        tt = np.concatenate([[ts[1] / 10.0], ts[1:], [ts[-1] * ts[-1] / ts[-2]]])
-    pos = dens[dens > 0]
-    lo = max(float(pos.min()) if pos.size else 1e-12, 1e-8 * float(dens.max()))
-    im = ax.pcolormesh(tt, theta, np.maximum(dens.T, lo), norm=matplotlib.colors.LogNorm(lo, float(dens.max())),
-                       cmap="magma", shading="flat")
-    fig.colorbar(im, ax=ax, label="density μ_t(θ)")
-    if log_depth and len(ts) > 2:
-        ax.set_xscale("log")
-    ax.set_xlabel("depth t")
-    ax.set_ylabel("θ")
-    ax.set_title("tokens on the circle")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
