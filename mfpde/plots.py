@@ -282,8 +282,18 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
             _save(fig, d / f"{name}.png")
 
 
-def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False) -> None:
-    """θ against t, colour = cell-mean density on a log scale (rank 0)."""
+def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False,
+                     marks: dict[str, list[float]] | None = None) -> None:
+    """θ against t, colour = cell-mean density on a log scale (rank 0).
+
+    Args:
+        path: the PNG.
+        ts: output depths (T,).
+        dens: densities (T, n) on n equal cells.
+        h: the cells' width (radians).
+        log_depth: a log depth axis (the first output, t = 0, drawn from a decade below the next).
+        marks: depths to mark with vertical lines, by legend label (e.g. the merges, the stiff switch).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,6 +313,14 @@ def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool =
     fig.colorbar(im, ax=ax, label="density μ_t(θ)")
     if log_depth and len(ts) > 2:
         ax.set_xscale("log")
+    styles = iter([("white", "--"), ("cyan", ":"), ("lime", "-.")])
+    for label, depths in (marks or {}).items():
+        if depths:
+            colour, ls = next(styles)
+            for i, t in enumerate(depths):
+                ax.axvline(t, color=colour, ls=ls, lw=0.8, label=label if i == 0 else None)
+    if any(marks.values() if marks else []):
+        ax.legend(loc="upper right", fontsize=8, framealpha=0.6)
     ax.set_xlabel("depth t")
     ax.set_ylabel("θ")
     ax.set_title("tokens on the circle")

@@ -261,10 +261,6 @@ class FlowMap:
         self.M = labels.M
         self.force = FourierForce(heads_a, heads_c, attention, self.M)
 
-    def rhs(self, t: float, Y: Array) -> Array:
-        """d(X, L)/dt = (u(X), u'(X)), shape (2M,) (:meth:`FourierForce.rhs`)."""
-        return self.force.rhs(t, Y)
-
     def _cdf(self, X: Array, L: Array | None) -> tuple[Array, str]:
         """(the CDF at the CDF_POINTS angles, shifted to F(0) = 0; the reconstruction used).
 
