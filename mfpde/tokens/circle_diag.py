@@ -21,7 +21,7 @@ import numpy.typing as npt
 from mfpde.tokens.circle import CircleMesh, _lagrange
 
 __all__ = ["cdf_at", "cdf_density", "cdf_points", "clusters", "clusters_cdf", "fourier", "initial_density",
-           "merge_times", "w1_circle"]
+           "merge_times", "moments", "w1_circle"]
 
 Array = npt.NDArray[np.float64]
 
@@ -42,10 +42,16 @@ def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None
     return mu / mesh.mass(mu)
 
 
+def moments(theta: Array, weights: Array | float, K: int) -> npt.NDArray[np.complex128]:
+    """μ̂_k = Σ_j w_j e^{−ikθ_j}, k = 1..K, of the weighted points (θ_j, w_j) (a scalar w: equal weights); shape (K,)."""
+    th = np.asarray(theta, float).ravel()
+    w = np.broadcast_to(np.asarray(weights, float), np.shape(theta)).ravel()
+    return np.asarray(np.exp(-1j * np.outer(np.arange(1, K + 1), th)) @ w)
+
+
 def fourier(mesh: CircleMesh, mu: Array, K: int) -> Array:
-    """|μ̂_k| for k = 1..K, shape (K,)."""
-    w, th = mesh.weights(mu).ravel(), mesh.nodes.ravel()
-    return np.asarray(np.abs(np.exp(-1j * np.outer(np.arange(1, K + 1), th)) @ w), dtype=np.float64)
+    """|μ̂_k| for k = 1..K by the Gauss rule of μ_h (:func:`moments` of the nodes), shape (K,)."""
+    return np.asarray(np.abs(moments(mesh.nodes, mesh.weights(mu), K)), dtype=np.float64)
 
 
 def clusters(mesh: CircleMesh, mu: Array) -> tuple[int, list[float]]:

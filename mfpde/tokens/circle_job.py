@@ -32,7 +32,15 @@ from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle import CircleMesh, CircleTransport, _lagrange
-from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, fourier, initial_density, merge_times, w1_circle
+from mfpde.tokens.circle_diag import (
+    cdf_at,
+    clusters_cdf,
+    fourier,
+    initial_density,
+    merge_times,
+    moments,
+    w1_circle,
+)
 
 __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
            "output_depths"]
@@ -348,8 +356,7 @@ def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
             bar.update()
 
     def block_of(sol: Any, cpu: float) -> dict[str, Any]:
-        k = np.arange(1, FOURIER_MODES + 1)
-        amps = [np.abs(np.exp(-1j * np.outer(k, x)).mean(axis=1)).tolist() for x in sol.X]
+        amps = [np.abs(moments(x, 1.0 / fm.M, FOURIER_MODES)).tolist() for x in sol.X]
         m = np.diff(np.concatenate([sol.cdf[-1], [sol.cdf[-1][0] + 1.0]]))
         st = sol.stats
         return {"solver": "flow", "labels": fm.M, "rtol": t.rtol, "mass_T": 1.0, "mass_error": 0.0,

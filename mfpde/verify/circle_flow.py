@@ -38,7 +38,7 @@ import scipy.integrate
 from mfpde.fitting import fit_rate, richardson_bound
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, initial_density, w1_circle
+from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, initial_density, moments, w1_circle
 from mfpde.tokens.circle_flow import FlowMap, FourierForce, cluster_masses, modes_labels
 from mfpde.tokens.circle_particles import dense_velocity, dense_velocity_derivative
 from mfpde.verify.circle import BUDGET_S, _Budget, gamma_k
@@ -68,7 +68,7 @@ def flow_rates(M: int, beta: float, attention: str, K: int = 8, eps: float = 1e-
     for s in (1.0, -1.0):
         fm = _flow([[float(kk), s * eps, p] for kk, p in zip(k, ph, strict=True)], M, beta, attention)
         X = fm.solve(ts, rtol=1e-13).X
-        hats[s] = np.exp(-1j * np.outer(k, X.ravel())).reshape(K, len(ts), M).mean(axis=2).T
+        hats[s] = np.array([moments(x, 1.0 / M, K) for x in X])
     # μ̂_k of μ_t from the labels (midpoint rule), odd part of the two starts
     odd = np.abs(hats[1.0] - hats[-1.0]) / 2
 
