@@ -5,7 +5,8 @@
 #   amplitude 1e-4 with fixed phases, DG2 on 256 cells),
 # - read the report's Fourier modes and clusters, and check them against the linear theory of theory §9:
 #   mode k grows like e^{γ_k t}, γ_k = k² I_k(β)/β, so k_max(5) = 3 wins and three clusters form,
-#   at the angles (2πj − arg μ̂_3(0))/3 the initial phase of mode 3 predicts (the notebook's dashed lines).
+#   at the angles (2πj − arg μ̂_3(0))/3 the initial phase of mode 3 predicts (the dashed lines of the notebook
+#   that accompanies Bruno–Pasqualotto–Agazzi, ICLR 2025).
 #
 # Run: `python3 demos/demo_circle.py` (`--quick` or `MFPDE_DEMO_QUICK=1`: DG1 on 128 cells, depth 1.2).
 # Output: `out_demo_circle/circle.png` (|μ̂_k(t)| against t, with the predicted slopes) and the transport's DIR.
