@@ -1,4 +1,4 @@
-"""Side by side on the circle (theory §8): mfpde's two circle solvers against the strongest peer, in one run.
+"""Side by side on the circle (theory §9): mfpde's two circle solvers against the strongest peer, in one run.
 
 The peer (``bench/circle_peer.py``, numpy and scipy only, written without mfpde's code) is what a careful user of
 the field writes: deterministic particles at the quantiles of μ_0, the O(NK) Fourier-series force, scipy's DOP853,

@@ -18,7 +18,7 @@ class Tokens:
     """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
 
     dim: int = 1
-    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §8, with attention "softmax" or "unnormalised")
+    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §9, with attention "softmax" or "unnormalised")
     attention: str = "softmax"
     box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
     mesh: str = ""

@@ -1,4 +1,4 @@
-"""Tokens on the circle in Lagrangian form: μ_t = X_t # μ_0, the flow map on the quantiles of μ_0 (theory §8).
+"""Tokens on the circle in Lagrangian form: μ_t = X_t # μ_0, the flow map on the quantiles of μ_0 (theory §9).
 
 The continuity equation ∂_t μ + ∂_θ(μ u[μ]) = 0 is equivalent to the flow-map equation for the quantile map X_t(v)
 (v ∈ [0, 1) the mass coordinate: μ_t([X_t(0), X_t(v))) = v),

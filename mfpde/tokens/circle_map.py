@@ -1,4 +1,4 @@
-"""The circle's measures as quantile maps (theory §8): the data's quantile labels and the CDF reconstructed from them.
+"""The circle's measures as quantile maps (theory §9): the data's quantile labels and the CDF reconstructed from them.
 
 A probability measure μ on the circle is the push-forward of the uniform measure on [0, 1) by its quantile map
 X(v) (μ([X(0), X(v))) = v); its CDF is the inverse of X. :mod:`mfpde.tokens.circle_flow` transports X at M labels

@@ -48,7 +48,7 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         ConfigError: invalid input (nothing is written).
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
-    if cfg.tokens.domain == "circle":  # theory §8: a replicated 1-D solve (mfpde.tokens.circle_job)
+    if cfg.tokens.domain == "circle":  # theory §9: a replicated 1-D solve (mfpde.tokens.circle_job)
         from mfpde.tokens.circle_job import circle_transport_job
 
         return circle_transport_job(cfg, out, comm, progress)

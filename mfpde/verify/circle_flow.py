@@ -1,4 +1,4 @@
-"""Check of the Lagrangian circle solver (theory §8, :mod:`mfpde.tokens.circle_flow`).
+"""Check of the Lagrangian circle solver (theory §9, :mod:`mfpde.tokens.circle_flow`).
 
 Against references it does not produce.
 
@@ -163,7 +163,7 @@ def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9,
     return t_flow, t_red, sol.stats
 
 
-@register("circle_flow_map", "§8 (Lagrangian form)",
+@register("circle_flow_map", "§9 (Lagrangian form)",
           "the direct pairwise sum; closed form γ_k (scipy.special.iv); the Eulerian DG2 solver; the two-Dirac ODE",
           kind="W1 fall", budget_s=BUDGET_S[False], distributed=False)
 def check_circle_flow_map(quick: bool) -> Outcome:

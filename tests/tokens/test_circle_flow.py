@@ -1,4 +1,4 @@
-"""The flow-map solver on the circle (theory §8) against references it does not produce: the independent particle
+"""The flow-map solver on the circle (theory §9) against references it does not produce: the independent particle
 code's pairwise force, finite differences, the closed-form growth rates and CDF, the Eulerian DG solver, the
 two-Dirac ODE; and as ``mfpde transport``'s ``tokens.solver = "flow"``: config, report, CLI, Python API."""
 
