@@ -23,7 +23,10 @@ myst_heading_anchors = 3
 suppress_warnings = ["myst.header"]  # theory.md starts its numbered sections at level 2 under a level-1 title
 html_theme = "alabaster"
 html_static_path = ["_static"]
-html_theme_options = {"description": "finite elements for the mean-field transformer and its training"}
+# a text column of about 900 px (alabaster's default 940 px page leaves 660 px), so that the tables of the
+# verification, circle and benchmark pages fit; a table wider still scrolls inside the page (_static/custom.css)
+html_theme_options = {"description": "finite elements for the mean-field transformer and its training",
+                      "page_width": "1180px", "body_max_width": "none"}
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

@@ -62,13 +62,12 @@ def _last_run(r: dict[str, Any]) -> str:
 
 
 def verify_page() -> str:
-    """The Markdown table of every check: its name and theory section, what it measures against what, and the
-    last full run's numbers (the cells of the terminal table, joined so that the table fits a page)."""
-    lines = ["| check | what is measured, and against what | last full run |", "|---|---|---|"]
+    """The Markdown table of every check: its name, what it measures against what (and the theory section), and
+    the last full run's numbers (the cells of the terminal table, joined so that the table fits a page)."""
+    lines = ["| check | what is measured, against what (theory section) | last full run |", "|---|---|---|"]
     for r in check_rows():
-        name = f"`{r['name']}` ({r['section']})"
-        what = f"{r['measures']} *Compared with:* {r['reference']}."
-        lines.append("| " + " | ".join(_cell(x) for x in (name, what, _last_run(r))) + " |")
+        what = f"{r['measures']} *Compared with:* {r['reference']}. *Theory:* {r['section']}."
+        lines.append("| " + " | ".join(_cell(x) for x in (f"`{r['name']}`", what, _last_run(r))) + " |")
     return "\n".join(lines) + "\n"
 
 
