@@ -62,8 +62,11 @@ def _last_run(r: dict[str, Any]) -> str:
 
 
 def verify_page() -> str:
-    """The Markdown table of every check: its name, what it measures against what (and the theory section), and
-    the last full run's numbers (the cells of the terminal table, joined so that the table fits a page)."""
+    """The Markdown table of every check, three columns so that it fits a page.
+
+    Its name; what it measures against what, and the theory section; the last full run's numbers (the cells of
+    the terminal table in one line).
+    """
     lines = ["| check | what is measured, against what (theory section) | last full run |", "|---|---|---|"]
     for r in check_rows():
         what = f"{r['measures']} *Compared with:* {r['reference']}. *Theory:* {r['section']}."
