@@ -184,6 +184,27 @@ def test_a_check_that_raises_fails_and_the_rest_run(tempdir, monkeypatch, capfd)
         assert "[1/2] stability_w1_data ... FAILED" in out.err and "[2/2] gaussian_exact_d1 ... passed (" in out.err
 
 
+
+def test_an_exception_on_one_rank_fails_the_check_on_every_rank():
+    """A check raising on the last rank only (the others reach their verdict): every rank records the failure,
+    with the rank named under MPI, and the next collective still matches."""
+    from mfpde.verify.registry import Outcome
+
+    comm = MPI.COMM_WORLD
+
+    def last_rank_raises(quick):
+        if comm.rank == comm.size - 1:
+            raise ZeroDivisionError("a planted division")
+        return Outcome(1.0, 1.0, "= 1", True, "fine")
+
+    rec = run_check(dataclasses.replace(CHECKS["gaussian_exact_d1"], run=last_rank_raises), quick=True)
+    assert rec["passed"] is False and rec["exception"]["type"] == "ZeroDivisionError", rec
+    assert rec["threshold"].startswith("raised ZeroDivisionError: a planted division")
+    if comm.size > 1:
+        assert f"(rank {comm.size - 1} of {comm.size})" in rec["detail"], rec["detail"]
+    assert comm.allreduce(1) == comm.size
+
+
 def test_one_log_line_per_check_and_no_repeated_solver_lines(tempdir, capfd):
     """Each check logs one line with a counter; the training problems the checks build do not repeat their
     "linear solvers" line (was one per problem: 43 in a quick run)."""
