@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,31 @@ def _load_checks() -> None:
     )
 
 
+#: Seconds a rank whose check raised waits for the other ranks to end the check (``MFPDE_MPI_EXIT_TIMEOUT``).
+AGREE_TIMEOUT_S = 60.0
+
+
+def _others_arrive(comm: MPI.Comm) -> bool:
+    """Whether every rank reaches the end of the check within :data:`AGREE_TIMEOUT_S` (a non-blocking barrier).
+
+    Called by a rank whose check raised; the others call it when their check ends (see :func:`run_check`). False
+    when they do not come: they wait in a collective of the check that this rank left, and agreeing on the
+    verdict would hang, so the exception ends the job instead (exit 1 on every rank, :func:`mfpde.cli.main`).
+    """
+    if comm.size == 1:
+        return True
+    try:
+        timeout = float(os.environ.get("MFPDE_MPI_EXIT_TIMEOUT", AGREE_TIMEOUT_S))
+    except ValueError:
+        timeout = AGREE_TIMEOUT_S
+    req, t0 = comm.Ibarrier(), time.monotonic()
+    while not req.Test():
+        if time.monotonic() - t0 > timeout:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
     """Run one check within its budgets and return its ``checks`` record (interface.md). Collective.
 
@@ -92,6 +118,10 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
     except Exception as e:  # the check's failure, not the job's: the rest still run
         logger.debug("check %s raised", check.name, exc_info=True)
         raised = {"type": type(e).__name__, "message": str(e)[:500]}
+        if not _others_arrive(comm):  # they wait in one of the check's collectives: end the job (mfpde.cli)
+            raise
+    if raised is None and comm.size > 1:  # the barrier of _others_arrive, for the ranks that did not raise
+        comm.Ibarrier().Wait()
     every = comm.allgather(raised)
     first = next((r for r in every if r is not None), None)
     if first is not None:
