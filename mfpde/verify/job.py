@@ -224,11 +224,15 @@ def _plot(out: Path, record: dict[str, Any]) -> None:
 
 @contextlib.contextmanager
 def _inner_logs_quiet() -> Iterator[None]:
-    """Within the block, the loggers of :data:`INNER_LOGGERS` pass warnings only (their levels are restored)."""
+    """Within the block, the loggers of :data:`INNER_LOGGERS` pass warnings only (their levels are restored).
+
+    Not when they are set to debug: whoever debugs sees every line.
+    """
     loggers = [logging.getLogger(n) for n in INNER_LOGGERS]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(max(logging.WARNING, lg.getEffectiveLevel()))
+        if lg.getEffectiveLevel() > logging.DEBUG:
+            lg.setLevel(max(logging.WARNING, lg.getEffectiveLevel()))
     try:
         yield
     finally:
