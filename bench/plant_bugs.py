@@ -1,13 +1,15 @@
-"""Plant known bugs one at a time and see which `mfpde verify --quick` checks catch them.
+"""Plant known bugs one at a time and see which `mfpde verify --quick` checks or tests catch them.
 
 Each plant is a (file, old text, new text) replacement applied in a detached git worktree of HEAD (the source
-tree of the run is never touched), then the named checks run there with ``PYTHONPATH`` pointing at it; a plant
-is caught when verify exits 3 within its budgets. Prints a table bug → check → verdict → the check's detail and
-writes ``out/plant_bugs.json``. Run from the repository root:
+tree of the run is never touched), then its catchers run there with ``PYTHONPATH`` pointing at it: the named
+checks (``mfpde verify --quick --only ...``) and the named tests (catchers given as pytest node ids,
+``tests/...::name``). A plant is caught when verify exits 3 within its budgets and every named test fails.
+Prints a table bug → catchers → verdict → the failed checks' detail and writes ``out/plant_bugs.json``. Run
+from the repository root:
 
     python bench/plant_bugs.py [--only NAME ...]
 
-About 5 minutes on 2 cores for all plants.
+About 10 minutes on 2 cores for all plants.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: name → (file, old, new, checks that must catch it, what the bug is)
+#: name → (file, old, new, checks or tests (pytest node ids) that must catch it, what the bug is)
 PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
     "strang_stale_potential": (
         "mfpde/training/splitting.py",
@@ -133,34 +135,87 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/batch.py", "hk, layer = heads[k // per_layer], k // per_layer",
         "hk, layer = heads[min((k + 1) // per_layer, len(heads) - 1)], min((k + 1) // per_layer, len(heads) - 1)",
         ["batched_gradient_d2"], "the same in the batched solver (caught once the blocks' heads differ)"),
+    "redo_tolerance": (
+        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)",
+        "broken[idx] = h > op.max_stable_dt(vel) * 1.005", ["token_cfl_substeps"],
+        "a sub-step up to 0.5% over the CFL bound not redone (the batched redo row is 9% over: only its tight case "
+        "sees it)"),
+    "dg1_cfl_without_boundary": (
+        "mfpde/tokens/transport.py", '* q("-") * dS\n                                         + vnp * q * ds)',
+        '* q("-") * dS)', ["token_cfl_substeps"],
+        "the DG1 CFL form without the outflow through ∂Ω (the boundary cell's neighbour rules, 0.75% slower)"),
+    "circle_w1_mean_shift": (
+        "mfpde/tokens/circle_diag.py", "np.sum(np.abs(D - np.median(D)))", "np.sum(np.abs(D - np.mean(D)))",
+        ["tests/tokens/test_circle.py::test_w1_of_two_point_clouds_against_an_optimal_assignment"],
+        "the circle W1 shifted by the mean of F − G instead of its median"),
+    "circle_particles_rk4_stage": (
+        "mfpde/tokens/circle_particles.py", "k3 = velocity(th + 0.5 * dt * k2, beta, softmax)",
+        "k3 = velocity(th + 0.5 * dt * k1, beta, softmax)",
+        ["tests/tokens/test_circle.py::test_particle_rk4_has_order_4_against_an_adaptive_reference"],
+        "the circle particle code's third RK4 stage from k1 (order 2; circle_particles fits only N^{-1/2})"),
+    "slope_tolerance_log": (
+        "mfpde/fitting.py", "np.abs(_slope_weights(x)).sum() * -np.log1p(-E))",
+        "np.abs(_slope_weights(x)).sum() * np.log1p(E))",
+        ["tests/test_fitting.py::test_slope_tolerance_bounds_every_perturbation_and_is_attained"],
+        "slope_tolerance with log(1 + E) for −log(1 − E) (a bound that is not one)"),
+    "heads_degree_check_removed": (
+        "mfpde/config.py",
+        '        (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),\n', "",
+        ["tests/test_bad_input.py::test_an_accepted_degree_is_the_degree_built"],
+        "the heads.degree check removed (degree 0 or 2 runs P1 and writes its degree into the resolved config)"),
+    "resume_block_zero": (
+        "mfpde/training/records.py", 'theta.set_values(r, ck["rho"][k])', 'theta.set_values(r, ck["rho"][0])',
+        ["tests/test_durability.py::test_resume_of_a_depth_indexed_run_gives_the_straight_run"],
+        "resume of a depth-indexed run restores block 0's ρ into every block"),
+    "certificate_window_wide": (
+        "mfpde/training/theory.py", "win = gap >= 10 * certificate_end", "win = gap >= 1 * certificate_end",
+        ["tests/training/test_theorems.py::test_certified_rate_fits_only_rows_where_f_star_is_known_to_10_percent"],
+        "the run report's certificate window 1 × λ KL instead of 10 × (F* to within 100%, not 10%)"),
 }
 
 
 def run(name: str, tree: Path) -> dict[str, object]:
-    """Apply one plant in ``tree``, run its checks, undo it."""
-    file, old, new, checks, what = PLANTS[name]
+    """Apply one plant in ``tree``, run its checks and tests, undo it."""
+    file, old, new, catchers, what = PLANTS[name]
+    checks = [c for c in catchers if "::" not in c]
+    tests = [c for c in catchers if "::" in c]
     path = tree / file
     text = path.read_text()
     if text.count(old) != 1:
-        return {"name": name, "what": what, "checks": checks, "caught": None, "detail": "plant site not found"}
+        return {"name": name, "what": what, "checks": catchers, "caught": None, "detail": "plant site not found"}
     path.write_text(text.replace(old, new))
     out = Path(tempfile.mkdtemp(prefix=f"plant-{name}-"))
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    rc = test_rc = None
+    failed: list[str] = []
+    detail = ""
     try:
-        proc = subprocess.run([sys.executable, "-m", "mfpde", "verify", "--quick", "--only", *checks, "--out",
-                               str(out)], env=env, cwd=tree, capture_output=True, text=True, timeout=1200)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        rc = -1
+        if checks:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "mfpde", "verify", "--quick", "--quiet", "--only",
+                                       *checks, "--out", str(out)], env=env, cwd=tree, capture_output=True, text=True,
+                                      timeout=1200)
+                rc = proc.returncode
+            except subprocess.TimeoutExpired:
+                rc = -1
+            rep = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"checks": []}
+            failed += [c["name"] for c in rep["checks"] if not c["passed"]]
+            detail = "; ".join(f"{c['name']}: {c['detail'][:160]}" for c in rep["checks"] if not c["passed"])
+        if tests:
+            try:
+                proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                                      env=env, cwd=tree, capture_output=True, text=True, timeout=1200)
+                test_rc = proc.returncode
+                failed += [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+            except subprocess.TimeoutExpired:
+                test_rc = -1
     finally:
         path.write_text(text)
     wall = time.perf_counter() - t0
-    rep = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"checks": []}
-    failed = [c["name"] for c in rep["checks"] if not c["passed"]]
-    detail = "; ".join(f"{c['name']}: {c['detail'][:160]}" for c in rep["checks"] if not c["passed"])
-    return {"name": name, "what": what, "checks": checks, "exit": rc, "caught": rc == 3, "failed": failed,
-            "wall_s": round(wall, 1), "detail": detail}
+    caught = (not checks or rc == 3) and (not tests or test_rc == 1)
+    return {"name": name, "what": what, "checks": catchers, "exit": rc, "pytest_exit": test_rc, "caught": caught,
+            "failed": failed, "wall_s": round(wall, 1), "detail": detail}
 
 
 def main() -> int:

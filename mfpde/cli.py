@@ -66,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
     v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
     v.add_argument("--out", type=str, default=None, help="output directory (default out/verify)")
+    v.add_argument("--quiet", action="store_true", help="no progress output")
     return p
 
 
@@ -189,24 +190,28 @@ def _out_dir(args: argparse.Namespace) -> Path:
 
 #: The progress bar: steps done of the total, elapsed time, ETA (tqdm's estimate of the remaining time), rate.
 BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
-              "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}]")
+              "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}{postfix}]")
 
 
 class _Bar:
     """A tqdm bar on stderr with the ``mfpde`` log lines written above it (``logging_redirect_tqdm``) until closed."""
 
-    def __init__(self, total: int, initial: int, desc: str = "mfpde run") -> None:
+    def __init__(self, total: int, initial: int, desc: str = "mfpde run", unit: str = "step") -> None:
         from tqdm import tqdm  # only on a terminal
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         self._redirect = logging_redirect_tqdm(loggers=[logger])
         self._redirect.__enter__()
-        self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step", file=sys.stderr,
-                         bar_format=BAR_FORMAT)
+        self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr,
+                         bar_format=BAR_FORMAT.replace(" steps ", f" {unit}s "))
 
     def update(self, n: int = 1) -> object:
         """Advance by n training steps."""
         return self._bar.update(n)
+
+    def describe(self, text: str) -> None:
+        """Show what runs now after the counts (verify: the check's name)."""
+        self._bar.set_postfix_str(text)
 
     def close(self) -> None:
         """Close the bar and give the log lines their handler back."""
@@ -214,12 +219,17 @@ class _Bar:
         self._redirect.__exit__(None, None, None)
 
 
+def _bar_wanted(quiet: bool) -> bool:
+    """Whether to show a tqdm bar: on a terminal, rank 0 only, not with ``--quiet``."""
+    return not (quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty())
+
+
 def _progress(quiet: bool, desc: str = "mfpde run") -> ProgressFactory | None:
     """A tqdm bar with an ETA on a terminal (rank 0 only), else None (a log line per output step is printed instead).
 
     While the bar is shown, log lines go through ``tqdm.write`` so they do not break it.
     """
-    if quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty():
+    if not _bar_wanted(quiet):
         return None
     return lambda total, initial: _Bar(total, initial, desc)
 
@@ -233,7 +243,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "verify":
         from mfpde.verify.job import verify_job  # the checks import scipy and gmsh: only when asked
 
-        return verify_job(out, quick=args.quick, only=args.only, comm=comm)
+        return verify_job(out, quick=args.quick, only=args.only, comm=comm,
+                          progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet) else None)
     cfg = config.load(args.config, args.overrides)
     check_resolved(cfg)
     if args.command == "transport":

@@ -19,7 +19,8 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
   and the fix, instead of a traceback.
 * :func:`repair_jit_cache`: a damaged FFCx cache entry (a ``.c`` left by a killed compile, a truncated ``.so``)
   is moved aside into ``<cache>/damaged/`` and compiled again, under an ``flock`` per entry, so that the jobs
-  sharing a cache wait for one compile instead of seeing each other's half-written files.
+  sharing a cache wait for one compile instead of seeing each other's half-written files; the compiler is
+  given :data:`JIT_QUIET_FLAGS` (the generated C declares quadrature tables some kernels do not use).
 * :class:`OutputLock`: one job per DIR: rank 0 holds ``fcntl.flock`` on ``DIR/.mfpde.lock`` while the job runs;
   the kernel releases it when the holder dies however it dies (SIGKILL, a node's container as PID 1), so a lock
   file nobody holds, such as the pid files of older versions or an empty file, is taken over.
@@ -43,7 +44,7 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError
 
-__all__ = ["OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
+__all__ = ["JIT_QUIET_FLAGS", "OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
            "private_caches", "repair_jit_cache"]
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,10 @@ logger = logging.getLogger(__name__)
 LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 #: Variables by which the user chooses the number of BLAS threads (mfpde then leaves it alone).
 THREAD_VARS = ("MFPDE_BLAS_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: C compiler flags added to FFCx's ``cffi_extra_compile_args`` (after DOLFINx's and the user's): the generated
+#: kernels declare quadrature weights they do not all use, and gcc's warnings about them reached the user's
+#: terminal on a cold cache.
+JIT_QUIET_FLAGS = ("-Wno-unused-variable", "-Wno-unused-const-variable", "-Wno-unused-but-set-variable")
 
 
 def check_launcher(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = None) -> None:
@@ -303,6 +308,7 @@ def repair_jit_cache() -> None:
 
     def locked(fn):
         def run(*args, **kwargs):
+            kwargs["cffi_extra_compile_args"] = [*(kwargs.get("cffi_extra_compile_args") or []), *JIT_QUIET_FLAGS]
             n = len(held)
             try:
                 return fn(*args, **kwargs)

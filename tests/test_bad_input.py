@@ -316,3 +316,27 @@ def test_errors_of_several_sections_each_named_once(overrides, keys):
         config.load(DEMO, overrides)
     named = [m.split(":")[0] for m in info.value.messages]
     assert named == keys, info.value.messages
+
+
+@pytest.mark.parametrize(("key", "values"), [("heads.degree", [0, 1, 2, 3]), ("tokens.degree", [0, 1, 2, 3])])
+def test_an_accepted_degree_is_the_degree_built(key, values):
+    """Every value of a space's degree is either refused with the key named, or is the degree of the space the
+    problem builds (was: a removed check let ``heads.degree = 2`` run on P1 and write 2 into the resolved config)."""
+    from mfpde import config as C
+    from mfpde.errors import ConfigError
+    from mfpde.limits import check_resolved
+    from mfpde.problem import build
+
+    accepted = []
+    for v in values:
+        try:
+            cfg = C.load(DEEP, [*RUN_SMALL, f"{key}={v}"])
+            check_resolved(cfg)
+        except ConfigError as e:
+            assert key in str(e), (v, str(e))
+            continue
+        p = build(cfg, MPI.COMM_WORLD)
+        space = p.theta.V if key == "heads.degree" else p.tokens.W
+        assert space.ufl_element().degree == v == (cfg.heads.degree if key == "heads.degree" else cfg.tokens.degree)
+        accepted.append(v)
+    assert accepted, f"no value of {key} accepted"

@@ -308,3 +308,16 @@ def test_keep_freed_memory_stops_the_page_faults_of_temporaries():
     from mfpde.environment import keep_freed_memory
 
     assert keep_freed_memory({"MALLOC_TRIM_THRESHOLD_": "0"}) is False
+
+
+@pytest.mark.serial
+def test_no_compiler_warnings_on_a_cold_jit_cache(tmp_path):
+    """An empty FFCx cache (XDG_CACHE_HOME, which DOLFINx's jit options read for ``cache_dir``): the forms of a
+    check are compiled with the job's flags and gcc says nothing (was -Wunused-variable warnings on stderr)."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "mfpde", "verify", "--quick", "--only", "token_mass", "--out",
+                        str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "cache" / "fenics").glob("*.so")), "nothing compiled: the cache was not cold"
+    warned = [line for line in (r.stderr + r.stdout).splitlines() if "warning:" in line]
+    assert not warned, "\n".join(warned[:5])

@@ -1,12 +1,15 @@
-"""mfpde.fitting.fit_power against an exact power law and against scipy.stats.linregress (an independent fit)."""
+"""mfpde.fitting.fit_power against an exact power law and against scipy.stats.linregress (an independent fit);
+slope_tolerance against the slopes of every extreme perturbation (numpy's polyfit)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from mfpde.fitting import fit_power
+from mfpde.fitting import fit_power, slope_tolerance
 
 
 def test_exact_law_and_its_inverse():
@@ -26,3 +29,24 @@ def test_standard_errors_equal_linregress():
     assert law.q == pytest.approx(ref.slope, rel=1e-12)
     assert law.se_q == pytest.approx(ref.stderr, rel=1e-10)
     assert law.se_logc == pytest.approx(ref.intercept_stderr, rel=1e-10)
+
+
+@pytest.mark.parametrize("rel", [0.02, 0.3])
+def test_slope_tolerance_bounds_every_perturbation_and_is_attained(rel):
+    """|slope(v*) − slope(v)| over every v* with |v_i − v*_i| ≤ b_i (the corners of the box: the slope of log v* is
+    monotone in each v*_i), fitted by numpy's polyfit: never above slope_tolerance(x, v, b), and with equal relative
+    bounds E within the asymmetry of the logarithm of it: the worst corner moves log v_i by −log(1 − E) where
+    w_i > 0 and by log(1 + E) where w_i < 0 (Σ w_i = 0 splits Σ|w_i| in halves), the bound by −log(1 − E) for all."""
+    rng = np.random.default_rng(1)
+    x = np.geomspace(10.0, 1e4, 5)
+    v = 2.0 * x**-0.8 * np.exp(0.2 * rng.standard_normal(5))
+
+    def worst(b):
+        q = np.polyfit(np.log(x), np.log(v), 1)[0]
+        return max(abs(np.polyfit(np.log(x), np.log(v + np.array(s) * b), 1)[0] - q)
+                   for s in itertools.product((-1.0, 1.0), repeat=len(x)))
+
+    uneven = rel * v * rng.uniform(0.2, 1.0, 5)
+    assert worst(uneven) <= slope_tolerance(x, v, uneven) * (1 + 1e-12)
+    attained = (np.log1p(rel) - np.log1p(-rel)) / (-2 * np.log1p(-rel))
+    assert worst(rel * v) == pytest.approx(attained * slope_tolerance(x, v, rel * v), rel=1e-9)

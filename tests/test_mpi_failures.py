@@ -200,3 +200,33 @@ def test_bad_output_dir_exit_2_on_every_rank(tmp_path, case):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2, err
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in err, err
+
+
+PLANT_VERIFY = '''
+import dataclasses, sys
+from mpi4py import MPI
+from mfpde import cli
+from mfpde.verify import job
+from mfpde.verify.registry import CHECKS, Outcome
+
+job._load_checks()
+
+def planted(quick):
+    if MPI.COMM_WORLD.rank == 1:
+        raise ValueError("planted on rank 1")
+    MPI.COMM_WORLD.allreduce(1)  # rank 0 waits here for rank 1, which never comes
+    return Outcome(1.0, 1.0, "= 1", True, "")
+
+CHECKS["gaussian_exact_d1"] = dataclasses.replace(CHECKS["gaussian_exact_d1"], run=planted)
+sys.exit(cli.main(["verify", "--quick", "--only", "gaussian_exact_d1", "--out", {out!r}]))
+'''
+
+
+@pytest.mark.serial
+def test_verify_check_raising_on_one_rank_inside_a_collective_ends_the_job(tmp_path):
+    """A check raising on one rank while the others wait in its collective: verify cannot record it as the check's
+    failure (agreeing would hang), so the job ends with the bug's exit 1 after MFPDE_MPI_EXIT_TIMEOUT."""
+    rc, err, dt = launch(["-c", PLANT_VERIFY.format(out=str(tmp_path / "out"))], python=True,
+                         env={"MFPDE_MPI_EXIT_TIMEOUT": "3"})
+    assert rc != 0 and "unexpected ValueError on rank 1 of 2: planted on rank 1" in err, err
+    assert dt < 120, f"took {dt:.0f} s: {err}"

@@ -20,6 +20,17 @@ grows past the bound (by 1.091 before its last sub-step). u(L) = c(m + aσ²L) p
 per unit area is the corner cell's, (u₁(L) + u₂(L))/h. DG0's numerical diffusion (at most |u| h/2 per axis)
 only widens μ, so it can only raise the growth: the premises are the closed form's growth for B and that growth
 plus the diffusion's largest share for A. Redoing every row when one needs it, or none, fails.
+
+A fourth case resolves the tolerance of that redo: the d = 1 DG0 step of the first case with Δt = TIGHT_DT
+(x = 3.96, 4 sub-steps by the rule at the start) has a velocity before its last sub-step 1.0008 times the bound
+by the closed form (1.0010 with DG0's diffusion at its largest): the step must be redone with 8. A redo that
+lets a sub-step exceed its bound by more than 0.1% keeps 4 (the batched row B, 9% over, cannot tell tolerances
+under 9% apart).
+
+A fifth case sees the boundary cell's outflow in the DG1 bound: on BOUNDARY_CELLS = 100 cells (h = 0.08) the
+cell at L has the largest outflow u(L)/h, and its neighbour's u(L − h)/h is δ = 0.75% smaller; Δt = BOUNDARY_DT
+puts x = Δt u₀(L)/(CFL_1 h) = 3.01 just above an integer (4 sub-steps), and x(1 − δ) = 2.987 below it (3): a
+bound that misses the outflow through ∂Ω counts 3.
 """
 
 from __future__ import annotations
@@ -71,6 +82,54 @@ def expected_substeps(degree: int) -> tuple[int, float, float]:
     return n, x, (n / x) / (_velocity_at_l(DT) / _velocity_at_l(0.0))
 
 
+#: The tight redo case: the d = 1 DG0 step of Δt = TIGHT_DT; its velocity exceeds the bound by at most
+#: TIGHT_OVER (with DG0's diffusion at its largest) before the last sub-step: a redo tolerance above it is seen.
+TIGHT_DT, TIGHT_OVER = 0.0198, 2e-3
+
+
+def tight_expected() -> tuple[int, float, float, bool]:
+    """(the count the rule fixes for the tight case: 2⌈x⌉, x, the closed-form overshoot, whether the premises hold).
+
+    The overshoot is u_t(L)/u_bound − 1 before the last sub-step (t = (n − 1)Δt/n, u_bound = u₀(L)⌈x⌉/x); it
+    must be above round-off (1e-6) without diffusion and below TIGHT_OVER with DG0's diffusion at its largest.
+    """
+    h = 2 * L / CELLS
+
+    def u_l(t: float, spread: float = 0.0) -> float:
+        mt, var = _law(M0, t)
+        return C_HEAD * (mt + A_HEAD * (var + spread) * L)
+
+    u0 = u_l(0.0)
+    x = TIGHT_DT * u0 / (CFL * h)
+    n = math.ceil(x)
+    before_last, bound = (n - 1) / n * TIGHT_DT, u0 * n / x
+    clean, diffused = u_l(before_last) / bound - 1, u_l(before_last, u_l(TIGHT_DT) * h * before_last) / bound - 1
+    return 2 * n, x, clean, 1e-6 < clean and diffused < TIGHT_OVER and u_l(TIGHT_DT, u_l(TIGHT_DT) * h) / u0 < 2 * n / x
+
+
+#: The DG1 boundary case: Ω = [−L, L] in BOUNDARY_CELLS cells, one depth step of BOUNDARY_DT.
+BOUNDARY_CELLS, BOUNDARY_DT = 100, 0.0602
+
+
+def boundary_expected() -> tuple[int, float, float, bool]:
+    """The count ⌈x⌉ of the DG1 boundary case, x, δ = 1 − u₀(L − h)/u₀(L), and whether the premises hold.
+
+    The premises: x and x(1 − δ) lie on either side of ⌊x⌋ by more than 0.1% of x, and the growth of u(L) over
+    the step stays below ⌈x⌉/x (no sub-step is redone).
+    """
+    h = 2 * L / BOUNDARY_CELLS
+    mean, var = _law(M0, 0.0)
+
+    def u0(y: float) -> float:
+        return C_HEAD * (mean + A_HEAD * var * y)
+
+    x = BOUNDARY_DT * u0(L) / (0.5 * CFL * h)
+    delta = 1 - u0(L - h) / u0(L)
+    n = math.ceil(x)
+    premise = min(x - (n - 1), (n - 1) - x * (1 - delta)) > 1e-3 * x
+    return n, x, delta, premise and _velocity_at_l(BOUNDARY_DT) / u0(L) < n / x
+
+
 #: The batched case: Ω = [−L, L]², 50 × 50 DG0 cells, Δt = 0.16, rows μ₀ = N((m, m), σ² I) for m in BATCH_M.
 BATCH_CELLS, BATCH_DT, BATCH_M = 50, 0.16, (0.32, 0.46)
 
@@ -108,6 +167,12 @@ def _batched_counts() -> list[int]:
     return [r.substeps for r in reps]
 
 
+def _one_step(cells: int, degree: int, dt: float, heads: HeadMeasure) -> int:
+    """The sub-steps of one depth step of the d = 1 case on ``cells`` cells (μ₀ = N(M0, S0))."""
+    tt = TokenTransport(box(MPI.COMM_WORLD, [[-L, L]], [cells]), degree, CFL)
+    return tt.solve(_mu0(tt, np.array([M0]), np.array([[S0]])), heads, dt, 1).substeps
+
+
 @register("token_cfl_substeps", "§1.3 (F) CFL; §6.1 affine velocity",
           "the count ⌈Δt u(L)/(CFL h)⌉ of the closed-form velocity", kind="sub-steps", steps=1000)
 def check_token_cfl_substeps(quick: bool) -> Outcome:
@@ -132,5 +197,17 @@ def check_token_cfl_substeps(quick: bool) -> Outcome:
         if abs(g - e) > row[0]:
             row = (abs(g - e), float(g), float(e))
     parts.append(f"batched rows: {got} sub-steps, rule {[e for e, *_ in expected]} (row B redone with twice as many)")
+    n_tight, x_tight, over, tight_ok = tight_expected()
+    n_bnd, x_bnd, delta, bnd_ok = boundary_expected()
+    ok &= tight_ok and bnd_ok
+    for (cells, degree, dt), n_rule in (((CELLS, 0, TIGHT_DT), n_tight), ((BOUNDARY_CELLS, 1, BOUNDARY_DT), n_bnd)):
+        n = _one_step(cells, degree, dt, heads)
+        worst = max(worst, abs(n - n_rule))
+        if abs(n - n_rule) > row[0]:
+            row = (abs(n - n_rule), float(n), float(n_rule))
+        parts.append(f"tight redo: {n} sub-steps, rule {n_rule} (x = {x_tight:.3f}, {100 * over:.2f}% over the "
+                     f"bound before the last of {n_rule // 2}: redone)" if degree == 0 else
+                     f"DG1 boundary cell: {n} sub-steps, rule {n_rule} (x = {x_bnd:.4f}; without ∂Ω's outflow "
+                     f"{x_bnd * (1 - delta):.4f})")
     return Outcome(row[1], row[2], "= 0 (n = ⌈Δt u(L)/(CFL h)⌉ exactly, every row)", ok and worst == 0,
                    "; ".join(parts), tolerance=0.0)

@@ -1,17 +1,21 @@
 """The ``verify`` job (interface.md): run the registered checks, print the table, write report.json and plots.
 
 Exit status: 0 when every check passed, 3 when one failed (a failed check is a numerical finding; a
-check that could not run because a solver failed is a failed check with the error as its detail).
+check that could not run because a solver failed, or that raised any other exception, is a failed check with
+the error as its detail, and the remaining checks still run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
+import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mpi4py import MPI
 
@@ -25,6 +29,26 @@ from mfpde.verify.registry import CHECKS, Check, Outcome
 __all__ = ["COLUMNS", "format_table", "run_check", "table_cells", "verify_job"]
 
 logger = logging.getLogger(__name__)
+
+#: The loggers of the solvers a check drives: their info lines (a training problem's "linear solvers", a run's
+#: steps), repeated by every check, are quieted to warnings while the checks run; verify logs one line a check.
+INNER_LOGGERS = ("mfpde.training", "mfpde.tokens", "mfpde.params", "mfpde.problem", "mfpde.fields")
+
+
+class Progress(Protocol):
+    """A progress display (``mfpde.cli``'s tqdm bar): ``update`` per check, ``describe`` the running one, ``close``."""
+
+    def update(self, n: int = 1) -> object:
+        """Advance by n checks."""
+        ...
+
+    def describe(self, text: str) -> None:
+        """Show what runs now."""
+        ...
+
+    def close(self) -> None:
+        """End the display."""
+        ...
 
 
 def _load_checks() -> None:
@@ -46,6 +70,31 @@ def _load_checks() -> None:
     )
 
 
+#: Seconds a rank whose check raised waits for the other ranks to end the check (``MFPDE_MPI_EXIT_TIMEOUT``).
+AGREE_TIMEOUT_S = 60.0
+
+
+def _others_arrive(comm: MPI.Comm) -> bool:
+    """Whether every rank reaches the end of the check within :data:`AGREE_TIMEOUT_S` (a non-blocking barrier).
+
+    Called by a rank whose check raised; the others call it when their check ends (see :func:`run_check`). False
+    when they do not come: they wait in a collective of the check that this rank left, and agreeing on the
+    verdict would hang, so the exception ends the job instead (exit 1 on every rank, :func:`mfpde.cli.main`).
+    """
+    if comm.size == 1:
+        return True
+    try:
+        timeout = float(os.environ.get("MFPDE_MPI_EXIT_TIMEOUT", AGREE_TIMEOUT_S))
+    except ValueError:
+        timeout = AGREE_TIMEOUT_S
+    req, t0 = comm.Ibarrier(), time.monotonic()
+    while not req.Test():
+        if time.monotonic() - t0 > timeout:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
     """Run one check within its budgets and return its ``checks`` record (interface.md). Collective.
 
@@ -53,17 +102,37 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
     non-finite values, a stalled CFL loop), when the check spends more than its step budget
     (:mod:`mfpde.budget`), when its measured value (or its reference value) is not finite, or when it uses more
     CPU time than its time budget (the slowest rank's process time, which a loaded machine does not inflate as
-    it does wall time; quick checks get half of it).
+    it does wall time; quick checks get half of it). Any other exception raised by the check (a fit on NaN
+    errors, a log of a negative gap: a bug in the check or in the code it checks) is its failure too: ``detail``
+    and ``threshold`` say ``raised <type>: <message>``, ``exception`` holds the type and message (None when the
+    check ran to its verdict), and the traceback goes to the debug log. The ranks agree on it (the lowest rank's
+    exception is reported). Interruptions (:class:`~mfpde.signals.Interrupted`, KeyboardInterrupt) pass through.
     """
     t, c = time.perf_counter(), time.process_time()
+    raised: dict[str, str] | None = None
     try:
         with step_budget(check.steps) as used:
             outcome = check.run(quick)
     except NumericalError as e:  # SolverError included: a solve failed inside the check
         outcome = Outcome(float("nan"), None, "", False, f"numerical failure: {e}")
+    except Exception as e:  # the check's failure, not the job's: the rest still run
+        logger.debug("check %s raised", check.name, exc_info=True)
+        raised = {"type": type(e).__name__, "message": str(e)[:500]}
+        if not _others_arrive(comm):  # they wait in one of the check's collectives: end the job (mfpde.cli)
+            raise
+    if raised is None and comm.size > 1:  # the barrier of _others_arrive, for the ranks that did not raise
+        comm.Ibarrier().Wait()
+    every = comm.allgather(raised)
+    first = next((r for r in every if r is not None), None)
+    if first is not None:
+        rank = every.index(first)
+        where = f" (rank {rank} of {comm.size})" if comm.size > 1 else ""
+        text = f"raised {first['type']}: {first['message']}{where}"
+        outcome = Outcome(float("nan"), None, text, False, text)
     wall = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
     cpu = comm.allreduce(time.process_time() - c, op=MPI.MAX)
     rec = outcome.record(check)
+    rec["exception"] = first
     budget = check.budget_s / 2 if quick else check.budget_s
     if (rec["measured"] is None or outcome.reference is not None and rec["reference_value"] is None) and rec["passed"]:
         rec["passed"], rec["detail"] = False, "non-finite value: " + rec["detail"]
@@ -75,6 +144,9 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
 
 #: The widest table line :func:`format_table` prints (characters).
 TABLE_WIDTH = 120
+
+#: The longest threshold cell (a check that raised has its exception there; the whole text is in report.json).
+THRESHOLD_CHARS = 240
 
 #: The table's columns: heading, and the record's text for it (interface.md).
 COLUMNS = ("check", "kind", "measured", "reference", "error", "threshold", "verdict", "s")
@@ -92,8 +164,9 @@ def table_cells(r: dict[str, Any]) -> tuple[str, ...]:
     """
     measured = r.get("measured", r.get("value"))
     kind = r.get("kind", "") + (f" [{r['unit']}]" if r.get("unit") else "")
+    threshold = r["threshold"] if len(r["threshold"]) <= THRESHOLD_CHARS else r["threshold"][:THRESHOLD_CHARS - 1] + "…"
     return (r["name"], kind, "—" if measured is None else _num(measured, 4), _num(r.get("reference_value"), 4),
-            _num(r.get("error"), 2), r["threshold"], "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}")
+            _num(r.get("error"), 2), threshold, "pass" if r["passed"] else "FAIL", f"{r['wall_s']:.1f}")
 
 
 def format_table(records: list[dict[str, Any]], width: int = TABLE_WIDTH) -> str:
@@ -149,9 +222,30 @@ def _plot(out: Path, record: dict[str, Any]) -> None:
     plt.close(fig)
 
 
+@contextlib.contextmanager
+def _inner_logs_quiet() -> Iterator[None]:
+    """Within the block, the loggers of :data:`INNER_LOGGERS` pass warnings only (their levels are restored).
+
+    Not when they are set to debug: whoever debugs sees every line.
+    """
+    loggers = [logging.getLogger(n) for n in INNER_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        if lg.getEffectiveLevel() > logging.DEBUG:
+            lg.setLevel(max(logging.WARNING, lg.getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, comm: MPI.Comm = MPI.COMM_WORLD,
-               plots: bool = True) -> int:
+               plots: bool = True, progress: Callable[[int], Progress] | None = None) -> int:
     """Run the checks (all, or ``only``), print the table (rank 0), write ``report.json`` and plots. Collective.
+
+    Logs one line per check when it ends, ``[k/n] name ... passed (3.1 s)`` (``FAILED (…): detail`` otherwise);
+    the solvers' own info lines are quieted while the checks run.
 
     Args:
         out: the output directory.
@@ -159,6 +253,7 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
         only: check names to run (default: all registered).
         comm: the ranks (every check runs on all of them).
         plots: write ``plots/<check>.png`` for checks with a convergence series.
+        progress: makes a progress display for n checks (rank 0's tqdm bar on a terminal), or None.
 
     Returns:
         0 when every check passed, 3 otherwise.
@@ -176,21 +271,35 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
         raise ConfigError(f"--only: unknown check {unknown[0]!r}{hint} (known: {', '.join(CHECKS)})")
     out = Path(out)
     prepare_output_dir(out, comm)
-    records = []
-    for name in names:
-        logger.info("check %s ...", name)
-        rec = run_check(CHECKS[name], quick, comm)
-        collect_garbage()  # the check's solvers, on every rank (mfpde.petsc: MPICH's context ids)
-        logger.info("check %s: %s (%s)", name, "pass" if rec["passed"] else "FAIL", rec["detail"])
-        records.append(rec)
-        if plots and rec["series"] and comm.rank == 0:
-            _plot(out, rec)
+    records: list[dict[str, Any]] = []
+    bar = progress(len(names)) if progress is not None else None
+    try:
+        for k, name in enumerate(names, 1):
+            logger.debug("check %s ...", name)
+            if bar is not None:
+                bar.describe(name)
+            with _inner_logs_quiet():
+                rec = run_check(CHECKS[name], quick, comm)
+            collect_garbage()  # the check's solvers, on every rank (mfpde.petsc: MPICH's context ids)
+            verdict = "passed" if rec["passed"] else "FAILED"
+            logger.info("[%d/%d] %s ... %s (%.1f s)%s", k, len(names), name, verdict, rec["wall_s"],
+                        "" if rec["passed"] else f": {rec['detail']}")
+            records.append(rec)
+            if plots and rec["series"] and comm.rank == 0:
+                _plot(out, rec)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     passed = all(r["passed"] for r in records)
     report = {"status": "ok", "command": "verify", "version": __version__, "comm_size": comm.size,
               "wall_s": time.perf_counter() - t0, "quick": quick, "checks": records, "passed": passed}
     write_report(out, report, comm)
     if comm.rank == 0:
         print(format_table(records), file=sys.stdout, flush=True)
-        print(f"{sum(r['passed'] for r in records)}/{len(records)} checks passed -> {out / 'report.json'}",
-              file=sys.stdout, flush=True)
+        raised = [r["name"] for r in records if r.get("exception")]
+        print(f"{sum(r['passed'] for r in records)}/{len(records)} checks passed"
+              + (f" ({len(raised)} raised an exception: {', '.join(raised)})" if raised else "")
+              + f" -> {out / 'report.json'}", file=sys.stdout, flush=True)
     return 0 if passed else 3

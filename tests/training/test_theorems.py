@@ -160,3 +160,24 @@ def test_shallow_model_first_variation_taylor():
         errs.append(abs(pb.gradient(pb.heads()).risk - g0.risk - e * pred))
     slope = fit_order(eps, errs)
     assert abs(slope - 2.0) < 0.05, f"Taylor slope {slope:.3f} ({errs})"
+
+
+@pytest.mark.parametrize("slack", [1.0, 3.0])
+def test_certified_rate_fits_only_rows_where_f_star_is_known_to_10_percent(slack):
+    """F = F* + A e^{−cs} exactly, with a certificate λ KL = slack × (F_S − F*) (an upper bound, tight for slack 1):
+    the certified rate is the fit of log(F − F_S) over rows where F − F_S is F − F* to within 10%, so it lies
+    between c and the largest such fit over the leading rows that keep that promise (the fit's bias grows with
+    every row nearer the end); with more rows (any promise looser than 10%) it would be biased further."""
+    from mfpde.fitting import fit_rate
+    from mfpde.training.theory import certified_fit
+
+    c, A, fstar = 1.3, 0.2, 0.05
+    s = np.linspace(0.0, 8.0, 161)
+    F = fstar + A * np.exp(-c * s)
+    fitted, converged, _ = certified_fit(s, F, slack * (F[-1] - fstar))
+    gap = F - F[-1]
+    keeps = gap >= (F - fstar) * (1 - 0.1)  # F − F_S within 10% of F − F* (F_S − F* ≤ 0.1 (F − F*))
+    m_max = int(np.argmin(keeps))  # the leading rows that keep the promise
+    biases = [fit_rate(s[:m], gap[:m]) for m in range(3, m_max + 1)]
+    assert converged and m_max > 10
+    assert c - 1e-9 <= fitted <= max(biases) + 1e-12, (fitted, c, max(biases))

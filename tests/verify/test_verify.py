@@ -160,3 +160,90 @@ def test_report_rates_say_what_applies(tempdir):
     assert "§5.5 does not apply" in ctrl["rate"]["theory_reason"]
     rows = (tempdir / "shallow" / "history.csv").read_text().splitlines()
     assert rows[0].split(",")[-2:] == ["kl_gibbs", "gibbs_residual_l1"]
+
+
+def test_a_check_that_raises_fails_and_the_rest_run(tempdir, monkeypatch, capfd):
+    """A check raising something other than NumericalError (a fit on NaN errors, a log of a negative gap) is that
+    check's failure, with the exception's type and message in report.json and the table; the checks after it
+    run, and the job ends with exit 3 (was exit 1, no report.json, the rest not run)."""
+    def broken(quick):
+        raise ValueError("math domain error in a planted fit")
+
+    monkeypatch.setitem(CHECKS, "stability_w1_data", dataclasses.replace(CHECKS["stability_w1_data"], run=broken))
+    names = ["stability_w1_data", "gaussian_exact_d1"]
+    assert main(["verify", "--quick", "--only", *names, "--out", str(tempdir)]) == 3
+    rep = _report(tempdir)
+    assert [c["name"] for c in rep["checks"]] == names and rep["passed"] is False
+    bad, good = rep["checks"]
+    assert bad["passed"] is False and bad["exception"]["type"] == "ValueError", bad
+    assert "math domain error in a planted fit" in bad["exception"]["message"] and "ValueError" in bad["detail"]
+    assert good["passed"] is True and good["exception"] is None
+    out = capfd.readouterr()
+    if MPI.COMM_WORLD.rank == 0:
+        assert "raised ValueError: math domain error" in out.out, out.out
+        assert "[1/2] stability_w1_data ... FAILED" in out.err and "[2/2] gaussian_exact_d1 ... passed (" in out.err
+
+
+
+def test_an_exception_on_one_rank_fails_the_check_on_every_rank():
+    """A check raising on the last rank only (the others reach their verdict): every rank records the failure,
+    with the rank named under MPI, and the next collective still matches."""
+    from mfpde.verify.registry import Outcome
+
+    comm = MPI.COMM_WORLD
+
+    def last_rank_raises(quick):
+        if comm.rank == comm.size - 1:
+            raise ZeroDivisionError("a planted division")
+        return Outcome(1.0, 1.0, "= 1", True, "fine")
+
+    rec = run_check(dataclasses.replace(CHECKS["gaussian_exact_d1"], run=last_rank_raises), quick=True)
+    assert rec["passed"] is False and rec["exception"]["type"] == "ZeroDivisionError", rec
+    assert rec["threshold"].startswith("raised ZeroDivisionError: a planted division")
+    if comm.size > 1:
+        assert f"(rank {comm.size - 1} of {comm.size})" in rec["detail"], rec["detail"]
+    assert comm.allreduce(1) == comm.size
+
+
+def test_one_log_line_per_check_and_no_repeated_solver_lines(tempdir, capfd):
+    """Each check logs one line with a counter; the training problems the checks build do not repeat their
+    "linear solvers" line (was one per problem: 43 in a quick run)."""
+    names = ["gibbs_fixed_point", "free_energy_certificate"]
+    assert main(["verify", "--quick", "--only", *names, "--out", str(tempdir)]) == 0
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "linear solvers" not in err, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 2 and "[1/2] gibbs_fixed_point ... passed (" in lines[0], lines
+        assert "[2/2] free_energy_certificate ... passed (" in lines[1], lines
+
+
+@pytest.mark.serial  # the bar is rank 0's
+@pytest.mark.parametrize("quiet", [False, True])
+def test_verify_progress_bar_on_a_terminal(tempdir, monkeypatch, quiet):
+    """On a terminal verify shows a tqdm bar counting checks (with the running check's name), off with --quiet."""
+    import io
+    import logging
+    import sys
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    root = logging.getLogger("mfpde")
+    saved = root.handlers[:], root.level
+    fake = Tty()
+    monkeypatch.setattr(sys, "stderr", fake)
+    try:
+        code = main(["verify", "--quick", "--only", "gaussian_exact_d1", "--out", str(tempdir),
+                     *(["--quiet"] if quiet else [])])
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+    assert code == 0
+    text = fake.getvalue()
+    if quiet:
+        assert text == "", text
+    else:
+        assert "mfpde verify" in text and "1/1 checks" in text and "ETA" in text and "gaussian_exact_d1" in text, text
+        assert "[1/1] gaussian_exact_d1 ... passed (" in text, text
