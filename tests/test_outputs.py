@@ -159,7 +159,8 @@ def test_theta_boundary_mass_reported_and_warned_naming_heads_box(tempdir, caplo
     above 1e-2 a warning names heads.box, in the log and in ``warnings`` (always present, empty when all is well)."""
     calm = _value_run(tempdir, "calm", box=[[-2.0, 2.0]], init={"kind": "gaussian", "mean": [0.0], "cov": [[0.04]]})
     with caplog.at_level(logging.WARNING, logger="mfpde"):
-        edge = _value_run(tempdir, "edge", box=[[-0.5, 0.5]], init={"kind": "gaussian", "mean": [0.35], "cov": [[0.01]]})
+        edge = _value_run(tempdir, "edge", box=[[-0.5, 0.5]],
+                          init={"kind": "gaussian", "mean": [0.35], "cov": [[0.01]]})
     for run in (calm, edge):
         assert run.status == "ok"
         v, rho = run.theta_points[:, 0], run.rho[0]
@@ -181,16 +182,16 @@ def test_certificate_is_a_bound_only_where_r_is_convex_in_rho(tempdir):
     the kink c = 0) keep the bound; scalar heads say that it is not one."""
     from types import SimpleNamespace
 
-    from mfpde.training.report import certificate_bound
-
     from mfpde.tokens.attention import HeadMeasure
     from mfpde.training.problem import CoupledProblem
+    from mfpde.training.report import certificate_bound
 
-    gauss = mfpde.load_config(str(ROOT / "demos" / "value_heads.toml"),
-                              ['depth.model="shallow"', "training.steps=2", "output.plots=false", "output.fields=false"])
-    pm1 = mfpde.make_config(tokens={"cells": [40]}, depth={"model": "shallow"}, heads={"family": "value", "cells": [20]},
+    gauss = mfpde.load_config(str(ROOT / "demos" / "value_heads.toml"), ['depth.model="shallow"', "training.steps=2",
+                                                                         "output.plots=false", "output.fields=false"])
+    pm1 = mfpde.make_config(tokens={"cells": [40]}, depth={"model": "shallow"},
+                            heads={"family": "value", "cells": [20]},
                             data={"kind": "file", "path": str(_file_data(tempdir))})
-    for cfg, convex in ((gauss, True), (pm1, False)):
+    for cfg in (gauss, pm1):
         cp = CoupledProblem(cfg)
         y = np.array([s.target for s in cp.problem.train])
         R = {c: 0.5 * np.mean((cp.objective.predict(cp.problem.train, [HeadMeasure(np.array([0.5]), np.array([c]))])
@@ -198,29 +199,42 @@ def test_certificate_is_a_bound_only_where_r_is_convex_in_rho(tempdir):
         # R is quadratic on each side of c = 0: its one-sided slopes at 0 exactly from three values each
         right = (4 * R[0.1] - R[0.2] - 3 * R[0.0]) / 0.2
         left = -(4 * R[-0.1] - R[-0.2] - 3 * R[0.0]) / 0.2
-        assert bool(right > left) is convex, (left, right)  # convex across the kink, or not
+        c0 = sum(h.abar for h in cp.heads())  # ρ₀'s ∫v dρ
+        # convex across the kink, or the minimiser's side (R falls through c = 0 towards it) is ρ₀'s
+        expected = bool(right >= left or (right * left > 0 and c0 * right < 0))
         bound, why = certificate_bound(cp)
-        assert bound is convex, why
+        assert bound is expected, (why, left, right, c0)
+        if cfg is pm1:  # these data have a drop at the kink (checked by its slopes above): the sides decide
+            assert right < left, (left, right)
+            for r in cp.rhos:  # ρ₀ mirrored (Θ's nodes are sorted and symmetric): c(ρ) of the other sign
+                cp.theta.set_values(r, cp.theta.gather_values(r)[::-1])
+            assert certificate_bound(cp)[0] is (not expected and right * left > 0), certificate_bound(cp)
     run = mfpde.train(gauss, tempdir / "g")
     assert run.report["rate"]["certificate_bound"] is True and "certificate" in run.report["rate"], run.report["rate"]
     # the kink test on a made-up problem: ŷ(c) = ŷ0 + c s± with the slope of each side given
     targets = np.array([1.0, -1.0])
 
-    def problem(y_minus, y0, y_plus):
+    def problem(y_minus, y0, y_plus, c=0.3):
         ys = {-1.0: np.array(y_minus), 0.0: np.array(y0), 1.0: np.array(y_plus)}
         obj = SimpleNamespace(predict=lambda samples, heads: ys[float(heads[0].c[0])])
-        return SimpleNamespace(problem=SimpleNamespace(shallow=True, train=[SimpleNamespace(target=t) for t in targets]),
+        train = [SimpleNamespace(target=t) for t in targets]
+        return SimpleNamespace(problem=SimpleNamespace(shallow=True, train=train),
                                state=SimpleNamespace(lam=0.1), family=SimpleNamespace(name="value", p=1,
                                                                                        a=lambda th: np.full(1, 0.5)),
-                               objective=obj)
+                               objective=obj, theta=SimpleNamespace(points=np.linspace(-2, 2, 9)[:, None]),
+                               heads=lambda: [SimpleNamespace(abar=c)])
 
-    # residuals r0 = (−1, 1); slopes (s⁺ − s⁻) = (−1, 1) → R'(0⁺) − R'(0⁻) = mean(r0 · Δs) = 1 > 0: convex
+    # residuals r0 = (−1, 1); R'(0⁺) = mean(r0 (ŷ(1) − ŷ(0))) = 1 ≥ R'(0⁻) = 0: convex
     assert certificate_bound(problem([0.0, 0.0], [0.0, 0.0], [-1.0, 1.0]))[0] is True
-    # the opposite kink: R'(0⁺) − R'(0⁻) = −1: not convex, not a bound
+    # R'(0⁺) = −1 < R'(0⁻) = 0: 0 may be a local maximum of F, the minimiser's side unknown: not a bound
     bound, why = certificate_bound(problem([0.0, 0.0], [0.0, 0.0], [1.0, -1.0]))
     assert bound is False and "not convex" in why
-    bound, why = certificate_bound(SimpleNamespace(problem=SimpleNamespace(shallow=True), state=SimpleNamespace(lam=0.1),
-                                                   family=SimpleNamespace(name="scalar")))
+    # R'(0⁺) = −1 < R'(0⁻) = −0.5 < 0: F falls through c = 0, the minimiser has c* > 0: a bound where c(ρ) > 0
+    assert certificate_bound(problem([-0.5, 0.5], [0.0, 0.0], [1.0, -1.0], c=0.3))[0] is True
+    assert certificate_bound(problem([-0.5, 0.5], [0.0, 0.0], [1.0, -1.0], c=-0.3))[0] is False
+    scalar = SimpleNamespace(problem=SimpleNamespace(shallow=True), state=SimpleNamespace(lam=0.1),
+                             family=SimpleNamespace(name="scalar"))
+    bound, why = certificate_bound(scalar)
     assert bound is False and "not a bound" in why
 
 
