@@ -42,6 +42,7 @@ from mfpde.training.records import (
     append_history,
     check_resume_config,
     classification,
+    history_columns,
     history_row,
     load_resume,
     plot_samples,
@@ -201,7 +202,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                 cp.theta.set_values(r, values[k])
             writer.write(st * tr.ds)
         cp.state.restore(now)
-    start_history(out, history, comm)  # a resumed run's rows: a line torn by a killed job is repaired
+    columns = history_columns(cp)
+    start_history(out, history, columns, comm)  # a resumed run's rows: a line torn by a killed job is repaired
     yhat0: dict[str, np.ndarray] = {}  # ŷ of ρ₀ per split, kept from step 0
     yhat_test: dict[str, np.ndarray] = {}
     bar = progress(tr.steps, step0) if progress is not None else None
@@ -237,7 +239,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                 if bad:  # e.g. an extreme training.lambda2: never a status "ok" with inf/NaN in the history
                     raise NumericalError(f"non-finite {', '.join(bad)}")
                 history.append(row)
-                append_history(out, history, comm)
+                append_history(out, row, columns, comm)
                 if writer is not None:
                     _write(writer, step * tr.ds, cp, out, step, history, rho_snaps, time.perf_counter() - t0)
                 if writer is not None or oc.plots:

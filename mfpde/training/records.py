@@ -30,7 +30,8 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.report import certificate_bound, rate_block
 
 __all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "append_history", "classification",
-           "cut_appended", "history_row", "load_resume", "plot_samples", "save_state", "start_history", "write_plots"]
+           "cut_appended", "history_columns", "history_row", "load_resume", "plot_samples", "save_state",
+           "start_history", "write_plots"]
 
 logger = logging.getLogger(__name__)
 
@@ -269,32 +270,41 @@ def classification(cp: CoupledProblem) -> bool:
                                 and all(abs(s.target) == 1 for s in pb.train + pb.test))
 
 
-def _history_lines(history: list[dict[str, float]], header: bool) -> str:
+def history_columns(cp: CoupledProblem) -> list[str]:
+    """The columns of this run's ``history.csv`` (the keys of its history rows).
+
+    :data:`HISTORY_KEYS`, then :data:`GIBBS_KEYS` (entropic runs) and :data:`ACCURACY_KEYS` (classification data;
+    the held-out ones with a held-out set).
+    """
+    acc = ACCURACY_KEYS if cp.problem.test else ACCURACY_KEYS[:1]
+    return HISTORY_KEYS + (GIBBS_KEYS if cp.state.lam > 0 else []) + (acc if classification(cp) else [])
+
+
+def _history_lines(rows: list[dict[str, float]], keys: list[str], header: bool) -> str:
     """Rows of ``history.csv`` (12 significant digits), with the header line first if asked."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    keys = HISTORY_KEYS + [k for k in GIBBS_KEYS + ACCURACY_KEYS if history and k in history[0]]
     if header:
         w.writerow(keys)
-    for h in history:
+    for h in rows:
         w.writerow([int(h["step"]) if k == "step" else f"{h[k]:.12g}" for k in keys])
     return buf.getvalue()
 
 
-def start_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) -> None:
-    """Write ``history.csv`` with the rows so far (a resumed run's, from its checkpoint), atomically from rank 0.
+def start_history(out: Path, history: list[dict[str, float]], keys: list[str], comm: MPI.Comm) -> None:
+    """Write ``history.csv``: the header (``keys``) and the rows so far (a resumed run's), atomically from rank 0.
 
     A resumed run thereby repairs a file torn by a killed job (a last line cut mid-row) and drops the rows
-    after its checkpoint, which it computes again. Without rows the file is removed (the first row creates it).
+    after its checkpoint, which it computes again.
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write.
     """
-    if history:
-        write_atomic(out / "history.csv", _history_lines(history, True), comm)
-    elif comm.rank == 0:
-        (out / "history.csv").unlink(missing_ok=True)
+    write_atomic(out / "history.csv", _history_lines(history, keys, True), comm)
 
 
-def append_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) -> None:
-    """Append the last row of ``history`` to ``history.csv`` and flush it to disk (rank 0; the header first).
+def append_history(out: Path, row: dict[str, float], keys: list[str], comm: MPI.Comm) -> None:
+    """Append ``row`` to ``history.csv`` (started by :func:`start_history`) and flush it to disk (rank 0).
 
     Called at every output step, so ``tail -f`` follows a run; a line torn by a killed job is repaired by
     :func:`start_history` on ``--resume``.
@@ -305,9 +315,8 @@ def append_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) -
     err, path = "", out / "history.csv"
     if comm.rank == 0:
         try:
-            new = not path.exists() or path.stat().st_size == 0
             with open(path, "a", newline="") as f:
-                f.write(_history_lines(history if new else history[-1:], new))
+                f.write(_history_lines([row], keys, False))
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
