@@ -255,6 +255,9 @@ def test_resume_repairs_a_torn_history_and_logs_the_new_step_count(tempdir, capf
     assert [r["step"] for r in rows[1]] == ["0", "1", "2", "3", "4"], rows[1]
     for ra, rb in zip(*rows, strict=True):
         assert {k: v for k, v in ra.items() if k != "wall_s"} == {k: v for k, v in rb.items() if k != "wall_s"}
+    # ŷ of ρ₀ (kept from step 0 by a straight run, solved again after a resume) and of ρ_S: the same
+    pa, pb = (np.loadtxt(d / "predictions.csv", delimiter=",", skiprows=1, usecols=(0, 2, 3, 4)) for d in (a, b))
+    np.testing.assert_allclose(pb, pa, rtol=1e-12, atol=1e-14)
 
 
 def test_a_finished_out_is_refused_without_resume_or_overwrite(tempdir, capfd):

@@ -140,8 +140,8 @@ def theta_boundary_mass(cp: CoupledProblem) -> list[float]:
         on_edge = dolfinx.fem.Function(theta.V)
         on_edge.x.array[dolfinx.fem.locate_dofs_topological(theta.V, tdim - 1, facets)] = 1.0
         on_edge.x.scatter_forward()
-        chi = dolfinx.fem.Function(dolfinx.fem.functionspace(msh, ("DG", 0)))
-        chi.x.array[:] = on_edge.x.array[theta.V.dofmap.list].max(axis=1)[: len(chi.x.array)]
+        chi = dolfinx.fem.Function(dolfinx.fem.functionspace(msh, ("DG", 0)))  # 1 on the cells touching ∂Θ
+        chi.x.array[chi.function_space.dofmap.list[:, 0]] = on_edge.x.array[theta.V.dofmap.list].max(axis=1)
         rho = dolfinx.fem.Function(theta.V)
         form = (dolfinx.fem.form(chi * rho * ufl.dx), rho)
         cp._edge_form = form  # type: ignore[attr-defined]
