@@ -226,7 +226,8 @@ def train(cfg: Config, out: str | Path | None = None, resume: bool = False,
 
     Args:
         cfg: the config (:func:`load_config`, :func:`make_config`).
-        out: the output directory; None: a temporary one, removed on return (only the arrays remain).
+        out: the output directory; None: a temporary one, removed on return (only the arrays remain). A finished
+            run there is replaced (``mfpde run`` refuses that without ``--overwrite``).
         resume: continue from ``out/checkpoint``.
         comm: the ranks.
 

@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("config", nargs="?", default=None,
                    help="config TOML (default: the embedded digits problem, mfpde/defaults/run.toml)")
     r.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    r.add_argument("--overwrite", action="store_true", help="replace a finished run in --out (refused otherwise)")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
@@ -253,7 +254,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "run":
         with OutputLock(out, comm):
-            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet))
+            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet),
+                             overwrite=args.overwrite)
         if result.status == "interrupted":
             if comm.rank == 0:
                 print(f"mfpde: interrupted by {result.error}: checkpoint and report.json written to {out}; "

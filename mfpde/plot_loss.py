@@ -1,4 +1,4 @@
-"""``loss.png``: the risk, the free energy against what is known of its minimum F*, and the accuracies.
+"""``loss.png``: the risk and the free energy on one axis, F − F* where F* is known, and the accuracies.
 
 Imports nothing of mfpde but the layout helpers, and no solver, as :mod:`mfpde.plots`.
 """
@@ -27,99 +27,119 @@ def informative_rate(c: float | None, s: np.ndarray) -> bool:
     return c is not None and math.isfinite(c) and len(s) > 1 and c * float(s[-1] - s[0]) >= INFORMATIVE
 
 
-def _free_energy(ax: Axes, s: np.ndarray, F: np.ndarray, kl: np.ndarray | None, rate: dict[str, Any], lam: float,
-                 certificate: bool) -> tuple[str, float | None]:
-    """Draw F against F* where F* is known (on the risk's log axis), else F itself (linear twin axis).
+def _objective_panel(ax: Axes, s: np.ndarray, risk: np.ndarray, F: np.ndarray, kl: np.ndarray | None,
+                     rate: dict[str, Any], lam: float, certificate: bool) -> str:
+    """R and F on one axis (log where both are positive), with the band that holds F* where the bound holds.
 
     Returns:
-        What the panel's title says of F*, and the first value of the drawn bound of F − F* (None: none drawn).
+        What the panel's title says of F*.
     """
+    log = bool(np.all(risk > 0) and np.all(F > 0))
+    plot = ax.semilogy if log else ax.plot
+    plot(s, risk, "o-", ms=3, color="C0", label="risk R(ρ_s)")
+    plot(s, F, "s-", ms=3, color="C1", label="free energy F(ρ_s)")
     cert = lam * kl if kl is not None and lam > 0 else None
-    if certificate and cert is not None and rate.get("converged"):
-        # F(ρ_S) − λKL_S ≤ F* ≤ F(ρ_S): where F − F(ρ_S) ≥ 10 λKL_S it is F − F* to within 10% (theory §5.4)
-        gap = F - F[-1]
-        win = gap >= 10 * cert[-1]
-        ax.semilogy(s[win], gap[win], "s-", ms=3, label="F(ρ_s) − F*  (F* = F(ρ_S) to 10%)")
-        good = cert > 0
-        ax.semilogy(s[good], cert[good], "^-", ms=3, label="certificate λ·KL(ρ_s ‖ p_ρs)  (≥ F − F*)")
-        c = rate.get("fitted")
-        if c is not None and math.isfinite(c) and win.any():
-            s0 = s[win][0]
-            ax.semilogy(s[win], gap[win][0] * np.exp(-c * (s[win] - s0)), "--", label=f"fitted rate: e^(−{c:.3g} s)")
-        return "F* known to 10% (certificate)", float(cert[good][0]) if good.any() else None
-    ax2 = ax.twinx()
-    ax2.plot(s, F, "s-", ms=3, color="C1", label="free energy F(ρ_s)")
-    what = "F* unknown: F itself"
-    if certificate and cert is not None and math.isfinite(cert[-1]):
-        ax2.axhspan(F[-1] - cert[-1], F[-1], color="C1", alpha=0.15, label="F* lies here (certificate, theory §5.4)")
-        what = "F* not reached: F and the band holding F*"
-    ax2.set_ylabel("free energy F (non-dimensional)")
-    return what, None
+    if not certificate:
+        return "F* unknown (no bound on F − F* for this model)"
+    if rate.get("converged"):
+        return "F* known to 10% (certificate): F − F* on its own panel"
+    if cert is not None and math.isfinite(cert[-1]):
+        lo = F[-1] - cert[-1]
+        ax.axhspan(lo if lo > 0 or not log else F[-1] * 1e-3, F[-1], color="C1", alpha=0.15,
+                   label="F* lies here (certificate, theory §5.4)")
+        return "F* not reached: F and the band holding F*"
+    return "F* unknown"
+
+
+def _gap_panel(ax: Axes, s: np.ndarray, F: np.ndarray, cert: np.ndarray, rate: dict[str, Any]) -> float | None:
+    """F − F* (F* = F(ρ_S) to 10%, where F − F(ρ_S) ≥ 10 λKL_S), the certificate and the fitted rate (theory §5.4).
+
+    Returns:
+        The first value of the certificate drawn (the anchor of a theorem's rate), or None.
+    """
+    gap = F - F[-1]
+    win = gap >= 10 * cert[-1]
+    ax.semilogy(s[win], gap[win], "s-", ms=3, color="C1", label="F(ρ_s) − F*  (F* = F(ρ_S) to 10%)")
+    good = cert > 0
+    ax.semilogy(s[good], cert[good], "^-", ms=3, color="C4", label="certificate λ·KL(ρ_s ‖ p_ρs)  (≥ F − F*)")
+    c = rate.get("fitted")
+    if c is not None and math.isfinite(c) and win.any():
+        s0 = s[win][0]
+        ax.semilogy(s[win], gap[win][0] * np.exp(-c * (s[win] - s0)), "--", color="C2",
+                    label=f"fitted rate: e^(−{c:.3g} s)")
+    ax.set_xlabel("training time s (non-dimensional)")
+    ax.set_ylabel("F − F* (non-dimensional, log)")
+    ax.set_title("free-energy gap", y=1.0, fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    _log_minor(ax)
+    return float(cert[good][0]) if good.any() else None
 
 
 def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: float = 0.0,
                 certificate: bool = False) -> Figure:
-    """The risk and the free energy against training time, and (classification) risks and accuracies.
+    """The risk and the free energy against training time, F − F* where known, and (classification) accuracies.
 
-    The free energy F is drawn against F* only where F* is known independently of the run: single-layer
-    entropic runs whose certificate F − F* ≤ λ KL(ρ ‖ p_ρ) (theory §5.4) has converged (``rate["converged"]``);
-    there F − F(ρ_S) is F − F* to within 10% on the rows drawn. Elsewhere F* is unknown and F itself is drawn
-    (on a linear axis), with the band [F(ρ_S) − λKL, F(ρ_S)] that holds F* where the certificate applies.
-    A theorem's rate ``rate["theory"]`` is drawn only where it is informative (:func:`informative_rate`);
-    otherwise the title says it was not drawn.
+    The first panel draws R and F on one axis (log where both are positive). F − F* gets a panel of its own
+    only where F* is known independently of the run: where the certificate F − F* ≤ λ KL(ρ ‖ p_ρ) of theory
+    §5.4 is a bound (``certificate``) and has converged (``rate["converged"]``); there F − F(ρ_S) is F − F* to
+    within 10% on the rows drawn. Where the bound holds but has not converged, the first panel shades the band
+    [F(ρ_S) − λKL, F(ρ_S)] that holds F*. A theorem's rate ``rate["theory"]`` is drawn (and named) only where
+    it is informative (:func:`informative_rate`) and anchored: on the gap panel, or on R for the deep model
+    without regularisation (theory §5.5); otherwise it is not mentioned.
 
     Args:
         history: the history rows (``s``, ``risk``, ``free_energy``; optional ``kl_gibbs``,
             ``train_accuracy``, ``test_accuracy``, ``test_risk``).
         rate: the report's ``rate`` block (``fitted``, ``converged``, ``theory``, ``theory_kind``).
         lam: λ, the entropy weight.
-        certificate: whether λ KL bounds F − F* (theory §5.4 applies).
+        certificate: whether λ KL bounds F − F* (the report's ``rate.certificate_bound``).
 
     Returns:
-        The figure: one panel (plus a twin axis), or two with the classification columns.
+        The figure: the R and F panel, the F − F* panel where F* is known, the risk and accuracy panel
+        (with its twin axis) for classification data.
     """
     s = _col(history, "s")
     assert s is not None
     acc = _col(history, "train_accuracy")
-    # inches: 1.0 left of each panel, 0.6 below (0.9 with the second panel's legend), 0.35 above, 0.8 right
-    w, bottom = 5.0, 0.9 if acc is not None else 0.6
-    h = 4.6 - bottom - 0.55  # three title lines
-    fig = _figure(13.6 if acc is not None else 7.0, 4.6)
-    ax = _place(fig, 1.0, bottom, w, h)
     risk, F, kl = _col(history, "risk"), _col(history, "free_energy"), _col(history, "kl_gibbs")
     assert risk is not None and F is not None
-    ax.semilogy(s, np.maximum(risk, 1e-300), "o-", ms=3, label="risk R(ρ_s)")
-    what, anchor = _free_energy(ax, s, F, kl, rate, lam, certificate)
-    if lam == 0 and not certificate:  # the deep unregularised model: its theorem's rate is the rate of R
-        anchor = float(risk[0])
+    cert = lam * kl if kl is not None and lam > 0 else None
+    gap_panel = bool(certificate and cert is not None and rate.get("converged"))
+    n_panels = 1 + gap_panel + (acc is not None)
+    # inches: 1.0 left of each panel, 0.6 below (0.9 with the accuracy panel's legend), 0.55 above, 0.8 right
+    w, bottom = 5.0, 0.9 if acc is not None else 0.6
+    h = 4.6 - bottom - 0.55  # two title lines
+    fig = _figure(7.0 + 6.8 * (n_panels - 1), 4.6)
+    ax = _place(fig, 1.0, bottom, w, h)
+    what = _objective_panel(ax, s, risk, F, kl, rate, lam, certificate)
+    anchor, target = (float(risk[0]), ax) if lam == 0 and not certificate else (None, None)  # deep, §5.5: R's rate
+    if gap_panel:
+        assert cert is not None
+        gax = _place(fig, 7.8, bottom, w, h)
+        anchor, target = _gap_panel(gax, s, F, cert, rate), gax
+        gax.legend(fontsize=7, loc="best")
     c = rate.get("theory")
-    if c is not None and informative_rate(c, s) and anchor is not None:
+    if c is not None and informative_rate(c, s) and anchor is not None and target is not None:
         kind = str(rate.get("theory_kind", "theory"))
-        ax.semilogy(s, anchor * np.exp(-c * (s - s[0])), ":", lw=2, label=f"theorem's rate: e^(−{c:.3g} s)\n"
-                    f"({kind[:60]})")
-    elif c is not None:
-        why = "uninformative" if not informative_rate(c, s) else "F* unknown"
-        what += f"\ntheorem's rate {c:.2g} not drawn ({why} over s ≤ {s[-1]:.3g})"
+        target.semilogy(s, anchor * np.exp(-c * (s - s[0])), ":", lw=2, color="C3",
+                        label=f"theorem's rate: e^(−{c:.3g} s)\n({kind[:60]})")
+        target.legend(fontsize=7, loc="best")
     ax.set_xlabel("training time s (non-dimensional)")
-    ax.set_ylabel("risk (non-dimensional, log)")
+    ax.set_ylabel("risk R and free energy F (non-dimensional" + (", log)" if ax.get_yscale() == "log" else ")"))
     ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})\n{what}", y=1.0, fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
-    _log_minor(ax)
-    handles: list[Any] = []
-    labels: list[str] = []
-    for a in fig.axes:
-        hh, ll = a.get_legend_handles_labels()
-        handles, labels = handles + hh, labels + ll
-    ax.legend(handles, labels, fontsize=7, loc="best")
+    if ax.get_yscale() == "log":
+        _log_minor(ax)
+    ax.legend(fontsize=7, loc="best")
     if acc is not None:
-        _accuracy_panel(fig, s, risk, acc, history, bottom, w, h)
+        _accuracy_panel(fig, s, risk, acc, history, bottom, w, h, 1.0 + 6.8 * (n_panels - 1))
     return fig
 
 
 def _accuracy_panel(fig: Figure, s: np.ndarray, risk: np.ndarray, acc: np.ndarray, history: list[dict[str, float]],
-                    bottom: float, w: float, h: float) -> None:
-    """The second panel: train and test risk (log, left axis), train and test accuracy (right axis)."""
-    ax = _place(fig, 7.8, bottom, w, h)
+                    bottom: float, w: float, h: float, x: float) -> None:
+    """The last panel (at x inches): train and test risk (log, left axis), train and test accuracy (right axis)."""
+    ax = _place(fig, x, bottom, w, h)
     test_risk, test_acc = _col(history, "test_risk"), _col(history, "test_accuracy")
     ax.semilogy(s, np.maximum(risk, 1e-300), "o-", ms=3, color="C0", label="train risk")
     if test_risk is not None:

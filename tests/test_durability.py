@@ -220,3 +220,73 @@ def test_resume_of_a_depth_indexed_run_gives_the_straight_run(tempdir):
     assert ma.shape[0] == 2 and np.ptp(ma, axis=0).max() > 1e-6, ma  # the blocks' ρ differ: a mix-up is visible
     np.testing.assert_allclose(mb, ma, rtol=1e-9, atol=1e-12)
     assert fb["risk"] == pytest.approx(fa["risk"], rel=1e-9)
+
+
+def test_history_csv_is_appended_at_every_output_step(tempdir, monkeypatch):
+    """history.csv was written only at checkpoints and at the end (``tail -f`` showed nothing for 100 steps): each
+    output row is on disk before the next training step."""
+    import csv
+
+    from mfpde.training.splitting import Splitting
+
+    out, seen = tempdir / "out", []
+    real = Splitting.step
+
+    def spy(self, ds):
+        if MPI.COMM_WORLD.rank == 0:
+            seen.append([int(r["step"]) for r in csv.DictReader((out / "history.csv").open())])
+        return real(self, ds)
+
+    monkeypatch.setattr(Splitting, "step", spy)
+    assert main(["run", DEEP, "--out", str(out), "--quiet",
+                 *_args(["output.checkpoint_every=100", "output.every=2", "output.fields=false"])]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        assert seen == [[0], [0], [0, 2], [0, 2]], seen  # steps 0..3 advance ρ; rows at 0 and 2 before them
+
+
+def test_resume_repairs_a_torn_history_and_logs_the_new_step_count(tempdir, capfd):
+    """A killed job can leave history.csv cut mid-line; --resume rewrites it from the checkpoint. A resume with
+    another training.steps (the original's --set left out) continued silently: it is a warning line and the
+    report's ``resumed`` block."""
+    a, b = tempdir / "a", tempdir / "b"
+    assert main(["run", DEEP, "--out", str(a), "--quiet", *_args([])]) == 0
+    assert main(["run", DEEP, "--out", str(b), "--quiet", *_args(["training.steps=2"])]) == 0
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        text = (b / "history.csv").read_text()
+        (b / "history.csv").write_text(text[: len(text) - 17])  # the last row cut mid-line
+    comm.barrier()
+    capfd.readouterr()
+    assert main(["run", DEEP, "--out", str(b), "--resume", *_args([])]) == 0
+    err = capfd.readouterr().err
+    if comm.rank != 0:
+        return
+    assert "training.steps = 4 differs from the checkpoint's run (2)" in err, err
+    report = json.loads((b / "report.json").read_text())
+    assert report["resumed"] == {"from_step": 2, "previous_steps": 2, "steps": 4}, report["resumed"]
+    assert any("training.steps = 4" in w for w in report["warnings"]), report["warnings"]
+    import csv
+
+    rows = [list(csv.DictReader((d / "history.csv").open())) for d in (a, b)]
+    assert [r["step"] for r in rows[1]] == ["0", "1", "2", "3", "4"], rows[1]
+    for ra, rb in zip(*rows, strict=True):
+        assert {k: v for k, v in ra.items() if k != "wall_s"} == {k: v for k, v in rb.items() if k != "wall_s"}
+    # ŷ of ρ₀ (kept from step 0 by a straight run, solved again after a resume) and of ρ_S: the same
+    pa, pb = (np.loadtxt(d / "predictions.csv", delimiter=",", skiprows=1, usecols=(0, 2, 3, 4)) for d in (a, b))
+    np.testing.assert_allclose(pb, pa, rtol=1e-12, atol=1e-14)
+
+
+def test_a_finished_out_is_refused_without_resume_or_overwrite(tempdir, capfd):
+    """Running into a finished --out silently overwrote it: exit 2 with one line naming --resume and --overwrite."""
+    out = tempdir / "out"
+    args = ["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=1", "output.fields=false"])]
+    assert main(args) == 0
+    before = (out / "report.json").read_text() if MPI.COMM_WORLD.rank == 0 else ""
+    capfd.readouterr()
+    assert main(args) == 2
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "finished run" in line and "--resume" in line and "--overwrite" in line, line
+        assert (out / "report.json").read_text() == before  # nothing touched
+    assert main([*args, "--overwrite"]) == 0

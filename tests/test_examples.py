@@ -72,7 +72,8 @@ def test_example_config_runs(name, tempdir):
         assert len(mean) == cfg.depth.layers == 4 and all(len(m) == 2 for m in mean)
     elif name == "digits_deep":  # the deep model on digits, with accuracies of ρ₀ and of the trained ρ
         assert cfg.depth.model == "weight-tied" and cfg.data.kind == "digits" and len(mean) == 2
-        assert set(report["accuracy"]) == {"train", "test", "initial"}
+        assert set(report["accuracy"]) == {"train", "test", "initial", "initial_best_sign", "gain",
+                                           "agrees_with_flipped_initial"}
     else:  # p = 1 from heads.family alone
         fam = C.FAMILY_DEFAULTS["value"]
         assert (cfg.heads.box, cfg.heads.init) == (fam["box"], fam["init"]) and len(mean) == 1

@@ -78,7 +78,8 @@ def test_run_returns_a_result(tempdir):
     assert isinstance(res, RunResult) and res.status == "ok" and res.steps_done == 2
     assert [int(h["step"]) for h in res.history] == [0, 2] and res.report["final"]["risk"] == res.history[-1]["risk"]
     assert set(res.timings) == {"fokker_planck"} and res.timings["fokker_planck"] > 0
-    assert set(res.report["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)
+    assert set(res.report["accuracy"]) == {"train", "test", "initial", "initial_best_sign", "gain",
+                                           "agrees_with_flipped_initial"}  # initial: of ρ_0 (issue 13)
 
 
 def test_tests_mirror_the_package():

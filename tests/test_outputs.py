@@ -142,3 +142,134 @@ def test_verify_table_reads_reports_without_reference_columns():
             "wall_s": 3.0}]
     row = format_table(old).splitlines()[2]
     assert row.split() == ["adjoint_taylor", "slope", "1.98", "|slope", "−", "2|", "<", "0.1", "pass", "3.0"], row
+
+
+def _value_run(tempdir, name, depth=None, **heads):
+    """Value heads (p = 1: Θ an interval of 20 cells) on 4 samples of ±1 targets, 2 steps: a run of seconds."""
+    cfg = mfpde.make_config(tokens={"cells": [40]}, depth=depth or {"steps": 5},
+                            heads={"family": "value", "cells": [20], **heads},
+                            data={"kind": "file", "path": str(_file_data(tempdir))},
+                            training={"steps": 2, "ds": 0.1}, output={"every": 1, "plots": False, "fields": False})
+    return mfpde.train(cfg, tempdir / name)
+
+
+def test_theta_boundary_mass_reported_and_warned_naming_heads_box(tempdir, caplog):
+    """ρ pressed into a corner of Θ by the box went unreported: ``final.theta_boundary_mass`` is ρ's mass in the Θ
+    cells touching ∂Θ (here the first and last of the interval's 20 cells, ∫ of the P1 ρ by the trapezoid rule), and
+    above 1e-2 a warning names heads.box, in the log and in ``warnings`` (always present, empty when all is well)."""
+    calm = _value_run(tempdir, "calm", box=[[-2.0, 2.0]], init={"kind": "gaussian", "mean": [0.0], "cov": [[0.04]]})
+    with caplog.at_level(logging.WARNING, logger="mfpde"):
+        edge = _value_run(tempdir, "edge", box=[[-0.5, 0.5]],
+                          init={"kind": "gaussian", "mean": [0.35], "cov": [[0.01]]})
+    for run in (calm, edge):
+        assert run.status == "ok"
+        v, rho = run.theta_points[:, 0], run.rho[0]
+        order = np.argsort(v)
+        v, rho = v[order], rho[order]
+        h = np.diff(v)
+        expected = 0.5 * (h[0] * (rho[0] + rho[1]) + h[-1] * (rho[-2] + rho[-1]))
+        assert run.report["final"]["theta_boundary_mass"] == pytest.approx(expected, rel=1e-10, abs=1e-300)
+    assert calm.report["final"]["theta_boundary_mass"] < 1e-2 and calm.report["warnings"] == []
+    assert edge.report["final"]["theta_boundary_mass"] > 1e-2
+    (w,) = [w for w in edge.report["warnings"] if "heads.box" in w]
+    assert any(w in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "token_outflow" in edge.report["final"] and edge.report["final"]["token_outflow"] >= 0.0
+
+
+def test_certificate_is_a_bound_only_where_r_is_convex_in_rho(tempdir):
+    """The report claimed "F* known to within λ KL" for every single-layer entropic run; on digits (scalar heads)
+    λ KL fell up to 1.8× below F − F*. Now value heads on the single-layer model (R convex in c = ∫v dρ, checked at
+    the kink c = 0) keep the bound; scalar heads say that it is not one."""
+    from types import SimpleNamespace
+
+    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.training.problem import CoupledProblem
+    from mfpde.training.report import certificate_bound
+
+    gauss = mfpde.load_config(str(ROOT / "demos" / "value_heads.toml"), ['depth.model="shallow"', "training.steps=2",
+                                                                         "output.plots=false", "output.fields=false"])
+    pm1 = mfpde.make_config(tokens={"cells": [40]}, depth={"model": "shallow"},
+                            heads={"family": "value", "cells": [20]},
+                            data={"kind": "file", "path": str(_file_data(tempdir))})
+    for cfg in (gauss, pm1):
+        cp = CoupledProblem(cfg)
+        y = np.array([s.target for s in cp.problem.train])
+        R = {c: 0.5 * np.mean((cp.objective.predict(cp.problem.train, [HeadMeasure(np.array([0.5]), np.array([c]))])
+                               - y) ** 2) for c in (-0.2, -0.1, 0.0, 0.1, 0.2)}
+        # R is quadratic on each side of c = 0: its one-sided slopes at 0 exactly from three values each
+        right = (4 * R[0.1] - R[0.2] - 3 * R[0.0]) / 0.2
+        left = -(4 * R[-0.1] - R[-0.2] - 3 * R[0.0]) / 0.2
+        c0 = sum(h.abar for h in cp.heads())  # ρ₀'s ∫v dρ
+        # convex across the kink, or the minimiser's side (R falls through c = 0 towards it) is ρ₀'s
+        expected = bool(right >= left or (right * left > 0 and c0 * right < 0))
+        bound, why = certificate_bound(cp)
+        assert bound is expected, (why, left, right, c0)
+        if cfg is pm1:  # these data have a drop at the kink (checked by its slopes above): the sides decide
+            assert right < left, (left, right)
+            for r in cp.rhos:  # ρ₀ mirrored (Θ's nodes are sorted and symmetric): c(ρ) of the other sign
+                cp.theta.set_values(r, cp.theta.gather_values(r)[::-1])
+            assert certificate_bound(cp)[0] is (not expected and right * left > 0), certificate_bound(cp)
+    run = mfpde.train(gauss, tempdir / "g")
+    assert run.report["rate"]["certificate_bound"] is True and "certificate" in run.report["rate"], run.report["rate"]
+    # the kink test on a made-up problem: ŷ(c) = ŷ0 + c s± with the slope of each side given
+    targets = np.array([1.0, -1.0])
+
+    def problem(y_minus, y0, y_plus, c=0.3):
+        ys = {-1.0: np.array(y_minus), 0.0: np.array(y0), 1.0: np.array(y_plus)}
+        obj = SimpleNamespace(predict=lambda samples, heads: ys[float(heads[0].c[0])])
+        train = [SimpleNamespace(target=t) for t in targets]
+        return SimpleNamespace(problem=SimpleNamespace(shallow=True, train=train),
+                               state=SimpleNamespace(lam=0.1), family=SimpleNamespace(name="value", p=1,
+                                                                                       a=lambda th: np.full(1, 0.5)),
+                               objective=obj, theta=SimpleNamespace(points=np.linspace(-2, 2, 9)[:, None]),
+                               heads=lambda: [SimpleNamespace(abar=c)])
+
+    # residuals r0 = (−1, 1); R'(0⁺) = mean(r0 (ŷ(1) − ŷ(0))) = 1 ≥ R'(0⁻) = 0: convex
+    assert certificate_bound(problem([0.0, 0.0], [0.0, 0.0], [-1.0, 1.0]))[0] is True
+    # R'(0⁺) = −1 < R'(0⁻) = 0: 0 may be a local maximum of F, the minimiser's side unknown: not a bound
+    bound, why = certificate_bound(problem([0.0, 0.0], [0.0, 0.0], [1.0, -1.0]))
+    assert bound is False and "not convex" in why
+    # R'(0⁺) = −1 < R'(0⁻) = −0.5 < 0: F falls through c = 0, the minimiser has c* > 0: a bound where c(ρ) > 0
+    assert certificate_bound(problem([-0.5, 0.5], [0.0, 0.0], [1.0, -1.0], c=0.3))[0] is True
+    assert certificate_bound(problem([-0.5, 0.5], [0.0, 0.0], [1.0, -1.0], c=-0.3))[0] is False
+    scalar = SimpleNamespace(problem=SimpleNamespace(shallow=True), state=SimpleNamespace(lam=0.1),
+                             family=SimpleNamespace(name="scalar"))
+    bound, why = certificate_bound(scalar)
+    assert bound is False and "not a bound" in why
+
+
+def test_free_energy_rise_beyond_roundoff_is_a_warning_with_its_step():
+    """An entropic run's F rose in 8 of its last 15 rows, silently. A rise larger than the round-off of F's sums
+    (over n samples and N_θ nodes) is a warning naming its steps; one at round-off is not."""
+    from types import SimpleNamespace
+
+    from mfpde.training.report import free_energy_rises
+
+    cp = SimpleNamespace(problem=SimpleNamespace(train=[0] * 10), state=SimpleNamespace(n_layers=1, lam=1e-3),
+                         theta=SimpleNamespace(points=np.zeros((90, 2))))
+    F = [0.5, 0.4, 0.3609, 0.360867, 0.360938]
+    rows = [{"step": 20 * k, "risk": f - 0.01, "free_energy": f, "neg_entropy": -1.0} for k, f in enumerate(F)]
+    (w,) = free_energy_rises(cp, rows)
+    assert "1 pair(s)" in w and "from step 60 to 80" in w and "training.ds" in w, w
+    eps_rise = 4 * 100 * np.finfo(float).eps * 0.372  # below the bound: (n + N_θ) = 100 terms, Σ|parts| ≈ 0.372
+    rows[-1]["free_energy"] = rows[-2]["free_energy"] + 0.5 * eps_rise
+    assert free_energy_rises(cp, rows) == []
+
+
+def test_accuracy_against_the_better_sign_of_rho0s_readout():
+    """3 vs 8 "learned" 0.211 → 0.789 = 1 − 0.211: the sign of ρ₀'s readout flipped. The report gives the better of
+    ρ₀ and its sign flip (``initial_best_sign``), the gain over it, and warns when training only flipped a sign."""
+    from mfpde.training.report import accuracy_block
+
+    rng = np.random.default_rng(0)
+    y = np.sign(rng.standard_normal(90))
+    y0 = np.where(np.arange(90) < 19, 1.0, -1.0) * y * rng.uniform(0.1, 1.0, 90)  # 19 of 90 right: 0.211
+    acc, warns = accuracy_block({"train": y, "test": y}, {"train": y0, "test": y0}, {"train": -2 * y0, "test": -y0})
+    assert acc["initial"]["test"] == pytest.approx(19 / 90) and acc["test"] == pytest.approx(71 / 90)
+    assert acc["initial_best_sign"]["test"] == pytest.approx(71 / 90) and acc["gain"]["test"] == 0.0
+    assert acc["agrees_with_flipped_initial"]["test"] == 1.0
+    (w,) = warns
+    assert "only flipped a sign" in w, w
+    better = np.where(np.arange(90) < 80, 1.0, -1.0) * y  # 80 of 90: a gain over 71/90
+    acc, warns = accuracy_block({"train": y, "test": y}, {"train": y0, "test": y0}, {"train": better, "test": better})
+    assert acc["gain"]["test"] == pytest.approx(9 / 90) and warns == []

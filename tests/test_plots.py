@@ -80,9 +80,9 @@ def test_tiny_run_writes_every_plot_at_every_output_step(tempdir, monkeypatch):
         assert c["tmp"] == [], c["tmp"]  # written through a temporary file, renamed into place
         assert all(h > 200 and w > 400 for h, w in c["shapes"].values()), c["shapes"]
         if "loss" in c["figures"]:
-            # loss: risk panel + its twin (F itself: the deep model's F* is unknown) + risk/accuracy panel + its
-            # twin (digits); no theory line (deep model: report rate.theory is null)
-            assert c["axes"]["loss"] == 4, c["axes"]
+            # loss: the R and F panel (one axis; the deep model's F* is unknown: no gap panel) + risk/accuracy panel
+            # + its twin (digits); no theory line (deep model: report rate.theory is null)
+            assert c["axes"]["loss"] == 3, c["axes"]
             labels = {lab for ax in c["loss_labels"] for lab in ax}
             assert "free energy F(ρ_s)" in labels and not any("F*" in lab for lab in labels), labels
             assert not any(lab.startswith("theorem") for lab in labels), labels
@@ -174,17 +174,22 @@ def _labels(fig):
     return [lab for ax in fig.axes for lab in ax.get_legend_handles_labels()[1]]
 
 
+def _titles(fig):
+    return " ".join(ax.get_title() for ax in fig.axes)
+
+
 def test_loss_figure_draws_the_theory_rate_only_where_given_and_informative():
+    """A theorem's rate is drawn (on the F − F* panel) where it predicts a visible decay; a vacuous one (3e-81)
+    is neither drawn nor quoted in a title (it was: "theorem's rate 2.8e-81 not drawn")."""
     rate = {"fitted": None, "converged": True, "theory": 0.2, "theory_kind": "2 λ₂"}
     fig = plots.loss_figure(_history(6), rate, lam=0.01, certificate=True)
     labels = _labels(fig)
     assert any(lab.startswith("theorem's rate") for lab in labels) and any("certificate" in lab for lab in labels)
     assert "training time s" in fig.axes[0].get_xlabel() and fig.axes[0].get_yscale() == "log"
     plt.close(fig)
-    # the bound 3e-81 predicts no visible decay over s <= 2.5: not drawn, and the title says so
     fig = plots.loss_figure(_history(6), {**rate, "theory": 3e-81}, lam=0.01, certificate=True)
     assert not any(lab.startswith("theorem's rate") for lab in _labels(fig)), _labels(fig)
-    assert "not drawn (uninformative" in fig.axes[0].get_title(), fig.axes[0].get_title()
+    assert "e-81" not in _titles(fig) and "theorem" not in _titles(fig), _titles(fig)
     plt.close(fig)
     fig = plots.loss_figure(_history(6, classification=False), {"fitted": None, "theory": None})
     labels = _labels(fig)
@@ -193,26 +198,34 @@ def test_loss_figure_draws_the_theory_rate_only_where_given_and_informative():
     plt.close(fig)
 
 
-def test_loss_figure_plots_f_itself_when_f_star_is_unknown():
-    """It plotted F − min_s F, which falls to zero by construction; now F − F* only where F* is known."""
+def test_loss_figure_draws_r_and_f_on_one_axis_and_the_gap_on_its_own_panel():
+    """R and F were on two y-axes (F drawn below R although F ≥ R): now one axis, and F − F* on a panel of its own
+    only where F* is known (the certificate a bound and converged)."""
     h = _history(6, classification=False)
     fig = plots.loss_figure(h, {"fitted": None, "theory": None}, lam=0.05, certificate=False)
-    labels = _labels(fig)
-    assert "free energy F(ρ_s)" in labels and not any("F*" in lab and "−" in lab for lab in labels), labels
+    assert len(fig.axes) == 1, fig.axes  # no twin axis
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert {"risk R(ρ_s)", "free energy F(ρ_s)"} <= set(labels) and not any("F*" in lab for lab in labels), labels
     assert "F* unknown" in fig.axes[0].get_title()
-    (line,) = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "free energy F(ρ_s)"]
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "free energy F(ρ_s)"]
     np.testing.assert_array_equal(line.get_ydata(), [r["free_energy"] for r in h])  # F itself, not a gap
     plt.close(fig)
-    # the certificate holds but has not converged: F and the band [F_S - λ KL_S, F_S] that holds F*
+    # the certificate a bound but not converged: F and the band [F_S - λ KL_S, F_S] that holds F*, one panel
     fig = plots.loss_figure(h, {"fitted": None, "converged": False, "theory": None}, lam=0.05, certificate=True)
     assert any("F* lies here" in lab for lab in _labels(fig)) and "F* not reached" in fig.axes[0].get_title()
+    assert len(fig.axes) == 1
     plt.close(fig)
-    # converged: F − F(ρ_S) on the rows where it exceeds 10 λ KL_S, which is F − F* to within 10 %
+    # converged: F − F(ρ_S) on its own panel, on the rows where it exceeds 10 λ KL_S (F − F* to within 10 %)
     fig = plots.loss_figure(h, {"fitted": 0.5, "converged": True, "theory": None}, lam=0.05, certificate=True)
-    (gap,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("F(ρ_s) − F*")]
+    assert len(fig.axes) == 2
+    (gap,) = [ln for ln in fig.axes[1].get_lines() if ln.get_label().startswith("F(ρ_s) − F*")]
     F = np.array([r["free_energy"] for r in h])
     cert = 0.05 * np.array([r["kl_gibbs"] for r in h])
     np.testing.assert_allclose(gap.get_ydata(), (F - F[-1])[F - F[-1] >= 10 * cert[-1]])
+    plt.close(fig)
+    # converged but the certificate not a bound (scalar heads on digits): F* unknown, no gap panel, no band
+    fig = plots.loss_figure(h, {"fitted": None, "converged": False, "theory": None}, lam=0.05, certificate=False)
+    assert len(fig.axes) == 1 and not any("F*" in lab for lab in _labels(fig)), _labels(fig)
     plt.close(fig)
 
 

@@ -5,8 +5,9 @@
 * :mod:`~mfpde.training.splitting`: the scheme registry (Lie, Strang) over one sub-flow interface.
 * :mod:`~mfpde.training.problem`: :class:`CoupledProblem`, the three above for one config.
 * :mod:`~mfpde.training.driver`: the ``run`` job (history, checkpoints, resume, result object).
-* :mod:`~mfpde.training.records`, :mod:`~mfpde.training.theory`: what a run writes; fitted and
-  guaranteed rates (§5.4).
+* :mod:`~mfpde.training.records`: checkpoints, resume, ``history.csv``, plots.
+* :mod:`~mfpde.training.report`, :mod:`~mfpde.training.theory`: what the report says (warnings, accuracy,
+  ``predictions.csv``, where the certificate is a bound); fitted and guaranteed rates (§5.4).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ status "failed" (the CLI turns it into exit status 3).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -38,16 +39,18 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (
     Resumed,
     Snapshot,
+    append_history,
     check_resume_config,
     classification,
+    history_columns,
     history_row,
     load_resume,
     plot_samples,
-    run_report,
     save_state,
-    write_history,
+    start_history,
     write_plots,
 )
+from mfpde.training.report import OUTFLOW_WARN, accuracy_block, run_report, write_predictions
 from mfpde.training.theory import deep_rate, ntk_summary
 
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
@@ -98,23 +101,57 @@ class RunResult:
 
 
 def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
-            progress: ProgressFactory | None = None) -> RunResult:
+            progress: ProgressFactory | None = None, overwrite: bool = True) -> RunResult:
     """Validate the input, load the checkpoint if resuming, prepare DIR, write the config, and :func:`train`.
 
+    Args:
+        cfg: the config.
+        out: the output directory.
+        resume: continue from ``out/checkpoint``.
+        comm: the ranks.
+        progress: makes the progress display, or None.
+        overwrite: replace a finished run in ``out`` (``report.json`` with status "ok"); the CLI passes its
+            ``--overwrite`` flag, so that ``mfpde run`` refuses one unless told (or ``--resume``).
+
     Raises:
-        ConfigError: invalid input, a missing or incompatible checkpoint (nothing is written).
+        ConfigError: invalid input, a missing or incompatible checkpoint, a finished run in ``out`` without
+            ``overwrite`` or ``resume`` (nothing is written).
     """
     t0 = time.perf_counter()
+    out = Path(out)
+    if not (resume or overwrite):
+        _refuse_finished(out, comm)
     with signals.deferred():  # a first signal stops the run after its current step (signals.py)
         cp = CoupledProblem(cfg, comm)
-        out = Path(out)
-        if resume:
-            check_resume_config(to_toml(cfg), out, comm)
+        before = check_resume_config(to_toml(cfg), out, comm) if resume else None
         r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
+        notes = []
+        if resume and before is not None and before != cfg.training.steps:
+            notes.append(f"--resume: training.steps = {cfg.training.steps} differs from the checkpoint's run "
+                         f"({before}): training continues from step {r.step} to step {cfg.training.steps}")
+            logger.warning("%s", notes[-1])
         t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
         prepare_output_dir(out, comm, keep=resume)
         write_atomic(out / "config.toml", to_toml(cfg), comm)
-        return train(cp, out, r.step, r.history, t0, progress, r.snapshots)
+        result = train(cp, out, r.step, r.history, t0, progress, r.snapshots,
+                       {"from_step": r.step, "previous_steps": before, "steps": cfg.training.steps, "notes": notes}
+                       if resume else None)
+        return result
+
+
+def _refuse_finished(out: Path, comm: MPI.Comm) -> None:
+    """Raise if ``out`` holds a finished run (``report.json`` of status "ok"), on every rank.
+
+    Raises:
+        ConfigError: naming ``--resume`` and ``--overwrite``.
+    """
+    done = False
+    if comm.rank == 0:
+        with contextlib.suppress(OSError, ValueError):
+            done = json.loads((out / "report.json").read_text()).get("status") == "ok"
+    if comm.bcast(done, root=0):
+        raise ConfigError(f"--out {str(out)!r} holds a finished run (report.json, status ok): --resume to continue "
+                          "it, --overwrite to replace it, or another --out")
 
 
 def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,
@@ -131,7 +168,7 @@ def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = 
 
 def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str, float]] | None = None,
           t0: float | None = None, progress: ProgressFactory | None = None,
-          rho_snapshots: list[Snapshot] | None = None) -> RunResult:
+          rho_snapshots: list[Snapshot] | None = None, resumed: dict[str, Any] | None = None) -> RunResult:
     """Train from step ``step0`` to ``training.steps``, writing into ``out`` (prepared by the caller).
 
     Args:
@@ -143,6 +180,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         progress: makes the progress display, or None.
         rho_snapshots: the ρ snapshots written to ``fields/rho.bp`` before ``step0`` (a resumed run rewrites
             them first, so that the file holds every output step, as after an uninterrupted run).
+        resumed: a resumed run's ``from_step``, ``previous_steps`` (the checkpoint's run's ``training.steps``),
+            ``steps`` and ``notes`` (warnings), recorded in the report's ``resumed`` block.
 
     Returns:
         The result; ``report.json``, ``history.csv`` and the checkpoint are written whatever the status. Under
@@ -163,8 +202,12 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                 cp.theta.set_values(r, values[k])
             writer.write(st * tr.ds)
         cp.state.restore(now)
+    columns = history_columns(cp)
+    start_history(out, history, columns, comm)  # a resumed run's rows: a line torn by a killed job is repaired
+    yhat0: dict[str, np.ndarray] = {}  # ŷ of ρ₀ per split, kept from step 0
+    yhat_test: dict[str, np.ndarray] = {}
     bar = progress(tr.steps, step0) if progress is not None else None
-    status, fail_msg, last, agreed = "ok", "", None, False
+    status, fail_msg, last, agreed, outflow = "ok", "", None, False, 0.0
     step, grad = step0, None
     plotted: dict[str, Any] = {}
     try:
@@ -184,15 +227,19 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                 grad = cp.objective.gradient(heads, snapshots=snaps, snapshot=keep)
             if not np.isfinite(grad.risk) or not all(np.all(np.isfinite(d)) for d in grad.D):
                 raise NumericalError("non-finite risk or first variation")
+            outflow = cp.objective.max_outflow  # of the training samples (history_row's held-out ones follow)
             cp.state.set_potentials(heads, grad.D)
             last = cp.state.values()
             if output:
                 row = history_row(cp, grad, step, step * tr.ds, time.perf_counter() - t0,
-                                  _fields(cp, out) if step == tr.steps else None)
+                                  _fields(cp, out) if step == tr.steps else None, yhat_test)
+                if step == 0:
+                    yhat0.update(train=grad.yhat.copy(), **yhat_test)
                 bad = [k for k, v in row.items() if not np.isfinite(v)]
                 if bad:  # e.g. an extreme training.lambda2: never a status "ok" with inf/NaN in the history
                     raise NumericalError(f"non-finite {', '.join(bad)}")
                 history.append(row)
+                append_history(out, row, columns, comm)
                 if writer is not None:
                     _write(writer, step * tr.ds, cp, out, step, history, rho_snaps, time.perf_counter() - t0)
                 if writer is not None or oc.plots:
@@ -222,23 +269,34 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             writer.close()
         if bar is not None:
             bar.close()
-    write_history(out, history, comm)
     report = run_report(cp, history, status, step, time.perf_counter() - t0)
+    report["final"]["token_outflow"] = outflow
+    if outflow > OUTFLOW_WARN:
+        report["warnings"].append(f"tokens.box: up to {outflow:.3g} of a sample's token mass left Ω (the largest over "
+                                  "the training samples at the last step): enlarge tokens.box")
+    if resumed is not None:
+        report["resumed"] = {k: v for k, v in resumed.items() if k != "notes"}
+        report["warnings"] += resumed["notes"]
     if status != "ok":
         report["error" if status == "failed" else "interrupted_by"] = fail_msg
         write_report(out, report, comm)
         return RunResult(status, step, report, history, out, fail_msg, splitting.timings, *_rho(cp))
     assert grad is not None
-    _final_outputs(cp, out, history, report, grad)
+    _final_outputs(cp, out, report, grad, yhat0, yhat_test)
     if oc.plots and report["rate"] != plotted:  # the deep λ = λ₂ = 0 rate comes from the final NTK
         write_plots(cp, out, history, rho_snaps, snaps, grad.yhat, report["rate"])
     report["wall_s"] = time.perf_counter() - t0  # the final outputs (NTK, held-out samples, plots) included
     write_report(out, report, comm)
     acc = report.get("accuracy", {})
     logger.info("done: %d steps, risk %.6g, free energy %.6g%s -> %s", step, report["final"]["risk"],
-                report["final"]["free_energy"], "".join(f", {k} accuracy {v:.3f} (ρ_0: {v0:.3f})" for k, v in
-                                                        acc.items() if (v0 := acc["initial"].get(k)) is not None),
+                report["final"]["free_energy"],
+                "".join(f", {k} accuracy {acc[k]:.3f} (ρ_0: {v0:.3f}, ρ_0 or its sign flip: {b:.3f})"
+                        for k, b in acc.get("initial_best_sign", {}).items()
+                        if (v0 := acc["initial"].get(k)) is not None),
                 out)
+    for w in report["warnings"]:
+        if not (resumed and w in resumed["notes"]):  # logged when the run resumed
+            logger.warning("warning: %s", w)
     logger.debug("splitting sub-flow wall times: %s", splitting.timings)
     return RunResult(status, step, report, history, out, "", splitting.timings, *_rho(cp))
 
@@ -267,11 +325,12 @@ def _fields(cp: CoupledProblem, out: Path) -> Path | None:
     return out / "fields" if cp.cfg.output.fields else None
 
 
-def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]], report: dict[str, Any],
-                   grad: Gradient) -> None:
-    """NTK, accuracy on classification data (of ρ_0 and of the final ρ from the first and the last history row).
+def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: Gradient,
+                   yhat0: dict[str, np.ndarray], yhat_test: dict[str, np.ndarray]) -> None:
+    """NTK, ``predictions.csv``, and the accuracy on classification data (of ρ₀ and of the final ρ).
 
-    The training and the held-out samples were solved (μ_T written) by the last step's gradient and history row.
+    The training and the held-out samples were solved (μ_T written) by the last step's gradient and history row
+    (``yhat_test``: its held-out ŷ); ``yhat0`` holds ŷ of ρ₀ from step 0 (computed here for a resumed run).
     """
     cfg, pb = cp.cfg, cp.problem
     heads = cp.heads()
@@ -290,11 +349,17 @@ def _final_outputs(cp: CoupledProblem, out: Path, history: list[dict[str, float]
         rate.pop("theory_reason", None)
         rate["theory"] = theory
         rate["theory_kind" if theory is not None else "theory_reason"] = kind
-    acc: dict[str, Any] = {"train": float(np.mean(np.sign(grad.yhat) == np.sign([s.target for s in pb.train])))}
-    if pb.test:  # the last history row (step = training.steps, every run's last) transported them
-        assert history and history[-1]["step"] == cfg.training.steps and "test_accuracy" in history[-1]
-        acc["test"] = history[-1]["test_accuracy"]
+    targets = {"train": np.array([s.target for s in pb.train]), "test": np.array([s.target for s in pb.test])}
+    yhat = {"train": grad.yhat, **yhat_test}  # the held-out ŷ of the last history row (classification data)
+    if "train" not in yhat0:  # a resumed run: ŷ of ρ₀ once more
+        now = cp.state.values()
+        cp.state.restore([cp.theta.gaussian(cfg.heads.init["mean"], cfg.heads.init["cov"]).x.array
+                          for _ in cp.rhos])
+        heads0 = cp.heads()
+        yhat0.update({k: cp.objective.predict(v, heads0) for k, v in (("train", pb.train), ("test", pb.test))
+                      if k in yhat})
+        cp.state.restore(now)
+    write_predictions(out, targets, yhat0, yhat, cp.comm)
     if classification(cp):
-        h0 = history[0] if history and history[0]["step"] == 0 else {}
-        acc["initial"] = {k: h0[f"{k}_accuracy"] for k in ("train", "test") if f"{k}_accuracy" in h0}
-        report["accuracy"] = acc
+        report["accuracy"], warnings = accuracy_block(targets, yhat0, yhat)
+        report["warnings"] += warnings

@@ -60,6 +60,9 @@ class Objective:
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
         self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) else None
         self._mu0: dict[int, tuple[Sample, Array]] = {}
+        #: The largest fraction of ∫μ_0 that left Ω over the samples of the last :meth:`gradient` or :meth:`predict`.
+        self.max_outflow = 0.0
+        self._outflow = 0.0
 
     def _initial(self, sample: Sample, u: dolfinx.fem.Function) -> None:
         """Set u to μ_0 of the sample (:func:`~mfpde.tokens.data.fill_density`), kept after the first time.
@@ -150,6 +153,7 @@ class Objective:
                 mus = [tokens.quad.gather(u)] if i in snapshot else None
                 tape: Tape | None = [] if taped else None
                 rep = self.forward(u, heads, tape, mus)
+                self._outflow = max(self._outflow, rep.outflow / rep.mass_0 if rep.mass_0 > 0 else 0.0)
                 dy = np.zeros((0, 0))
                 if tape is not None:
                     _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, self.pb.n_layers)
@@ -180,6 +184,7 @@ class Objective:
         D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
         for j, (i, u) in enumerate(zip(chunk, us, strict=True)):
             u.x.array[:] = U[j]
+            self._outflow = max(self._outflow, reps[j].outflow / reps[j].mass_0 if reps[j].mass_0 > 0 else 0.0)
             dy = np.stack([Dk[j] for Dk in D]) if D else np.zeros((0, 0))
             yield i, reps[j].yhat, mus.get(j), dy, u
 
@@ -200,10 +205,12 @@ class Objective:
             NumericalError: a solve failed in some group (raised on every rank).
         """
         y = np.zeros(len(samples))
+        self._outflow = 0.0
         with self.groups.collective_failure():
             for i, yhat, mus, _, u in self._solves(samples, heads, False, snapshot):
                 y[i] = yhat if self.groups.tcomm.rank == 0 else 0.0
                 self._output(i, mus, u, fields, tag, snapshots, snapshot)
+        self.max_outflow = self.pb.comm.allreduce(self._outflow, op=MPI.MAX)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
     def gradient(self, heads: list[HeadMeasure], per_sample: bool = False, fields: Path | None = None,
@@ -229,6 +236,7 @@ class Objective:
         yhat = np.zeros(n)
         D = [np.zeros(len(h.a)) for h in heads]
         Dy = [np.zeros((n, len(h.a))) for h in heads] if per_sample else None
+        self._outflow = 0.0
         with self.groups.collective_failure():
             for i, yi, mus, dy, u in self._solves(pb.train, heads, True, snapshot):
                 r = yi - pb.train[i].target
@@ -241,6 +249,7 @@ class Objective:
                                 Dy[k][i] = dy[k]
                 self._output(i, mus, u, fields, tag, snapshots, snapshot)
         comm = pb.comm
+        self.max_outflow = comm.allreduce(self._outflow, op=MPI.MAX)
         yhat = comm.allreduce(yhat, op=MPI.SUM)
         D = [comm.allreduce(x, op=MPI.SUM) for x in D]
         if Dy is not None:

@@ -1,4 +1,4 @@
-"""What a run leaves in DIR besides fields and plots: checkpoints, ``history.csv`` and ``report.json``.
+"""What a run leaves in DIR besides fields and the report: checkpoints, ``history.csv`` and plots.
 
 Formats are those of interface.md and :mod:`mfpde.io`; the checkpoint holds ρ per layer block in the
 rank-independent Θ order, so a run resumes on any number of ranks.
@@ -20,7 +20,6 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 
-from mfpde import __version__
 from mfpde.errors import ConfigError
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
@@ -28,11 +27,11 @@ from mfpde.plots import FIGURES, RhoSeries, TokenSeries, plot_run
 from mfpde.tokens.adjoint import Gradient
 from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
-from mfpde.training.theory import certified_fit, theoretical_rate
+from mfpde.training.report import certificate_bound, rate_block
 
-__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "classification", "cut_appended",
-           "history_row", "load_resume", "plot_samples", "rate_block", "run_report", "save_state", "write_history",
-           "write_plots"]
+__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "append_history", "classification",
+           "cut_appended", "history_columns", "history_row", "load_resume", "plot_samples", "save_state",
+           "start_history", "write_plots"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,16 +74,19 @@ class Resumed(NamedTuple):
 RESUME_MAY_CHANGE = ("training.steps", "output.")
 
 
-def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> None:
+def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> int | None:
     """Refuse a ``--resume`` whose config differs from the interrupted run's ``DIR/config.toml`` (collective).
 
     Only ``training.steps`` and ``output.*`` may change: a resumed run continues the same trajectory, and any
     other key (the model, the meshes, λ, the data) would join two different problems into one history.
 
+    Returns:
+        The interrupted run's ``training.steps`` (None if its config does not say), on every rank.
+
     Raises:
         ConfigError: on every rank, naming the first key that differs (and its two values).
     """
-    err = ""
+    err, steps = "", None
     if comm.rank == 0:
         old_path = out / "config.toml"
         if old_path.exists():
@@ -93,15 +95,17 @@ def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> None:
             except (OSError, tomllib.TOMLDecodeError) as e:
                 old, err = {}, f"--resume: cannot read the interrupted run's {str(old_path)!r}: {e}"
             new = _flatten(tomllib.loads(new_toml))
+            steps = old.get("training.steps")
             for key in sorted(set(old) & set(new)):  # older versions wrote unused keys too
                 if err or key.startswith(RESUME_MAY_CHANGE):
                     continue
                 if old.get(key) != new.get(key):
                     err = (f"--resume: {key} = {new.get(key)!r} differs from the interrupted run's {old.get(key)!r} "
                            f"({str(old_path)!r}); only training.steps and output.* may change")
-    err = comm.bcast(err, root=0)
+    err, steps = comm.bcast((err, steps), root=0)
     if err:
         raise ConfigError(err)
+    return steps if isinstance(steps, int) else None
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -229,11 +233,12 @@ def cut_appended(out: Path, step0: int, comm: MPI.Comm) -> None:
 
 
 def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float,
-                test_fields: Path | None = None) -> dict[str, float]:
+                test_fields: Path | None = None, test_yhat: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective.
 
     With ``test_fields`` (the last row of a run) the held-out samples' μ_T are written there as well
     (``mu_T_test_<i>.bp``): the final outputs take the held-out accuracy from this row instead of solving again.
+    ``test_yhat``, if given, receives ŷ of the held-out samples under ``"test"`` (shape (n_test,)).
     """
     st = cp.state
     fe = st.free_energy(grad.risk)
@@ -251,6 +256,8 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
         if pb.test:
             yt = np.array([smp.target for smp in pb.test])
             yh = cp.objective.predict(pb.test, cp.heads(), test_fields, tag="test_")
+            if test_yhat is not None:
+                test_yhat["test"] = yh
             row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))
             row["test_risk"] = float(0.5 * np.mean((yh - yt) ** 2))
     return row
@@ -263,63 +270,60 @@ def classification(cp: CoupledProblem) -> bool:
                                 and all(abs(s.target) == 1 for s in pb.train + pb.test))
 
 
-def write_history(out: Path, history: list[dict[str, float]], comm: MPI.Comm) -> None:
-    """Write ``history.csv`` (12 significant digits) atomically from rank 0."""
+def history_columns(cp: CoupledProblem) -> list[str]:
+    """The columns of this run's ``history.csv`` (the keys of its history rows).
+
+    :data:`HISTORY_KEYS`, then :data:`GIBBS_KEYS` (entropic runs) and :data:`ACCURACY_KEYS` (classification data;
+    the held-out ones with a held-out set).
+    """
+    acc = ACCURACY_KEYS if cp.problem.test else ACCURACY_KEYS[:1]
+    return HISTORY_KEYS + (GIBBS_KEYS if cp.state.lam > 0 else []) + (acc if classification(cp) else [])
+
+
+def _history_lines(rows: list[dict[str, float]], keys: list[str], header: bool) -> str:
+    """Rows of ``history.csv`` (12 significant digits), with the header line first if asked."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    keys = HISTORY_KEYS + [k for k in GIBBS_KEYS + ACCURACY_KEYS if history and k in history[0]]
-    w.writerow(keys)
-    for h in history:
+    if header:
+        w.writerow(keys)
+    for h in rows:
         w.writerow([int(h["step"]) if k == "step" else f"{h[k]:.12g}" for k in keys])
-    write_atomic(out / "history.csv", buf.getvalue(), comm)
+    return buf.getvalue()
 
 
-def run_report(cp: CoupledProblem, history: list[dict[str, float]], status: str, step: int,
-               wall: float) -> dict[str, Any]:
-    """The ``run`` report of interface.md without the final outputs (NTK, accuracy). Collective.
+def start_history(out: Path, history: list[dict[str, float]], keys: list[str], comm: MPI.Comm) -> None:
+    """Write ``history.csv``: the header (``keys``) and the rows so far (a resumed run's), atomically from rank 0.
 
-    ``final`` takes risk, free energy, mass and min of ρ from the last history row, and ρ's moments and
-    Gibbs residual from :func:`mfpde.params.free_energy.diagnostics` against the last Φ.
+    A resumed run thereby repairs a file torn by a killed job (a last line cut mid-row) and drops the rows
+    after its checkpoint, which it computes again.
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write.
     """
-    st = cp.state
-    final = dict(history[-1]) if history else {}
-    diag = [st.fp.diagnostics(r, phi) for r, phi in zip(st.rhos, st.phis, strict=True)]
-    one = st.n_layers == 1
-    fin: dict[str, Any] = {"risk": final.get("risk"), "free_energy": final.get("free_energy"),
-                           "mass_rho": final.get("mass_rho"), "min_rho": final.get("min_rho"),
-                           "rho_mean": diag[0]["mean"] if one else [d["mean"] for d in diag],
-                           "rho_cov": diag[0]["cov"] if one else [d["cov"] for d in diag]}
-    if st.lam > 0:
-        g = [d["l1_gibbs"] for d in diag]
-        fin["gibbs_residual_l1"] = g[0] if one else g
-    rate = rate_block(cp, history)
-    return {"status": status, "command": "run", "version": __version__, "comm_size": cp.comm.size,
-            "wall_s": wall, "steps_done": step, "final": fin, "rate": rate}
+    write_atomic(out / "history.csv", _history_lines(history, keys, True), comm)
 
 
-def rate_block(cp: CoupledProblem, history: list[dict[str, float]]) -> dict[str, Any]:
-    """The ``rate`` block of the run report: each rate only where it means what it says. Collective.
+def append_history(out: Path, row: dict[str, float], keys: list[str], comm: MPI.Comm) -> None:
+    """Append ``row`` to ``history.csv`` (started by :func:`start_history`) and flush it to disk (rank 0).
 
-    ``theory`` (with ``theory_kind``) where a theorem applies, else null with ``theory_reason``
-    (:func:`mfpde.training.theory.theoretical_rate`; the deep λ = λ₂ = 0 case is completed from the NTK
-    in the driver). ``fitted`` is fitted to F − F* only where F* is known independently of the run's
-    last value: single-layer entropic runs, by the certificate of theory §5.4
-    (:func:`mfpde.training.theory.certified_fit`); ``converged`` says whether the run got there and
-    ``fitted_reference`` what F* is. Elsewhere ``fitted`` is null with the reason.
+    Called at every output step, so ``tail -f`` follows a run; a line torn by a killed job is repaired by
+    :func:`start_history` on ``--resume``.
+
+    Raises:
+        ConfigError: on every rank, if rank 0 could not write (a full disk).
     """
-    st = cp.state
-    theory, kind = theoretical_rate(cp.family.name, st.lam, st.lam2, st.risk_oscillation(), cp.problem.shallow)
-    rate: dict[str, Any] = {"fitted": None, "converged": False, "theory": theory}
-    rate["theory_kind" if theory is not None else "theory_reason"] = kind
-    s = np.array([h["s"] for h in history])
-    F = np.array([h["free_energy"] for h in history])
-    if cp.problem.shallow and st.lam > 0 and len(F) > 2 and "kl_gibbs" in history[-1]:
-        fitted, conv, ref = certified_fit(s, F, st.lam * history[-1]["kl_gibbs"])
-        rate.update(fitted=fitted, converged=conv, fitted_reference=ref)
-    else:
-        rate["fitted_reference"] = ("no F* independent of this run: the certificate F − F* ≤ λ KL(ρ ‖ p_ρ) "
-                                    "(theory §5.4) holds for the single-layer entropic model only")
-    return rate
+    err, path = "", out / "history.csv"
+    if comm.rank == 0:
+        try:
+            with open(path, "a", newline="") as f:
+                f.write(_history_lines([row], keys, False))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as e:
+            err = f"cannot write {str(path)!r}: {e.strerror or e}"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
 
 
 def plot_samples(cp: CoupledProblem) -> list[int]:
@@ -372,7 +376,7 @@ def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], 
     error = None
     if mine:
         try:
-            plot_run(out, history, rate, rho, tok, st.lam, pb.shallow and st.lam > 0, figures=mine)
+            plot_run(out, history, rate, rho, tok, st.lam, certificate_bound(cp)[0], figures=mine)
         except Exception as e:  # noqa: BLE001  a plot never stops a run, nor leaves the other ranks waiting
             error = f"{', '.join(mine)} on rank {comm.rank}: {type(e).__name__}: {e}"
     for err in filter(None, comm.gather(error, root=0) or []):

@@ -10,7 +10,8 @@
   - otherwise None: R is not convex in ρ for a deep model (theory §2), so §5.4 does not apply, and §5.5
     is stated for λ = λ₂ = 0 only.
 * :func:`certified_fit`: the rate c of F(ρ_s) − F* ≈ C e^{−cs}, with F* known to within the certificate
-  F(ρ) − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 (single-layer entropic runs): fitted only where the gap
+  F(ρ) − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 (where it is a bound: :func:`mfpde.training.report.certificate_bound`):
+  fitted only where the gap
   F − F(ρ_S) exceeds ten times the certificate at the end, so the unknown F(ρ_S) − F* moves each gap by
   at most 10%.
 * the least-squares fit itself: :func:`mfpde.fitting.fit_rate`.

@@ -89,7 +89,8 @@ def test_run_default_small(tempdir):
     assert abs(fin["mass_rho"] - 1.0) <= mass_bound and fin["min_rho"] >= 0.0, (fin["mass_rho"], mass_bound)
     assert len(fin["rho_mean"]) == 2 and np.shape(fin["rho_cov"]) == (2, 2)
     assert 0.0 <= fin["gibbs_residual_l1"] <= 2.0
-    assert set(rep["accuracy"]) == {"train", "test", "initial"}  # initial: of ρ_0 (issue 13)
+    assert set(rep["accuracy"]) == {"train", "test", "initial", "initial_best_sign", "gain",
+                                    "agrees_with_flipped_initial"}  # initial: of ρ_0 (issue 13)
     rows = list(csv.DictReader((tempdir / "history.csv").open()))
     assert [int(r["step"]) for r in rows] == [0, 1, 2, 3]
     for r in rows:  # classification data: accuracies per row (issue 11), in [0, 1]
@@ -105,26 +106,39 @@ def test_run_default_small(tempdir):
     assert (tempdir / "fields" / "mu_T_train_0.bp").is_dir() and (tempdir / "fields" / "mu_T_test_3.bp").is_dir()
 
 
-def test_final_accuracy_is_the_last_rows(tempdir, monkeypatch):
-    """The report's accuracies come from the last history row (the final step's solves, issue 12) and, under
-    ``initial``, from the first: each row's accuracies are replaced by a marker of its step, which the report must
-    carry (a report reading another row, or solving again, would not)."""
-    import mfpde.training.driver as driver
+def test_final_accuracy_is_the_last_rows_and_the_predictions(tempdir, monkeypatch):
+    """The report's accuracies are those of the last history row (the final step's solves, issue 12) and, under
+    ``initial``, of the first; ``predictions.csv`` holds the ŷ they count, of ρ₀ and of ρ_S (no solve again: the
+    forward solves are counted)."""
+    import mfpde.training.objective as objective
 
-    real = driver.history_row
+    calls = []
+    real = objective.Objective.predict
 
-    def marked(cp, grad, step, *args, **kwargs):
-        row = real(cp, grad, step, *args, **kwargs)
-        row["train_accuracy"], row["test_accuracy"] = 0.01 * step, 0.02 * step
-        return row
+    def counted(self, samples, *args, **kwargs):
+        calls.append(len(samples))
+        return real(self, samples, *args, **kwargs)
 
-    monkeypatch.setattr(driver, "history_row", marked)
+    monkeypatch.setattr(objective.Objective, "predict", counted)
     assert main(["run", DEEP, "--out", str(tempdir), "--quiet", *_args(["output.fields=false"])]) == 0
-    acc = json.loads((tempdir / "report.json").read_text())["accuracy"]
     steps = C.load(DEEP, SMALL).training.steps
-    assert acc["initial"] == {"train": 0.0, "test": 0.0}, acc
-    assert acc["test"] == pytest.approx(0.02 * steps), acc
-    assert acc["train"] * 4 == round(acc["train"] * 4), acc  # train: from the last gradient's ŷ (4 images)
+    assert calls == [4] * (steps + 1), calls  # the held-out set once per history row (every = 1, steps 0 .. steps)
+    acc = json.loads((tempdir / "report.json").read_text())["accuracy"]
+    rows = list(csv.DictReader((tempdir / "history.csv").open()))
+    for k in ("train", "test"):
+        assert acc[k] == float(rows[-1][f"{k}_accuracy"]) and acc["initial"][k] == float(rows[0][f"{k}_accuracy"])
+    pred = list(csv.DictReader((tempdir / "predictions.csv").open()))
+    assert [p["split"] for p in pred] == ["train"] * 4 + ["test"] * 4 and [int(p["sample"]) for p in pred] == [
+        0, 1, 2, 3] * 2
+    for k in ("train", "test"):
+        y = np.array([float(p["target"]) for p in pred if p["split"] == k])
+        for col, key in (("yhat_final", k), ("yhat_initial", "initial")):
+            yh = np.array([float(p[col]) for p in pred if p["split"] == k])
+            got = acc[key] if key == k else acc[key][k]
+            assert got == np.mean(np.sign(yh) == np.sign(y)), (k, col)
+        y0 = np.array([float(p["yhat_initial"]) for p in pred if p["split"] == k])
+        assert acc["initial_best_sign"][k] == max(np.mean(np.sign(y0) == y), np.mean(np.sign(-y0) == y))
+        assert acc["gain"][k] == pytest.approx(acc[k] - acc["initial_best_sign"][k], abs=1e-15)
 
 
 def test_run_same_on_one_and_two_ranks(tempdir):
