@@ -60,12 +60,17 @@ def _handler(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def handlers() -> Iterator[None]:
-    """Install the handler for :data:`SIGNALS` while the block runs (main thread only); restore the old ones."""
+    """Install the handler for :data:`SIGNALS` while the block runs (main thread only); restore the old ones.
+
+    ``SIGXFSZ`` is ignored meanwhile (as CPython does at start-up), so a write past the file-size limit
+    (``ulimit -f``) fails with ``EFBIG`` instead of killing the process (:mod:`mfpde.fields` checks the limit).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _state["signal"] = 0
     old: dict[int, Any] = {s: signal.signal(s, _handler) for s in SIGNALS}
+    old[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past ulimit -f: EFBIG, not death
     try:
         yield
     finally:
