@@ -105,7 +105,7 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
         ConfigError: invalid input, a missing or incompatible checkpoint (nothing is written).
     """
     t0 = time.perf_counter()
-    with signals.deferred():  # a first signal stops the run after its current step (signals.py)
+    with signals.stage("set-up"):  # a signal ends the set-up at once (signals.py): no checkpoint to write yet
         cp = CoupledProblem(cfg, comm)
         out = Path(out)
         if resume:
@@ -114,6 +114,7 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
         t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
         prepare_output_dir(out, comm, keep=resume)
         write_atomic(out / "config.toml", to_toml(cfg), comm)
+    with signals.deferred():  # a first signal stops the run after its current step (signals.py)
         return train(cp, out, r.step, r.history, t0, progress, r.snapshots)
 
 
