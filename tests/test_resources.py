@@ -84,7 +84,7 @@ def test_solvers_free_their_communicators(build):
 # Memory estimates (mfpde.limits.memory_estimate): a lower bound of what a run holds, token and head parts summed.
 
 #: The stated bound of the estimate: a run holds at most this many times the estimate (module docstring of
-#: mfpde.limits: 1.5 to 4 on the calibration runs).
+#: mfpde.limits: 1.3 to 3.6 on the calibration runs).
 MEMORY_FACTOR = 4.0
 
 
