@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     # break the one-line error contract; failures are detected and reported by the solvers themselves.
     warnings.filterwarnings("ignore", category=RuntimeWarning)
     comm = MPI.COMM_WORLD
+    interrupted = ""
     try:
         with signals.handlers():
             check_launcher(comm)
@@ -97,14 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             with blas_threads(comm):
                 code = _dispatch(args)
     except (signals.Interrupted, KeyboardInterrupt) as e:  # every rank got it, or _join ends the job in time
-        what = signals.name(e.signum) if isinstance(e, signals.Interrupted) else "KeyboardInterrupt"
-        if args.command == "run":
-            _err(f"interrupted by {what} outside a training step: no report written (a run continues from its last "
-                 "checkpoint with --resume)")
-        else:  # transport and verify have no checkpoint: say what is left
-            _err(f"interrupted by {what}: {args.command} stopped, no report written (fields/ holds the depths written "
-                 "so far; run the command again to redo it)" if args.command == "transport" else
-                 f"interrupted by {what}: {args.command} stopped, no report written")
+        interrupted = _interrupted_line(args, e)
+        _err(interrupted)
         code = signals.EXIT_INTERRUPTED
     except SystemExit as e:  # a library's sys.exit: under MPI the other ranks would wait for ever
         if comm.size == 1:
@@ -130,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         from mfpde.petsc import collect_garbage  # after private_caches (petsc4py is imported in _dispatch)
 
         collect_garbage()
-    _join(comm, code)
+    _join(comm, code, interrupted)
     fields = sys.modules.get("mfpde.fields")
     if fields is not None and fields.abandoned():  # a VTX file refused for a full disk: closing it could abort
         sys.stdout.flush()
@@ -141,6 +136,29 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Seconds a rank that ends waits for the others before it aborts the MPI job (``MFPDE_MPI_EXIT_TIMEOUT``).
 EXIT_TIMEOUT = 60.0
+
+
+def _interrupted_line(args: argparse.Namespace, e: BaseException) -> str:
+    """The line that says what a signal stopped and what is left (exit status 4)."""
+    what = signals.name(e.signum) if isinstance(e, signals.Interrupted) else "KeyboardInterrupt"
+    setup = isinstance(e, signals.Interrupted) and e.stage == "set-up"
+    if args.command == "run" and setup:
+        return (f"interrupted by {what} during set-up, before training step 0: "
+                + ("the checkpoint is unchanged, no report written (continue with --resume)" if args.resume else
+                   "no checkpoint exists yet, no report written (run the command again)"))
+    if args.command == "run":
+        return (f"interrupted by {what} outside a training step: no report written (a run continues from its last "
+                "checkpoint with --resume)")
+    if args.command == "transport":  # no checkpoint: say what is left
+        return (f"interrupted by {what} during set-up: transport stopped, nothing computed, no report written (run "
+                "the command again)" if setup else f"interrupted by {what}: transport stopped, no report written "
+                "(fields/ holds the depths written so far; run the command again to redo it)")
+    return f"interrupted by {what}: {args.command} stopped, no report written"
+
+
+#: Seconds an interrupted rank waits for the others before it ends the MPI job with exit status 4: a signal
+#: that reached some ranks only leaves the others in a collective, where they never learn of it.
+INTERRUPT_GRACE = 3.0
 
 
 def _abort(comm: MPI.Comm, msg: str, tb: bool = False) -> None:
@@ -156,12 +174,14 @@ def _abort(comm: MPI.Comm, msg: str, tb: bool = False) -> None:
     os._exit(1)  # not reached: seen once returning while another rank's abort was under way
 
 
-def _join(comm: MPI.Comm, code: int) -> None:
+def _join(comm: MPI.Comm, code: int, interrupted: str = "") -> None:
     """Wait (non-blocking barrier, bounded) for every rank to end; abort the job if some never come.
 
     All ranks normally end together. A rank that raised alone (its error not agreed on) leaves the others
     in a collective: rather than hang until the allocation runs out, it aborts the job after
-    ``MFPDE_MPI_EXIT_TIMEOUT`` seconds.
+    ``MFPDE_MPI_EXIT_TIMEOUT`` seconds. A rank interrupted by a signal (``interrupted``: its line) that the
+    others did not get waits :data:`INTERRUPT_GRACE` seconds, then says so (rank 0 did already) and ends the
+    job with exit status 4 (``MPI_Abort``).
     """
     if comm.size == 1:
         return
@@ -169,13 +189,29 @@ def _join(comm: MPI.Comm, code: int) -> None:
         timeout = float(os.environ.get("MFPDE_MPI_EXIT_TIMEOUT", EXIT_TIMEOUT))
     except ValueError:
         timeout = EXIT_TIMEOUT
+    if code == signals.EXIT_INTERRUPTED and interrupted:
+        timeout = min(timeout, INTERRUPT_GRACE)
     req = comm.Ibarrier()
     t0 = time.monotonic()
     while not req.Test():
         if time.monotonic() - t0 > timeout:
+            if code == signals.EXIT_INTERRUPTED and interrupted:
+                _end_interrupted(comm, interrupted)
             _abort(comm, f"rank {comm.rank} ended with exit status {code}, the other ranks did not end within "
                    f"{timeout:g} s (MFPDE_MPI_EXIT_TIMEOUT)")
         time.sleep(0.01)
+
+
+def _end_interrupted(comm: MPI.Comm, line: str) -> None:
+    """End the MPI job with exit status 4 from a rank that got a signal the others did not (one line on stderr)."""
+    if comm.rank != 0:  # rank 0 printed it already if it got the signal
+        sys.stderr.write(f"mfpde: error: {line} (rank {comm.rank} of {comm.size})\n")
+    sys.stderr.flush()
+    time.sleep(1.0)  # the launcher forwards stderr through a pipe: give the line time (see _abort)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # MPICH's own "Abort(4) on node ..." line: the line above says it
+    comm.Abort(signals.EXIT_INTERRUPTED)
+    os._exit(signals.EXIT_INTERRUPTED)
 
 
 def _out_dir(args: argparse.Namespace) -> Path:

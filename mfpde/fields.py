@@ -14,11 +14,19 @@ before each write, rank 0 reserves (``posix_fallocate``) twice the bytes the wri
 raises :class:`~mfpde.errors.ConfigError` naming the file, before ADIOS2 is called. The writer is then abandoned
 (:func:`abandoned`): never closed, since its close could fail the same way; the CLI ends the process without
 destroying it. A disk that another process fills between the reservation and the write is not covered.
+
+A file-size limit (``ulimit -f``, ``RLIMIT_FSIZE``, common on batch systems) is the same fault per file: ADIOS2
+raised ``EFBIG`` on the rank that wrote ``data.0`` and the others hung. The smallest limit of the ranks is agreed
+once per reservation, and a write after which the largest file of the ``.bp`` directory could exceed it is
+refused like a full disk (``SIGXFSZ``, which would kill the process instead, is ignored by the CLI:
+:func:`mfpde.signals.handlers`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import weakref
 from pathlib import Path
 from types import TracebackType
@@ -46,14 +54,35 @@ def abandoned() -> bool:
     return bool(_ABANDONED)
 
 
+def _size_limit(comm: MPI.Comm) -> int:
+    """The smallest file-size limit (``RLIMIT_FSIZE``, bytes) of the ranks of comm, -1 for none. Collective."""
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    limit = comm.allreduce(soft if soft != resource.RLIM_INFINITY and soft >= 0 else 1 << 62, op=MPI.MIN)
+    return -1 if limit == 1 << 62 else int(limit)
+
+
+def _largest_file(path: Path) -> int:
+    """The size in bytes of the largest file of the directory path (0 if there is none)."""
+    try:
+        return max((f.stat().st_size for f in path.iterdir() if f.is_file()), default=0)
+    except OSError:
+        return 0
+
+
 def _room(path: Path, nbytes: int, comm: MPI.Comm) -> None:
     """Reserve nbytes beside path on rank 0 and give it back; every rank raises if there is no room. Collective.
 
+    Also refuses when the largest file of the directory path plus nbytes exceeds the smallest file-size limit
+    (``ulimit -f``) of the ranks.
+
     Raises:
-        ConfigError: the reservation failed (no space left, a quota, a file in the way).
+        ConfigError: the reservation failed (no space left, a quota, a file in the way, the file-size limit).
     """
+    limit = _size_limit(comm)
     err = ""
     if comm.rank == 0:
+        mib = f"needs about {nbytes / 2**20:.3g} MiB"
+        ulimit = f"the file-size limit (ulimit -f) is {limit / 2**20:.3g} MiB"
         probe = path.parent / f".mfpde-room-{os.getpid()}"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +93,11 @@ def _room(path: Path, nbytes: int, comm: MPI.Comm) -> None:
                 os.close(fd)
                 probe.unlink(missing_ok=True)
         except OSError as e:
-            err = f"cannot write {str(path)!r}: {e.strerror or e} (needs about {nbytes / 2**20:.3g} MiB)"
+            hint = f"; {ulimit}" if e.errno == errno.EFBIG and limit >= 0 else ""
+            err = f"cannot write {str(path)!r}: {e.strerror or e} ({mib}{hint})"
+        if not err and limit >= 0 and _largest_file(path) + nbytes > limit:
+            err = (f"cannot write {str(path)!r}: {os.strerror(errno.EFBIG)} ({ulimit}: the file holds "
+                   f"{_largest_file(path) / 2**20:.3g} MiB and the next write {mib})")
     err = comm.bcast(err, root=0)
     if err:
         raise ConfigError(err)

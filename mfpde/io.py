@@ -21,6 +21,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import zipfile
@@ -32,6 +33,7 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde.bp5 import Layout, check_bp5, check_data_extent
 from mfpde.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -297,46 +299,82 @@ def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
         The snapshots, blocks of every writing rank joined (cell indices shifted accordingly).
 
     Raises:
-        ConfigError: the file is missing or holds no such field.
+        ConfigError: the file is missing, damaged (a file of the directory missing, cut short or not matching
+            the others: checked before ADIOS2 reads it, :func:`mfpde.bp5.check_bp5`) or holds no such field.
     """
     importlib.import_module("dolfinx.io")  # before adios2 (it loads dolfinx's own ADIOS2 library), see above
     import adios2
 
     if not Path(path).is_dir():
         raise ConfigError(f"{str(path)!r}: no such .bp directory")
+    layout = check_bp5(Path(path))  # ADIOS2 hangs or crashes on a damaged file: check it first
+    try:
+        with adios2.FileReader(str(path)) as f:
+            return _read(f, Path(path), layout, name)
+    except ConfigError:
+        raise
+    except (RuntimeError, IndexError, ValueError, KeyError, TypeError) as e:  # ADIOS2's, with ANSI colours
+        why = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0]
+        raise ConfigError(f"{str(path)!r}: cannot be read as a field written by mfpde ({why})") from None
+
+
+#: Bytes of the element types of VTX arrays (ADIOS2's names).
+_TYPE_BYTES = {"double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4, "uint8_t": 1,
+               "int8_t": 1, "char": 1}
+
+
+def _read(f: Any, path: Path, layout: Layout, name: str | None) -> VTXField:
+    """The field ``name`` of the open ADIOS2 reader f of the checked directory path (see :func:`read_vtx`)."""
     skip = {"NumberOfEntities", "NumberOfCells", "NumberOfNodes", "connectivity", "geometry", "step", "types",
             "vtkGhostType", "vtkOriginalPointIds"}
-    with adios2.FileReader(str(path)) as f:
-        avail = f.available_variables()
-        names = [k for k in avail if k not in skip]
-        name = name if name is not None else (names[0] if len(names) == 1 else None)
-        if name is None or name not in avail:
-            raise ConfigError(f"{str(path)!r}: field {name!r} not found (fields: {', '.join(names)})")
-        xml = f.read_attribute_string("vtk.xml")
-        xml = xml if isinstance(xml, str) else xml[0]
-        cell_data = "<CellData>" in xml and f'Name="{name}"' in xml.split("<CellData>", 1)[1]
-        n = f.num_steps()
-        times, values, points, cells = [], [], [], []
-        for k in range(n):
-            times.append(float(f.read("step", step_selection=[k, 1]).ravel()[0]))
-            kind = int(f.read("types", step_selection=[k, 1]).ravel()[0])
-            if kind not in _VTK_CELLS:
-                raise ConfigError(f"{str(path)!r}: VTK cell type {kind} is not one mfpde writes")
-            blocks = range(len(f.all_blocks_info("geometry")[k]))
-            x = [f.read("geometry", block_id=b, step_selection=[k, 1]).reshape(-1, 3) for b in blocks]
-            count = "NumberOfEntities" if "NumberOfEntities" in avail else "NumberOfCells"
-            ncell = [int(f.read(count, block_id=b, step_selection=[k, 1]).ravel()[0]) for b in blocks]
-            # each row: the node count, then the nodes (more than the vertices on higher-degree Lagrange cells)
-            conn = [f.read("connectivity", block_id=b, step_selection=[k, 1]).reshape(nc, -1)[:, 1:]
-                    for b, nc in zip(blocks, ncell, strict=True)]
-            shift = np.cumsum([0] + [len(p) for p in x[:-1]])
-            gid = np.concatenate([f.read("vtkOriginalPointIds", block_id=b, step_selection=[k, 1]).ravel()
-                                  for b in blocks])
-            c = np.concatenate([c + s for c, s in zip(conn, shift, strict=True)])
-            # a rank also writes its ghost cells: keep each cell once, by the global ids of its nodes
-            keep = np.sort(np.unique(np.sort(gid[c], axis=1), axis=0, return_index=True)[1])
-            points.append(np.concatenate(x))
-            cells.append(c[keep])
-            v = np.concatenate([f.read(name, block_id=b, step_selection=[k, 1]).ravel() for b in blocks])
-            values.append(v[keep] if cell_data else v)
+    avail = f.available_variables()
+    n = f.num_steps()
+    if n != len(layout.positions):
+        raise ConfigError(f"{str(path)!r}: damaged .bp file (ADIOS2 reads {n} steps, the index lists "
+                          f"{len(layout.positions)}); write it again")
+    nbytes: list[dict[int, int]] = [{} for _ in range(n)]  # per step and writer: 8-byte arrays, then the others
+    small: list[dict[int, int]] = [{} for _ in range(n)]
+    for var, info in avail.items():  # the local arrays' bytes: the data ADIOS2 will read (mfpde.bp5)
+        if info.get("Shape", "") or info.get("SingleValue") == "true":
+            continue  # VTK's global counts and single values are not in data.<subfile>
+        size = _TYPE_BYTES.get(info["Type"], 1)
+        for k, blocks in enumerate(f.all_blocks_info(var)[:n]):
+            for b in blocks:
+                items = int(np.prod([int(c) for c in str(b["Count"]).split(",") if c], dtype=np.int64))
+                to = nbytes if size == 8 else small
+                to[k][int(b["WriterID"])] = to[k].get(int(b["WriterID"]), 0) + items * size
+    for big, rest in zip(nbytes, small, strict=True):  # the byte arrays padded to the next 8-byte array
+        for w, m in rest.items():
+            big[w] = big.get(w, 0) + -(-m // 8) * 8
+    check_data_extent(path, layout, nbytes)
+    names = [k for k in avail if k not in skip]
+    name = name if name is not None else (names[0] if len(names) == 1 else None)
+    if name is None or name not in avail:
+        raise ConfigError(f"{str(path)!r}: field {name!r} not found (fields: {', '.join(names)})")
+    xml = f.read_attribute_string("vtk.xml")
+    xml = xml if isinstance(xml, str) else xml[0]
+    cell_data = "<CellData>" in xml and f'Name="{name}"' in xml.split("<CellData>", 1)[1]
+    times, values, points, cells = [], [], [], []
+    for k in range(n):
+        times.append(float(f.read("step", step_selection=[k, 1]).ravel()[0]))
+        kind = int(f.read("types", step_selection=[k, 1]).ravel()[0])
+        if kind not in _VTK_CELLS:
+            raise ConfigError(f"{str(path)!r}: VTK cell type {kind} is not one mfpde writes")
+        blocks = range(len(f.all_blocks_info("geometry")[k]))
+        x = [f.read("geometry", block_id=b, step_selection=[k, 1]).reshape(-1, 3) for b in blocks]
+        count = "NumberOfEntities" if "NumberOfEntities" in avail else "NumberOfCells"
+        ncell = [int(f.read(count, block_id=b, step_selection=[k, 1]).ravel()[0]) for b in blocks]
+        # each row: the node count, then the nodes (more than the vertices on higher-degree Lagrange cells)
+        conn = [f.read("connectivity", block_id=b, step_selection=[k, 1]).reshape(nc, -1)[:, 1:]
+                for b, nc in zip(blocks, ncell, strict=True)]
+        shift = np.cumsum([0] + [len(p) for p in x[:-1]])
+        gid = np.concatenate([f.read("vtkOriginalPointIds", block_id=b, step_selection=[k, 1]).ravel()
+                              for b in blocks])
+        c = np.concatenate([c + s for c, s in zip(conn, shift, strict=True)])
+        # a rank also writes its ghost cells: keep each cell once, by the global ids of its nodes
+        keep = np.sort(np.unique(np.sort(gid[c], axis=1), axis=0, return_index=True)[1])
+        points.append(np.concatenate(x))
+        cells.append(c[keep])
+        v = np.concatenate([f.read(name, block_id=b, step_selection=[k, 1]).ravel() for b in blocks])
+        values.append(v[keep] if cell_data else v)
     return VTXField(name, np.array(times), values, cell_data, points, cells, curve=kind == 68)

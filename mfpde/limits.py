@@ -3,9 +3,29 @@
 The estimates are deliberately optimistic (a lower bound on memory and time), so that only a config that
 cannot run on any machine is refused; the message names the key to change.
 
-* Memory: about :data:`BYTES_PER_CELL` bytes per token cell and degree-of-freedom block (measured: a 1-D
-  P1 transport of 2·10⁵ cells takes 200 MB), per rank of the group that holds the mesh, against the
-  node's physical memory.
+* Memory (:func:`memory_estimate`): the interpreter and libraries, plus bytes per token cell and
+  degree-of-freedom block, plus bytes per Θ cell and vertex, summed per rank, against the node's physical
+  memory. Calibrated by the peak RSS of ``mfpde run --set training.steps=1`` (set-up, two evaluations of the
+  first variation, one splitting step; the default digits problem, DG0, d = 2, one rank), each constant
+  below every slope measured, so that the sum stays a lower bound:
+
+  ============================================  =========================================================
+  varied (the rest as the default)              peak RSS
+  ============================================  =========================================================
+  tokens.cells [16,16], [100,100], [200,200]    199, 377, 914 MB: 17.9 kB per token cell (Θ of 289 nodes)
+  the same with heads.cells [8,8] / [32,32]     12.4 / 31 kB per token cell (81 / 1089 Θ nodes: it grows
+                                                with Θ; at no Θ node about 10 kB)
+  heads.cells [16,16], [128,128], [256,256]     199, 324, 701 MB: 7.7 kB per Θ cell
+  data.split 0.2 / 0.8, tokens.cells [200,200]  914.0 / 914.1 MB: no measurable cost per sample (< 1 kB)
+  ============================================  =========================================================
+
+  A run is charged :data:`BYTES_PER_CELL_RUN` per token cell (a quarter of the 10 kB intercept, and below the
+  2.8 kB per cell of a [1000, 1000] run's set-up), :data:`BYTES_PER_THETA_CELL` per Θ cell and
+  :data:`BASE_BYTES` for the interpreter, DOLFINx and PETSc (the smallest run holds 197 MB); a transport,
+  with no adjoint and no Θ, :data:`BYTES_PER_CELL` per cell and block (a 1-D P1 transport of 2·10⁵ cells
+  takes 200 MB). Samples add no term. The measured RSS is 1.3 to 3.6 times the estimate on the runs above
+  (tests/test_resources.py checks a modest run within 4 times), up to 7 times on large token meshes, where
+  the measured 17.9 kB a cell dominates the 2.5 kB charged.
 * Time: each depth (sub-)step of each transport costs at least :data:`SECONDS_PER_STEP` plus
   :data:`SECONDS_PER_CELL` per cell; a run does a forward and an adjoint solve per training sample and
   step. More than :data:`MAX_SECONDS` (a year), even spread over every rank, is refused.
@@ -26,12 +46,17 @@ import scipy.stats
 from mfpde.errors import ConfigError
 
 __all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_resolved", "check_resources",
-           "gaussian_box_mass"]
+           "gaussian_box_mass", "memory_estimate"]
 
-#: Bytes per token cell and per (degree + 1)^d block of DG values (mesh, spaces, forms, work vectors).
+#: Bytes per token cell and per (degree + 1)^d block of DG values of a transport (mesh, spaces, forms, work vectors).
 BYTES_PER_CELL = 1000.0
-#: Bytes per Θ cell (the mesh and P1 space, distributed) and per Θ vertex (gathered on every rank).
-BYTES_PER_THETA_CELL, BYTES_PER_THETA_POINT = 1000.0, 200.0
+#: The same for a run (the adjoint, the coupling to Θ, the first variation): measured 10 to 31 kB.
+BYTES_PER_CELL_RUN = 2500.0
+#: Bytes per Θ cell (the mesh, P1 space and forms, distributed; measured 7.7 kB) and per Θ vertex (gathered on
+#: every rank).
+BYTES_PER_THETA_CELL, BYTES_PER_THETA_POINT = 5000.0, 200.0
+#: Bytes of every rank before any mesh: Python, numpy, DOLFINx, PETSc and MPI (measured 197 MB).
+BASE_BYTES = 150e6
 #: Optimistic cost of one depth step (Python and PETSc overhead) and of one cell in it, in seconds.
 SECONDS_PER_STEP, SECONDS_PER_CELL = 1e-4, 1e-8
 #: The work refused: more than a year of wall time at the optimistic speed, over all ranks.
@@ -143,6 +168,40 @@ def _memory_bytes() -> float:
         return math.inf
 
 
+def _samples(cfg: Any) -> tuple[int, int]:
+    """(training samples, held-out samples) of the config."""
+    da = cfg.data
+    n_train = len(da.mean) if da.kind == "gaussian" else da.samples if da.kind == "digits" else 1
+    n_test = da.test_samples if da.kind == "digits" else 0
+    if da.kind == "digits" and da.split > 0:  # at most 365 images in a pair of scikit-learn's digits
+        n_train, n_test = max(2, round(365 * da.split)), 365 - max(2, round(365 * da.split))
+    return n_train, n_test
+
+
+def memory_estimate(cfg: Any, size: int, command: str) -> dict[str, float]:  # a Config: importing it is a cycle
+    """A lower bound of the peak memory of each rank, in bytes, by what it is for (module docstring).
+
+    Args:
+        cfg: the validated :class:`~mfpde.config.Config`.
+        size: the number of MPI ranks.
+        command: ``"run"`` or ``"transport"``.
+
+    Returns:
+        Bytes per rank, keyed by the config key that sizes them (``"tokens.cells"``, ``"heads.cells"``) and
+        ``"base"``; their sum is the estimate.
+    """
+    t, h = cfg.tokens, cfg.heads
+    cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
+    groups = min(size, _samples(cfg)[0]) if command == "run" else 1
+    per_cell = (BYTES_PER_CELL_RUN if command == "run" else BYTES_PER_CELL) * (t.degree + 1) ** t.dim
+    est = {"base": BASE_BYTES, "tokens.cells": cells * per_cell / max(size // groups, 1), "heads.cells": 0.0}
+    if command == "run" and not h.mesh and h.init.get("kind") == "gaussian":
+        tc = float(np.prod(np.asarray(h.cells, dtype=float)))
+        points = float(np.prod(np.asarray(h.cells, dtype=float) + 1))
+        est["heads.cells"] = tc * BYTES_PER_THETA_CELL / size + points * BYTES_PER_THETA_POINT
+    return est
+
+
 def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: importing it would be a cycle
     """Refuse a config whose memory cannot fit on a node or whose work cannot end within a year.
 
@@ -155,25 +214,18 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
     Raises:
         ConfigError: naming the key that dominates the estimate.
     """
-    t, d, da, tr = cfg.tokens, cfg.depth, cfg.data, cfg.training
+    t, d, tr = cfg.tokens, cfg.depth, cfg.training
     mem = _memory_bytes()
     cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
-    n_train = len(da.mean) if da.kind == "gaussian" else da.samples if da.kind == "digits" else 1
-    n_test = da.test_samples if da.kind == "digits" else 0
-    if da.kind == "digits" and da.split > 0:  # at most 365 images in a pair of scikit-learn's digits
-        n_train, n_test = max(2, round(365 * da.split)), 365 - max(2, round(365 * da.split))
+    n_train, n_test = _samples(cfg)
     groups = min(size, n_train) if command == "run" else 1
-    per_rank = cells * BYTES_PER_CELL * (t.degree + 1) ** t.dim / max(size // groups, 1)
-    if per_rank > mem:
-        raise ConfigError(f"tokens.cells: {t.cells} needs about {per_rank / 1e9:.3g} GB per rank, more than the "
-                          f"{mem / 1e9:.3g} GB of this node")
-    h = cfg.heads
-    if command == "run" and not h.mesh and h.init.get("kind") == "gaussian":
-        tc = float(np.prod(np.asarray(h.cells, dtype=float)))
-        theta = tc * BYTES_PER_THETA_CELL / size + tc * BYTES_PER_THETA_POINT
-        if theta > mem:
-            raise ConfigError(f"heads.cells: {h.cells} needs about {theta / 1e9:.3g} GB per rank, more than the "
-                              f"{mem / 1e9:.3g} GB of this node")
+    est = memory_estimate(cfg, size, command)
+    total = sum(est.values())
+    if total > mem:
+        key = max(("tokens.cells", "heads.cells"), key=lambda k: est[k])
+        parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in est.items() if v > 0)
+        raise ConfigError(f"{key}: {getattr(cfg, key.split('.')[0]).cells} needs at least {total / 1e9:.3g} GB per "
+                          f"rank ({parts}), more than the {mem / 1e9:.3g} GB of this node")
     solves = (tr.steps + 1) * 2 * n_train + n_test if command == "run" else n_train + n_test
     steps = 1 if d.model == "shallow" else d.steps
     sub = max(1.0, 0.4 / t.cfl)  # sub-cycling grows as the CFL factor shrinks

@@ -150,6 +150,9 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     if t.domain == "circle":
         raise ConfigError("tokens.domain: 'circle' is solved by `mfpde transport` only")
     check_resources(cfg, comm.size, "run" if split_samples else "transport")
+    logger.info("set-up: token mesh %s, %s on %d rank(s) (meshes, spaces, forms, data)",
+                t.mesh or "x".join(map(str, t.cells)) + " cells", "Θ mesh " + "x".join(map(str, h.cells)) + " cells"
+                if h.init["kind"] == "gaussian" else "Dirac heads", comm.size)
     family = make_family(h.family, h.a)
     train, test = load_samples(cfg)
     groups = SampleGroups(comm, min(comm.size, len(train)) if split_samples else 1, split=split_samples)

@@ -4,8 +4,11 @@ The CLI installs :func:`handlers` for the three signals while a command runs. Th
 runs :func:`deferred`: the first signal only sets a flag, which every rank reads once per training step through
 one reduction (:func:`requested`), so that all ranks stop after the same step, even when one rank alone got the
 signal; the run then writes its checkpoint, ``history.csv`` and a report with ``"status": "interrupted"`` and the
-CLI exits with :data:`EXIT_INTERRUPTED`. Outside that loop (set-up of ``transport``, ``verify``, the final
-outputs of a run), or at a second signal, the handler raises :class:`Interrupted` at once.
+CLI exits with :data:`EXIT_INTERRUPTED`. Outside that loop (the set-up of a run or ``transport``, ``transport``,
+``verify``, the final outputs of a run), or at a second signal, the handler raises :class:`Interrupted` at once
+(at the next Python instruction: a long call into DOLFINx or PETSc finishes first). Where only some ranks got
+the signal, the others are in a collective and never learn of it: the CLI then ends the job with
+:data:`EXIT_INTERRUPTED` after :data:`mfpde.cli.INTERRUPT_GRACE` seconds (``MPI_Abort``).
 
 PETSc's own handler (it printed a 6-line banner and ended the job with exit 59) is switched off by
 :func:`quiet_petsc`, which passes ``-no_signal_handler`` to PETSc before petsc4py is first imported.
@@ -23,23 +26,28 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "deferred", "handlers", "name", "quiet_petsc",
-           "requested"]
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "current_stage", "deferred", "handlers", "name",
+           "quiet_petsc", "requested", "stage"]
 
 #: The exit status of an interrupted command (0 done, 1 a bug, 2 invalid input, 3 numerical failure).
 EXIT_INTERRUPTED = 4
 #: The signals that interrupt a command cleanly.
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
-_state = {"signal": 0, "deferred": 0}
+_state: dict[str, Any] = {"signal": 0, "deferred": 0, "stage": ""}
 
 
 class Interrupted(BaseException):  # noqa: N818  not an Exception: no ``except Exception`` may swallow it
-    """A signal ended the command where it could not wait for the end of a training step."""
+    """A signal ended the command where it could not wait for the end of a training step.
 
-    def __init__(self, signum: int) -> None:
+    Attributes:
+        signum: the signal.
+        stage: what the command was doing (:func:`stage`: ``"set-up"``), or ``""``.
+    """
+
+    def __init__(self, signum: int, stage: str = "") -> None:
         super().__init__(name(signum))
-        self.signum = signum
+        self.signum, self.stage = signum, stage
 
 
 def name(signum: int) -> str:
@@ -55,17 +63,22 @@ def _handler(signum: int, frame: FrameType | None) -> None:
     _state["signal"] = _state["signal"] or signum
     if _state["deferred"] and first:
         return  # the training loop stops at the end of the current step
-    raise Interrupted(signum)
+    raise Interrupted(signum, str(_state["stage"]))
 
 
 @contextlib.contextmanager
 def handlers() -> Iterator[None]:
-    """Install the handler for :data:`SIGNALS` while the block runs (main thread only); restore the old ones."""
+    """Install the handler for :data:`SIGNALS` while the block runs (main thread only); restore the old ones.
+
+    ``SIGXFSZ`` is ignored meanwhile (as CPython does at start-up), so a write past the file-size limit
+    (``ulimit -f``) fails with ``EFBIG`` instead of killing the process (:mod:`mfpde.fields` checks the limit).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _state["signal"] = 0
     old: dict[int, Any] = {s: signal.signal(s, _handler) for s in SIGNALS}
+    old[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past ulimit -f: EFBIG, not death
     try:
         yield
     finally:
@@ -81,6 +94,21 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _state["deferred"] -= 1
+
+
+@contextlib.contextmanager
+def stage(what: str) -> Iterator[None]:
+    """Name what the command does while the block runs (``"set-up"``), for the line an interruption prints."""
+    before, _state["stage"] = _state["stage"], what
+    try:
+        yield
+    finally:
+        _state["stage"] = before
+
+
+def current_stage() -> str:
+    """The stage :func:`stage` named (``""`` outside any)."""
+    return str(_state["stage"])
 
 
 def requested(comm: MPI.Comm) -> int:

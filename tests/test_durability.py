@@ -179,6 +179,40 @@ def test_full_disk_while_writing_fields_exit_2_one_line(tempdir, command, n):
     assert "Traceback" not in err and "terminate" not in err, err
 
 
+#: KiB of the file-size limit (``ulimit -f``) of the test below: above the shared-memory files (4 MiB) that MPICH's
+#: UCX creates at start-up, below the 400 depth steps of μ on 4000 DG1 cells (about 0.4 MiB a step).
+FSIZE_KIB = 16384
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize("n", [1, 2])
+def test_file_size_limit_while_writing_fields_exit_2_one_line(tempdir, n):
+    """``ulimit -f`` reached by a .bp field: exit 2 and one line naming the file and the limit, on every rank (was
+    exit 1 with ADIOS2's EFBIG traceback serially, a hang on 2 ranks); the steps written stay readable."""
+    import subprocess
+    import sys
+
+    from test_mpi_failures import MPIEXEC, ROOT, finish
+
+    out = tempdir / "out"
+    args = ["transport", str(ROOT / "demos" / "transport_small.toml"), "--quiet", "--set", "depth.steps=400",
+            "--set", "output.every=1", "--set", "tokens.cells=[4000]", "--out", str(out)]
+    cmd = ["bash", "-c", f'ulimit -f {FSIZE_KIB} && exec "$@"', "bash",
+           *([MPIEXEC, "-n", str(n)] if n > 1 else []), sys.executable, "-m", "mfpde", *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    err = finish(proc, 180, f"ulimit -f {FSIZE_KIB}, {n} ranks")
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mfpde[0/")]
+    assert proc.returncode == 2, err
+    assert len(lines) == 1 and "mu_0.bp" in lines[0] and "ulimit -f" in lines[0], err
+    assert "Traceback" not in err and "ADIOS2" not in err, err
+    assert not (out / "report.json").exists()
+    data = out / "fields" / "mu_0.bp" / "data.0"
+    assert 0 < data.stat().st_size <= FSIZE_KIB * 1024
+    field = mio.read_vtx(out / "fields" / "mu_0.bp")  # every step written whole
+    assert len(field.times) >= 2 and all(np.isfinite(v).all() for v in field.values)
+
+
 def test_checkpoint_writes_each_record_once(tempdir):
     """Checkpoints at every step: the bytes written per checkpoint do not grow with the run (they did: every ρ
     snapshot and the whole history, rewritten each time), and --resume reads the appended records back."""

@@ -273,3 +273,86 @@ def test_accuracy_against_the_better_sign_of_rho0s_readout():
     better = np.where(np.arange(90) < 80, 1.0, -1.0) * y  # 80 of 90: a gain over 71/90
     acc, warns = accuracy_block({"train": y, "test": y}, {"train": y0, "test": y0}, {"train": better, "test": better})
     assert acc["gain"]["test"] == pytest.approx(9 / 90) and warns == []
+
+
+#: How a .bp directory is damaged: (file, what is done to it). Before the checks: data.0 halved hung in ADIOS2,
+#: md.idx empty was a SIGSEGV, md.idx halved read 2 of 7 steps, the others raised ADIOS2's RuntimeError or an
+#: IndexError (or crashed: data.0 8 bytes short, mmd.0 cut).
+DAMAGES = [("data.0", "half"), ("data.0", "cut8"), ("data.0", "empty"), ("md.idx", "half"), ("md.idx", "empty"),
+           ("md.idx", "last"), ("md.0", "half"), ("md.0", "empty"), ("mmd.0", "half"), ("mmd.0", "empty"),
+           ("md.0", "missing"), ("data.0", "missing")]
+
+READ_ALL = '''
+import sys
+import mfpde
+for p in sys.argv[1:]:
+    try:
+        f = mfpde.read_vtx(p)
+        print(p, "read", len(f.times), flush=True)
+    except mfpde.ConfigError as e:
+        print(p, "ConfigError", str(e).replace(chr(10), " "), flush=True)
+'''
+
+
+def _damage(src: Path, dst: Path, name: str, how: str) -> None:
+    import shutil
+
+    shutil.copytree(src, dst)
+    f = dst / name
+    size = f.stat().st_size
+    if how == "missing":
+        f.unlink()
+    elif how == "last":  # the index without its last step record: a valid index of one step fewer
+        data = f.read_bytes()
+        f.write_bytes(data[: len(data) - _last(data)])
+    else:
+        with open(f, "r+b") as fh:
+            fh.truncate({"half": size // 2, "cut8": size - 8, "empty": 0}[how])
+
+
+def _last(idx: bytes) -> int:
+    """The length of the last record of a BP5 index (type byte, uint64 length, body)."""
+    pos, last = 64, 0
+    while pos < len(idx):
+        last = 9 + int.from_bytes(idx[pos + 1: pos + 9], "little")
+        pos += last
+    return last
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize("n", [1, 2])
+def test_read_vtx_of_a_damaged_bp_is_a_config_error(tempdir, n):
+    """Every damage of a 7-step ``.bp`` written on n ranks gives ConfigError naming the damaged file, without ANSI
+    codes, within a budget; the whole file reads 7 steps."""
+    import subprocess
+    import sys
+
+    from test_mpi_failures import MPIEXEC, ROOT, finish
+
+    out = tempdir / "t"
+    cmd = [*([MPIEXEC, "-n", str(n)] if n > 1 else []), sys.executable, "-m", "mfpde", "transport",
+           str(ROOT / "demos" / "transport_small.toml"), "--quiet", "--set", "depth.steps=60", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stderr=subprocess.PIPE, start_new_session=True)
+    err = finish(proc, 180, "transport")
+    assert proc.returncode == 0, err
+    src = out / "fields" / "mu_0.bp"
+    paths = [src]
+    for i, (name, how) in enumerate(DAMAGES):
+        paths.append(tempdir / f"d{i}.bp")
+        _damage(src, paths[-1], name, how)
+    proc = subprocess.Popen([sys.executable, "-c", READ_ALL, *map(str, paths)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        got, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        import os
+        import signal
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        got, err = proc.communicate()
+        pytest.fail(f"read_vtx hung on a damaged .bp after: {got}")
+    lines = got.splitlines()
+    assert proc.returncode == 0 and len(lines) == len(paths), (proc.returncode, got, err)
+    assert lines[0].split()[1:] == ["read", "7"], lines[0]
+    for line, (name, how) in zip(lines[1:], DAMAGES, strict=True):
+        assert line.split()[1] == "ConfigError" and f"/{name}'" in line and "\x1b" not in line, (name, how, line)

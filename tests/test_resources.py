@@ -79,3 +79,69 @@ def test_solvers_free_their_communicators(build):
         collect_garbage()
     after = _free_context_ids(comm)
     assert after == before, f"{before - after} context ids not given back after 3 builds"
+
+
+# Memory estimates (mfpde.limits.memory_estimate): a lower bound of what a run holds, token and head parts summed.
+
+#: The stated bound of the estimate: a run holds at most this many times the estimate (module docstring of
+#: mfpde.limits: 1.3 to 3.6 on the calibration runs).
+MEMORY_FACTOR = 4.0
+
+
+def _node_bytes() -> float:
+    from mfpde.limits import _memory_bytes
+
+    return _memory_bytes()
+
+
+@pytest.mark.serial  # launches its own process, one rank
+def test_memory_estimate_is_below_the_peak_rss_of_a_run_within_its_factor(tmp_path):
+    """The peak RSS of a modest run (set-up, two evaluations, one step) is between the estimate and
+    MEMORY_FACTOR times it."""
+    import os
+    import subprocess
+    import sys
+
+    from test_mpi_failures import ROOT
+
+    from mfpde.limits import memory_estimate
+
+    sets = ["tokens.cells=[100, 100]", "heads.cells=[32, 32]", "training.steps=1", "output.fields=false",
+            "output.plots=false"]
+    est = sum(memory_estimate(load(None, sets), 1, "run").values())
+    cmd = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+           sys.executable, "-m", "mfpde", "run", "--quiet", "--out", str(tmp_path / "o"),
+           *[a for s in sets for a in ("--set", s)]]
+    out = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    rss = float(out.stdout.split()[-1]) * 1024  # kB on Linux
+    assert est <= rss <= MEMORY_FACTOR * est, f"estimate {est / 1e6:.0f} MB, peak RSS {rss / 1e6:.0f} MB"
+
+
+def test_token_cells_that_cannot_fit_are_refused():
+    """A d = 2 DG0 run of 0.6 × the node's memory / 1 kB token cells (what the 1 kB a cell of the earlier estimate
+    let through) needs more than the node at the measured bytes per cell: refused naming tokens.cells."""
+    from mfpde.errors import ConfigError
+    from mfpde.limits import check_resources
+
+    n = int((0.6 * _node_bytes() / 1000.0) ** 0.5)
+    cfg = load(None, [f"tokens.cells=[{n}, {n}]"])
+    with pytest.raises(ConfigError, match=r"^tokens\.cells: .* GB per rank"):
+        check_resources(cfg, 1, "run")
+
+
+def test_token_and_head_memory_are_summed():
+    """Token cells and Θ cells that each take 0.6 of the node's memory alone are refused together."""
+    from mfpde.errors import ConfigError
+    from mfpde.limits import check_resources, memory_estimate
+
+    mem = _node_bytes()
+    per_token = memory_estimate(load(None, ["tokens.cells=[1000, 1000]"]), 1, "run")["tokens.cells"] / 1e6
+    per_theta = memory_estimate(load(None, ["heads.cells=[1000, 1000]"]), 1, "run")["heads.cells"] / 1e6
+    nt, nh = int((0.6 * mem / per_token) ** 0.5), int((0.6 * mem / per_theta) ** 0.5)
+    for sets in ([f"tokens.cells=[{nt}, {nt}]"], [f"heads.cells=[{nh}, {nh}]"]):
+        check_resources(load(None, sets), 1, "run")  # each alone fits
+    with pytest.raises(ConfigError, match="GB per rank"):
+        check_resources(load(None, [f"tokens.cells=[{nt}, {nt}]", f"heads.cells=[{nh}, {nh}]"]), 1, "run")

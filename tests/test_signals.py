@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -130,12 +131,16 @@ sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}])
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("exc", ["KeyboardInterrupt", "SystemExit(5)"])
 def test_base_exception_on_one_rank_ends_the_job(tmp_path, exc, n):
-    """KeyboardInterrupt or sys.exit on the last rank only: the job ends (it hung in the others' allreduce)."""
+    """KeyboardInterrupt or sys.exit on the last rank only: the job ends (it hung in the others' allreduce); the
+    KeyboardInterrupt as an interruption (exit 4, its line from that rank)."""
     rc, err, dt = launch(["-c", PLANT.format(exc=exc, out=str(tmp_path / "out"))], n=n, python=True,
                          env={"MFPDE_MPI_EXIT_TIMEOUT": "5"}, timeout=90)
     assert rc != 0 and "Traceback" not in err, err
-    assert f"rank {n - 1} ended with exit status 4" in err if exc == "KeyboardInterrupt" \
-        else f"SystemExit(5) on rank {n - 1} of {n}" in err, err
+    if exc == "KeyboardInterrupt":
+        assert rc == EXIT_INTERRUPTED and "interrupted by KeyboardInterrupt" in err, err
+        assert f"(rank {n - 1} of {n})" in err, err
+    else:
+        assert f"SystemExit(5) on rank {n - 1} of {n}" in err, err
 
 
 @pytest.mark.serial
@@ -154,4 +159,84 @@ def test_signal_during_transport_exit_4(tmp_path):
     _, err = proc.communicate(timeout=120)
     lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mfpde[0/1]")]
     assert proc.returncode == EXIT_INTERRUPTED and len(lines) == 1 and "SIGTERM" in lines[0], err
+    assert "--resume" not in lines[0], err  # transport has no checkpoint to resume from
     assert not (out / "report.json").exists()
+
+
+#: each rank writes its pid, then runs ``mfpde transport`` (20000 depth steps: it runs until signalled)
+TRANSPORT_PIDS = """
+import sys
+from pathlib import Path
+from mpi4py import MPI
+Path({pids!r}, f"{{MPI.COMM_WORLD.rank}}.pid").write_text(str(__import__("os").getpid()))
+from mfpde import cli
+sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}, "--set", "depth.steps=20000",
+                   "--set", "output.fields=false"]))
+"""
+
+
+@pytest.mark.serial  # launches its own processes
+def test_signal_to_one_rank_of_transport_exit_4_on_every_rank(tmp_path):
+    """SIGTERM to rank 1 only of a transport on 3 ranks: the job ends with exit 4 and one line from that rank, within
+    the grace of the CLI (was exit 1 after the 60 s of MFPDE_MPI_EXIT_TIMEOUT: the other ranks never learnt of it)."""
+    from mfpde.cli import EXIT_TIMEOUT
+
+    out, pids = tmp_path / "out", tmp_path / "pids"
+    pids.mkdir()
+    script = TRANSPORT_PIDS.format(pids=str(pids), out=str(out))
+    proc = subprocess.Popen([MPIEXEC, "-n", "3", sys.executable, "-c", script], cwd=ROOT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, start_new_session=True)
+    t0 = time.monotonic()
+    while not (out / "config.toml").exists() and proc.poll() is None:  # set-up done: the depth loop runs
+        assert time.monotonic() - t0 < 240, "transport did not start"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    assert proc.poll() is None, "transport ended before the signal: lengthen it"
+    os.kill(int((pids / "1.pid").read_text()), signal.SIGTERM)
+    t1 = time.monotonic()
+    err = finish(proc, 240, "SIGTERM to rank 1 of 3")
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mfpde[0/3]")]
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert len(lines) == 1 and "SIGTERM" in lines[0] and "rank 1 of 3" in lines[0], err
+    assert "--resume" not in lines[0] and "Traceback" not in err, err
+    assert time.monotonic() - t1 < EXIT_TIMEOUT, "ended by the exit timeout, not as an interruption"
+
+
+@pytest.mark.serial  # launches its own process
+def test_signal_during_setup_exit_4_without_checkpoint(tmp_path):
+    """SIGTERM while a run sets up (meshes, spaces, forms): exit 4 at once, one line saying that no checkpoint exists
+    yet (was: the signal deferred to the end of the set-up, then a checkpoint of step 0 and "continue with
+    --resume")."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mfpde", "run", "--out", str(out), "--set", "tokens.cells=[600, 600]",
+           "--set", "training.steps=1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, text=True,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    started = threading.Event()
+
+    def read(stream=proc.stderr) -> None:  # the set-up line comes before the meshes are built
+        for line in stream:
+            seen.append(line)
+            if "set-up:" in line:
+                started.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not started.wait(120) or proc.poll() is not None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"no set-up line within 120 s: {''.join(seen)}")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("SIGTERM during set-up: not ended within 120 s")
+    reader.join(10)
+    err = "".join(seen)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("mfpde[0/1]")]
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert len(lines) == 1 and "during set-up" in lines[0] and "no checkpoint exists yet" in lines[0], err
+    assert not (out / "checkpoint").exists() and not (out / "report.json").exists()

@@ -18,7 +18,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 
-from mfpde import __version__
+from mfpde import __version__, signals
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
@@ -52,9 +52,10 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         from mfpde.tokens.circle_job import circle_transport_job
 
         return circle_transport_job(cfg, out, comm, progress)
-    pb = build(cfg, comm)
-    prepare_output_dir(out, comm)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    with signals.stage("set-up"):  # the line of an interruption says that nothing was computed
+        pb = build(cfg, comm)
+        prepare_output_dir(out, comm)
+        write_atomic(out / "config.toml", to_toml(cfg), comm)
     logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
                 cfg.tokens.dim, cfg.depth.steps, out)
     return run_transport(pb, out)

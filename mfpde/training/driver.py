@@ -121,7 +121,7 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
     out = Path(out)
     if not (resume or overwrite):
         _refuse_finished(out, comm)
-    with signals.deferred():  # a first signal stops the run after its current step (signals.py)
+    with signals.stage("set-up"):  # a signal ends the set-up at once (signals.py): no checkpoint to write yet
         cp = CoupledProblem(cfg, comm)
         before = check_resume_config(to_toml(cfg), out, comm) if resume else None
         r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
@@ -133,10 +133,10 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
         t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
         prepare_output_dir(out, comm, keep=resume)
         write_atomic(out / "config.toml", to_toml(cfg), comm)
-        result = train(cp, out, r.step, r.history, t0, progress, r.snapshots,
-                       {"from_step": r.step, "previous_steps": before, "steps": cfg.training.steps, "notes": notes}
-                       if resume else None)
-        return result
+    with signals.deferred():  # a first signal stops the run after its current step (signals.py)
+        return train(cp, out, r.step, r.history, t0, progress, r.snapshots,
+                     {"from_step": r.step, "previous_steps": before, "steps": cfg.training.steps, "notes": notes}
+                     if resume else None)
 
 
 def _refuse_finished(out: Path, comm: MPI.Comm) -> None:
