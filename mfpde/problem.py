@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -150,7 +151,9 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     if t.domain == "circle":
         raise ConfigError("tokens.domain: 'circle' is solved by `mfpde transport` only")
     check_resources(cfg, comm.size, "run" if split_samples else "transport")
-    logger.info("set-up: token mesh %s, %s on %d rank(s) (meshes, spaces, forms, data)",
+    # a line before a set-up of seconds (a box of 10⁵ cells and more); below that it would only precede the result
+    cells = (0 if t.mesh else math.prod(t.cells)) + (0 if h.mesh else math.prod(h.cells))
+    logger.log(logging.INFO if cells >= 100_000 else logging.DEBUG, "set-up: token mesh %s, %s on %d rank(s) (meshes, spaces, forms, data)",
                 t.mesh or "x".join(map(str, t.cells)) + " cells", "Θ mesh " + "x".join(map(str, h.cells)) + " cells"
                 if h.init["kind"] == "gaussian" else "Dirac heads", comm.size)
     family = make_family(h.family, h.a)
