@@ -47,11 +47,15 @@ MAX_INT = 2**63 - 1
 def check_integer(key: str, value: int | float) -> int | float:
     """Refuse an integer beyond ±:data:`MAX_INT` (a 400-digit ``training.steps`` overflowed ``float()``).
 
+    The message counts the digits from the bit length: a hexadecimal literal of 4000 digits is an int of more
+    decimal digits than CPython converts to a string (``sys.get_int_max_str_digits``).
+
     Raises:
         ConfigError: naming ``key``.
     """
-    if isinstance(value, int) and abs(value) > MAX_INT:
-        raise ConfigError(f"{key}: integer of {len(str(abs(value)))} digits is too large (at most {MAX_INT})")
+    if isinstance(value, int) and abs(value) > MAX_INT:  # its digits from its bits: str() of > 4300 digits raises
+        digits = math.floor(abs(value).bit_length() * math.log10(2)) + 1
+        raise ConfigError(f"{key}: integer of about {digits} digits is too large (at most {MAX_INT})")
     return value
 
 

@@ -249,17 +249,21 @@ def test_head_weights_near_the_largest_float_are_normalised():
     assert list(big.a) == list(one.a) and list(big.c) == list(one.c)
 
 
-def test_config_file_with_a_huge_integer(tempdir, capfd):
-    """A 4301-digit integer in a config file: exit 2 naming the file (was a ValueError traceback from tomllib)."""
+@pytest.mark.parametrize("literal", ["9" * 4301, "0x" + "f" * 4000], ids=["decimal", "hexadecimal"])
+def test_config_file_with_a_huge_integer(tempdir, capfd, literal):
+    """A 4301-digit integer in a config file: exit 2 naming the file (was a ValueError traceback from tomllib);
+    a 4000-digit hexadecimal one (which tomllib reads) exit 2 naming the key (building the message converted
+    the int of 4817 decimal digits to a string: a ValueError traceback)."""
     cfg = tempdir / "huge.toml"
     if MPI.COMM_WORLD.rank == 0:
-        cfg.write_text("[depth]\nsteps = " + "9" * 4301 + "\n")
+        cfg.write_text("[depth]\nsteps = " + literal + "\n")
     MPI.COMM_WORLD.Barrier()
     code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
     err = capfd.readouterr().err
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
-        assert "huge.toml" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert ("huge.toml" if literal.isdigit() else "depth.steps") in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 @pytest.mark.ranks

@@ -308,3 +308,18 @@ def test_keep_freed_memory_stops_the_page_faults_of_temporaries():
     from mfpde.environment import keep_freed_memory
 
     assert keep_freed_memory({"MALLOC_TRIM_THRESHOLD_": "0"}) is False
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_bad_blas_thread_count_is_refused(value):
+    """``MFPDE_BLAS_THREADS=abc`` was ignored silently (BLAS then ran at one thread, not what was asked): exit 2
+    naming the variable. ``default`` and a positive integer are accepted (an empty value leaves BLAS alone, as before)."""
+    from mfpde.environment import blas_threads
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"MFPDE_BLAS_THREADS: .*got '{value}'"), \
+            blas_threads(env={"MFPDE_BLAS_THREADS": value}):
+        pass
+    for ok, limit in (("default", None), ("3", 3), ("", None)):
+        with blas_threads(env={"MFPDE_BLAS_THREADS": ok}) as got:
+            assert got == limit, ok
