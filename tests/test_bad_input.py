@@ -320,3 +320,26 @@ def test_errors_of_several_sections_each_named_once(overrides, keys):
         config.load(DEMO, overrides)
     named = [m.split(":")[0] for m in info.value.messages]
     assert named == keys, info.value.messages
+
+
+def test_many_errors_are_listed_up_to_a_cap(tempdir, capfd):
+    """10⁵ unknown keys made one stderr line of 4 MB (2·10⁴ here, for time): the line lists the first ten and counts the rest; from
+    Python, ConfigErrors.messages still holds every one."""
+    from mfpde import config
+    from mfpde.errors import MAX_LISTED, ConfigErrors
+
+    n = 20_000
+    cfg = tempdir / "many.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        cfg.write_text("[tokens]\n" + "".join(f"k{i} = 1\n" for i in range(n)))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert f"{n} config errors" in line and f"and {n - MAX_LISTED} more" in line, line[:300]
+        assert line.count("unknown config key") == MAX_LISTED and len(line) < 2000, line[:300]
+    with pytest.raises(ConfigErrors) as info:
+        config.load(cfg)
+    assert len(info.value.messages) == n
