@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
+from mfpde.config_rules import check_input_file
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -207,7 +208,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     before = len(P.messages)
     with P.block():
         if t.mesh:
-            _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
+            check_input_file("tokens.mesh", t.mesh, "a mesh file")
         elif dim_ok and t.domain != "circle":  # the circle's cells are checked by check_circle; it has no box
             _check_box("tokens.box", t.box, t.dim)
             _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
@@ -262,7 +263,7 @@ def _check_heads(h: Heads) -> None:
     _require(h.family in ("scalar", "value"), "heads.family", f"must be 'scalar' or 'value', got {h.family!r}")
     p = heads_dim(h)
     if h.mesh:
-        _require(Path(h.mesh).is_file(), "heads.mesh", f"file {h.mesh!r} not found")
+        check_input_file("heads.mesh", h.mesh, "a mesh file")
     else:
         _check_box("heads.box", h.box, p)
         _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
@@ -310,7 +311,8 @@ def _check_data(cfg: Config) -> None:
         _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     elif da.kind == "file":
-        _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
+        _require(bool(da.path), "data.path", "needs the .npz file of the samples (data.kind = 'file')")
+        check_input_file("data.path", da.path, "an .npz file")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -344,8 +346,8 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     """
     src, source = ((Path(__file__).parent / "defaults" / default, "<default>") if path is None
                    else (Path(path), str(path)))
-    if path is not None and not src.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found")
+    if path is not None:
+        check_input_file("config file", src, "a TOML file")
     try:
         raw = tomllib.loads(text := src.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows) is no error
     except (ValueError, UnicodeDecodeError) as e:  # TOMLDecodeError, an int of > 4300 digits: quote the line

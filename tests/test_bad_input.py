@@ -343,3 +343,35 @@ def test_many_errors_are_listed_up_to_a_cap(tempdir, capfd):
     with pytest.raises(ConfigErrors) as info:
         config.load(cfg)
     assert len(info.value.messages) == n
+
+
+@pytest.mark.parametrize(("kind", "says"), [("directory", "is a directory, not an .npz file"),
+                                            ("fifo", "is a FIFO (named pipe), not an .npz file"),
+                                            ("text", "not an .npz file"), ("npy", "an .npy file")],
+                         ids=["directory", "fifo", "text", "npy"])  # the message quotes the path
+def test_data_path_that_is_not_an_npz_file(tempdir, capfd, kind, says):
+    """A directory or FIFO as data.path said "not found" (a FIFO is never opened: that would block); a text file
+    gave numpy's advice to load pickled data unsafely; an .npy file numpy's context-manager error."""
+    import os
+
+    import numpy as np
+
+    path = tempdir / f"data-{kind}"
+    if MPI.COMM_WORLD.rank == 0:
+        if kind == "directory":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "text":
+            path.write_text("points = 1, 2, 3\n")
+        else:
+            with open(path, "wb") as f:
+                np.save(f, np.zeros(3))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "data.path" in line and says in line and "pickle" not in line, line
