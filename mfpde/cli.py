@@ -32,6 +32,7 @@ from mfpde.environment import (
     keep_freed_memory,
     private_caches,
     repair_jit_cache,
+    start_petsc,
 )
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         with signals.handlers():
             check_launcher(comm)
             private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
-            signals.quiet_petsc()  # before petsc4py is imported: PETSc's signal handler off
+            # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line
+            start_petsc(signals.quiet_petsc)
             repair_jit_cache()
             keep_freed_memory()
             with blas_threads(comm):
