@@ -266,8 +266,8 @@ def _check_heads(h: Heads) -> None:
         check_input_file("heads.mesh", h.mesh, "a mesh file")
     else:
         _check_box("heads.box", h.box, p)
-        _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
-                 f"needs {p} positive integers, got {h.cells}")
+        _require(len(h.cells) == p and all(c >= 2 for c in h.cells), "heads.cells",
+                 f"needs {p} integers >= 2, got {h.cells}")
         check_box("heads.box", h.box, h.cells)
     kind = h.init.get("kind")
     if kind == "gaussian":

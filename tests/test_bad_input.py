@@ -112,6 +112,14 @@ CASES = [
              "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]", "loss.readout='mean'"], "tokens.cells"),
     ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
                    "data.modes=[[1e20, 1e-4, 0.0]]"], "data.modes[0]"),  # aliased on 64 cells, exit 0
+    # ρ₀ narrower than the Θ cells resolve (ran with a ρ₀ 6.7·10⁵ times too broad in variance); one Θ cell (exit 3
+    # blaming tokens.box)
+    ("run", ["heads.init={kind = 'gaussian', mean = [0.5, 0.5], cov = [[1e-8, 0.0], [0.0, 1e-8]]}"],
+     "heads.init.cov"),
+    ("transport", ["heads.init={kind = 'gaussian', mean = [0.5, 1.0], cov = [[1e-8, 0.0], [0.0, 0.01]]}"],
+     "heads.init.cov"),
+    ("run", ["heads.cells=[1, 1]"], "heads.cells"),
+    ("run", ["heads.cells=[1, 8]"], "heads.cells"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),

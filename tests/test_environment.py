@@ -157,7 +157,7 @@ def test_run_with_read_only_home(tmp_path):
         pass
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "XDG_CONFIG_HOME")}
     env["HOME"] = str(home)
-    small = ["tokens.cells=[8, 8]", "heads.cells=[4, 4]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
+    small = ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
              "training.steps=1", "output.fields=false"]
     r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tmp_path / "out"),
                         *[a for s in small for a in ("--set", s)]], cwd=ROOT, env=env, capture_output=True, text=True,
