@@ -383,3 +383,25 @@ def test_data_path_that_is_not_an_npz_file(tempdir, capfd, kind, says):
     if MPI.COMM_WORLD.rank == 0:
         (line,) = err.strip().splitlines()
         assert "data.path" in line and says in line and "pickle" not in line, line
+
+
+@pytest.mark.parametrize("where", ["root", "home", "system"])
+def test_out_that_is_a_root_home_or_system_directory(tempdir, capfd, monkeypatch, where):
+    """``--out /`` wrote report.json, config.toml and fields/ into / (and cleared /fields, /plots, /checkpoint):
+    exit 2 naming --out, for the file system's root, the home directory and a system directory (e.g. /etc/)."""
+    home = tempdir / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    out = {"root": "/", "home": str(home) + "/.", "system": "/etc/"}[where]
+
+    def no_lock(*args, **kwargs):  # without the check the job would write there: fail before anything is written
+        raise AssertionError(f"--out {out} was locked for writing")
+
+    monkeypatch.setattr("mfpde.cli.OutputLock", no_lock)
+    assert main(["transport", DEMO, "--out", out, "--set", "output.fields=false"]) == 2
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "--out" in line and {"root": "root of the file system", "home": "home directory",
+                                    "system": "system directory"}[where] in line, line
+    assert not (home / "report.json").exists() and not (home / ".mfpde.lock").exists()
