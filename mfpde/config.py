@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
-from mfpde.config_rules import check_input_file
+from mfpde.config_rules import check_applies, check_input_file
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -107,6 +107,8 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     with problems.block():
         _beta_shortcut(raw, sections)
     cfg = Config(**sections, source=source)
+    with problems.block():
+        check_applies(raw, cfg)
     validate(cfg, problems)
     return cfg
 
@@ -360,8 +362,8 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     parsed = [parse_override(item) for item in overrides]
     fam, heads = [v for k, v in parsed if k == ["heads", "family"]], raw.get("heads")
     if fam and isinstance(heads, dict) and fam[-1] != heads.get("family", "scalar"):  # --set changes the family:
-        for k in set(_FAMILY_KEYS) - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of the
-            heads.pop(k, None)  # other p) give way to the new family's defaults, unless --set gives them too
+        for k in {*_FAMILY_KEYS, "a"} - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of
+            heads.pop(k, None)  # the other p) and a give way to the new family's defaults, unless --set gives them
     for item, (keys, value) in zip(overrides, parsed, strict=True):
         table = raw
         for k in keys[:-1]:

@@ -120,6 +120,11 @@ CASES = [
      "heads.init.cov"),
     ("run", ["heads.cells=[1, 1]"], "heads.cells"),
     ("run", ["heads.cells=[1, 8]"], "heads.cells"),
+    # keys that do not apply, dropped without a word
+    ("run", ["data.split=0.5"], "data.samples: does not apply"),
+    ("run", ["heads.a=0.7"], "heads.a: does not apply"),
+    ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
+                   "data.modes=[[1, 0.1, 0.0]]"], "tokens.box: does not apply"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),

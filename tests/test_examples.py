@@ -107,7 +107,7 @@ def test_value_family_alone_is_a_p1_config():
 
 
 def test_value_family_on_the_default_runs(tempdir):
-    sets = ['heads.family="value"', "data.samples=4",
+    sets = ['heads.family="value"', "data.split=0", "data.samples=4",
             "data.test_samples=2", "training.steps=2"]
     report, _ = _run(None, tempdir / "value", sets + QUIET)
     assert report["status"] == "ok" and len(report["final"]["rho_mean"]) == 1

@@ -139,7 +139,7 @@ def test_rank_without_theta_node_gives_the_serial_result(tmp_path):
         assert rc == 0, err
         results[n] = json.loads((out / "report.json").read_text())["final"]
     for key in ("risk", "free_energy", "mass_rho", "min_rho"):
-        assert results[2][key] == pytest.approx(results[1][key], rel=1e-12, abs=1e-14), key
+        assert results[3][key] == pytest.approx(results[1][key], rel=1e-12, abs=1e-14), key
 
 
 #: d = 1, DG1 on 2 token cells and value heads on 2 Θ cells: with 3 ranks one rank owns no token cell or Θ node
