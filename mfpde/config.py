@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
-from mfpde.config_rules import check_applies, check_input_file
+from mfpde.config_rules import check_applies, check_input_file, check_training
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -257,6 +257,9 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     ):
         with P.block():
             _require(ok, key, msg)
+    if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
+        with P.block():
+            check_training(cfg)
     P.raise_all()
 
 

@@ -120,6 +120,12 @@ CASES = [
      "heads.init.cov"),
     ("run", ["heads.cells=[1, 1]"], "heads.cells"),
     ("run", ["heads.cells=[1, 8]"], "heads.cells"),
+    # λ, λ₂, Δs past their derived bounds (mfpde.config_rules.check_training): they ran, KL 2.4e307 at λ = 1e-308
+    ("run", ["training.lambda=1e-308"], "training.lambda: (λ₂/2)·osc|θ|² / λ"),
+    ("run", ["training.lambda=1e6"], "training.lambda: λ = 1e+06 >"),
+    ("run", ["training.lambda2=1e6"], "training.lambda2: (λ₂/2)·osc|θ|² / λ"),
+    ("run", ["training.regularization='tikhonov'", "training.lambda2=1e6"], "training.lambda2: λ₂ = 1e+06 >"),
+    ("run", ["training.ds=1e6"], "training.ds: Δs = 1e+06 >"),
     # keys that do not apply, dropped without a word
     ("run", ["data.split=0.5"], "data.samples: does not apply"),
     ("run", ["heads.a=0.7"], "heads.a: does not apply"),
