@@ -192,8 +192,11 @@ def check_training(cfg: Any) -> None:
 
 
 def token_space_fingerprint(cfg: Any) -> str:
-    """The token space Ω and its density space as one string: domain, d, box, cells, cell type, DG degree and
-    the mesh file's SHA-256 (the keys that change what a checkpoint's ρ was trained against)."""
+    """The token space Ω and its density space as one string (JSON).
+
+    Domain, d, box, cells, cell type, DG degree and the mesh file's SHA-256: the keys that change what a
+    checkpoint's ρ was trained against.
+    """
     t = cfg.tokens
     mesh = ""
     if t.mesh:

@@ -161,8 +161,9 @@ def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = N
 
 
 def start_petsc(init: Callable[[], None], env: dict[str, str] | None = None) -> None:
-    """Start PETSc (``init``, e.g. :func:`mfpde.signals.quiet_petsc`, then import petsc4py's PETSc) with file
-    descriptor 2 captured; a no-op if PETSc is imported already.
+    """Start PETSc with file descriptor 2 captured; a no-op if PETSc is imported already.
+
+    ``init`` (e.g. :func:`mfpde.signals.quiet_petsc`) runs first, then petsc4py's PETSc is imported.
 
     PETSc reads ``PETSC_OPTIONS`` and the ``.petscrc`` files while it starts; an error there printed PETSc's error
     stack (a dozen lines) and ended in a petsc4py traceback (exit 1).

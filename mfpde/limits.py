@@ -63,8 +63,9 @@ def check_integer(key: str, value: int | float) -> int | float:
 
 
 def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
-    """Refuse (``mfpde transport`` and ``run``) a Gaussian data sample narrower than a token cell of the box, and a
-    Gaussian ρ₀ narrower than the Θ cells resolve (:func:`_check_rho0_resolved`).
+    """Refuse (``mfpde transport`` and ``run``) data samples and a ρ₀ narrower than their cells resolve.
+
+    A Gaussian ρ₀ is checked by :func:`_check_rho0_resolved`; the data as follows.
 
     A Gaussian whose smallest standard deviation sqrt(λ_min(Σ)) is below the widest token cell is sampled at
     a few nodes and renormalised into another density: the transport then gave a wrong ŷ with status "ok"

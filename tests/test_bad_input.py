@@ -342,8 +342,8 @@ def test_errors_of_several_sections_each_named_once(overrides, keys):
 
 
 def test_many_errors_are_listed_up_to_a_cap(tempdir, capfd):
-    """10⁵ unknown keys made one stderr line of 4 MB (2·10⁴ here, for time): the line lists the first ten and counts the rest; from
-    Python, ConfigErrors.messages still holds every one."""
+    """10⁵ unknown keys made one stderr line of 4 MB (2·10⁴ here, for time): the line lists the first ten and
+    counts the rest; from Python, ConfigErrors.messages still holds every one."""
     from mfpde import config
     from mfpde.errors import MAX_LISTED, ConfigErrors
 

@@ -313,7 +313,8 @@ def test_keep_freed_memory_stops_the_page_faults_of_temporaries():
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
 def test_a_bad_blas_thread_count_is_refused(value):
     """``MFPDE_BLAS_THREADS=abc`` was ignored silently (BLAS then ran at one thread, not what was asked): exit 2
-    naming the variable. ``default`` and a positive integer are accepted (an empty value leaves BLAS alone, as before)."""
+    naming the variable. ``default`` and a positive integer are accepted (an empty value leaves BLAS alone, as
+    before)."""
     from mfpde.environment import blas_threads
     from mfpde.errors import ConfigError
 
