@@ -7,7 +7,6 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import difflib
@@ -21,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
-from mfpde.config_rules import check_applies, check_input_file, check_training
+from mfpde.config_rules import Problems, check_applies, check_input_file, check_training
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -37,7 +36,7 @@ from mfpde.config_schema import (
     Tokens,
     Training,
 )
-from mfpde.errors import ConfigError, ConfigErrors
+from mfpde.errors import ConfigError
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 
@@ -94,7 +93,7 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
             fhints = typing.get_type_hints(cls := hints[name])
             kwargs = {}
             for key, value in table.items():
-                with problems.block():  # a key in error is reported and left at its default
+                with problems.block(f"{name}.{key}"):  # a key in error is reported and left at its default
                     attr = _ALIASES.get((name, key), key)
                     if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
                         known = [_ALIASES_BACK.get((name, f), f) for f in fhints]
@@ -107,8 +106,9 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     with problems.block():
         _beta_shortcut(raw, sections)
     cfg = Config(**sections, source=source)
-    with problems.block():
-        check_applies(raw, cfg)
+    if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
+        with problems.block():
+            check_applies(raw, cfg)
     validate(cfg, problems)
     return cfg
 
@@ -134,39 +134,6 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, 1.0]],
                                                          "weights": [1.0]})
     sections["tokens"] = dataclasses.replace(tok, beta=math.nan)  # folded into heads.init (config.toml has that)
-
-
-class Problems:
-    """The config errors found so far, to report all of them at once (:class:`~mfpde.errors.ConfigErrors`).
-
-    Each :meth:`block` is a group of checks that stops at its first error (later checks of the group depend
-    on it); the groups are independent, so each reports its own. An exception other than ConfigError inside a
-    block, after an error was recorded, is a consequence of that error (a value the block could not read) and
-    is not reported again; before any, it is a bug and propagates.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    @contextlib.contextmanager
-    def block(self) -> typing.Iterator[None]:
-        """Run a group of checks; record its ConfigError (every message of a ConfigErrors)."""
-        try:
-            yield
-        except ConfigErrors as e:
-            self.messages += e.messages
-        except ConfigError as e:
-            self.messages.append(str(e))
-        except Exception:
-            if not self.messages:
-                raise
-
-    def raise_all(self) -> None:
-        """Raise the errors recorded: one ConfigError, or :class:`~mfpde.errors.ConfigErrors` for several."""
-        if len(self.messages) == 1:
-            raise ConfigError(self.messages[0])
-        if self.messages:
-            raise ConfigErrors(self.messages)
 
 
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
@@ -206,17 +173,20 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     t, d, h, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.loss, cfg.training, cfg.output
     with P.block():
         _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
-    dim_ok = t.dim in (1, 2)  # the box, the data and loss.w are checked against d only when d is valid
+    dim_ok = t.dim in (1, 2) and P.clean("tokens.dim")  # the box, data, loss.w checked against d only if d is valid
     before = len(P.messages)
+    omega = ("tokens.dim", "tokens.box", "tokens.cells", "tokens.mesh", "tokens.domain")
     with P.block():
-        if t.mesh:
+        if not P.clean(*omega):
+            pass
+        elif t.mesh:
             check_input_file("tokens.mesh", t.mesh, "a mesh file")
         elif dim_ok and t.domain != "circle":  # the circle's cells are checked by check_circle; it has no box
             _check_box("tokens.box", t.box, t.dim)
             _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                      f"needs {t.dim} integers >= 2, got {t.cells}")
             check_box("tokens.box", t.box, t.cells)
-    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
+    omega_ok = dim_ok and len(P.messages) == before and P.clean(*omega)  # the data against a valid Ω only
     for ok, key, msg in (
         (t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}"),
         (t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'"),
@@ -232,14 +202,17 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
          f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}"),
         (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),
     ):
+        if P.clean(key, *_DEPENDS.get(key, ())):
+            with P.block():
+                _require(ok, key, msg)
+    if P.clean("heads"):
         with P.block():
-            _require(ok, key, msg)
-    with P.block():
-        _check_heads(h)
-    with P.block():
-        check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
-    with P.block():
-        if omega_ok:
+            _check_heads(h)
+    if P.clean("tokens", "data", "heads.family", "heads.init", "depth", "output.every"):
+        with P.block():
+            check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+    if omega_ok and P.clean("data"):
+        with P.block():
             _check_data(cfg)
     for ok, key, msg in (
         (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),
@@ -255,12 +228,18 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (out.every >= 1, "output.every", "must be >= 1"),
         (out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1"),
     ):
-        with P.block():
-            _require(ok, key, msg)
+        if P.clean(key, *_DEPENDS.get(key, ())):
+            with P.block():
+                _require(ok, key, msg)
     if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
         with P.block():
             check_training(cfg)
     P.raise_all()
+
+
+#: The keys a check of validate's tables reads besides its own (not checked when one of them was refused).
+_DEPENDS = {"tokens.degree": ("tokens.domain",), "depth.T": ("tokens.solver",), "depth.layers": ("depth.steps",),
+            "loss.w": ("tokens.dim", "loss.readout"), "training.lambda": ("training.regularization",)}
 
 
 def _check_heads(h: Heads) -> None:

@@ -1,5 +1,7 @@
 """Config rules beyond single values, for :func:`mfpde.config.validate` and :func:`mfpde.config.from_dict`.
 
+* :class:`Problems`: the errors found so far, reported together, and the keys refused (checks that read them
+  are skipped: they would quote a default the user never gave).
 * :func:`check_input_file`: a file key (``data.path``, ``tokens.mesh``, ``heads.mesh``, the config file) names a
   regular file; a directory, a FIFO, a socket or a device is named as such (opening a FIFO would block).
 * :func:`check_training`: ``training.lambda``, ``lambda2`` and ``ds`` within bounds past which the training is
@@ -14,19 +16,21 @@ Errors are :class:`~mfpde.errors.ConfigError` naming the key (exit status 2).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import stat
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
 from mfpde.config_schema import Training
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["LN_TINY", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies", "check_input_file", "check_training",
+__all__ = ["LN_TINY", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies", "check_input_file", "check_training",
            "risk_bound", "token_space_fingerprint"]
 
 #: ln of the smallest normal double: e^{−x} underflows (to a subnormal, then 0) for x beyond it.
@@ -41,6 +45,49 @@ LAMBDA_DEFAULT, LAMBDA2_DEFAULT = Training.lam, Training.lambda2
 #: What a path is, by the file-type bits of its ``stat`` (a regular file is what a key wants).
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+class Problems:
+    """The config errors found so far, to report all of them at once (:class:`~mfpde.errors.ConfigErrors`).
+
+    Each :meth:`block` is a group of checks that stops at its first error (later checks of the group depend
+    on it); the groups are independent, so each reports its own. An exception other than ConfigError inside a
+    block, after an error was recorded, is a consequence of that error (a value the block could not read) and
+    is not reported again; before any, it is a bug and propagates.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.bad: set[str] = set()  # keys whose value was refused (left at the default: not to be checked further)
+
+    def clean(self, *keys: str) -> bool:
+        """Whether none of ``keys`` (``section.key``, or a whole ``section``) holds a value refused before.
+
+        A check reading such a key would quote its default, a value the user never gave.
+        """
+        return not any(b == k or b.startswith(k + ".") for b in self.bad for k in keys)
+
+    @contextlib.contextmanager
+    def block(self, key: str = "") -> typing.Iterator[None]:
+        """Run a group of checks; record its ConfigError (every message of a ConfigErrors), and ``key`` as bad."""
+        try:
+            yield
+        except ConfigErrors as e:
+            self.messages += e.messages
+            self.bad.add(key)
+        except ConfigError as e:
+            self.messages.append(str(e))
+            self.bad.add(key)
+        except Exception:
+            if not self.messages:
+                raise
+
+    def raise_all(self) -> None:
+        """Raise the errors recorded: one ConfigError, or :class:`~mfpde.errors.ConfigErrors` for several."""
+        if len(self.messages) == 1:
+            raise ConfigError(self.messages[0])
+        if self.messages:
+            raise ConfigErrors(self.messages)
 
 
 def check_input_file(key: str, path: str | Path, what: str = "file") -> None:
