@@ -78,19 +78,21 @@ class SampleGroups:
 
     @contextlib.contextmanager
     def collective_failure(self, error: type[Exception] = NumericalError) -> Iterator[None]:
-        """Turn an ``error`` raised in one rank group into the same ``error`` on every rank.
+        """Turn an ``error`` (or a ConfigError) raised in one rank group into the same on every rank.
 
         Groups solve independently; a failure in one must not leave the others waiting in the next
         reduction. The first message (by rank) is kept.
         """
-        msg = ""
+        msg, config = "", False
         try:
             yield
+        except ConfigError as e:  # an input error found by a solve (a first depth step too long): exit 2 everywhere
+            msg, config = str(e), True
         except error as e:
             msg = str(e)
-        msgs = [m for m in self.comm.allgather(msg) if m]
-        if msgs:
-            raise error(msgs[0])
+        got = [(c, m) for c, m in self.comm.allgather((config, msg)) if m]
+        if got:
+            raise (ConfigError if got[0][0] else error)(got[0][1])
 
 
 @dataclass

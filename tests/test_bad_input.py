@@ -126,6 +126,10 @@ CASES = [
     ("run", ["training.lambda2=1e6"], "training.lambda2: (λ₂/2)·osc|θ|² / λ"),
     ("run", ["training.regularization='tikhonov'", "training.lambda2=1e6"], "training.lambda2: λ₂ = 1e+06 >"),
     ("run", ["training.ds=1e6"], "training.ds: Δs = 1e+06 >"),
+    # a first depth step of more CFL sub-steps than a step may take, at the input's own velocity: was exit 3,
+    # "velocity blow-up near t = 0" (transport: test_first_depth_step_too_long_names_the_key)
+    ("run", ["tokens.cfl=1e-9"], "tokens.cfl: depth step 1"),
+    ("run", ["depth.T=999999"], "depth.T: depth step 1"),
     # keys that do not apply, dropped without a word
     ("run", ["data.split=0.5"], "data.samples: does not apply"),
     ("run", ["heads.a=0.7"], "heads.a: does not apply"),
@@ -424,3 +428,20 @@ def test_out_that_is_a_root_home_or_system_directory(tempdir, capfd, monkeypatch
         assert "--out" in line and {"root": "root of the file system", "home": "home directory",
                                     "system": "system directory"}[where] in line, line
     assert not (home / "report.json").exists() and not (home / ".mfpde.lock").exists()
+
+
+@pytest.mark.parametrize(("config", "sets", "key"), [
+    (DEMO, ["tokens.cfl=1e-7"], "tokens.cfl"), (DEMO, ["depth.T=999999"], "depth.T"),
+    (str(ROOT / "demos" / "circle.toml"), ["tokens.attention='unnormalised'", "tokens.beta=650"], "tokens.beta")],
+    ids=["cfl", "T", "beta"])
+def test_first_depth_step_too_long_names_the_key(tempdir, capfd, config, sets, key):
+    """tokens.cfl = 1e-7, depth.T = 999999, and β = 650 with unnormalised attention on the circle (below the door's
+    700, where e^β overflows) need 4e6, 1e6 and 1e279 CFL sub-steps in the first depth step, at the input's own
+    velocity: exit 2 naming the key (was exit 3, "velocity blow-up near t = 0")."""
+    code = main(["transport", config, "--out", str(tempdir / "out"), "--quiet", "--set", "output.fields=false",
+                 *[a for s in sets for a in ("--set", s)]])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"mfpde: error: {key}: depth step 1"), line
