@@ -73,8 +73,11 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
     raise TypeError(f"unsupported annotation {tp} for {key}")
 
 
-def from_dict(raw: dict[str, Any], source: str = "") -> Config:
+def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] = frozenset()) -> Config:
     """Build and validate a :class:`Config` from a nested dict (parsed TOML).
+
+    ``overridden``: the ``section.key`` given by ``--set`` (:func:`load`): a file's key that an override made
+    not apply is not refused (:func:`~mfpde.config_rules.check_applies`).
 
     Raises:
         ConfigError: an unknown section or key, a wrong type or a value out of range; the message
@@ -108,7 +111,7 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     cfg = Config(**sections, source=source)
     if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
         with problems.block():
-            check_applies(raw, cfg)
+            check_applies(raw, cfg, overridden)
     validate(cfg, problems)
     return cfg
 
@@ -353,4 +356,4 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         table[keys[-1]] = value
-    return from_dict(raw, source=source)
+    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed))

@@ -113,20 +113,26 @@ def check_input_file(key: str, path: str | Path, what: str = "file") -> None:
     raise ConfigError(f"{key}: {str(path)!r} is {kind}, not {what}")
 
 
-def check_applies(raw: dict[str, Any], cfg: Any) -> None:  # a Config: importing it would be a cycle
+#: The key whose value makes the keys of a section's rule in :func:`check_applies` not apply.
+_DECIDED_BY = {"data": "data.split", "heads": "heads.family", "tokens": "tokens.domain"}
+
+
+def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = frozenset()) -> None:  # cfg: a Config
     """Refuse a key given (in ``raw``, the parsed TOML with the overrides) that the problem ``cfg`` does not use.
 
     Each was dropped without a word: ``data.samples`` and ``data.test_samples`` when ``data.split`` takes every
     image of the pair, ``heads.a`` with the scalar family (whose a is a parameter), ``tokens.box`` and
     ``tokens.cell`` on the circle (whose cells are ``tokens.cells = [n]``). Keys of another data kind, readout or
-    regulariser are not refused: ``--set data.kind=...`` on a file is how a file is reused.
+    regulariser are not refused: ``--set data.kind=...`` on a file is how a file is reused. Nor is a key of the
+    file that an override (``overridden``: the ``section.key`` set by ``--set``) made not apply, such as the
+    file's ``data.samples`` under ``--set data.split=0.5``: the later word wins.
 
     Raises:
         ConfigError: naming the key and what makes it not apply (:class:`~mfpde.errors.ConfigErrors` for several).
     """
     t, h, da = cfg.tokens, cfg.heads, cfg.data
     split = da.kind == "digits" and 0 < da.split < 1
-    rules = (
+    rules = (  # (section, key, does not apply, why); the key deciding it: _DECIDED_BY
         ("data", "samples", split, f"data.split = {da.split:g} takes every image of the pair, that fraction for "
          "training; set data.split = 0 to draw data.samples and data.test_samples"),
         ("data", "test_samples", split, f"data.split = {da.split:g} takes every image of the pair, the rest for "
@@ -138,7 +144,8 @@ def check_applies(raw: dict[str, Any], cfg: Any) -> None:  # a Config: importing
         ("tokens", "cell", t.domain == "circle", "the circle's cells are intervals of the angle"),
     )
     found = [f"{sec}.{key}: does not apply: {why}" for sec, key, unused, why in rules
-             if unused and isinstance(raw.get(sec), dict) and key in raw[sec]]
+             if unused and isinstance(raw.get(sec), dict) and key in raw[sec]
+             and not (_DECIDED_BY[sec] in overridden and f"{sec}.{key}" not in overridden)]
     if len(found) == 1:
         raise ConfigError(found[0])
     if found:

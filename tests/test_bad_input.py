@@ -131,10 +131,10 @@ CASES = [
     ("run", ["tokens.cfl=1e-9"], "tokens.cfl: depth step 1"),
     ("run", ["depth.T=999999"], "depth.T: depth step 1"),
     # keys that do not apply, dropped without a word
-    ("run", ["data.split=0.5"], "data.samples: does not apply"),
+    ("run", ["data.split=0.5", "data.samples=3"], "data.samples: does not apply"),
     ("run", ["heads.a=0.7"], "heads.a: does not apply"),
     ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
-                   "data.modes=[[1, 0.1, 0.0]]"], "tokens.box: does not apply"),
+                   "data.modes=[[1, 0.1, 0.0]]", "tokens.box=[[-1.0, 1.0]]"], "tokens.box: does not apply"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
@@ -445,3 +445,22 @@ def test_first_depth_step_too_long_names_the_key(tempdir, capfd, config, sets, k
     if MPI.COMM_WORLD.rank == 0:
         (line,) = err.strip().splitlines()
         assert line.startswith(f"mfpde: error: {key}: depth step 1"), line
+
+
+def test_keys_that_do_not_apply_in_a_file_or_by_set(tempdir):
+    """``data.samples`` under the embedded default's ``data.split`` (the issue's case) and ``tokens.box`` in a circle
+    file are refused; a file's key that a ``--set`` made not apply is not: the later word wins."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data.samples: does not apply: data.split = 0.8"):
+        config.load(None, ["data.samples=4"])
+    assert config.load(None, ["data.split=0", "data.samples=4"]).data.samples == 4
+    assert config.load(DEEP, ["data.split=0.5"]).data.split == 0.5  # the file's samples = 20 give way
+    circle = tempdir / "circle.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        circle.write_text((ROOT / "demos" / "circle.toml").read_text().replace("[tokens]\n",
+                                                                            "[tokens]\nbox = [[-1.0, 1.0]]\n", 1))
+    MPI.COMM_WORLD.Barrier()
+    with pytest.raises(ConfigError, match=r"tokens.box: does not apply: the circle has no box"):
+        config.load(circle)
