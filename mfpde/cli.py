@@ -32,11 +32,11 @@ from mfpde.environment import (
     keep_freed_memory,
     private_caches,
     repair_jit_cache,
-    start_petsc,
 )
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
 from mfpde.limits import check_resolved
+from mfpde.petsc_start import start_petsc
 
 if TYPE_CHECKING:
     from mfpde.training.driver import ProgressFactory

@@ -12,9 +12,6 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
   run before ``dolfinx`` and ``matplotlib`` are imported (they read the variables at import).
 * :func:`blas_threads`: one BLAS thread per rank, serially and under MPI (threadpoolctl), unless the user set
   ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` or ``MFPDE_BLAS_THREADS``.
-* :func:`start_petsc`: PETSc starts (petsc4py imported) with its stderr captured: options it cannot read at start
-  (``PETSC_OPTIONS="-options_file /etc/passwd"``, a damaged ``.petscrc``) are one line naming the variable or file
-  instead of PETSc's error stack and a traceback.
 * :func:`keep_freed_memory`: glibc's malloc keeps freed blocks up to 256 MiB for reuse instead of returning
   them to the kernel, unless the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_``.
 * :func:`jit_cache_problem`: an exception caused by a damaged or unusable FFCx cache (a truncated ``.so``,
@@ -38,7 +35,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -47,7 +44,7 @@ from mpi4py import MPI
 from mfpde.errors import ConfigError
 
 __all__ = ["OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
-           "private_caches", "repair_jit_cache", "start_petsc"]
+           "private_caches", "repair_jit_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,46 +155,6 @@ def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = N
 
     with threadpool_limits(limits=limit, user_api="blas"):
         yield limit
-
-
-def start_petsc(init: Callable[[], None], env: dict[str, str] | None = None) -> None:
-    """Start PETSc with file descriptor 2 captured; a no-op if PETSc is imported already.
-
-    ``init`` (e.g. :func:`mfpde.signals.quiet_petsc`) runs first, then petsc4py's PETSc is imported.
-
-    PETSc reads ``PETSC_OPTIONS`` and the ``.petscrc`` files while it starts; an error there printed PETSc's error
-    stack (a dozen lines) and ended in a petsc4py traceback (exit 1).
-
-    Raises:
-        ConfigError: PETSc did not start: PETSc's reason, naming ``PETSC_OPTIONS`` if it is set.
-    """
-    if "petsc4py.PETSc" in sys.modules:
-        return
-    env = dict(os.environ) if env is None else env
-    failed: BaseException | None = None
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as buf:
-        saved = os.dup(2)
-        os.dup2(buf.fileno(), 2)
-        try:
-            init()
-            from petsc4py import PETSc  # noqa: F401
-        except Exception as e:  # petsc4py.PETSc.Error, which cannot be named before the import succeeds
-            failed = e
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        buf.seek(0)
-        text = buf.read().decode(errors="replace")
-    if failed is None:
-        sys.stderr.write(text)  # PETSc's own warnings at start, if any, as they were
-        return
-    lines = [ln.split("PETSC ERROR:", 1)[1].strip() for ln in text.splitlines() if "PETSC ERROR:" in ln]
-    told = [ln for ln in lines[1:] if ln][:3]  # PETSc's kind and message, before "See https://petsc.org/..."
-    told = told[:next((i for i, ln in enumerate(told) if ln.startswith("See ")), len(told))]
-    reason = ": ".join(told) or str(failed)
-    where = "PETSC_OPTIONS" if env.get("PETSC_OPTIONS", "").strip() else "PETSc's options (.petscrc files)"
-    raise ConfigError(f"{where}: PETSc could not start: {reason}")
 
 
 #: glibc's mallopt parameters (malloc.h) and the values :func:`keep_freed_memory` sets, in bytes.
