@@ -36,12 +36,12 @@ from mfpde.config_schema import (
     Tokens,
     Training,
 )
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 
-__all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Problems",
-           "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
+__all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
+           "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
 
 
 #: Keys whose default NaN means "not set" (a NaN given is the same as the key left out).
