@@ -53,7 +53,8 @@ def problem(family, samples, targets, mean, ds, steps, theta_cells, token_box=7.
     return config.from_dict({
         "tokens": {"dim": 1, "box": [[-token_box, token_box]], "cells": [token_cells], "degree": 1},
         "depth": {"T": 1.0, "steps": token_cells // 4},
-        "heads": {"family": family, "a": A, "box": [list(theta_box)] * p, "cells": [theta_cells] * p,
+        "heads": {"family": family, **({"a": A} if p == 1 else {}),  # the scalar family's a is a parameter
+                  "box": [list(theta_box)] * p, "cells": [theta_cells] * p,
                   "init": {"kind": "gaussian", "mean": list(mean),
                            "cov": [[0.02 if i == j else 0.0 for j in range(p)] for i in range(p)]}},
         "data": {"kind": "gaussian", "mean": [[m] for m, _ in samples], "cov": [[[v]] for _, v in samples],

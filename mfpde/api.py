@@ -74,7 +74,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         return cfg
     from mfpde.config_keys import to_toml
 
-    return from_dict(_merge(tomllib.loads(to_toml(cfg, only_in_use=False)), sections), source=cfg.source)
+    return from_dict(_merge(tomllib.loads(to_toml(cfg)), sections), source=cfg.source)  # keys in use: the others
+    # would be given keys that do not apply (refused); left out they take their defaults, unused as before
 
 
 def make_config(**sections: dict[str, Any]) -> Config:

@@ -36,6 +36,7 @@ from mfpde.environment import (
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
 from mfpde.limits import check_resolved
+from mfpde.petsc_start import start_petsc
 
 if TYPE_CHECKING:
     from mfpde.training.driver import ProgressFactory
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         with signals.handlers():
             check_launcher(comm)
             private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
-            signals.quiet_petsc()  # before petsc4py is imported: PETSc's signal handler off
+            # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line
+            start_petsc(signals.quiet_petsc)
             repair_jit_cache()
             keep_freed_memory()
             with blas_threads(comm):
@@ -214,11 +216,39 @@ def _end_interrupted(comm: MPI.Comm, line: str) -> None:
     os._exit(signals.EXIT_INTERRUPTED)
 
 
+#: Directories never used as DIR: the system's own (mfpde clears DIR's fields/, plots/ and checkpoint/ before a run).
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt",
+                         "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp"})
+
+
+def _check_out(out: Path) -> Path:
+    """Refuse as DIR a file system's root, the home directory or a system directory (``--out /`` wrote into /).
+
+    mfpde writes report.json, config.toml and history.csv into DIR and removes DIR's ``fields/``, ``plots/`` and
+    ``checkpoint/`` first: in such a directory they are someone else's. A DIR that is not writable is refused when
+    it is locked (:class:`~mfpde.environment.OutputLock`).
+
+    Raises:
+        ConfigError: naming --out and what the directory is.
+    """
+    try:
+        real = out.expanduser().resolve()
+        home = Path.home().resolve()
+    except (OSError, RuntimeError):  # a loop of links, no home: the lock reports what is wrong with DIR
+        return out
+    what = ("the root of the file system" if real == Path(real.anchor) else "the home directory" if real == home
+            else "a system directory" if str(real) in SYSTEM_DIRS else "")
+    if what:
+        raise ConfigError(f"--out {str(out)!r} is {what}: mfpde writes its files there and clears fields/, plots/ "
+                          "and checkpoint/ in it; name a directory of its own (e.g. --out out/run1)")
+    return out
+
+
 def _out_dir(args: argparse.Namespace) -> Path:
     if args.out is not None:
         if not str(args.out).strip():
             raise ConfigError("--out: an empty directory name (it would write into the working directory)")
-        return Path(args.out)
+        return _check_out(Path(args.out))
     if args.command == "verify":
         return Path("out") / "verify"
     stem = Path(args.config).stem if getattr(args, "config", None) else "default"

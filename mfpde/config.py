@@ -7,7 +7,6 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import difflib
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mfpde.circle_config import CIRCLE_KINDS, check_circle
+from mfpde.config_rules import Problems, check_applies, check_input_file, check_training
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -40,8 +40,8 @@ from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 
-__all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Problems",
-           "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
+__all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
+           "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
 
 
 #: Keys whose default NaN means "not set" (a NaN given is the same as the key left out).
@@ -73,8 +73,11 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
     raise TypeError(f"unsupported annotation {tp} for {key}")
 
 
-def from_dict(raw: dict[str, Any], source: str = "") -> Config:
+def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] = frozenset()) -> Config:
     """Build and validate a :class:`Config` from a nested dict (parsed TOML).
+
+    ``overridden``: the ``section.key`` given by ``--set`` (:func:`load`): a file's key that an override made
+    not apply is not refused (:func:`~mfpde.config_rules.check_applies`).
 
     Raises:
         ConfigError: an unknown section or key, a wrong type or a value out of range; the message
@@ -93,7 +96,7 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
             fhints = typing.get_type_hints(cls := hints[name])
             kwargs = {}
             for key, value in table.items():
-                with problems.block():  # a key in error is reported and left at its default
+                with problems.block(f"{name}.{key}"):  # a key in error is reported and left at its default
                     attr = _ALIASES.get((name, key), key)
                     if attr not in fhints or (name, attr) in _ALIASES_BACK and attr == key:
                         known = [_ALIASES_BACK.get((name, f), f) for f in fhints]
@@ -106,6 +109,9 @@ def from_dict(raw: dict[str, Any], source: str = "") -> Config:
     with problems.block():
         _beta_shortcut(raw, sections)
     cfg = Config(**sections, source=source)
+    if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
+        with problems.block():
+            check_applies(raw, cfg, overridden)
     validate(cfg, problems)
     return cfg
 
@@ -131,39 +137,6 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, 1.0]],
                                                          "weights": [1.0]})
     sections["tokens"] = dataclasses.replace(tok, beta=math.nan)  # folded into heads.init (config.toml has that)
-
-
-class Problems:
-    """The config errors found so far, to report all of them at once (:class:`~mfpde.errors.ConfigErrors`).
-
-    Each :meth:`block` is a group of checks that stops at its first error (later checks of the group depend
-    on it); the groups are independent, so each reports its own. An exception other than ConfigError inside a
-    block, after an error was recorded, is a consequence of that error (a value the block could not read) and
-    is not reported again; before any, it is a bug and propagates.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    @contextlib.contextmanager
-    def block(self) -> typing.Iterator[None]:
-        """Run a group of checks; record its ConfigError (every message of a ConfigErrors)."""
-        try:
-            yield
-        except ConfigErrors as e:
-            self.messages += e.messages
-        except ConfigError as e:
-            self.messages.append(str(e))
-        except Exception:
-            if not self.messages:
-                raise
-
-    def raise_all(self) -> None:
-        """Raise the errors recorded: one ConfigError, or :class:`~mfpde.errors.ConfigErrors` for several."""
-        if len(self.messages) == 1:
-            raise ConfigError(self.messages[0])
-        if self.messages:
-            raise ConfigErrors(self.messages)
 
 
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
@@ -203,17 +176,20 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     t, d, h, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.loss, cfg.training, cfg.output
     with P.block():
         _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
-    dim_ok = t.dim in (1, 2)  # the box, the data and loss.w are checked against d only when d is valid
+    dim_ok = t.dim in (1, 2) and P.clean("tokens.dim")  # the box, data, loss.w checked against d only if d is valid
     before = len(P.messages)
+    omega = ("tokens.dim", "tokens.box", "tokens.cells", "tokens.mesh", "tokens.domain")
     with P.block():
-        if t.mesh:
-            _require(Path(t.mesh).is_file(), "tokens.mesh", f"file {t.mesh!r} not found")
+        if not P.clean(*omega):
+            pass
+        elif t.mesh:
+            check_input_file("tokens.mesh", t.mesh, "a mesh file")
         elif dim_ok and t.domain != "circle":  # the circle's cells are checked by check_circle; it has no box
             _check_box("tokens.box", t.box, t.dim)
             _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                      f"needs {t.dim} integers >= 2, got {t.cells}")
             check_box("tokens.box", t.box, t.cells)
-    omega_ok = dim_ok and len(P.messages) == before  # the data are checked against Ω only when Ω is valid
+    omega_ok = dim_ok and len(P.messages) == before and P.clean(*omega)  # the data against a valid Ω only
     for ok, key, msg in (
         (t.degree in (0, 1) or t.domain != "box", "tokens.degree", f"must be 0 or 1, got {t.degree}"),
         (t.cell in ("quadrilateral", "triangle"), "tokens.cell", "must be 'quadrilateral' or 'triangle'"),
@@ -229,14 +205,17 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
          f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}"),
         (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),
     ):
+        if P.clean(key, *_DEPENDS.get(key, ())):
+            with P.block():
+                _require(ok, key, msg)
+    if P.clean("heads"):
         with P.block():
-            _require(ok, key, msg)
-    with P.block():
-        _check_heads(h)
-    with P.block():
-        check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
-    with P.block():
-        if omega_ok:
+            _check_heads(h)
+    if P.clean("tokens", "data", "heads.family", "heads.init", "depth", "output.every"):
+        with P.block():
+            check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+    if omega_ok and P.clean("data"):
+        with P.block():
             _check_data(cfg)
     for ok, key, msg in (
         (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),
@@ -252,9 +231,18 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (out.every >= 1, "output.every", "must be >= 1"),
         (out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1"),
     ):
+        if P.clean(key, *_DEPENDS.get(key, ())):
+            with P.block():
+                _require(ok, key, msg)
+    if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
         with P.block():
-            _require(ok, key, msg)
+            check_training(cfg)
     P.raise_all()
+
+
+#: The keys a check of validate's tables reads besides its own (not checked when one of them was refused).
+_DEPENDS = {"tokens.degree": ("tokens.domain",), "depth.T": ("tokens.solver",), "depth.layers": ("depth.steps",),
+            "loss.w": ("tokens.dim", "loss.readout"), "training.lambda": ("training.regularization",)}
 
 
 def _check_heads(h: Heads) -> None:
@@ -262,11 +250,11 @@ def _check_heads(h: Heads) -> None:
     _require(h.family in ("scalar", "value"), "heads.family", f"must be 'scalar' or 'value', got {h.family!r}")
     p = heads_dim(h)
     if h.mesh:
-        _require(Path(h.mesh).is_file(), "heads.mesh", f"file {h.mesh!r} not found")
+        check_input_file("heads.mesh", h.mesh, "a mesh file")
     else:
         _check_box("heads.box", h.box, p)
-        _require(len(h.cells) == p and all(c >= 1 for c in h.cells), "heads.cells",
-                 f"needs {p} positive integers, got {h.cells}")
+        _require(len(h.cells) == p and all(c >= 2 for c in h.cells), "heads.cells",
+                 f"needs {p} integers >= 2, got {h.cells}")
         check_box("heads.box", h.box, h.cells)
     kind = h.init.get("kind")
     if kind == "gaussian":
@@ -310,7 +298,8 @@ def _check_data(cfg: Config) -> None:
         _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
         _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
     elif da.kind == "file":
-        _require(bool(da.path) and Path(da.path).is_file(), "data.path", f"file {da.path!r} not found")
+        _require(bool(da.path), "data.path", "needs the .npz file of the samples (data.kind = 'file')")
+        check_input_file("data.path", da.path, "an .npz file")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -344,8 +333,8 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     """
     src, source = ((Path(__file__).parent / "defaults" / default, "<default>") if path is None
                    else (Path(path), str(path)))
-    if path is not None and not src.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found")
+    if path is not None:
+        check_input_file("config file", src, "a TOML file")
     try:
         raw = tomllib.loads(text := src.read_text(encoding="utf-8-sig"))  # a byte-order mark (Windows) is no error
     except (ValueError, UnicodeDecodeError) as e:  # TOMLDecodeError, an int of > 4300 digits: quote the line
@@ -358,8 +347,8 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     parsed = [parse_override(item) for item in overrides]
     fam, heads = [v for k, v in parsed if k == ["heads", "family"]], raw.get("heads")
     if fam and isinstance(heads, dict) and fam[-1] != heads.get("family", "scalar"):  # --set changes the family:
-        for k in set(_FAMILY_KEYS) - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of the
-            heads.pop(k, None)  # other p) give way to the new family's defaults, unless --set gives them too
+        for k in {*_FAMILY_KEYS, "a"} - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of
+            heads.pop(k, None)  # the other p) and a give way to the new family's defaults, unless --set gives them
     for item, (keys, value) in zip(overrides, parsed, strict=True):
         table = raw
         for k in keys[:-1]:
@@ -367,4 +356,4 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         table[keys[-1]] = value
-    return from_dict(raw, source=source)
+    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed))

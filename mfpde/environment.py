@@ -133,11 +133,20 @@ def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = N
 
     Yields:
         The limit set (1, or N from ``MFPDE_BLAS_THREADS=N``), or None when the user chose the thread count
-        with ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS`` (then left alone).
+        with ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS``, or ``MFPDE_BLAS_THREADS=default``
+        (then left alone).
+
+    Raises:
+        ConfigError: ``MFPDE_BLAS_THREADS`` is set to anything but a positive integer or ``default`` (it was
+            ignored).
     """
     env = dict(os.environ) if env is None else env
-    if "MFPDE_BLAS_THREADS" in env:
-        limit: int | None = int(env["MFPDE_BLAS_THREADS"]) if env["MFPDE_BLAS_THREADS"].isdigit() else None
+    if env.get("MFPDE_BLAS_THREADS", "").strip():  # set and not empty (empty: BLAS left alone, below)
+        text = env["MFPDE_BLAS_THREADS"].strip()
+        if not (text.isdigit() and int(text) >= 1 or text == "default"):
+            raise ConfigError(f"MFPDE_BLAS_THREADS: must be a positive integer (BLAS threads per rank) or 'default' "
+                              f"(BLAS's own count), got {text!r}")
+        limit: int | None = int(text) if text.isdigit() else None
     elif not any(v in env for v in THREAD_VARS):
         limit = 1
     else:

@@ -34,8 +34,15 @@ class ConfigError(ValueError):
         return [str(self)]
 
 
+#: The most errors the message of :class:`ConfigErrors` lists (then "and N more"): 10⁵ unknown keys made one
+#: line of 4 MB.
+MAX_LISTED = 10
+
+
 class ConfigErrors(ConfigError):
     """Several config errors at once (a config with two misspelt keys and a value out of range). Exit status 2.
+
+    The message lists the first :data:`MAX_LISTED` and counts the rest; :attr:`messages` holds every one.
 
     Attributes:
         messages: one message per error, each naming its key.
@@ -43,8 +50,11 @@ class ConfigErrors(ConfigError):
 
     def __init__(self, messages: list[str]) -> None:
         self._messages = list(messages)
+        shown = self._messages[:MAX_LISTED]
+        more = len(self._messages) - len(shown)
         super().__init__(f"{len(self._messages)} config errors: "
-                         + "; ".join(f"({i}) {m}" for i, m in enumerate(self._messages, 1)))
+                         + "; ".join(f"({i}) {m}" for i, m in enumerate(shown, 1))
+                         + (f"; and {more} more" if more else ""))
 
     @property
     def messages(self) -> list[str]:

@@ -65,6 +65,9 @@ MAX_SECONDS = 3.2e7
 MAX_COORD = 1e12
 #: A Gaussian with less of its mass inside its box is refused.
 MIN_MASS_INSIDE = 0.5
+#: A Gaussian ρ₀ needs a standard deviation of at least this many Θ cell widths (1/√6: the P1 interpolant's variance
+#: σ² + h²/6 at most twice σ²).
+RHO0_CELLS_PER_SIGMA = 1.0 / math.sqrt(6.0)
 #: Largest magnitude of an integer in a config (beyond it sizes and counts overflow float64 and int64).
 MAX_INT = 2**63 - 1
 
@@ -72,16 +75,22 @@ MAX_INT = 2**63 - 1
 def check_integer(key: str, value: int | float) -> int | float:
     """Refuse an integer beyond ±:data:`MAX_INT` (a 400-digit ``training.steps`` overflowed ``float()``).
 
+    The message counts the digits from the bit length: a hexadecimal literal of 4000 digits is an int of more
+    decimal digits than CPython converts to a string (``sys.get_int_max_str_digits``).
+
     Raises:
         ConfigError: naming ``key``.
     """
-    if isinstance(value, int) and abs(value) > MAX_INT:
-        raise ConfigError(f"{key}: integer of {len(str(abs(value)))} digits is too large (at most {MAX_INT})")
+    if isinstance(value, int) and abs(value) > MAX_INT:  # its digits from its bits: str() of > 4300 digits raises
+        digits = math.floor(abs(value).bit_length() * math.log10(2)) + 1
+        raise ConfigError(f"{key}: integer of about {digits} digits is too large (at most {MAX_INT})")
     return value
 
 
 def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
-    """Refuse (``mfpde transport`` and ``run``) a Gaussian data sample narrower than a token cell of the box.
+    """Refuse (``mfpde transport`` and ``run``) data samples and a ρ₀ narrower than their cells resolve.
+
+    A Gaussian ρ₀ is checked by :func:`_check_rho0_resolved`; the data as follows.
 
     A Gaussian whose smallest standard deviation sqrt(λ_min(Σ)) is below the widest token cell is sampled at
     a few nodes and renormalised into another density: the transport then gave a wrong ŷ with status "ok"
@@ -90,8 +99,9 @@ def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
     not checked: tests of exact discrete properties run on tiny meshes on purpose.
 
     Raises:
-        ConfigError: naming the sample and ``tokens.cells`` / ``tokens.box``.
+        ConfigError: naming the sample and ``tokens.cells`` / ``tokens.box``, or ``heads.init.cov``.
     """
+    _check_rho0_resolved(cfg.heads)
     t, da = cfg.tokens, cfg.data
     if t.mesh or da.kind != "gaussian":
         return
@@ -102,6 +112,27 @@ def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
             raise ConfigError(f"tokens.cells: data sample {i} (standard deviation {sigma:.3g}) is narrower than a "
                               f"token cell ({h:.3g} wide) and cannot be resolved: refine tokens.cells or shrink "
                               "tokens.box")
+
+
+def _check_rho0_resolved(h: Any) -> None:
+    """Refuse a Gaussian ρ₀ narrower than :data:`RHO0_CELLS_PER_SIGMA` Θ cells per standard deviation.
+
+    The P1 interpolant of N(m, σ²) on cells of width h has, along an axis, the variance σ² + h²/6 (the hat
+    functions' own); below σ = h/√6 the ρ₀ a run starts from is more than twice as broad in variance as the
+    one asked for (``heads.init.cov = [[1e-8]]`` ran with a ρ₀ 6.7·10⁵ times too broad: one Θ cell).
+
+    Raises:
+        ConfigError: naming ``heads.init.cov`` and the Θ cell width.
+    """
+    if h.mesh or h.init.get("kind") != "gaussian":
+        return
+    width = max((hi - lo) / n for (lo, hi), n in zip(h.box, h.cells, strict=True))
+    sigma = math.sqrt(max(float(np.linalg.eigvalsh(np.asarray(h.init["cov"], dtype=float))[0]), 0.0))
+    if not sigma >= RHO0_CELLS_PER_SIGMA * width:
+        raise ConfigError(f"heads.init.cov: ρ₀ (smallest standard deviation {sigma:.3g}) is narrower than the Θ "
+                          f"cells ({width:.3g} wide) resolve: its P1 interpolant would be more than twice as broad "
+                          f"in variance; needs a standard deviation >= {RHO0_CELLS_PER_SIGMA * width:.3g} "
+                          "(refine heads.cells or shrink heads.box)")
 
 
 def check_matrix(key: str, m: list[list[float]], n: int) -> None:

@@ -127,7 +127,8 @@ class LinearSolver:
 
     Raises:
         ConfigError: PETSc rejected the options (unknown type, bad value), or did not use one of ``options``;
-            the message starts with ``what``.
+            the message starts with ``what``, or with ``PETSC_OPTIONS`` when the options rejected came from the
+            database (the variable or the command line) only.
         ValueError: the prefix is empty.
     """
 
@@ -165,7 +166,7 @@ class LinearSolver:
                                 and not k.startswith(tuple(p for p in PREFIXES if len(p) > len(prefix)))
                                 and not db.used(k))
         except PETSc.Error as e:
-            raise ConfigError(f"{what}: PETSc rejected the options {user}: {_reason(e)}") from None
+            raise ConfigError(self._rejected(db, effective, user, _reason(e))) from None
         finally:
             for k, old in saved.items():  # tidy the global database: leave it as it was
                 if old is None:
@@ -181,6 +182,18 @@ class LinearSolver:
         if unused:
             raise ConfigError(f"{what}: PETSc did not use the option(s) {', '.join(unused)} (misspelt, or not "
                               f"read by the chosen KSP {self.ksp_type} / PC {self.pc_type})")
+
+    def _rejected(self, db: PETSc.Options, effective: Mapping[str, str], user: Mapping[str, str], why: str) -> str:
+        """The message when PETSc rejected the options: the config's table and/or the database's options named."""
+        prefix = self.prefix
+        env = {k: v for k, v in db.getAll().items() if k.startswith(prefix) and k[len(prefix):] not in effective
+               and not k.startswith(tuple(p for p in PREFIXES if len(p) > len(prefix)))}
+        if not env:
+            return f"{self.what}: PETSc rejected the options {user}: {why}"
+        given = " ".join(f"-{k} {v}".rstrip() for k, v in sorted(env.items()))
+        if user:
+            return f"{self.what} and PETSC_OPTIONS (or the command line): PETSc rejected {user} with {given}: {why}"
+        return f"PETSC_OPTIONS (or the command line): PETSc rejected {given}: {why}"
 
     def solve(self, b: PETSc.Vec, x: PETSc.Vec) -> int:
         """Solve A x = b into x (owned entries; the caller scatters ghosts). Collective.

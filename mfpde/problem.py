@@ -79,19 +79,21 @@ class SampleGroups:
 
     @contextlib.contextmanager
     def collective_failure(self, error: type[Exception] = NumericalError) -> Iterator[None]:
-        """Turn an ``error`` raised in one rank group into the same ``error`` on every rank.
+        """Turn an ``error`` (or a ConfigError) raised in one rank group into the same on every rank.
 
         Groups solve independently; a failure in one must not leave the others waiting in the next
         reduction. The first message (by rank) is kept.
         """
-        msg = ""
+        msg, config = "", False
         try:
             yield
+        except ConfigError as e:  # an input error found by a solve (a first depth step too long): exit 2 everywhere
+            msg, config = str(e), True
         except error as e:
             msg = str(e)
-        msgs = [m for m in self.comm.allgather(msg) if m]
-        if msgs:
-            raise error(msgs[0])
+        got = [(c, m) for c, m in self.comm.allgather((config, msg)) if m]
+        if got:
+            raise (ConfigError if got[0][0] else error)(got[0][1])
 
 
 @dataclass
@@ -153,7 +155,8 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     check_resources(cfg, comm.size, "run" if split_samples else "transport")
     # a line before a set-up of seconds (a box of 10⁵ cells and more); below that it would only precede the result
     cells = (0 if t.mesh else math.prod(t.cells)) + (0 if h.mesh else math.prod(h.cells))
-    logger.log(logging.INFO if cells >= 100_000 else logging.DEBUG, "set-up: token mesh %s, %s on %d rank(s) (meshes, spaces, forms, data)",
+    logger.log(logging.INFO if cells >= 100_000 else logging.DEBUG,
+               "set-up: token mesh %s, %s on %d rank(s) (meshes, spaces, forms, data)",
                 t.mesh or "x".join(map(str, t.cells)) + " cells", "Θ mesh " + "x".join(map(str, h.cells)) + " cells"
                 if h.init["kind"] == "gaussian" else "Dirac heads", comm.size)
     family = make_family(h.family, h.a)

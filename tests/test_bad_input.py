@@ -112,6 +112,29 @@ CASES = [
              "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]", "loss.readout='mean'"], "tokens.cells"),
     ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
                    "data.modes=[[1e20, 1e-4, 0.0]]"], "data.modes[0]"),  # aliased on 64 cells, exit 0
+    # ρ₀ narrower than the Θ cells resolve (ran with a ρ₀ 6.7·10⁵ times too broad in variance); one Θ cell (exit 3
+    # blaming tokens.box)
+    ("run", ["heads.init={kind = 'gaussian', mean = [0.5, 0.5], cov = [[1e-8, 0.0], [0.0, 1e-8]]}"],
+     "heads.init.cov"),
+    ("transport", ["heads.init={kind = 'gaussian', mean = [0.5, 1.0], cov = [[1e-8, 0.0], [0.0, 0.01]]}"],
+     "heads.init.cov"),
+    ("run", ["heads.cells=[1, 1]"], "heads.cells"),
+    ("run", ["heads.cells=[1, 8]"], "heads.cells"),
+    # λ, λ₂, Δs past their derived bounds (mfpde.config_rules.check_training): they ran, KL 2.4e307 at λ = 1e-308
+    ("run", ["training.lambda=1e-308"], "training.lambda: (λ₂/2)·osc|θ|² / λ"),
+    ("run", ["training.lambda=1e6"], "training.lambda: λ = 1e+06 >"),
+    ("run", ["training.lambda2=1e6"], "training.lambda2: (λ₂/2)·osc|θ|² / λ"),
+    ("run", ["training.regularization='tikhonov'", "training.lambda2=1e6"], "training.lambda2: λ₂ = 1e+06 >"),
+    ("run", ["training.ds=1e6"], "training.ds: Δs = 1e+06 >"),
+    # a first depth step of more CFL sub-steps than a step may take, at the input's own velocity: was exit 3,
+    # "velocity blow-up near t = 0" (transport: test_first_depth_step_too_long_names_the_key)
+    ("run", ["tokens.cfl=1e-9"], "tokens.cfl: depth step 1"),
+    ("run", ["depth.T=999999"], "depth.T: depth step 1"),
+    # keys that do not apply, dropped without a word
+    ("run", ["data.split=0.5", "data.samples=3"], "data.samples: does not apply"),
+    ("run", ["heads.a=0.7"], "heads.a: does not apply"),
+    ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
+                   "data.modes=[[1, 0.1, 0.0]]", "tokens.box=[[-1.0, 1.0]]"], "tokens.box: does not apply"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),
@@ -249,17 +272,21 @@ def test_head_weights_near_the_largest_float_are_normalised():
     assert list(big.a) == list(one.a) and list(big.c) == list(one.c)
 
 
-def test_config_file_with_a_huge_integer(tempdir, capfd):
-    """A 4301-digit integer in a config file: exit 2 naming the file (was a ValueError traceback from tomllib)."""
+@pytest.mark.parametrize("literal", ["9" * 4301, "0x" + "f" * 4000], ids=["decimal", "hexadecimal"])
+def test_config_file_with_a_huge_integer(tempdir, capfd, literal):
+    """A 4301-digit integer in a config file: exit 2 naming the file (was a ValueError traceback from tomllib);
+    a 4000-digit hexadecimal one (which tomllib reads) exit 2 naming the key (building the message converted
+    the int of 4817 decimal digits to a string: a ValueError traceback)."""
     cfg = tempdir / "huge.toml"
     if MPI.COMM_WORLD.rank == 0:
-        cfg.write_text("[depth]\nsteps = " + "9" * 4301 + "\n")
+        cfg.write_text("[depth]\nsteps = " + literal + "\n")
     MPI.COMM_WORLD.Barrier()
     code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
     err = capfd.readouterr().err
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
     if MPI.COMM_WORLD.rank == 0:
-        assert "huge.toml" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert ("huge.toml" if literal.isdigit() else "depth.steps") in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
 @pytest.mark.ranks
@@ -303,17 +330,25 @@ def test_every_config_error_is_reported_at_once(tempdir, capfd):
 
 
 @pytest.mark.parametrize(("overrides", "keys"), [
+    # a value of the wrong type is left at its default: the checks reading it quoted values never given
+    # (tokens.box "needs 1 [lo, hi] pairs", loss.w "needs length d=1", tokens.cells "got [400]", data.mean)
+    (["tokens.dim='two'"], ["tokens.dim"]),
+    (["tokens.cells='x'"], ["tokens.cells"]),
+    (["data.kind=3"], ["data.kind"]),
+    (["data.kind='gaussian'", "data.mean='x'"], ["data.mean"]),
+    (["tokens.dim='two'", "tokens.cfl=2.0", "heads.cells=[0, 1]"], ["tokens.dim", "tokens.cfl", "heads.cells"]),
     (["tokens.dim=3", "training.ds=-1", "output.every=0"], ["tokens.dim", "training.ds", "output.every"]),
     (["tokens.cfl='fast'", "heads.family='foo'", "data.kind='images'", "loss.readout='median'"],
      ["tokens.cfl", "heads.family", "data.kind", "loss.readout"]),
-], ids=["ranges", "types-and-choices"])
+], ids=["dim-type", "cells-type", "kind-type", "mean-type", "three-independent", "ranges", "types-and-choices"])
 def test_errors_of_several_sections_each_named_once(overrides, keys):
-    """Independent errors are each reported once; an invalid d does not add the box and data errors it implies."""
+    """Independent errors are each reported once; an invalid d does not add the box and data errors it implies,
+    nor does a value of the wrong type add the errors of checks that would read its default."""
     from mfpde import config
-    from mfpde.errors import ConfigErrors
+    from mfpde.errors import ConfigError
 
-    with pytest.raises(ConfigErrors) as info:
-        config.load(DEMO, overrides)
+    with pytest.raises(ConfigError) as info:
+        config.load(DEMO if "tokens.dim=3" in overrides or "tokens.cfl='fast'" in overrides else DEEP, overrides)
     named = [m.split(":")[0] for m in info.value.messages]
     assert named == keys, info.value.messages
 
@@ -340,3 +375,116 @@ def test_an_accepted_degree_is_the_degree_built(key, values):
         assert space.ufl_element().degree == v == (cfg.heads.degree if key == "heads.degree" else cfg.tokens.degree)
         accepted.append(v)
     assert accepted, f"no value of {key} accepted"
+
+
+def test_many_errors_are_listed_up_to_a_cap(tempdir, capfd):
+    """10⁵ unknown keys made one stderr line of 4 MB (2·10⁴ here, for time): the line lists the first ten and
+    counts the rest; from Python, ConfigErrors.messages still holds every one."""
+    from mfpde import config
+    from mfpde.errors import MAX_LISTED, ConfigErrors
+
+    n = 20_000
+    cfg = tempdir / "many.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        cfg.write_text("[tokens]\n" + "".join(f"k{i} = 1\n" for i in range(n)))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", str(cfg), "--out", str(tempdir / "out")])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert f"{n} config errors" in line and f"and {n - MAX_LISTED} more" in line, line[:300]
+        assert line.count("unknown config key") == MAX_LISTED and len(line) < 2000, line[:300]
+    with pytest.raises(ConfigErrors) as info:
+        config.load(cfg)
+    assert len(info.value.messages) == n
+
+
+@pytest.mark.parametrize(("kind", "says"), [("directory", "is a directory, not an .npz file"),
+                                            ("fifo", "is a FIFO (named pipe), not an .npz file"),
+                                            ("text", "not an .npz file"), ("npy", "an .npy file")],
+                         ids=["directory", "fifo", "text", "npy"])  # the message quotes the path
+def test_data_path_that_is_not_an_npz_file(tempdir, capfd, kind, says):
+    """A directory or FIFO as data.path said "not found" (a FIFO is never opened: that would block); a text file
+    gave numpy's advice to load pickled data unsafely; an .npy file numpy's context-manager error."""
+    import os
+
+    import numpy as np
+
+    path = tempdir / f"data-{kind}"
+    if MPI.COMM_WORLD.rank == 0:
+        if kind == "directory":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "text":
+            path.write_text("points = 1, 2, 3\n")
+        else:
+            with open(path, "wb") as f:
+                np.save(f, np.zeros(3))
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "data.path" in line and says in line and "pickle" not in line, line
+
+
+@pytest.mark.parametrize("where", ["root", "home", "system"])
+def test_out_that_is_a_root_home_or_system_directory(tempdir, capfd, monkeypatch, where):
+    """``--out /`` wrote report.json, config.toml and fields/ into / (and cleared /fields, /plots, /checkpoint):
+    exit 2 naming --out, for the file system's root, the home directory and a system directory (e.g. /etc/)."""
+    home = tempdir / "home"
+    home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(home))
+    out = {"root": "/", "home": str(home) + "/.", "system": "/etc/"}[where]
+
+    def no_lock(*args, **kwargs):  # without the check the job would write there: fail before anything is written
+        raise AssertionError(f"--out {out} was locked for writing")
+
+    monkeypatch.setattr("mfpde.cli.OutputLock", no_lock)
+    assert main(["transport", DEMO, "--out", out, "--set", "output.fields=false"]) == 2
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "--out" in line and {"root": "root of the file system", "home": "home directory",
+                                    "system": "system directory"}[where] in line, line
+    assert not (home / "report.json").exists() and not (home / ".mfpde.lock").exists()
+
+
+@pytest.mark.parametrize(("config", "sets", "key"), [
+    (DEMO, ["tokens.cfl=1e-7"], "tokens.cfl"), (DEMO, ["depth.T=999999"], "depth.T"),
+    (str(ROOT / "demos" / "circle.toml"), ["tokens.attention='unnormalised'", "tokens.beta=650"], "tokens.beta")],
+    ids=["cfl", "T", "beta"])
+def test_first_depth_step_too_long_names_the_key(tempdir, capfd, config, sets, key):
+    """tokens.cfl = 1e-7, depth.T = 999999, and β = 650 with unnormalised attention on the circle (below the door's
+    700, where e^β overflows) need 4e6, 1e6 and 1e279 CFL sub-steps in the first depth step, at the input's own
+    velocity: exit 2 naming the key (was exit 3, "velocity blow-up near t = 0")."""
+    code = main(["transport", config, "--out", str(tempdir / "out"), "--quiet", "--set", "output.fields=false",
+                 *[a for s in sets for a in ("--set", s)]])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"mfpde: error: {key}: depth step 1"), line
+
+
+def test_keys_that_do_not_apply_in_a_file_or_by_set(tempdir):
+    """``data.samples`` under the embedded default's ``data.split`` (the issue's case) and ``tokens.box`` in a circle
+    file are refused; a file's key that a ``--set`` made not apply is not: the later word wins."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^data.samples: does not apply: data.split = 0.8"):
+        config.load(None, ["data.samples=4"])
+    assert config.load(None, ["data.split=0", "data.samples=4"]).data.samples == 4
+    assert config.load(DEEP, ["data.split=0.5"]).data.split == 0.5  # the file's samples = 20 give way
+    circle = tempdir / "circle.toml"
+    if MPI.COMM_WORLD.rank == 0:
+        circle.write_text((ROOT / "demos" / "circle.toml").read_text().replace("[tokens]\n",
+                                                                            "[tokens]\nbox = [[-1.0, 1.0]]\n", 1))
+    MPI.COMM_WORLD.Barrier()
+    with pytest.raises(ConfigError, match=r"tokens.box: does not apply: the circle has no box"):
+        config.load(circle)

@@ -324,3 +324,27 @@ def test_a_finished_out_is_refused_without_resume_or_overwrite(tempdir, capfd):
         assert "finished run" in line and "--resume" in line and "--overwrite" in line, line
         assert (out / "report.json").read_text() == before  # nothing touched
     assert main([*args, "--overwrite"]) == 0
+
+
+def test_resume_on_other_token_cells_is_refused(tempdir, capfd):
+    """DIR/config.toml edited to other token cells and resumed from: the checkpoint of an 8×8 run continued on
+    10×10 cells (Θ was fingerprinted in the checkpoint, Ω not). Now exit 2 naming the token space, nothing
+    changed in DIR; resuming with the unedited file still works."""
+    out = tempdir / "out"
+    assert main(["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=2"])]) == 0
+    cfg = out / "config.toml"
+    text = cfg.read_text()
+    assert "cells = [8, 8]" in text
+    if MPI.COMM_WORLD.rank == 0:  # the first cells are the tokens' ([tokens] comes first); the resumed config is the
+        cfg.write_text(text.replace("cells = [8, 8]\n", "cells = [10, 10]\n", 1))  # file: no difference to it
+    MPI.COMM_WORLD.Barrier()
+    before = (out / "checkpoint" / "state.npz").read_bytes()
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--resume", "--set", "training.steps=4"]) == 2
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        assert "token space Ω" in err and len(err.strip().splitlines()) == 1, err
+    assert (out / "checkpoint" / "state.npz").read_bytes() == before
+    if MPI.COMM_WORLD.rank == 0:
+        cfg.write_text(text)
+    MPI.COMM_WORLD.Barrier()
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--resume", "--set", "training.steps=4"]) == 0

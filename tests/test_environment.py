@@ -157,7 +157,7 @@ def test_run_with_read_only_home(tmp_path):
         pass
     env = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "MPLCONFIGDIR", "XDG_CONFIG_HOME")}
     env["HOME"] = str(home)
-    small = ["tokens.cells=[8, 8]", "heads.cells=[4, 4]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
+    small = ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=2", "data.test_samples=0",
              "training.steps=1", "output.fields=false"]
     r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tmp_path / "out"),
                         *[a for s in small for a in ("--set", s)]], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -321,3 +321,19 @@ def test_no_compiler_warnings_on_a_cold_jit_cache(tmp_path):
     assert list((tmp_path / "cache" / "fenics").glob("*.so")), "nothing compiled: the cache was not cold"
     warned = [line for line in (r.stderr + r.stdout).splitlines() if "warning:" in line]
     assert not warned, "\n".join(warned[:5])
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_bad_blas_thread_count_is_refused(value):
+    """``MFPDE_BLAS_THREADS=abc`` was ignored silently (BLAS then ran at one thread, not what was asked): exit 2
+    naming the variable. ``default`` and a positive integer are accepted (an empty value leaves BLAS alone, as
+    before)."""
+    from mfpde.environment import blas_threads
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"MFPDE_BLAS_THREADS: .*got '{value}'"), \
+            blas_threads(env={"MFPDE_BLAS_THREADS": value}):
+        pass
+    for ok, limit in (("default", None), ("3", 3), ("", None)):
+        with blas_threads(env={"MFPDE_BLAS_THREADS": ok}) as got:
+            assert got == limit, ok

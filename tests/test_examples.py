@@ -23,9 +23,9 @@ pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run 
 ROOT = Path(__file__).resolve().parent.parent
 #: --set overrides that shrink each example config to seconds (same model, coarser everything).
 SHRINK = {
-    "gaussian_2d": ["tokens.cells=[24, 24]", "heads.cells=[8, 8]", "depth.steps=4", "training.steps=3"],
+    "gaussian_2d": ["tokens.cells=[24, 24]", "heads.cells=[12, 12]", "depth.steps=4", "training.steps=3"],
     "shallow": ["tokens.cells=[40]", "heads.cells=[40]", "training.steps=6"],
-    "depth_indexed": ["tokens.cells=[40]", "depth.steps=8", "heads.cells=[8, 8]", "training.steps=3"],
+    "depth_indexed": ["tokens.cells=[40]", "depth.steps=8", "heads.cells=[12, 12]", "training.steps=3"],
     "value_heads": ["tokens.cells=[40]", "depth.steps=10", "heads.cells=[30]", "training.steps=4"],
     "digits_deep": ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=4",
                     "data.test_samples=4", "training.steps=2"],
@@ -108,7 +108,7 @@ def test_value_family_alone_is_a_p1_config():
 
 
 def test_value_family_on_the_default_runs(tempdir):
-    sets = ['heads.family="value"', "data.samples=4",
+    sets = ['heads.family="value"', "data.split=0", "data.samples=4",
             "data.test_samples=2", "training.steps=2"]
     report, _ = _run(None, tempdir / "value", sets + QUIET)
     assert report["status"] == "ok" and len(report["final"]["rho_mean"]) == 1

@@ -28,9 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
          "training.steps=2", "output.plots=false", "output.fields=false", "output.checkpoint_every=1"]
-#: value heads on a Θ mesh of one cell (two vertices): with 2 ranks one rank may own no Θ node
-ONE_CELL = ["heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[1]",
-            "heads.init={kind = 'gaussian', mean = [0.5], cov = [[0.1]]}", "training.steps=0",
+#: value heads on a Θ mesh of two cells (three vertices): with 3 ranks one rank owns no Θ node (a wide ρ₀, σ = 1:
+#: one narrower than the Θ cells resolve is refused at the door)
+ONE_CELL = ["heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[2]",
+            "heads.init={kind = 'gaussian', mean = [0.5], cov = [[1.0]]}", "training.steps=0",
             "tokens.outflow_tol=0.5", "data.test_samples=0", "output.plots=false"]
 
 
@@ -132,22 +133,22 @@ def test_one_rank_exception_in_a_run_with_fields_ends_the_job(tmp_path):
 @pytest.mark.serial
 def test_rank_without_theta_node_gives_the_serial_result(tmp_path):
     results = {}
-    for n in (1, 2):
+    for n in (1, 3):
         out = tmp_path / f"n{n}"
         rc, err, _ = launch(["run", DEEP, "--quiet", "--out", str(out), *_sets(ONE_CELL)], n=n)
         assert rc == 0, err
         results[n] = json.loads((out / "report.json").read_text())["final"]
     for key in ("risk", "free_energy", "mass_rho", "min_rho"):
-        assert results[2][key] == pytest.approx(results[1][key], rel=1e-12, abs=1e-14), key
+        assert results[3][key] == pytest.approx(results[1][key], rel=1e-12, abs=1e-14), key
 
 
-#: d = 1, DG1 on 2 token cells and value heads on 1 Θ cell: with 3 ranks one rank owns no token cell or Θ node
-#: (a wide sample, σ = 4: one narrower than a token cell is refused at the door)
+#: d = 1, DG1 on 2 token cells and value heads on 2 Θ cells: with 3 ranks one rank owns no token cell or Θ node
+#: (a wide sample, σ = 4, and a wide ρ₀, σ = 1: narrower ones are refused at the door)
 FEW_CELLS = ["tokens.dim=1", "tokens.box=[[-4.0, 4.0]]", "tokens.cells=[2]", "tokens.degree=1",
              "tokens.outflow_tol=1.0", "data.kind='gaussian'", "data.mean=[[0.3]]", "data.cov=[[[16.0]]]",
              "data.target=[1.0]",
-             "loss.readout='mean'", "heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[1]",
-             "heads.init={kind = 'gaussian', mean = [0.5], cov = [[0.1]]}", "training.steps=2", "output.plots=false"]
+             "loss.readout='mean'", "heads.family='value'", "heads.box=[[-2.0, 2.0]]", "heads.cells=[2]",
+             "heads.init={kind = 'gaussian', mean = [0.5], cov = [[1.0]]}", "training.steps=2", "output.plots=false"]
 
 
 @pytest.mark.serial

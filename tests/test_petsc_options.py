@@ -157,3 +157,37 @@ def test_misspelt_petsc_options_environment_exit_2(tempdir):
                        env=env, capture_output=True, text=True, timeout=600)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "-mfpde_param_ksp_tpye" in lines[0], r.stderr
+
+
+def test_rejected_option_from_the_database_names_petsc_options():
+    """PETSC_OPTIONS="-mfpde_token_ksp_type bork" was blamed on ``petsc.token {}`` (the config's empty table): the
+    message names PETSC_OPTIONS and the option, and the config's table only when it has options too."""
+    A = _mass_matrix()
+    db = PETSc.Options()
+    db["test_ls_i_ksp_type"] = "bork"
+    try:
+        with pytest.raises(ConfigError, match=r"^PETSC_OPTIONS .*-test_ls_i_ksp_type bork: .*bork") as info:
+            LinearSolver(A, "test_ls_i_", None, {"ksp_type": "cg"}, what="petsc.token")
+        assert "petsc.token" not in str(info.value)
+        with pytest.raises(ConfigError, match=r"^petsc.token and PETSC_OPTIONS .*'pc_type': 'jacobi'"):
+            LinearSolver(A, "test_ls_i_", {"pc_type": "jacobi"}, {"ksp_type": "cg"}, what="petsc.token")
+    finally:
+        db.delValue("test_ls_i_ksp_type")
+
+
+@pytest.mark.serial
+def test_petsc_options_file_petsc_cannot_read_exit_2(tempdir):
+    """PETSC_OPTIONS="-options_file F" with F not an options file: PETSc's error stack and a petsc4py traceback
+    (exit 1) while PETSc started; now exit 2 and one line naming PETSC_OPTIONS and PETSc's reason."""
+    bad = tempdir / "passwd"
+    bad.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    for value, says in ((f"-options_file {bad}", "Unknown first token"),
+                        (f"-options_file {tempdir / 'nosuch'}", "Unable to open options file")):
+        env = dict(os.environ, PETSC_OPTIONS=value)
+        r = subprocess.run([sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "transport_small.toml"),
+                            "--out", str(tempdir / "out")], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=300)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith("mfpde: error: PETSC_OPTIONS: ") and says in lines[0], r.stderr
+        assert not (tempdir / "out").exists()

@@ -29,7 +29,7 @@ from mfpde.training.splitting import Splitting
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
-TINY = ["tokens.cells=[8, 8]", "depth.steps=2", "heads.cells=[4, 4]", "data.samples=4", "data.test_samples=4",
+TINY = ["tokens.cells=[8, 8]", "depth.steps=2", "heads.cells=[6, 6]", "data.samples=4", "data.test_samples=4",
         "training.steps=2", "output.every=1", "output.fields=false"]
 PNGS = ("loss.png", "rho.png", "tokens.png")
 

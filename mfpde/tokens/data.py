@@ -77,6 +77,17 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
         return mk[:n_train], mk[n_train:]
     path = Path(da.path)
     try:
+        with open(path, "rb") as f:  # np.load's own error on a text file is its advice on pickles
+            magic = f.read(6)
+    except OSError as e:
+        raise ConfigError(f"data.path {str(path)!r}: cannot be read: {e.strerror or e}") from None
+    if magic == b"\x93NUMPY":
+        raise ConfigError(f"data.path {str(path)!r}: an .npy file (one array); the samples are an .npz file of "
+                          "points, weights and target (numpy.savez)")
+    if magic and not magic.startswith(b"PK"):
+        raise ConfigError(f"data.path {str(path)!r}: not an .npz file (a zip archive of points, weights and target "
+                          "written by numpy.savez)")
+    try:
         with np.load(path) as f:
             pts, wts, tgt = (np.asarray(f[k], dtype=float) for k in ("points", "weights", "target"))
     except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile) as e:

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.budget import spend
-from mfpde.tokens.stepping import MAX_SUBSTEPS, substeps_error
+from mfpde.tokens.stepping import MAX_SUBSTEPS, first_step_error, substeps_error
 
 __all__ = ["FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "DepthAdjoint", "DepthOperator", "ShuOsher",
            "SingleRow", "SubstepOperator", "TapedStep", "depth_step", "step", "step_transpose"]
@@ -314,11 +314,16 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
 
     Raises:
         NumericalError: non-finite velocity, or more than ``MAX_SUBSTEPS`` sub-steps (a velocity blow-up).
+        StepTooLong: a ConfigError: more than ``MAX_SUBSTEPS`` sub-steps in the first depth step, at the input's
+            own velocity (:func:`~mfpde.tokens.stepping.first_step_error`).
     """
     n0 = len(tape) if tape is not None else 0
     vel = op.velocity(u, heads, tape is not None)
     need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)  # in floats: a tiny CFL step must not wrap an int64
     if not np.all(need <= MAX_SUBSTEPS):
+        if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
+            cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
+            raise first_step_error(float(np.max(need)), dt, cfl, getattr(op, "attention", None))
         raise substeps_error(step_no + 1, t)
     nsub = np.maximum(1, need).astype(np.int64)
     while True:

@@ -12,10 +12,11 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.errors import NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.tokens.readout import Readout
 
-__all__ = ["MAX_SUBSTEPS", "cfl_step", "check_depth_step", "quadrature_moments", "substeps_error"]
+__all__ = ["MAX_SUBSTEPS", "StepTooLong", "cfl_step", "check_depth_step", "first_step_error", "quadrature_moments",
+           "substeps_error"]
 
 Array = npt.NDArray[np.float64]
 
@@ -60,6 +61,37 @@ def cfl_step(ratio: Array, cfl: float) -> Array:
 def substeps_error(step: int, t: float) -> NumericalError:
     """The error when the CFL sub-steps of depth step ``step`` (starting at depth t) exceed ``MAX_SUBSTEPS``."""
     return NumericalError(f"the CFL sub-steps do not converge at depth step {step} (velocity blow-up near t = {t:.6g})")
+
+
+class StepTooLong(ConfigError):
+    """The first depth step needs more than :data:`MAX_SUBSTEPS` CFL sub-steps: the input is to blame (exit 2).
+
+    At t = 0 the velocity is that of μ_0 under ρ₀ as given, before any dynamics: no blow-up has happened yet,
+    the depth step (``depth.T`` / ``depth.steps``), ``tokens.cfl`` or the inverse temperature make the count.
+    """
+
+
+def first_step_error(need: float, dt: float, cfl: float | None, attention: str | None) -> StepTooLong:
+    """The error of a first depth step of ``need`` > :data:`MAX_SUBSTEPS` CFL sub-steps, naming the key to change.
+
+    Args:
+        need: the sub-steps the velocity at t = 0 needs (may be inf).
+        dt: the depth step.
+        cfl: the solver's CFL factor (``tokens.cfl``, halved for DG1), or None if unknown.
+        attention: the circle's attention ("unnormalised": the velocity grows like e^β), or None.
+
+    The key: ``tokens.cfl`` when a CFL factor up to 1 would bring the count within the budget (half of it, for
+    DG1's halved factor), else β for unnormalised attention, else ``depth.T`` (with ``depth.steps``).
+    """
+    if cfl is not None and need * cfl <= MAX_SUBSTEPS / 2:
+        key, fix = "tokens.cfl", "raise tokens.cfl (at most 1; the count scales as 1/tokens.cfl)"
+    elif attention == "unnormalised":
+        key, fix = "tokens.beta", "lower β (heads.init's a): the unnormalised kernel's velocity grows like e^β"
+    else:
+        key, fix = "depth.T", "raise depth.steps or lower depth.T (the count scales as depth.T / depth.steps)"
+    return StepTooLong(f"{key}: depth step 1 (Δt = {dt:.3g}) needs {need:.3g} CFL sub-steps at t = 0, more than "
+                       f"the {MAX_SUBSTEPS} a depth step may take, with the velocity of the input itself (nothing "
+                       f"has moved yet); {fix}")
 
 
 def check_depth_step(step: int, t: float, finite: bool, mass: float, outflow: float, mass0: float,

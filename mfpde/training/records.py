@@ -20,6 +20,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 
+from mfpde.config_rules import token_space_fingerprint
 from mfpde.errors import ConfigError
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
@@ -50,7 +51,7 @@ Snapshot = tuple[int, np.ndarray]
 _REQUIRED = {"rho", "theta", "step", "history_keys"}
 #: ``history``, ``snap_step``, ``snap_rho``: the rows and snapshots inside ``state.npz`` (older checkpoints);
 #: ``n_history``, ``n_snapshots``: how many records of the append-only files below are valid (today's).
-_OPTIONAL = {"history", "snap_step", "snap_rho", "wall_s", "n_history", "n_snapshots"}
+_OPTIONAL = {"history", "snap_step", "snap_rho", "wall_s", "n_history", "n_snapshots", "omega"}
 #: The append-only files of the checkpoint: history rows, and ρ snapshots as (step, ρ of every block).
 HISTORY_FILE, SNAPSHOT_FILE = "history.f8", "snapshots.f8"
 
@@ -125,7 +126,8 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
         What the run continues from; ρ of ``cp`` is set from the checkpoint.
 
     Raises:
-        ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh or layer count.
+        ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh, layer count or token
+            space Ω (:func:`~mfpde.config_rules.token_space_fingerprint`).
     """
     comm, theta, steps = cp.comm, cp.theta, cp.cfg.training.steps
     ck, err = None, ""
@@ -139,6 +141,9 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
             elif ck["rho"].shape != (cp.state.n_layers, len(theta.points)) or not np.allclose(ck["theta"],
                                                                                              theta.points):
                 err = "--resume: the checkpoint was written for another Θ mesh (heads.box/cells/mesh) or layer count"
+            elif "omega" in ck and str(ck["omega"]) != token_space_fingerprint(cp.cfg):
+                err = (f"--resume: the checkpoint was written for another token space Ω ({str(ck['omega'])}; now "
+                       f"{token_space_fingerprint(cp.cfg)}): tokens.box/cells/cell/degree/mesh must not change")
             elif not (np.all(np.isfinite(ck["rho"])) and np.all(ck["rho"] >= 0)):
                 err = "--resume: the checkpoint holds non-finite or negative densities"
             elif not 0 <= int(ck["step"]) <= steps:
@@ -209,7 +214,8 @@ def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str,
     err = cp.comm.bcast(err, root=0)
     if err:
         raise ConfigError(err)
-    save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "step": np.array(step), "history_keys": np.array(keys),
+    save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "omega": np.array(token_space_fingerprint(cp.cfg)),
+                          "step": np.array(step), "history_keys": np.array(keys),
                           "n_history": np.array(len(history)), "n_snapshots": np.array(len(snapshots)),
                           "wall_s": np.array(wall)}, cp.comm)
 

@@ -265,10 +265,13 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
     _load_checks()
     names = list(only) if only else list(CHECKS)
     unknown = [n for n in names if n not in CHECKS]
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], list(CHECKS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"--only: unknown check {unknown[0]!r}{hint} (known: {', '.join(CHECKS)})")
+    if unknown:  # every unknown name, each with its closest known one
+        named = []
+        for u in unknown:
+            close = difflib.get_close_matches(u, list(CHECKS), n=1)
+            named.append(f"{u!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"--only: unknown check{'s' if len(unknown) > 1 else ''} {', '.join(named)} "
+                          f"(known: {', '.join(CHECKS)})")
     out = Path(out)
     prepare_output_dir(out, comm)
     records: list[dict[str, Any]] = []

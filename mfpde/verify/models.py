@@ -49,7 +49,8 @@ def gaussian_config(family: str = "value", n: int = 1, targets: tuple[float, ...
     raw: dict[str, Any] = {
         "tokens": {"dim": 1, "box": [[-token_box, token_box]], "cells": [token_cells], "degree": token_degree},
         "depth": {"T": 1.0, "steps": max(token_cells // 4, 1), "model": model},
-        "heads": {"family": family, "a": A_FIXED, "box": [[-theta_box, theta_box]] * p, "cells": [theta_cells] * p,
+        "heads": {"family": family, **({"a": A_FIXED} if p == 1 else {}),  # a is θ's first component for scalar
+                  "box": [[-theta_box, theta_box]] * p, "cells": [theta_cells] * p,
                   "init": {"kind": "gaussian", "mean": list(mean),
                            "cov": [[var if i == j else 0.0 for j in range(p)] for i in range(p)]}},
         "data": {"kind": "gaussian", "mean": [[m] for m in M0[:n]], "cov": [[[s]] for s in S0[:n]],

@@ -148,10 +148,15 @@ def test_depth_step_doubles_where_the_cfl_bound_breaks():
 @pytest.mark.parametrize("dtmax", [1e-27, 1e-300, 0.0])
 def test_depth_step_refuses_a_vanishing_cfl_step(dtmax):
     """A CFL step so small that the sub-step count would pass MAX_SUBSTEPS (or wrap an int64, 1e-27 → −9e18, and
-    run no sub-step at all) is a NumericalError before any sub-step, not a silent no-op."""
-    from mfpde.errors import NumericalError
+    run no sub-step at all) is a NumericalError before any sub-step, not a silent no-op; in the first depth step,
+    where the velocity is the input's own, it is an input error (StepTooLong, a ConfigError: exit 2)."""
+    from mfpde.errors import ConfigError, NumericalError
+    from mfpde.tokens.stepping import StepTooLong
 
     op, u = _flow()
     op.dtmax = dtmax
-    with pytest.raises(NumericalError, match="do not converge"):
+    with pytest.raises(NumericalError, match="do not converge at depth step 2"):
+        rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 1, 0.1)
+    with pytest.raises(StepTooLong, match="depth step 1 .* CFL sub-steps at t = 0") as info:
         rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 0, 0.0)
+    assert isinstance(info.value, ConfigError) and not isinstance(info.value, NumericalError)

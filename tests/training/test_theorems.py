@@ -30,7 +30,7 @@ def _cfg(family="value", n=1, targets=(1.0,), reg="tikhonov", lam=0.0, lam2=0.0,
     raw = {
         "tokens": {"dim": 1, "box": [[-4.0, 4.0]], "cells": [cells], "degree": 0},
         "depth": {"T": 1.0, "steps": cells // 4, "model": model},
-        "heads": {"family": family, "a": A_FIXED,
+        "heads": {"family": family, **({"a": A_FIXED} if p1 else {}),
                   "box": [[-2.0, 2.0]] if p1 else [[-2.0, 2.0], [-2.0, 2.0]], "cells": [80] if p1 else [12, 12],
                   "init": {"kind": "gaussian", "mean": [mean] if p1 else [0.3, mean],
                            "cov": [[0.05]] if p1 else [[0.05, 0.0], [0.0, 0.05]]}},

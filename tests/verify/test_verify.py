@@ -85,6 +85,17 @@ def test_verify_unknown_check_is_input_error(tempdir, capfd):
     assert "did you mean 'token_mass'?" in capfd.readouterr().err or MPI.COMM_WORLD.rank > 0
 
 
+def test_verify_every_unknown_check_is_named(tempdir, capfd):
+    """``--only a b c`` named only ``a``: every unknown name is in the one line, a known one is not blamed."""
+    assert main(["verify", "--only", "bork_a", "token_mass", "bork_b", "token_mas", "--out", str(tempdir)]) == 2
+    err = capfd.readouterr().err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        head = line.split("(known:")[0]
+        assert all(f"'{n}'" in head for n in ("bork_a", "bork_b", "token_mas")), line
+        assert "'token_mass' (" not in head and "did you mean 'token_mass'?" in head, line
+
+
 def test_verify_planted_bug_exits_3(tempdir, monkeypatch):
     """The shallow layer taking 2T instead of T: the check fails, exit 3."""
     import mfpde.training.objective as obj
