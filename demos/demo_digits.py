@@ -10,7 +10,8 @@
 # piecewise-constant density (d = 2). Its label is a target y^i = ±1 and the prediction is the linear
 # readout ŷ^i = ∫ (w·x + b) dμ_T^i of the tokens after the attention layer (theory §2). The default pair,
 # 0 vs 6 with the horizontal readout, is one the untrained ρ₀ cannot separate (the mean horizontal
-# position of the ink is the same); the single-layer model learns shape features from the heads. Training
+# position of the ink is the same); the single-layer model with value heads at a = −4 learns a shape feature
+# (the attention-tilted mean against the mean). Training
 # minimises the entropic free energy (theory §2, §4)
 # $$F_\lambda(\rho) = \frac1n\sum_i \tfrac12(\hat y^i(\rho) - y^i)^2 + \frac{\lambda_2}{2}\int|\theta|^2 d\rho
 #   + \lambda\int\rho\log\rho,$$

@@ -80,38 +80,45 @@ def test_example_config_runs(name, tempdir):
 
 
 def test_embedded_default_is_a_pair_rho0_cannot_separate(tempdir):
-    """The embedded default (issue 13): the single-layer model on all images of 0 vs 6 (seeded 80/20 split) with
-    the horizontal readout, which ρ₀ does not separate: its held-out accuracy is near chance (≤ 0.65). Shrunk to
-    two training steps on a coarse token mesh (the full run and its lift are in the README)."""
+    """The embedded default: the single-layer model with value heads on all images of 0 vs 6 (seeded 80/20 split)
+    with the horizontal readout, which ρ₀ does not separate: its held-out accuracy is near chance (≤ 0.65), and ρ
+    is far from its box. Shrunk to two training steps on a coarse token mesh (the full run and its lift are in the
+    README)."""
     cfg = C.load(None, [])
     assert (cfg.depth.model, cfg.data.classes, cfg.data.split) == ("shallow", [0, 6], 0.8)
-    report, history = _run(None, tempdir / "default", ["tokens.cells=[8, 8]", "heads.cells=[6, 6]",
+    assert (cfg.heads.family, cfg.heads.a) == ("value", -4.0)
+    report, history = _run(None, tempdir / "default", ["tokens.cells=[8, 8]", "heads.cells=[40]",
                                                         "training.steps=2", *QUIET])
     n = len(history)
     assert report["status"] == "ok" and n == 3
     assert 0.35 <= report["accuracy"]["initial"]["test"] <= 0.65, report["accuracy"]
+    assert report["final"]["theta_boundary_mass"] < 1e-3 and report["warnings"] == [], report["warnings"]
 
 
 def test_value_family_alone_is_a_p1_config():
-    """heads.family = "value" on the embedded default and in a file gives Θ ⊂ R, ρ_0 on it."""
-    cfg = C.load(None, ['heads.family="value"'])
-    assert cfg.heads.box == [[-2.0, 2.0]] and cfg.heads.cells == [80] and len(cfg.heads.init["mean"]) == 1
-    assert C.load(None, ['heads.family="value"', "heads.cells=[20]"]).heads.cells == [20]
+    """heads.family = "value" in a file without heads keys gives Θ ⊂ R, ρ_0 on it; switching the family of the
+    embedded default (value heads) by --set takes the other family's defaults for the file's heads keys."""
     assert C.from_dict({"heads": {"family": "value"}}).heads.box == [[-2.0, 2.0]]
-    assert C.load(None, []).heads.cells == [16, 16]  # the file's own family keeps the file's keys
+    cfg = C.load(None, [])
+    assert cfg.heads.box == [[-4.0, 4.0]] and cfg.heads.cells == [80] and len(cfg.heads.init["mean"]) == 1
+    assert C.load(None, ["heads.cells=[20]"]).heads.cells == [20]
+    scalar = C.load(None, ['heads.family="scalar"'])
+    assert (scalar.heads.box, scalar.heads.cells) == (C.FAMILY_DEFAULTS["scalar"]["box"],
+                                                      C.FAMILY_DEFAULTS["scalar"]["cells"])
+    assert len(scalar.heads.init["mean"]) == 2
     with pytest.raises(C.ConfigError, match="heads.box"):  # given explicitly, a 2-D box is still an error
-        C.load(None, ['heads.family="value"', "heads.box=[[-1.0, 1.0], [-1.0, 1.0]]"])
+        C.load(None, ["heads.box=[[-1.0, 1.0], [-1.0, 1.0]]"])
     with pytest.raises(C.ConfigError, match="heads.init.mean"):
         C.from_dict({"heads": {"family": "value", "init": {"kind": "gaussian", "mean": [0.0, 1.0],
                                                             "cov": [[0.1, 0.0], [0.0, 0.1]]}}})
     assert C.Heads().box is not C.Heads().box  # defaults are copies
 
 
-def test_value_family_on_the_default_runs(tempdir):
-    sets = ['heads.family="value"', "data.split=0", "data.samples=4",
+def test_scalar_family_on_the_default_runs(tempdir):
+    sets = ['heads.family="scalar"', "heads.cells=[8, 8]", "data.split=0", "data.samples=4",
             "data.test_samples=2", "training.steps=2"]
     report, _ = _run(None, tempdir / "value", sets + QUIET)
-    assert report["status"] == "ok" and len(report["final"]["rho_mean"]) == 1
+    assert report["status"] == "ok" and len(report["final"]["rho_mean"]) == 2
 
 
 @pytest.mark.serial  # reads the files on one process

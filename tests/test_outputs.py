@@ -40,7 +40,7 @@ def test_resolved_config_has_only_the_keys_in_use_and_loads_back():
     text = to_toml(digits)
     keys = _keys(text)
     for unused in ("data.mean", "data.cov", "data.target", "data.samples", "data.test_samples", "data.path",
-                   "depth.steps", "depth.layers", "heads.a", "heads.mesh", "tokens.mesh", "petsc.token"):
+                   "depth.steps", "depth.layers", "heads.mesh", "tokens.mesh", "petsc.token"):
         assert unused not in keys, unused
     assert {"data.classes", "data.split", "loss.w", "training.lambda", "tokens.cells"} <= keys, keys
     back = from_dict(tomllib.loads(text))

@@ -124,7 +124,8 @@ def test_petsc_options_environment_takes_effect(tempdir):
     assert "mfpde_token_: KSP preonly, PC bjacobi" in line, r.stderr  # the token defaults are untouched
     # without the variable: mfpde's defaults
     env.pop("PETSC_OPTIONS")
-    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tempdir), *args], cwd=ROOT, env=env,
+    r = subprocess.run([sys.executable, "-m", "mfpde", "run", DEEP, "--out", str(tempdir), "--overwrite", *args],
+                       cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "mfpde_param_: KSP preonly, PC lu (mumps)" in r.stderr, r.stderr

@@ -106,8 +106,8 @@ def test_memory_estimate_is_below_the_peak_rss_of_a_run_within_its_factor(tmp_pa
 
     from mfpde.limits import memory_estimate
 
-    sets = ["tokens.cells=[100, 100]", "heads.cells=[32, 32]", "training.steps=1", "output.fields=false",
-            "output.plots=false"]
+    sets = ['heads.family="scalar"', "tokens.cells=[100, 100]", "heads.cells=[32, 32]", "training.steps=1",
+            "output.fields=false", "output.plots=false"]
     est = sum(memory_estimate(load(None, sets), 1, "run").values())
     cmd = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
@@ -137,11 +137,11 @@ def test_token_and_head_memory_are_summed():
     from mfpde.errors import ConfigError
     from mfpde.limits import check_resources, memory_estimate
 
-    mem = _node_bytes()
-    per_token = memory_estimate(load(None, ["tokens.cells=[1000, 1000]"]), 1, "run")["tokens.cells"] / 1e6
-    per_theta = memory_estimate(load(None, ["heads.cells=[1000, 1000]"]), 1, "run")["heads.cells"] / 1e6
+    mem, scalar = _node_bytes(), 'heads.family="scalar"'  # Θ ⊂ R² (the default's value heads have Θ ⊂ R)
+    per_token = memory_estimate(load(None, [scalar, "tokens.cells=[1000, 1000]"]), 1, "run")["tokens.cells"] / 1e6
+    per_theta = memory_estimate(load(None, [scalar, "heads.cells=[1000, 1000]"]), 1, "run")["heads.cells"] / 1e6
     nt, nh = int((0.6 * mem / per_token) ** 0.5), int((0.6 * mem / per_theta) ** 0.5)
     for sets in ([f"tokens.cells=[{nt}, {nt}]"], [f"heads.cells=[{nh}, {nh}]"]):
-        check_resources(load(None, sets), 1, "run")  # each alone fits
+        check_resources(load(None, [scalar, *sets]), 1, "run")  # each alone fits
     with pytest.raises(ConfigError, match="GB per rank"):
-        check_resources(load(None, [f"tokens.cells=[{nt}, {nt}]", f"heads.cells=[{nh}, {nh}]"]), 1, "run")
+        check_resources(load(None, [scalar, f"tokens.cells=[{nt}, {nt}]", f"heads.cells=[{nh}, {nh}]"]), 1, "run")
