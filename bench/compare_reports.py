@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 RTOL = 1e-12
-SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.split=0", "data.samples=4",
+SMALL = ["tokens.cells=[8, 8]", "heads.cells=[20]", "depth.steps=4", "data.split=0", "data.samples=4",
          "data.test_samples=4", "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
 IGNORED = {"wall_s", "version"}
 
