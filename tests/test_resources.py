@@ -145,3 +145,27 @@ def test_token_and_head_memory_are_summed():
         check_resources(load(None, [scalar, *sets]), 1, "run")  # each alone fits
     with pytest.raises(ConfigError, match="GB per rank"):
         check_resources(load(None, [scalar, f"tokens.cells=[{nt}, {nt}]", f"heads.cells=[{nh}, {nh}]"]), 1, "run")
+
+
+@pytest.mark.parametrize(("mean", "cov", "box"), [
+    ([0.3], [[0.04]], [[-1.0, 1.0]]), ([3.0], [[0.01]], [[3.2, 4.0]]), ([-3.0], [[0.01]], [[-4.0, -3.2]]),
+    ([0.5, -0.2], [[0.1, 0.0], [0.0, 0.3]], [[-2.0, 2.0], [-1.0, 0.5]]),
+    ([0.5, 0.5], [[0.1, 0.05], [0.05, 0.1]], [[-2.0, 2.0], [-2.0, 2.0]])])
+def test_gaussian_box_mass_against_scipy_stats(mean, cov, box):
+    """The Gaussian's mass in a box (the door check of ρ₀ and of Gaussian data) against scipy.stats' CDFs, in both
+    tails too (intervals 2σ to 10σ from the mean: relative accuracy, not only absolute)."""
+    import numpy as np
+    import scipy.stats
+
+    from mfpde.limits import gaussian_box_mass
+
+    m, c = np.array(mean), np.array(cov)
+    if np.count_nonzero(c - np.diag(np.diag(c))) == 0:
+        ref = np.prod([scipy.stats.norm(m[j], np.sqrt(c[j, j])).cdf(box[j][1])
+                       - scipy.stats.norm(m[j], np.sqrt(c[j, j])).cdf(box[j][0]) if box[j][0] < m[j] else
+                       scipy.stats.norm(m[j], np.sqrt(c[j, j])).sf(box[j][0])
+                       - scipy.stats.norm(m[j], np.sqrt(c[j, j])).sf(box[j][1]) for j in range(len(m))])
+        assert gaussian_box_mass(mean, cov, box) == pytest.approx(ref, rel=1e-12)
+    else:
+        ref = scipy.stats.multivariate_normal(m, c).cdf([b[1] for b in box], lower_limit=[b[0] for b in box])
+        assert gaussian_box_mass(mean, cov, box) == pytest.approx(ref, rel=1e-6)
