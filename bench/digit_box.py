@@ -15,15 +15,9 @@ Run: ``python bench/digit_box.py [scalar|value ...]`` (minutes per row); ``--set
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
 
-from mpi4py import MPI
+from digit_lift import run_quiet
 
-from mfpde import config as C
-from mfpde.training.driver import run_job
-
-QUIET = ["output.fields=false", "output.plots=false", "output.checkpoint_every=100000"]
 SCALAR = ['heads.family="scalar"', 'heads.init={kind="gaussian", mean=[0.5, 0.5], cov=[[0.1, 0.0], [0.0, 0.1]]}']
 
 
@@ -52,17 +46,11 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name in args.cases:
         for row in ROWS[name]:
-            cfg = C.load(None, [*row, *QUIET, *args.overrides])
-            t = time.perf_counter()
-            with tempfile.TemporaryDirectory() as tmp:
-                r = run_job(cfg, tempfile.mkdtemp(dir=tmp), comm=MPI.COMM_WORLD)
-            rep, h = r.report, r.history
-            acc = rep.get("accuracy", {})
+            r, wall = run_quiet(None, [*row, *args.overrides])
+            acc = r.report["accuracy"]
             shown = " ".join(o for o in row if o not in SCALAR)
-            if MPI.COMM_WORLD.rank == 0:
-                print(f"| {name}: `{shown}` | {rep['final'].get('theta_boundary_mass', float('nan')):.2g} "
-                      f"| {h[-1]['risk']:.4f} | {acc.get('initial', {}).get('test', float('nan')):.3f} → "
-                      f"{acc.get('test', float('nan')):.3f} | {time.perf_counter() - t:.0f} |", flush=True)
+            print(f"| {name}: `{shown}` | {r.report['final']['theta_boundary_mass']:.2g} | {r.history[-1]['risk']:.4f} "
+                  f"| {acc['initial']['test']:.3f} → {acc['test']:.3f} | {wall:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from mfpde import config as C
-from mfpde.training.driver import run_job
+from mfpde.training.driver import RunResult, run_job
 
 QUIET = ["output.fields=false", "output.plots=false", "output.checkpoint_every=100000"]
 DEEP = str(Path(__file__).resolve().parent.parent / "demos" / "digits_deep.toml")
@@ -49,6 +49,18 @@ CASES: dict[str, tuple[str | None, list[str]]] = {
 }
 
 
+def run_quiet(path: str | None, overrides: list[str]) -> tuple[RunResult, float]:
+    """One quiet ``mfpde run``: its result and wall seconds.
+
+    ``path`` None is the embedded default; no fields, plots or checkpoints; a temporary DIR, this process only.
+    """
+    cfg = C.load(path, [*overrides, *QUIET])
+    t = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run_job(cfg, Path(tmp) / "run", comm=MPI.COMM_SELF)
+    return res, time.perf_counter() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES))
@@ -58,12 +70,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for name in args.cases:
         path, overrides = CASES[name]
-        cfg = C.load(path, [*overrides, *QUIET, *args.overrides])
-        t = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            res = run_job(cfg, Path(tmp) / "run", comm=MPI.COMM_SELF)
+        res, wall = run_quiet(path, [*overrides, *args.overrides])
         h0, h1 = res.history[0], res.history[-1]
-        print(f"| {name} | {h1['step']} | {time.perf_counter() - t:.0f} | {h0['risk']:.3f} → {h1['risk']:.3f} | "
+        print(f"| {name} | {h1['step']} | {wall:.0f} | {h0['risk']:.3f} → {h1['risk']:.3f} | "
               f"{h0['train_accuracy']:.3f} → {h1['train_accuracy']:.3f} | "
               f"{h0['test_accuracy']:.3f} → {h1['test_accuracy']:.3f} |", flush=True)
 
