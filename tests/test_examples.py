@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mpi4py import MPI  # noqa: F401  (before dolfinx, via mfpde)
 
+import numpy as np
 import pytest
 from roundoff import gamma, reordered
 
@@ -172,3 +173,20 @@ def test_read_back_the_circle_fields(tempdir, degree):
 def test_read_vtx_errors(tempdir):
     with pytest.raises(C.ConfigError, match="no such"):
         read_vtx(tempdir / "missing.bp")
+
+
+def test_embedded_default_starts_off_the_kink_of_the_upwind_layer():
+    """ŷ of the single-layer upwind step is linear in c = ∫v dρ on each side of c = 0 only; at c = 0 its derivative
+    is one-sided, and which side round-off picks differs with the rank count (ρ₀ = N(0, 0.1) gave ∂R/∂c 0.533 on 1
+    and 2 ranks, 0.700 on 3). The default's ρ₀ has c away from 0: ∂R/∂c there equals the central difference."""
+    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.training.problem import CoupledProblem
+
+    cp = CoupledProblem(C.load(None, QUIET))
+    (h,) = cp.heads()
+    c = h.abar
+    assert abs(c) > 1e-3, c
+    eps = 1e-3 * abs(c)  # R is quadratic in c on this side: the central difference is exact up to round-off
+    R = [cp.gradient([HeadMeasure(h.a, np.array([c + t]))]).risk for t in (-eps, eps)]
+    D = cp.gradient([HeadMeasure(h.a, np.array([c]))]).D[0][0]
+    assert D == pytest.approx((R[1] - R[0]) / (2 * eps), rel=1e-6)
