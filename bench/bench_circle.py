@@ -13,7 +13,7 @@ Cases (μ_0 = (1/2π)(1 + Σ a cos(k(θ − φ)))):
 * B: SA, β = 9, t = 13.5, the same plus [6, 5e-5, 0.7].
 * C: two clusters, SA, β = 5 and 8, μ_0 ∝ 1 + 0.3 cos 2θ + 0.05 cos(θ − 0.4), to t = 10⁹ at 20 output depths per
   decade: the merge times (the first output with fewer clusters; clusters counted by
-  :func:`mfpde.tokens.circle_diag.clusters_cdf` on both codes' CDFs).
+  :func:`mfpde.tokens.circle.diag.clusters_cdf` on both codes' CDFs).
 
 For A and B each code runs over a grid of its own settings (labels or particles M, tolerance; DG: cells), W1 on the
 circle of μ_T against a reference (the flow map at M = 256 (A) or 1024 (B), rtol 1e-13, checked against the peer at
@@ -47,9 +47,9 @@ import circle_peer as peer  # noqa: E402
 from mfpde.environment import blas_threads  # noqa: E402
 from mfpde.fitting import fit_power  # noqa: E402
 from mfpde.tokens.attention import HeadMeasure  # noqa: E402
-from mfpde.tokens.circle import CircleMesh, CircleTransport  # noqa: E402
-from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, initial_density, merge_times, w1_circle  # noqa: E402
-from mfpde.tokens.circle_flow import FlowMap, modes_labels  # noqa: E402
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport  # noqa: E402
+from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, merge_times, w1_circle  # noqa: E402
+from mfpde.tokens.circle.flow import FlowMap, modes_labels  # noqa: E402
 
 MODES = [[1, 2e-4, 0.0], [2, 1e-4, 1.3], [3, 1e-4, 1.0], [4, 1e-4, 2.5], [5, 5e-5, 2.0]]
 CASES = {"A": ("unnormalised", 5.0, 0.5, MODES), "B": ("softmax", 9.0, 13.5, MODES + [[6, 5e-5, 0.7]])}

@@ -35,9 +35,9 @@ from bench_circle import cpu  # the same best-of-n CPU timer
 
 from mfpde.fitting import PowerLaw, fit_power
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import cdf_density, cdf_points, initial_density, w1_circle
-from mfpde.tokens.circle_particles import dense_velocity, sample_modes, transport_particles
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
+from mfpde.tokens.circle.diag import cdf_density, cdf_points, initial_density, w1_circle
+from mfpde.tokens.circle.particles import dense_velocity, sample_modes, transport_particles
 
 BETA, T, TARGET, DT_PART = 5.0, 0.5, 1e-3, 1e-4
 MODES = [[1, 2e-4, 0.0], [2, 1e-4, 1.3], [3, 1e-4, 1.0], [4, 1e-4, 2.5], [5, 5e-5, 2.0]]

@@ -3,11 +3,11 @@
 (i) k_max(β) = argmax_k γ_k (closed form) and the number of clusters the PDE forms (USA, DG1 on 384 cells) from
     24 modes of amplitude 1e-4 with seeded random phases once the top mode has grown by 3·10⁴, for β = 1..64,
     against a fitted c √(β log β) (Geshkovski–Rigollet–Sun: modes of Gaussian kernel density estimates).
-(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle_flow`: μ_t = X_t # μ_0 on M quantile labels, DOP853 then
+(ii) T_meta(β): the flow map (:mod:`mfpde.tokens.circle.flow`: μ_t = X_t # μ_0 on M quantile labels, DOP853 then
     LSODA) from the same
     kind of start (``SEEDS`` draws of the phases), SA by default, to t = 10⁶ (8 decades from 10⁻², 20 outputs per
     decade); clusters = groups of labels cut at gaps > 0.1·2π/k_max with mass > 0.2/k_max
-    (:func:`~mfpde.tokens.circle_flow.cluster_masses`); T_meta = (first later output with fewer clusters) −
+    (:func:`~mfpde.tokens.circle.flow.cluster_masses`); T_meta = (first later output with fewer clusters) −
     (first output with k_max clusters); the median over the draws fitted as log T_meta = log C + cβ
     (:func:`mfpde.fitting.fit_power` with x = e^β), with its standard error. The label count M is checked by
     the same lifetimes at M/2 (``--check-m``). Nearest clusters at distance d drift together at a speed
@@ -38,8 +38,8 @@ import scipy.special
 
 from mfpde.fitting import fit_power
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import clusters, initial_density
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
+from mfpde.tokens.circle.diag import clusters, initial_density
 
 OUT = Path("out_circle_atlas")
 QUICK = "--quick" in sys.argv
@@ -88,7 +88,7 @@ TWO_MODES = [[2, 0.3, 0.0], [1, 0.05, 0.4]]
 
 def two_cluster_lifetime(beta: float, attention: str, M: int) -> dict[str, float]:
     """From :data:`TWO_MODES`: first depth with two clusters, first with one, their difference (flow map)."""
-    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_labels
+    from mfpde.tokens.circle.flow import FlowMap, cluster_masses, modes_labels
 
     fm = FlowMap(modes_labels(TWO_MODES, M), np.array([beta]), np.array([1.0]), attention)
     t0 = time.process_time()
@@ -108,7 +108,7 @@ SEEDS = (7, 8, 9, 10, 11)
 
 def lifetime(beta: float, seed: int, attention: str = "softmax", M: int = 128) -> dict[str, float]:
     """First k_max-cluster depth, first merge after it, T_meta, and the CPU seconds (flow map, see the module)."""
-    from mfpde.tokens.circle_flow import FlowMap, cluster_masses, modes_labels
+    from mfpde.tokens.circle.flow import FlowMap, cluster_masses, modes_labels
 
     km = kmax(beta)  # SA's rates are USA's over I₀(β): the same argmax
     fm = FlowMap(modes_labels(modes(seed), M), np.array([beta]), np.array([1.0]), attention)

@@ -80,37 +80,37 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "self.outflow_rate = dolfinx.fem.form(0.5 * u * vnp * ds)",
         ["token_mass"], "the DG1 outflow rate halved (found by a reviewer's plant)"),
     "circle_dg0_cfl_edge": (
-        "mfpde/tokens/circle.py",
+        "mfpde/tokens/circle/dg.py",
         "np.max(np.maximum(np.roll(ue, -1), 0.0) + np.maximum(-ue, 0.0))",
         "np.max(np.maximum(np.roll(ue, -1), 0.0))",
         ["circle_mass_positivity"],
         "the DG0 circle CFL counts only the right edge's outflow (the step up to 2× too large)"),
     "circle_usa_cap": (
-        "mfpde/tokens/circle.py", "else float(np.exp(min(b, 1e4))))", "else 1.0)",
+        "mfpde/tokens/circle/dg.py", "else float(np.exp(min(b, 1e4))))", "else 1.0)",
         ["circle_mass_positivity"],
         "the USA growth cap without the e^β of the scaled Bessel function (a step e^β too large)"),
     "circle_limiter_gauss_only": (
-        "mfpde/tokens/circle.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
+        "mfpde/tokens/circle/dg.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
     "circle_flow_uniform_labels": (
-        "mfpde/tokens/circle_map.py", "    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)",
+        "mfpde/tokens/circle/map.py", "    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)",
         "    return Labels(2 * math.pi * v, -np.log(modes_density(modes)(x)), smooth=True)",
         ["circle_flow_map"],
         "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
     "circle_flow_jacobian_sign": (
-        "mfpde/tokens/circle_flow.py", "            J[np.diag_indices(M)] -= R[1].real",
+        "mfpde/tokens/circle/flow.py", "            J[np.diag_indices(M)] -= R[1].real",
         "            J[np.diag_indices(M)] += R[1].real",
         ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, USA)"),
     "circle_flow_jacobian_sign_sa": (
-        "mfpde/tokens/circle_flow.py", "            JN[np.diag_indices(M)] += dN",
+        "mfpde/tokens/circle/flow.py", "            JN[np.diag_indices(M)] += dN",
         "            JN[np.diag_indices(M)] -= dN", ["circle_flow_map"],
         "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
     "circle_flow_sa_dz_sign": (
-        "mfpde/tokens/circle_flow.py", "                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag",
+        "mfpde/tokens/circle/flow.py", "                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag",
         "                dN, dZ = -R[nr + 2 * h].real, R[nr + 2 * h + 1].imag", ["circle_flow_map"],
         "the sign of Z' in the SA derivative u' that the map's derivative rides on (found by a breaker)"),
     "circle_flow_series_cut": (
-        "mfpde/tokens/circle_flow.py", "        self.K = max(series_length(b) for b in a)",
+        "mfpde/tokens/circle/flow.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",
         ["circle_flow_map"], "the kernel's Fourier series cut at half the terms the Bessel decay needs"),
     "dg1_cfl_not_halved": (
@@ -145,11 +145,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         '* q("-") * dS)', ["token_cfl_substeps"],
         "the DG1 CFL form without the outflow through ∂Ω (the boundary cell's neighbour rules, 0.75% slower)"),
     "circle_w1_mean_shift": (
-        "mfpde/tokens/circle_diag.py", "np.sum(np.abs(D - np.median(D)))", "np.sum(np.abs(D - np.mean(D)))",
+        "mfpde/tokens/circle/diag.py", "np.sum(np.abs(D - np.median(D)))", "np.sum(np.abs(D - np.mean(D)))",
         ["tests/tokens/test_circle.py::test_w1_of_two_point_clouds_against_an_optimal_assignment"],
         "the circle W1 shifted by the mean of F − G instead of its median"),
     "circle_particles_rk4_stage": (
-        "mfpde/tokens/circle_particles.py", "k3 = velocity(th + 0.5 * dt * k2, beta, softmax)",
+        "mfpde/tokens/circle/particles.py", "k3 = velocity(th + 0.5 * dt * k2, beta, softmax)",
         "k3 = velocity(th + 0.5 * dt * k1, beta, softmax)",
         ["tests/tokens/test_circle.py::test_particle_rk4_has_order_4_against_an_adaptive_reference"],
         "the circle particle code's third RK4 stage from k1 (order 2; circle_particles fits only N^{-1/2})"),

@@ -180,7 +180,7 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
     if isinstance(cfg, Config) and cfg.tokens.domain == "circle":
         if sample != 0:
             raise IndexError(f"sample {sample}: the circle problem has one sample")
-        from mfpde.tokens.circle_job import circle_heads, circle_solve
+        from mfpde.tokens.circle.job import circle_heads, circle_solve
 
         with blas_threads(comm):
             block, _, (d0, dT) = circle_solve(cfg, circle_heads(cfg, comm), comm)

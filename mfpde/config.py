@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from mfpde.circle_config import CIRCLE_KINDS, check_circle
 from mfpde.config_rules import Problems, check_applies, check_input_file, check_training
 from mfpde.config_schema import (
     _ALIASES,
@@ -39,6 +38,7 @@ from mfpde.config_schema import (
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
+from mfpde.tokens.circle.config import CIRCLE_KINDS, check_circle
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]

@@ -48,8 +48,8 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         ConfigError: invalid input (nothing is written).
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
-    if cfg.tokens.domain == "circle":  # theory §9: a replicated 1-D solve (mfpde.tokens.circle_job)
-        from mfpde.tokens.circle_job import circle_transport_job
+    if cfg.tokens.domain == "circle":  # theory §9: a replicated 1-D solve (mfpde.tokens.circle.job)
+        from mfpde.tokens.circle.job import circle_transport_job
 
         return circle_transport_job(cfg, out, comm, progress)
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed

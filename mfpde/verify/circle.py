@@ -15,7 +15,7 @@
 * ``circle_mode_selection``: from 24 modes of amplitude 1e-4 with seeded random phases (USA), the number of
   clusters (maxima above twice the uniform density) once the fastest mode has grown by 3·10⁴ and by 10⁶
   equals k_max(β) = argmax_k γ_k, at β = 4, 5, 7, 12 (:data:`MODE_BETAS`).
-* ``circle_particles``: W1(μ_T^N, μ_T) between N particles (:mod:`mfpde.tokens.circle_particles`, the Bessel
+* ``circle_particles``: W1(μ_T^N, μ_T) between N particles (:mod:`mfpde.tokens.circle.particles`, the Bessel
   series of the kernel, RK4) and the PDE decays like N^{-1/2}: the slope of the mean over seeds is −1/2 within
   3 standard errors (:func:`~mfpde.fitting.slope_se`) plus the slope tolerance of the bias (grid of the CDFs and
   PDE error by Richardson, :func:`~mfpde.fitting.slope_tolerance`).
@@ -37,9 +37,9 @@ import scipy.special
 
 from mfpde.fitting import fit_order, fit_rate, richardson_bound, slope_se, slope_tolerance
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import cdf_density, cdf_points, clusters, initial_density, w1_circle
-from mfpde.tokens.circle_particles import sample_modes, transport_particles
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
+from mfpde.tokens.circle.diag import cdf_density, cdf_points, clusters, initial_density, w1_circle
+from mfpde.tokens.circle.particles import sample_modes, transport_particles
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["cfl_substeps", "dense_minimum", "fitted_rates", "gamma_k"]
@@ -295,7 +295,7 @@ def check_circle_mass_positivity(quick: bool) -> Outcome:
     direct sums and the closed-form Λ); a depth step redone after a CFL break doubles it, so the count taken
     must be n_s·2^j, j ≥ 0.
     """
-    from mfpde.tokens.circle import DEPTH_BALANCE, GROWTH_CAP
+    from mfpde.tokens.circle.dg import DEPTH_BALANCE, GROWTH_CAP
 
     budget = _Budget(quick)
     ok, lines, worst = True, [], 0.0

@@ -1,11 +1,11 @@
-"""Check of the Lagrangian circle solver (theory §9, :mod:`mfpde.tokens.circle_flow`).
+"""Check of the Lagrangian circle solver (theory §9, :mod:`mfpde.tokens.circle.flow`).
 
 Against references it does not produce.
 
 ``circle_flow_map``:
 
 1. **The force**: the Fourier-series velocity against the direct pairwise sum of the independent particle code
-   (:func:`mfpde.tokens.circle_particles.dense_velocity`), SA and USA at β = 5 and 12, on scattered labels: the
+   (:func:`mfpde.tokens.circle.particles.dense_velocity`), SA and USA at β = 5 and 12, on scattered labels: the
    series is cut below round-off, so the difference is round-off, ≤ 64 K ε times the series' scale Σ_k |a_k|; its
    derivative u' against the direct sum of the derivative (≤ 64 K² ε relative);
    the exact Jacobian (the stiff phase's) against central differences of that velocity, ≤ 10⁻⁷ of its size.
@@ -37,10 +37,10 @@ import scipy.integrate
 
 from mfpde.fitting import fit_rate, richardson_bound
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import cdf_at, clusters_cdf, initial_density, moments, w1_circle
-from mfpde.tokens.circle_flow import FlowMap, FourierForce, cluster_masses, modes_labels
-from mfpde.tokens.circle_particles import dense_velocity, dense_velocity_derivative
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
+from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, moments, w1_circle
+from mfpde.tokens.circle.flow import FlowMap, FourierForce, cluster_masses, modes_labels
+from mfpde.tokens.circle.particles import dense_velocity, dense_velocity_derivative
 from mfpde.verify.circle import BUDGET_S, _Budget, gamma_k
 from mfpde.verify.registry import Outcome, Series, register
 

@@ -19,9 +19,9 @@ import pytest
 
 from mfpde import config as C
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport
-from mfpde.tokens.circle_diag import cdf_density, cdf_points, clusters, fourier, initial_density, w1_circle
-from mfpde.tokens.circle_particles import bessel_velocity, dense_velocity, sample_modes, transport_particles
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
+from mfpde.tokens.circle.diag import cdf_density, cdf_points, clusters, fourier, initial_density, w1_circle
+from mfpde.tokens.circle.particles import bessel_velocity, dense_velocity, sample_modes, transport_particles
 from mfpde.verify.circle import fitted_rates, gamma_k
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
@@ -177,7 +177,7 @@ def test_cell_minima_are_the_exact_minima(p):
 def test_substeps_follow_the_independent_cfl_rule(p, att):
     """The sub-step count of a depth step at a clustered state = verify's CFL rule (direct sums, closed-form Λ)."""
     from mfpde.tokens import rk
-    from mfpde.tokens.circle import DEPTH_BALANCE, GROWTH_CAP
+    from mfpde.tokens.circle.dg import DEPTH_BALANCE, GROWTH_CAP
     from mfpde.verify.circle import cfl_substeps
 
     mesh = CircleMesh(48, p)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from mfpde import config as C
-from mfpde.tokens.circle_diag import clusters_cdf, merge_times, w1_circle
-from mfpde.tokens.circle_flow import (
+from mfpde.tokens.circle.diag import clusters_cdf, merge_times, w1_circle
+from mfpde.tokens.circle.flow import (
     CDF_POINTS,
     FlowMap,
     FourierForce,
@@ -29,7 +29,7 @@ from mfpde.tokens.circle_flow import (
     noise_labels,
     series_length,
 )
-from mfpde.tokens.circle_particles import dense_velocity, dense_velocity_derivative
+from mfpde.tokens.circle.particles import dense_velocity, dense_velocity_derivative
 from mfpde.verify.circle import gamma_k
 from mfpde.verify.circle_flow import flow_rates, two_cluster_merge
 
@@ -234,8 +234,8 @@ def test_transport_flow_report_and_both_solvers_agree(tmp_path):
     # DG's own depth error at its default step cap (Richardson against half the cap, SSP-RK3: order 3), with a
     # factor 2 for the estimate; the flow map's error at M = 128 is far below (spectral: 1e-7 at M = 64)
     from mfpde.tokens.attention import HeadMeasure
-    from mfpde.tokens.circle import GROWTH_CAP, CircleMesh, CircleTransport, linear_rate_bound
-    from mfpde.tokens.circle_diag import cdf_at, initial_density
+    from mfpde.tokens.circle.dg import GROWTH_CAP, CircleMesh, CircleTransport, linear_rate_bound
+    from mfpde.tokens.circle.diag import cdf_at, initial_density
 
     cfg = C.load(DEMO, over)
     mesh, heads = CircleMesh(cfg.tokens.cells[0], cfg.tokens.degree), HeadMeasure(np.array([5.0]), np.array([1.0]))

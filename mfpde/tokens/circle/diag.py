@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.circle import CircleMesh, _lagrange
+from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 
 __all__ = ["cdf_at", "cdf_density", "cdf_points", "clusters", "clusters_cdf", "fourier", "initial_density",
            "merge_times", "moments", "w1_circle"]

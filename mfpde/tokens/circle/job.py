@@ -5,8 +5,8 @@ same on any number of ranks); only the ParaView field is distributed: a DOLFINx 
 polygon of n edges in R², vertex j at (cos jh, sin jh)) carries μ_t as a DG_p function, each rank filling its
 owned cells from the replicated nodal array and writing them once (:class:`mfpde.fields.FieldWriter`).
 
-Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle`, upwind DG on cells) and ``"flow"``
-(:mod:`mfpde.tokens.circle_flow`, the flow map on quantile labels). Writes into DIR: ``config.toml``,
+Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle.dg`, upwind DG on cells) and ``"flow"``
+(:mod:`mfpde.tokens.circle.flow`, the flow map on quantile labels). Writes into DIR: ``config.toml``,
 ``report.json`` (per sample: ``solver``, mass, positivity, ``fourier``, ``t``, ``clusters_t`` and ``merge_times``
 at the output depths, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``, ``cdf_T`` at the 1024 angles 2πj/1024,
 ``solve_cpu_s``; the flow solver also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``),
@@ -31,8 +31,8 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle import CircleMesh, CircleTransport, _lagrange
-from mfpde.tokens.circle_diag import (
+from mfpde.tokens.circle.dg import CircleMesh, CircleTransport, _lagrange
+from mfpde.tokens.circle.diag import (
     cdf_at,
     clusters_cdf,
     fourier,
@@ -52,7 +52,7 @@ FOURIER_MODES = 32
 PICTURE_BINS = 256
 #: A DG run of at least this many sub-steps gets the hint to use the flow solver.
 HINT_SUBSTEPS = 10_000
-#: The angles of the reported CDF, 2πj/1024 (:data:`mfpde.tokens.circle_flow.CDF_POINTS`).
+#: The angles of the reported CDF, 2πj/1024 (:data:`mfpde.tokens.circle.flow.CDF_POINTS`).
 _ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
@@ -124,7 +124,7 @@ def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tu
     uniform state, :func:`~mfpde.tokens.circle.linear_rate_bound`); at most the CFL rule's at the velocity bound
     |u| ≤ Σ_h |c_h| (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA), if that exceeds it.
     """
-    from mfpde.tokens.circle import growth_cap, linear_rate_bound
+    from mfpde.tokens.circle.dg import growth_cap, linear_rate_bound
 
     T = cfg.depth.T
     lam = linear_rate_bound(heads.a, heads.c, cfg.tokens.attention)
@@ -334,7 +334,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
 
 
 def _labels(cfg: Config) -> Any:
-    from mfpde.tokens.circle_flow import modes_labels, noise_labels
+    from mfpde.tokens.circle.flow import modes_labels, noise_labels
 
     da, t = cfg.data, cfg.tokens
     if da.kind == "circle_modes":
@@ -345,7 +345,7 @@ def _labels(cfg: Config) -> Any:
 
 def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
                 bar: Any) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
-    from mfpde.tokens.circle_flow import CDF_POINTS, FlowMap
+    from mfpde.tokens.circle.flow import CDF_POINTS, FlowMap
 
     t = cfg.tokens
     c0 = time.process_time()

@@ -3,7 +3,7 @@
     dθ_i/dt = u_N(θ_i),   u_N(θ) = Σ_h c_h Z_h(θ)^{-1} (1/N) Σ_j e^{β_h cos(θ_j − θ)} sin(θ_j − θ)
 
 (Z_h = (1/N) Σ_j e^{β_h cos(θ_j − θ)} for softmax, 1 for the unnormalised variant). Nothing is shared with the
-PDE solver (:mod:`mfpde.tokens.circle`): no mesh, no FFT, no rk.py.
+PDE solver (:mod:`mfpde.tokens.circle.dg`): no mesh, no FFT, no rk.py.
 
 * :func:`dense_velocity`: the O(N²) pairwise sum, as the particle codes of the literature do it.
 * :func:`bessel_velocity`: the same sum through the Fourier series of the kernel, e^{β cos ψ} = I₀(β) +

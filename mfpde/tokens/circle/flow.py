@@ -19,7 +19,7 @@ Z_h ≡ 1 (USA) or Z_h(θ) = ∫₀¹ e^{β_h cos(X_t(w) − θ)} dw (SA). Desig
       N(θ) = (2/β) Σ_k k I_k(β) Im(e^{−ikθ} S_k),   Z(θ) = I₀(β) + 2 Σ_k I_k(β) Re(e^{−ikθ} S_k),
 
   cut at the first K with I_k(β)/I₀(β) < 1e-17 (:func:`series_length`: the tail is below round-off). The powers
-  e^{ikX_j} are one cumulative product. The direct pairwise sum (:func:`mfpde.tokens.circle_particles.dense_velocity`)
+  e^{ikX_j} are one cumulative product. The direct pairwise sum (:func:`mfpde.tokens.circle.particles.dense_velocity`)
   is the tests' reference.
 * **The map's derivative rides along** (the variational equation): L_j = log ∂_v X_t(v_j) obeys
   dL_j/dt = u'(X_j), u' from the same moments at almost no extra cost; L_0 = −log μ_0(X_0(v_j)). With X and ∂_v X at
@@ -53,7 +53,7 @@ import scipy.integrate
 import scipy.special
 
 from mfpde.tokens.adaptive import DOP853PI
-from mfpde.tokens.circle_map import (
+from mfpde.tokens.circle.map import (
     CDF_POINTS,
     Labels,
     cdf_from_map,

@@ -12,7 +12,7 @@ Design, and why:
 
 * **A uniform mesh of n cells on the angle, periodic by the index** (cell n−1 neighbours cell 0). The density
   is a 1-D array: the solve is replicated on every rank (identical numbers on any number of ranks, no parallel
-  layer); only the ParaView output is distributed (:mod:`mfpde.tokens.circle_job`).
+  layer); only the ParaView output is distributed (:mod:`mfpde.tokens.circle.job`).
 * **Nodal DG of any degree p at the p+1 Gauss–Legendre points of each cell** (state shape (n, p+1)). The mass
   matrix is diagonal (the Gauss rule is exact for degree 2p), the volume term ∫ μ u φ' is the same rule, the
   upwind flux takes the value of the upwind cell at the edge (Cockburn–Shu). p = 0 is the upwind finite-volume

@@ -1,7 +1,7 @@
 """The circle's measures as quantile maps (theory §9): the data's quantile labels and the CDF reconstructed from them.
 
 A probability measure μ on the circle is the push-forward of the uniform measure on [0, 1) by its quantile map
-X(v) (μ([X(0), X(v))) = v); its CDF is the inverse of X. :mod:`mfpde.tokens.circle_flow` transports X at M labels
+X(v) (μ([X(0), X(v))) = v); its CDF is the inverse of X. :mod:`mfpde.tokens.circle.flow` transports X at M labels
 v_j = (j + ½)/M; this module makes the labels of the data (:func:`modes_labels`, :func:`noise_labels`) and turns labels
 back into a CDF at the angles 2πj/CDF_POINTS:
 
