@@ -38,7 +38,7 @@ from mfpde.config_schema import (
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
-from mfpde.tokens.circle.config import CIRCLE_KINDS, check_circle
+from mfpde.tokens.domains import DOMAINS, check_domain, data_kinds
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
@@ -117,7 +117,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
 
 
 def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
-    """``tokens.beta`` on the circle: heads.init becomes the single head of the literature, a Dirac at (β, 1).
+    """``tokens.beta`` on the circle or the sphere: heads.init becomes the single head (β, 1) of the literature.
 
     Raises:
         ConfigError: β < 0, a box domain, or heads.init given as well (two sources of β).
@@ -125,8 +125,9 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     tok = sections.get("tokens")
     if tok is None or not math.isfinite(tok.beta):
         return
-    if tok.domain != "circle":
-        raise ConfigError(f"tokens.beta: only for tokens.domain = 'circle' (got {tok.domain!r}); boxes take heads.init")
+    if tok.domain not in ("circle", "sphere"):
+        raise ConfigError(f"tokens.beta: only for tokens.domain = 'circle' or 'sphere' (got {tok.domain!r}); boxes "
+                          "take heads.init")
     if tok.beta < 0:
         raise ConfigError(f"tokens.beta: must be >= 0, got {tok.beta:g}")
     heads_raw = raw.get("heads", {})
@@ -184,7 +185,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
             pass
         elif t.mesh:
             check_input_file("tokens.mesh", t.mesh, "a mesh file")
-        elif dim_ok and t.domain != "circle":  # the circle's cells are checked by check_circle; it has no box
+        elif dim_ok and t.domain == "box":  # the circle and the sphere check their own cells (check_domain)
             _check_box("tokens.box", t.box, t.dim)
             _require(len(t.cells) == t.dim and all(c >= 2 for c in t.cells), "tokens.cells",
                      f"needs {t.dim} integers >= 2, got {t.cells}")
@@ -213,7 +214,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
             _check_heads(h)
     if P.clean("tokens", "data", "heads.family", "heads.init", "depth", "output.every"):
         with P.block():
-            check_circle(cfg)  # tokens.domain, tokens.attention, the circle data kinds
+            check_domain(cfg)  # tokens.domain, and the rules of the circle or the sphere
     if omega_ok and P.clean("data"):
         with P.block():
             _check_data(cfg)
@@ -278,7 +279,8 @@ def _check_heads(h: Heads) -> None:
 def _check_data(cfg: Config) -> None:
     """The data section against the token space (each check depends on the one before)."""
     t, da = cfg.tokens, cfg.data
-    _require(da.kind in (kinds := ("gaussian", "digits", "file", *CIRCLE_KINDS)), "data.kind", f"must be in {kinds}")
+    _require(da.kind in (kinds := ("gaussian", "digits", "file", *[k for d in DOMAINS for k in data_kinds(d)])),
+             "data.kind", f"must be in {kinds}")
     if da.kind == "gaussian":
         n = len(da.mean)
         _require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")

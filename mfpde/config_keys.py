@@ -31,12 +31,15 @@ def in_use(cfg: Config, key: str) -> bool:
     """Whether ``key`` (``section.key``) matters for the problem ``cfg`` describes."""
     t, d, h, da, lo, tr = cfg.tokens, cfg.depth, cfg.heads, cfg.data, cfg.loss, cfg.training
     digits, split = da.kind == "digits", da.kind == "digits" and 0 < da.split < 1
-    circle = t.domain == "circle"
+    box, sphere = t.domain == "box", t.domain == "sphere"
+    circle = not box  # the keys the circle and the sphere share
     flow = circle and t.solver == "flow"
     rules = {
-        "tokens.box": not t.mesh and not circle, "tokens.cells": not t.mesh, "tokens.mesh": bool(t.mesh),
-        "tokens.cell": not t.mesh and t.dim == 2 and not circle, "tokens.attention": circle,
-        "data.modes": da.kind == "circle_modes", "data.amplitude": da.kind == "circle_noise",
+        "tokens.box": not t.mesh and box, "tokens.cells": not t.mesh and not sphere, "tokens.mesh": bool(t.mesh),
+        "tokens.cell": not t.mesh and t.dim == 2 and box, "tokens.attention": circle, "tokens.refine": sphere,
+        "tokens.dim": not sphere,
+        "data.modes": da.kind in ("circle_modes", "sphere_modes"),
+        "data.amplitude": da.kind in ("circle_noise", "sphere_noise"),
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
         "tokens.solver": circle, "tokens.labels": flow, "tokens.rtol": flow, "tokens.beta": False,
         "tokens.degree": not flow, "tokens.cfl": not flow, "depth.spacing": circle,
@@ -45,7 +48,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "heads.mesh": bool(h.mesh),
         "data.mean": da.kind == "gaussian", "data.cov": da.kind == "gaussian", "data.target": da.kind == "gaussian",
         "data.classes": digits, "data.samples": digits and not split, "data.test_samples": digits and not split,
-        "data.seed": digits or da.kind == "circle_noise",
+        "data.seed": digits or da.kind in ("circle_noise", "sphere_noise"),
         "data.origin": digits, "data.split": digits, "data.path": da.kind == "file",
         "loss.w": lo.readout == "linear", "loss.b": lo.readout == "linear",
         "training.lambda": tr.regularization == "entropic",

@@ -122,7 +122,8 @@ def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = fr
 
     Each was dropped without a word: ``data.samples`` and ``data.test_samples`` when ``data.split`` takes every
     image of the pair, ``heads.a`` with the scalar family (whose a is a parameter), ``tokens.box`` and
-    ``tokens.cell`` on the circle (whose cells are ``tokens.cells = [n]``). Keys of another data kind, readout or
+    ``tokens.cell`` on the circle (whose cells are ``tokens.cells = [n]``), the box keys on the
+    sphere. Keys of another data kind, readout or
     regulariser are not refused: ``--set data.kind=...`` on a file is how a file is reused. Nor is a key of the
     file that an override (``overridden``: the ``section.key`` set by ``--set``) made not apply, such as the
     file's ``data.samples`` under ``--set data.split=0.5``: the later word wins.
@@ -142,6 +143,10 @@ def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = fr
         ("tokens", "box", t.domain == "circle", "the circle has no box (the angle in [0, 2π), its cells "
          "tokens.cells = [n])"),
         ("tokens", "cell", t.domain == "circle", "the circle's cells are intervals of the angle"),
+        *(("tokens", k, t.domain == "sphere", "the sphere's mesh is the icosahedron refined tokens.refine times")
+          for k in ("box", "cell", "cells", "mesh", "dim")),
+        ("tokens", "refine", t.domain != "sphere", "tokens.refine sizes the sphere's mesh (tokens.domain = "
+         "'sphere')"),
     )
     found = [f"{sec}.{key}: does not apply: {why}" for sec, key, unused, why in rules
              if unused and isinstance(raw.get(sec), dict) and key in raw[sec]

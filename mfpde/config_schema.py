@@ -18,19 +18,20 @@ class Tokens:
     """Token space Ω ⊂ R^d and its density space (DG of ``degree`` on ``cells``)."""
 
     dim: int = 1
-    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §9, with attention "softmax" or "unnormalised")
+    domain: str = "box"  # or "circle" (θ ∈ [0, 2π), theory §8) or "sphere" (S² ⊂ R³, theory §9)
     attention: str = "softmax"
     box: list[list[float]] = field(default_factory=lambda: [[-4.0, 4.0]])
     mesh: str = ""
     cells: list[int] = field(default_factory=lambda: [400])
+    refine: int = 2  # sphere: the icosahedron refined r times, 20·4^r cells
     degree: int = 0
     cell: str = "quadrilateral"  # d = 2 boxes: "quadrilateral" (tensor grid, fast kernel) or "triangle"
     cfl: float = 0.4
     outflow_tol: float = 1e-2  # mass allowed to leave Ω (fraction of ∫μ_0) before a run stops with exit 3
-    solver: str = "dg"  # circle: "dg" (upwind DG on cells) or "flow" (the flow map on quantile labels)
-    labels: int = 128  # circle, solver "flow": the number M of quantile labels of μ_0
+    solver: str = "dg"  # circle, sphere: "dg" (upwind DG on cells) or "flow" (the flow map on labels of μ_0)
+    labels: int = 128  # solver "flow": the number M of labels of μ_0 (circle: quantiles; sphere: quadrature nodes)
     rtol: float = 1e-10  # circle, solver "flow": the integrators' relative (and absolute, radians) tolerance
-    beta: float = math.nan  # circle: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init is used)
+    beta: float = math.nan  # circle, sphere: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init)
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,9 @@ class Data:
     origin: list[float] = field(default_factory=lambda: [0.0, 0.0])  # digits: lower-left corner of the image square
     split: float = 0.0  # digits: if > 0, all images of the pair, this fraction for training (samples ignored)
     path: str = ""
-    modes: list[list[float]] = field(default_factory=list)  # circle_modes: [[k, amplitude, phase], ...]
-    amplitude: float = 0.01  # circle_noise: standard deviation of the white noise on the cells (times 1/2π)
+    modes: list[list[float]] = field(default_factory=list)  # circle_modes: [[k, amplitude, phase], ...]; sphere_modes:
+    # [[l, m, amplitude], ...]
+    amplitude: float = 0.01  # circle_noise, sphere_noise: standard deviation of the noise (times the uniform density)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["CIRCLE_KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check_circle"]
+__all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check"]
 
 #: The data kinds of the circle.
 CIRCLE_KINDS = ("circle_modes", "circle_noise")
+KINDS = CIRCLE_KINDS
 #: The largest circle mesh (the kernels hold (p+2)(p+1)(n/2+1) complex numbers per head).
 MAX_CIRCLE_CELLS = 2**20
 #: The circle's solvers: upwind DG on cells, the flow map on quantile labels.
@@ -57,27 +58,19 @@ class _Found:
             raise ConfigErrors(self.messages)
 
 
-def check_circle(cfg: Any) -> None:
-    """Check the circle keys of a :class:`~mfpde.config.Config` (nothing to do for a box with box data).
+def check(cfg: Any) -> None:
+    """Check the circle keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "circle"``.
 
     Raises:
         ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors`, naming each, for several): an unknown
-            domain or attention, circle data on a box or box data on the
-            circle, cells not [n], a degree out of 0..6, a head family other than scalar, modes not
-            [[k, amplitude, phase], ...] with integers k ≥ 1 and a density that is negative somewhere.
+            attention, box or sphere data on the circle, cells not [n], a degree out of 0..6, a head family other
+            than scalar, modes not [[k, amplitude, phase], ...] with integers k ≥ 1 and a density that is negative
+            somewhere.
     """
     t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
     f = _Found()
-    if not f.need(t.domain in ("box", "circle"), "tokens.domain", f"must be 'box' or 'circle', got {t.domain!r}"):
-        return f.raise_all()
     f.need(t.attention in ("softmax", "unnormalised"), "tokens.attention",
            f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
-    if t.domain == "box":
-        f.need(da.kind not in CIRCLE_KINDS, "data.kind", f"{da.kind!r} needs tokens.domain = 'circle'")
-        f.need(t.solver == "dg", "tokens.solver",
-               f"{t.solver!r} needs tokens.domain = 'circle' (boxes are solved by DG)")
-        f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle'")
-        return f.raise_all()
     f.need(t.solver in SOLVERS, "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
     if t.solver == "flow":
         f.need(8 <= t.labels <= MAX_LABELS, "tokens.labels", f"must be in 8..{MAX_LABELS} (the stiff phase holds "

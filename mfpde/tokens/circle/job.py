@@ -43,7 +43,7 @@ from mfpde.tokens.circle.diag import (
 )
 
 __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
-           "output_depths"]
+           "output_depths", "transport_job"]
 
 logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
@@ -394,3 +394,7 @@ def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: lis
             writer.write(depth)
     finally:
         writer.close()
+
+
+#: The domain's job under the name :mod:`mfpde.tokens.domains` calls.
+transport_job = circle_transport_job

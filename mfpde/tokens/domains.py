@@ -1,0 +1,72 @@
+"""The token domains (``tokens.domain``): the box, the circle and the sphere, each one package with its own rules.
+
+A domain other than the box is a package under :mod:`mfpde.tokens` with a ``config`` module (its data kinds,
+``KINDS``, and ``check(cfg)``, the rules of its keys) and a ``job`` module (``transport_job(cfg, out, comm,
+progress)``). This module holds what is common: the list of domains, the rules a box applies to the other
+domains' keys, and the dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from mfpde.errors import ConfigError, ConfigErrors
+
+__all__ = ["DOMAINS", "check_domain", "data_kinds", "domain_of_kind", "transport_job"]
+
+#: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
+DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere"}
+
+
+def _config(domain: str) -> Any:
+    return importlib.import_module(f"{DOMAINS[domain]}.config")
+
+
+def data_kinds(domain: str) -> tuple[str, ...]:
+    """The data kinds of a non-box domain (``()`` for the box, whose kinds :mod:`mfpde.config` checks)."""
+    return () if DOMAINS.get(domain) is None else tuple(_config(domain).KINDS)
+
+
+def domain_of_kind(kind: str) -> str | None:
+    """The non-box domain whose data kind ``kind`` is, or None."""
+    return next((d for d in DOMAINS if kind in data_kinds(d)), None)
+
+
+def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
+    """Check ``tokens.domain`` and hand the config to its domain's rules.
+
+    On the box: refuse another domain's data kind, ``tokens.solver`` other than "dg" and ``depth.spacing`` other
+    than "uniform".
+
+    Raises:
+        ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors` for several).
+    """
+    t, da, d = cfg.tokens, cfg.data, cfg.depth
+    if t.domain not in DOMAINS:
+        names = ", ".join(repr(n) for n in DOMAINS)
+        raise ConfigError(f"tokens.domain: must be one of {names}, got {t.domain!r}")
+    if DOMAINS[t.domain] is not None:
+        _config(t.domain).check(cfg)
+        return
+    found = []
+    other = domain_of_kind(da.kind)
+    if other is not None:
+        found.append(f"data.kind: {da.kind!r} needs tokens.domain = {other!r}")
+    if t.solver != "dg":
+        found.append(f"tokens.solver: {t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are solved by DG)")
+    if d.spacing != "uniform":
+        found.append(f"depth.spacing: {d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
+    if len(found) == 1:
+        raise ConfigError(found[0])
+    if found:
+        raise ConfigErrors(found)
+
+
+def transport_job(cfg: Any, out: Path, comm: Any, progress: Any = None) -> dict[str, Any] | None:
+    """Run the ``transport`` job of a non-box domain (its report), or return None for the box."""
+    if DOMAINS.get(cfg.tokens.domain) is None:
+        return None
+    job = importlib.import_module(f"{DOMAINS[cfg.tokens.domain]}.job")
+    return job.transport_job(cfg, out, comm, progress)

@@ -1,0 +1,135 @@
+"""The config rules of the sphere domain (``tokens.domain = "sphere"``, theory §9), for :func:`mfpde.config.validate`.
+
+On the sphere the token space is the unit sphere S² ⊂ R³: an icosahedral mesh of ``tokens.refine = r`` (20·4^r
+triangles), DG of ``tokens.degree`` 0..3, ``tokens.attention`` "softmax" or "unnormalised"; the heads are the
+scalar family, whose a is the inverse temperature β (``tokens.beta = β`` is the single head (β, 1)); the data
+are ``sphere_modes`` (μ_0 = 1/4π + Σ amplitude·Y_ℓm, real orthonormal Y_ℓm) or ``sphere_noise`` (a seeded random
+start); the model is weight-tied. ``tokens.solver`` is "dg" (cells) or "flow" (the flow map on a spherical
+quadrature of μ_0 with ``tokens.labels`` nodes at tolerance ``tokens.rtol``). Errors name the key
+(:class:`~mfpde.errors.ConfigError`, exit 2).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mfpde.errors import ConfigError, ConfigErrors
+
+__all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "mesh_cells", "mesh_memory"]
+
+#: The data kinds of the sphere.
+KINDS = ("sphere_modes", "sphere_noise")
+#: The DG degrees of the sphere solver.
+MAX_DEGREE = 3
+#: The highest degree ℓ of a data mode (the harmonic kernel and the data hold (ℓ+1)² coefficients per point).
+MAX_MODE_DEGREE = 64
+#: The most refinements of the icosahedron (20·4^12 ≈ 3.4·10⁸ cells: past any node; the memory check decides).
+MAX_REFINE = 12
+#: Bytes per DG degree of freedom of a sphere run (mesh, spaces, the stage vectors, the kernel's points), a lower
+#: bound measured on the DG1 solver.
+BYTES_PER_DOF = 1500.0
+#: The inverse temperatures allowed: e^β overflows for unnormalised attention past 700; softmax is evaluated with
+#: the exponent shifted (any β), its kernel's cost grows with β (the harmonic degree L ≈ √β · const).
+MAX_BETA = {"softmax": 1e3, "unnormalised": 700.0}
+#: The flow solver's tolerance range (as on the circle).
+RTOL_RANGE = (1e-12, 1e-2)
+#: The flow solver's node count range (its quadrature of μ_0; the stiff phase holds dense Jacobians).
+LABELS_RANGE = (32, 20_000)
+
+
+def mesh_cells(refine: int) -> int:
+    """The cells of the icosahedral mesh refined ``refine`` times: 20·4^r."""
+    return 20 * 4**refine
+
+
+def mesh_memory(refine: int, degree: int, size: int = 1) -> float:
+    """A lower bound of the bytes per rank of a DG run on the sphere (``BYTES_PER_DOF`` per degree of freedom)."""
+    return mesh_cells(refine) * (degree + 1) * (degree + 2) / 2 * BYTES_PER_DOF / max(size, 1)
+
+
+class _Found:
+    """The sphere errors found, reported together."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def need(self, ok: bool, key: str, msg: str) -> bool:
+        if not ok:
+            self.messages.append(f"{key}: {msg}")
+        return ok
+
+    def raise_all(self) -> None:
+        if len(self.messages) == 1:
+            raise ConfigError(self.messages[0])
+        if self.messages:
+            raise ConfigErrors(self.messages)
+
+
+def check(cfg: Any) -> None:
+    """Check the sphere keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "sphere"``.
+
+    Raises:
+        ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors`, naming each, for several): an unknown
+            attention or solver, ``tokens.refine`` < 0 or past this node's memory, a degree out of 0..3, data of
+            another domain, modes not [[ℓ, m, amplitude], ...] with integers 1 ≤ ℓ ≤ 64, |m| ≤ ℓ, a μ_0 negative
+            somewhere, a head family other than scalar, a depth model other than weight-tied.
+    """
+    from mfpde.limits import _memory_bytes
+
+    t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
+    f = _Found()
+    f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
+    f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
+    if t.solver == "flow":
+        f.need(LABELS_RANGE[0] <= t.labels <= LABELS_RANGE[1], "tokens.labels",
+               f"on the sphere must be in {LABELS_RANGE[0]}..{LABELS_RANGE[1]} (the nodes of μ_0's quadrature), "
+               f"got {t.labels}")
+        f.need(RTOL_RANGE[0] <= t.rtol < RTOL_RANGE[1], "tokens.rtol",
+               f"must be in [{RTOL_RANGE[0]:g}, {RTOL_RANGE[1]:g}), got {t.rtol:g}")
+    if f.need(0 <= t.refine <= MAX_REFINE, "tokens.refine", f"must be in 0..{MAX_REFINE}, got {t.refine}") \
+            and f.need(0 <= t.degree <= MAX_DEGREE, "tokens.degree", f"on the sphere must be in 0..{MAX_DEGREE}, "
+                       f"got {t.degree}") and t.solver == "dg":
+        need, have = mesh_memory(t.refine, t.degree), _memory_bytes()
+        f.need(need < have, "tokens.refine", f"{t.refine} ({mesh_cells(t.refine)} cells of DG{t.degree}) needs at "
+               f"least {need / 1e9:.3g} GB, more than the {have / 1e9:.3g} GB of this node")
+    if h.init.get("kind") == "diracs" and t.attention in MAX_BETA:
+        betas = [p[0] for p in h.init.get("points", []) if isinstance(p, list | tuple) and p]
+        bad = [b for b in betas if isinstance(b, int | float) and not 0 < b <= MAX_BETA[t.attention]]
+        f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in (0, {MAX_BETA[t.attention]:g}] with "
+               f"{t.attention} attention on the sphere, got {bad}")
+    f.need(h.init.get("kind") == "diracs", "heads.init", "the sphere takes Dirac heads [[β, c], ...] "
+           "(tokens.beta = β is the single head (β, 1))")
+    f.need(h.family == "scalar", "heads.family", "the sphere takes the scalar family: a is the inverse temperature β")
+    f.need(d.model == "weight-tied", "depth.model", "the sphere solves the weight-tied model only")
+    f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
+    if d.spacing == "log":
+        f.need(0 < d.decades <= 30, "depth.decades", f"must be in (0, 30], got {d.decades:g}")
+    if not f.need(da.kind in KINDS, "data.kind", f"must be 'sphere_modes' or 'sphere_noise', got {da.kind!r}"):
+        return f.raise_all()
+    if da.kind == "sphere_modes":
+        _check_modes(f, da.modes)
+    else:
+        f.need(0 <= da.amplitude < 1, "data.amplitude", f"must be in [0, 1), got {da.amplitude}")
+        f.need(da.seed >= 0, "data.seed", "must be >= 0")
+    f.raise_all()
+
+
+def _check_modes(f: _Found, modes: list[list[float]]) -> None:
+    """Rows [ℓ, m, amplitude] with integers 1 ≤ ℓ ≤ MAX_MODE_DEGREE, |m| ≤ ℓ, finite amplitudes, μ_0 ≥ 0."""
+    if not f.need(len(modes) >= 1 and all(len(m) == 3 for m in modes), "data.modes",
+                  "needs rows [l, m, amplitude] (real orthonormal Y_lm)"):
+        return
+    ok = True
+    for i, (ll, m, a) in enumerate(modes):
+        ok &= f.need(float(ll).is_integer() and 1 <= ll <= MAX_MODE_DEGREE, f"data.modes[{i}]",
+                     f"l must be an integer in 1..{MAX_MODE_DEGREE}, got {ll}")
+        ok &= f.need(float(m).is_integer() and abs(m) <= ll, f"data.modes[{i}]",
+                     f"m must be an integer with |m| <= l = {ll:g}, got {m}")
+        ok &= f.need(math.isfinite(a), f"data.modes[{i}]", f"the amplitude must be finite, got {a}")
+    if ok:
+        from mfpde.tokens.sphere.data import modes_minimum
+
+        low = modes_minimum(modes)
+        f.need(low >= 0, "data.modes", f"μ_0 = 1/4π + Σ amplitude·Y_lm is negative somewhere (its minimum is "
+               f"{low:.3g}): lower the amplitudes")
