@@ -41,9 +41,10 @@ from mfpde.tokens.circle.diag import (
     moments,
     w1_circle,
 )
+from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 
 __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
-           "output_depths", "transport_job"]
+           "transport_job"]
 
 logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
@@ -105,18 +106,6 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
     return msh, f, fill
 
 
-def output_depths(cfg: Config) -> np.ndarray:
-    """The depth-step ends 0 = t_0 < … < T: T·j/steps, or with ``depth.spacing = "log"`` 0 and the geometric depths.
-
-    Log spacing: T·10^{−decades(1 − j/steps)}, j = 0..steps, after 0 (steps + 2 values: the first depth step runs
-    from 0 to T·10^{−decades}).
-    """
-    d = cfg.depth
-    if d.spacing == "log":
-        return np.concatenate([[0.0], d.T * 10.0 ** (-d.decades * (1.0 - np.arange(d.steps + 1) / d.steps))])
-    return np.linspace(0.0, d.T, d.steps + 1)
-
-
 def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tuple[int, int]:
     """(at least, at most) the DG solver's sub-steps, estimated before the solve.
 
@@ -171,7 +160,7 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
                 f"n = {t.cells[0]}, DG{t.degree}", np.round(heads.a, 6).tolist(), cfg.depth.T,
                 cfg.depth.spacing, out)
     t0 = time.perf_counter()
-    bar = progress(len(_kept(cfg)) - 1, 0) if progress is not None else None
+    bar = progress(len(kept_outputs(cfg)) - 1, 0) if progress is not None else None
     try:
         block, pictures, _ = circle_solve(cfg, heads, comm, out if cfg.output.fields else None, bar)
     except NumericalError as e:
@@ -204,12 +193,6 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
     return report
 
 
-def _kept(cfg: Config) -> list[int]:
-    """The indices of the depth-step ends that are output depths (every ``output.every``-th, and the last)."""
-    steps = len(output_depths(cfg)) - 1
-    return [j for j in range(steps + 1) if j % cfg.output.every == 0 or j == steps]
-
-
 #: μ at depths 0 and T as arrays: (values (n,), angles of the points (n,), quadrature weights (n,), DG degree).
 Density = tuple[Any, Any, Any, int]
 
@@ -232,31 +215,15 @@ def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path |
         NumericalError: a failed solve; its ``block`` attribute holds the block up to the last good output.
     """
     depths = output_depths(cfg)
-    keep = _kept(cfg)
+    keep = kept_outputs(cfg)
     if bar is None:  # no bar (not a terminal, or the Python API): a log line at every tenth of the outputs
-        bar = _LogProgress(len(keep) - 1, depths[keep])
+        bar = LogProgress(len(keep) - 1, depths[keep], "circle")
     if cfg.tokens.solver == "flow":
         out = _solve_flow(cfg, heads, depths[keep], bar)
         if fields is not None:
             _write_flow_fields(comm, fields, out[0]["t"], out[1])
         return out
     return _solve_dg(cfg, heads, depths, keep, fields, comm, bar)
-
-
-class _LogProgress:
-    """A progress display without a terminal: one log line at every tenth of the output depths."""
-
-    def __init__(self, total: int, ts: Any) -> None:
-        self.total, self.ts, self.done = total, ts, 0
-        self.every = max(1, total // 10)
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        if self.done % self.every == 0 or self.done == self.total:
-            logger.info("circle: output %d/%d, t = %.4g", self.done, self.total, float(self.ts[self.done]))
-
-    def close(self) -> None:
-        """Nothing to close."""
 
 
 def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: float) -> dict[str, Any]:
