@@ -1,0 +1,230 @@
+"""The ``transport`` job on the sphere (``tokens.domain = "sphere"``, theory §9; interface.md).
+
+The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by
+one allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver
+(``"flow"``) is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample:
+``solver``, ``kernel``, mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and
+``harmonics`` (power per degree ℓ = 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``,
+``solve_cpu_s``); ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png``
+(Mollweide views of μ_t at up to four depths, clusters marked).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde import __version__
+from mfpde.config_keys import to_toml
+from mfpde.errors import NumericalError
+from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.tokens.circle.diag import merge_times
+from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+from mfpde.tokens.sphere.diag import cell_clusters, degree_power
+from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
+
+__all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_of", "transport_job"]
+
+logger = logging.getLogger(__name__)
+#: The highest degree ℓ of the reported powers (the kernel's own degree if lower).
+REPORT_DEGREE = 32
+
+
+def sphere_heads(cfg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(β_h, c_h) of the Dirac heads of ``[heads]`` (the scalar family: a is β, c the value-weighted mass)."""
+    from mfpde.params.family import make_family
+    from mfpde.params.theta import dirac_heads
+
+    h = cfg.heads
+    heads = dirac_heads(make_family(h.family, h.a), h.init["points"], h.init["weights"])
+    return np.asarray(heads.a, float), np.asarray(heads.c, float)
+
+
+class _HeadSum:
+    """The velocities of several heads, summed (each a :class:`~mfpde.tokens.sphere.velocity.SphereVelocity`)."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+        self.kernel = "+".join(sorted({p.kernel for p in parts}))
+
+    def update(self, x: Any, w: Any) -> None:
+        for p in self.parts:
+            p.update(x, w)
+
+    def velocity(self, x: Any) -> Any:
+        return sum(p.velocity(x) for p in self.parts)
+
+
+def sphere_velocity_of(cfg: Any, comm: MPI.Comm) -> Any:
+    """The velocity of the heads of ``cfg`` (one kernel per head, chosen by β and the attention)."""
+    from mfpde.tokens.sphere.kernel import sphere_velocity
+
+    betas, cs = sphere_heads(cfg)
+    parts = [sphere_velocity(float(b), cfg.tokens.attention, comm, c=float(c)) for b, c in zip(betas, cs, strict=True)
+             if c != 0.0]
+    if not parts:  # every head has c = 0: μ does not move; the kernel of the first head still names it
+        parts = [sphere_velocity(float(betas[0]), cfg.tokens.attention, comm, c=0.0)]
+    return parts[0] if len(parts) == 1 else _HeadSum(parts)
+
+
+def initial_density(cfg: Any) -> Any:
+    """μ_0 as a function of unit vectors (m, 3) → (m,): ``sphere_modes`` or the seeded ``sphere_noise``."""
+    from mfpde.tokens.sphere.data import modes_density, noise_modes
+
+    da = cfg.data
+    modes = da.modes if da.kind == "sphere_modes" else noise_modes(da.amplitude, da.seed)
+    return lambda x: modes_density(modes, x)
+
+
+def _report_degree(vel: Any) -> int:
+    L = getattr(vel, "L", None) or max((getattr(p, "L", 0) or 0 for p in getattr(vel, "parts", [])), default=0)
+    return int(min(REPORT_DEGREE, L)) if L else REPORT_DEGREE
+
+
+def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
+    """Validate, prepare DIR, transport the sphere sample by ``tokens.solver`` and write the report, fields, picture.
+
+    Returns:
+        The report (also in ``DIR/report.json``).
+
+    Raises:
+        NumericalError: a failed solve (status "failed", the block up to the last good output depth).
+    """
+    t = cfg.tokens
+    prepare_output_dir(out, comm)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    betas, _ = sphere_heads(cfg)
+    logger.info("transport on the sphere by %s: β = %s, %s attention, T = %g -> %s",
+                f"the flow map ({t.labels} nodes, rtol {t.rtol:g})" if t.solver == "flow" else
+                f"DG{t.degree} on {20 * 4 ** t.refine} cells", np.round(betas, 6).tolist(), t.attention,
+                cfg.depth.T, out)
+    t0 = time.perf_counter()
+    keep = kept_outputs(cfg)
+    bar = progress(len(keep) - 1, 0) if progress is not None else None
+    if bar is None:
+        bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], "sphere")
+    head = {"command": "transport", "version": __version__, "domain": "sphere", "comm_size": comm.size}
+    try:
+        if t.solver == "flow":
+            from mfpde.tokens.sphere.flow_job import solve_flow
+
+            block, panels = solve_flow(cfg, comm, out if cfg.output.fields else None, bar)
+        else:
+            block, panels = solve_dg(cfg, comm, out if cfg.output.fields else None, bar)
+    except NumericalError as e:
+        partial = getattr(e, "block", None)
+        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0,
+                           "samples": [partial] if partial else [], "error": f"sample 0: {e}"}, comm)
+        raise NumericalError(f"sample 0: {e}") from None
+    finally:
+        bar.close()
+    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
+    write_report(out, report, comm)
+    if cfg.output.plots and comm.rank == 0:
+        ts, snaps, centres = panels
+        sphere_picture(out / "plots" / "sphere_0.png", ts, snaps, centres,
+                       f"μ_t on S² ({block['solver']}, {t.attention}, β = {', '.join(f'{b:g}' for b in betas)})")
+    logger.info("sphere (%s): mass error %.3g, min %.3g, %d sub-steps, clusters at T: %d, merges at %s, "
+                "solve %.3g CPU s", t.solver, block["mass_error"], block["min_density"], block["substeps"],
+                block["clusters_T"], [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
+    return report
+
+
+class _Series:
+    """What the report keeps at each output depth: t, the degree powers, the clusters; and the pictured panels."""
+
+    def __init__(self, n_out: int) -> None:
+        self.t: list[float] = []
+        self.power: list[list[float]] = []
+        self.counts: list[int] = []
+        self.centres: list[list[list[float]]] = []
+        self.panels = set(pick_panels(n_out))
+        self.snaps: list[tuple[Any, Any]] = []
+        self.snap_t: list[float] = []
+        self.snap_centres: list[list[list[float]]] = []
+
+    def add(self, depth: float, power: Any, count: int, centres: list[list[float]], snap: Any) -> None:
+        if len(self.t) in self.panels and snap is not None:
+            self.snaps.append(snap)
+            self.snap_t.append(depth)
+            self.snap_centres.append(centres)
+        self.t.append(depth)
+        self.power.append([float(p) for p in power])
+        self.counts.append(count)
+        self.centres.append(centres)
+
+    def block(self, L: int, cpu: float) -> dict[str, Any]:
+        return {"t": self.t, "clusters_t": self.counts, "merge_times": merge_times(np.array(self.t), self.counts),
+                "clusters_T": self.counts[-1] if self.counts else 0,
+                "cluster_centres_T": self.centres[-1] if self.centres else [],
+                "harmonics": {"t": self.t, "l": list(range(L + 1)), "power": self.power}, "solve_cpu_s": cpu}
+
+
+def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+    """The DG solve of ``cfg`` on the distributed icosahedral mesh: (the report's sample block, the panels)."""
+    from mfpde.tokens.sphere.dg import SphereDG
+    from mfpde.tokens.sphere.mesh import edge_lengths, icosphere
+
+    t = cfg.tokens
+    vel = sphere_velocity_of(cfg, comm)
+    L = _report_degree(vel)
+    mesh = icosphere(comm, t.refine)
+    op = SphereDG(mesh, t.degree, vel, t.cfl)
+    mu0 = op.project(initial_density(cfg))
+    depths = output_depths(cfg)
+    keep = set(kept_outputs(cfg))
+    series = _Series(len(keep))
+    radius = 2.0 * edge_lengths(mesh)[1]
+    centres = _gather(comm, op.cell_centres())
+    writer = None
+    if fields is not None:
+        import dolfinx.fem
+
+        from mfpde.fields import FieldWriter
+
+        f = dolfinx.fem.Function(op.V, name="mu")
+        writer = FieldWriter(comm, fields / "fields" / "mu_0.bp", [f])
+    cpu = [0.0]
+
+    def cb(step: int, depth: float, mu: Any) -> None:
+        c0 = time.process_time()
+        if step in keep:
+            power = degree_power(*op.quadrature(mu), L, comm)
+            means = _gather(comm, op.cell_means(mu))
+            found = cell_clusters(centres, means, radius) if comm.rank == 0 else None
+            count, at = comm.bcast(found, root=0)
+            series.add(depth, power, count, at, (centres, means) if comm.rank == 0 else None)
+            if writer is not None:
+                f.x.array[:] = mu.x.array
+                writer.write(depth)
+            if step > 0:
+                bar.update()
+        cpu[0] += time.process_time() - c0
+
+    try:
+        rep = op.solve(mu0, float(depths[-1]), len(depths) - 1, cb, depths=depths)
+    except NumericalError as e:
+        if series.t:
+            e.block = {"solver": "dg", "kernel": vel.kernel, **series.block(L, math.nan)}
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    block = {"solver": "dg", "kernel": vel.kernel, "refine": t.refine, "cells": 20 * 4**t.refine,
+             "degree": t.degree, "mass_0": rep.mass_0, "mass_T": rep.mass_T, "mass_error": rep.mass_error,
+             "min_density": rep.min_density, "substeps": rep.substeps, "limited_cells": rep.limited_cells,
+             **series.block(L, rep.solve_cpu_s)}
+    return block, (series.snap_t, series.snaps, series.snap_centres)
+
+
+def _gather(comm: MPI.Comm, a: Any) -> Any:
+    """The owned rows of every rank concatenated in rank order on rank 0 (None on the others)."""
+    parts = comm.gather(np.asarray(a), root=0)
+    return np.concatenate(parts) if parts is not None else None
