@@ -1,0 +1,218 @@
+"""The kernel of attention on S² without a gather: K∗μ by spherical harmonics (theory §9), and its log-domain twin.
+
+Funk–Hecke diagonalises the convolution: with μ̂_ℓm = ∫ Y_ℓm dμ,
+
+    (K∗μ)(x) = ∫ e^{β x·y} dμ(y) = Σ_{ℓ ≤ L} 4π i_ℓ(β) Σ_m μ̂_ℓm Y_ℓm(x) + tail,
+    |tail| ≤ ‖μ‖ Σ_{ℓ>L} (2ℓ+1) i_ℓ(β)      (addition theorem, |P_ℓ| ≤ 1),
+
+and v = c β⁻¹ ∇_S(K∗μ) (USA), c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA). :class:`HarmonicVelocity` integrates each rank's
+points against Y_ℓm (O(n (L+1)²)), sums the (L+1)² numbers over the ranks with one ``Allreduce`` and evaluates
+the series and its analytic surface gradient at the local points (:mod:`~mfpde.tokens.sphere.harmonics`):
+memory O(n), one message of 8 (L+1)² bytes per update whatever the number of ranks.
+
+The series is summed in doubles with terms up to ‖μ‖ e^β, so K∗μ carries an absolute error ≈ ε ‖μ‖ e^β. Far
+from the mass K∗μ is as small as ‖μ‖ e^{−β}: the SA quotient then has a relative error ≈ ε e^{2β} (1e-3 at
+β = 15). :func:`choose_kernel` keeps the harmonic kernel while that bound is below ``rtol`` and otherwise takes
+:class:`LogDomainVelocity`: the direct quadrature of e^{β(x·y−1)} with the exponent (and log w) shifted by its
+maximum per target, exact to round-off at any β. It gathers the points of all ranks (32 bytes per point on
+every rank, plus 8·chunk·N bytes of work arrays): a gather, O(N²) work, for small meshes and the large-β SA
+regime only. Both expose the harmonic coefficients (computed gather-free) for the reports.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpi4py import MPI
+
+import numpy as np
+import numpy.typing as npt
+import scipy.special
+
+from mfpde.tokens.sphere.harmonics import analysis, synthesis
+from mfpde.tokens.sphere.theory import ATTENTIONS
+from mfpde.tokens.sphere.velocity import DirectVelocity, tangent
+
+__all__ = ["DEFAULT_TOL", "HarmonicVelocity", "LogDomainVelocity", "choose_kernel", "degree_power",
+           "harmonic_degree", "harmonic_tail", "sphere_velocity"]
+
+Array = npt.NDArray[np.float64]
+
+#: the default bound on the Bessel tail of the potential, relative to ‖μ‖ e^β (:func:`harmonic_degree`)
+DEFAULT_TOL = 1e-14
+EPS = 2.0**-52
+
+
+def harmonic_tail(beta: float, L: int, derivative: bool = False) -> float:
+    """e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) (or, with ``derivative``, × ℓ(ℓ+1)/2, the bound of |∇_S P_ℓ|): the truncation
+    error of K∗μ (of ∇_S K∗μ) at degree L per unit mass, relative to e^β. Uses ``scipy.special.ive`` (no overflow)."""
+    ll = np.arange(L + 1, L + 60 + int(4 * beta))
+    t = (2 * ll + 1) * np.sqrt(np.pi / (2 * beta)) * scipy.special.ive(ll + 0.5, beta)
+    if derivative:
+        t = t * ll * (ll + 1) / 2
+    return float(t.sum())
+
+
+def harmonic_degree(beta: float, tol: float = DEFAULT_TOL) -> int:
+    """The least L with Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) ≤ tol e^β (theory §9: L ≈ 20, 25, 32 at β = 5, 9, 16, tol 1e-12).
+
+    Raises:
+        ValueError: β ≤ 0 or tol outside (0, 1).
+    """
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must be in (0, 1), got {tol}")
+    L = 0
+    while harmonic_tail(beta, L) > tol:
+        L += 1
+    return L
+
+
+def degree_power(coefficients: Array) -> Array:
+    """Σ_m μ̂_ℓm² for ℓ = 0..L from coefficients of shape ((L+1)²,): shape (L+1,)."""
+    L = math.isqrt(len(coefficients)) - 1
+    return np.add.reduceat(np.asarray(coefficients) ** 2, np.arange(L + 1) ** 2)
+
+
+def _check(beta: float, attention: str) -> None:
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+
+
+class HarmonicVelocity:
+    """v by the spherical-harmonic series of K∗μ to degree L (gather-free; see the module).
+
+    Args:
+        beta: the inverse temperature β > 0.
+        attention: "softmax" (SA) or "unnormalised" (USA).
+        comm: the communicator whose ranks share the measure (one Allreduce per update).
+        c: the head's weight (the velocity is multiplied by it).
+        L: the degree; default :func:`harmonic_degree` (beta, tol).
+        tol: the Bessel tail bound that sets L when L is not given.
+
+    Attributes:
+        coefficients: μ̂_ℓm of the last update, shape ((L+1)²,), index ℓ² + ℓ + m.
+        kernel: "harmonic".
+
+    Raises:
+        ValueError: an unknown attention, β ≤ 0 or L < 0.
+    """
+
+    kernel = "harmonic"
+
+    def __init__(self, beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
+                 L: int | None = None, tol: float = DEFAULT_TOL) -> None:
+        _check(beta, attention)
+        self.beta, self.attention, self.comm, self.c = float(beta), attention, comm, float(c)
+        self.L = harmonic_degree(self.beta, tol) if L is None else int(L)
+        if self.L < 0:
+            raise ValueError(f"L must be >= 0, got {L}")
+        ll = np.repeat(np.arange(self.L + 1), 2 * np.arange(self.L + 1) + 1)
+        self.eigenvalues = 4.0 * np.pi * scipy.special.spherical_in(ll, self.beta)  # per column, ((L+1)²,)
+        self.coefficients = np.zeros((self.L + 1) ** 2)
+
+    def update(self, x: Array, w: Array) -> None:
+        """μ̂_ℓm = Σ_j w_j Y_ℓm(x_j) over the points of all ranks: local sums, one Allreduce (collective)."""
+        local = analysis(self.L, x, w)
+        self.comm.Allreduce(local, self.coefficients, op=MPI.SUM)
+
+    def degree_power(self) -> Array:
+        """Σ_m μ̂_ℓm² per degree ℓ = 0..L, shape (L+1,)."""
+        return degree_power(self.coefficients)
+
+    def potential(self, x: Array) -> Array:
+        """(K∗μ)(x) = Σ 4π i_ℓ(β) μ̂_ℓm Y_ℓm(x) at the unit vectors x (m, 3): shape (m,)."""
+        return synthesis(self.L, self.eigenvalues * self.coefficients, x)[0]
+
+    def velocity(self, x: Array) -> Array:
+        """c β⁻¹ ∇_S(K∗μ) (USA) or c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA) at the unit vectors x (m, 3): shape (m, 3)."""
+        f, g = synthesis(self.L, self.eigenvalues * self.coefficients, x, gradient=True)
+        assert g is not None
+        if self.attention == "softmax":
+            g = g / f[:, None]
+        return (self.c / self.beta) * g
+
+
+class LogDomainVelocity(DirectVelocity):
+    """v by the direct quadrature of e^{β(x·y−1)} in the log domain (gathers; see the module): exact at any β.
+
+    Per target x the exponent β x·y_j + log w_j is shifted by its maximum over j (points of zero mass drop out),
+    so neither e^{β} nor a tiny K∗μ far from the mass under- or overflows (SA). USA is the SA quotient times
+    K∗μ = e^{max} Σ e^{·−max}. Arguments as :class:`DirectVelocity`; ``L`` sets the degree of ``coefficients``.
+    """
+
+    kernel = "log-domain"
+
+    def __init__(self, beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
+                 L: int | None = None, tol: float = DEFAULT_TOL, chunk: int = 2048) -> None:
+        _check(beta, attention)
+        super().__init__(beta, attention, comm, c, chunk)
+        self.L = harmonic_degree(self.beta, tol) if L is None else int(L)
+        self.coefficients = np.zeros((self.L + 1) ** 2)
+
+    def update(self, x: Array, w: Array) -> None:
+        """Gather the measure of all ranks and sum its harmonic coefficients (collective)."""
+        super().update(x, w)
+        self.comm.Allreduce(analysis(self.L, x, w), self.coefficients, op=MPI.SUM)
+        with np.errstate(divide="ignore"):
+            self._logw = np.log(self._w)
+
+    def degree_power(self) -> Array:
+        """Σ_m μ̂_ℓm² per degree ℓ = 0..L, shape (L+1,)."""
+        return degree_power(self.coefficients)
+
+    def _blocks(self, x: Array) -> tuple[Array, Array, Array]:
+        """log K∗μ (m,), and the SA quotient ∫ e^{βx·y} y dμ / K∗μ (m, 3) at x (m, 3)."""
+        x = np.asarray(x, dtype=float).reshape(-1, 3)
+        logk, mean = np.empty(len(x)), np.empty_like(x)
+        for s in range(0, len(x), self.chunk):
+            e = self.beta * (x[s:s + self.chunk] @ self._y.T) + self._logw
+            mx = e.max(axis=1, keepdims=True)
+            k = np.exp(e - mx)
+            tot = k.sum(axis=1)
+            logk[s:s + self.chunk] = mx[:, 0] + np.log(tot)
+            mean[s:s + self.chunk] = k @ self._y / tot[:, None]
+        return x, logk, mean
+
+    def potential(self, x: Array) -> Array:
+        """(K∗μ)(x) at the unit vectors x (m, 3): shape (m,) (overflows like e^β past β ≈ 700)."""
+        return np.exp(self._blocks(x)[1])
+
+    def velocity(self, x: Array) -> Array:
+        """The velocity at x (m, 3), shape (m, 3)."""
+        x, logk, mean = self._blocks(x)
+        v = tangent(x, mean)
+        if self.attention == "unnormalised":
+            v *= np.exp(logk)[:, None]
+        return self.c * v
+
+
+def choose_kernel(beta: float, attention: str, rtol: float = 1e-6) -> str:
+    """"harmonic" unless the SA quotient's relative error bound 4 ε e^{2β} exceeds ``rtol`` (then "log-domain").
+
+    USA always takes "harmonic" (its error is ε relative to the largest velocity). With rtol = 1e-6 SA switches
+    at β > ½ log(rtol/(4ε)) ≈ 10.4.
+    """
+    _check(beta, attention)
+    if attention == "unnormalised" or 4 * EPS * math.exp(min(2 * beta, 700.0)) <= rtol:
+        return "harmonic"
+    return "log-domain"
+
+
+def sphere_velocity(beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
+                    L: int | None = None, tol: float = DEFAULT_TOL, rtol: float = 1e-6,
+                    kernel: str | None = None) -> HarmonicVelocity | LogDomainVelocity:
+    """The kernel :func:`choose_kernel` picks (or ``kernel`` = "harmonic" / "log-domain"); its ``kernel`` names it.
+
+    Raises:
+        ValueError: an unknown kernel or attention, β ≤ 0.
+    """
+    name = choose_kernel(beta, attention, rtol) if kernel is None else kernel
+    if name == "harmonic":
+        return HarmonicVelocity(beta, attention, comm, c, L, tol)
+    if name == "log-domain":
+        return LogDomainVelocity(beta, attention, comm, c, L, tol)
+    raise ValueError(f"kernel must be 'harmonic' or 'log-domain', got {kernel!r}")
