@@ -122,6 +122,7 @@ class Output:
     every: int = 10
     fields: bool = True
     plots: bool = True
+    plots_every: int = 0  # run: also draw the plots every k training steps (0: at the end, or when a run stops)
     checkpoint_every: int = 20
 
 

@@ -209,7 +209,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     bar = progress(tr.steps, step0) if progress is not None else None
     status, fail_msg, last, agreed, outflow = "ok", "", None, False, 0.0
     step, grad = step0, None
-    plotted: dict[str, Any] = {}
+    last_plot: tuple[Snapshots, np.ndarray] | None = None
     try:
         for step in range(step0, tr.steps + 1):
             if sig := signals.requested(comm):  # every rank stops before the same step: checkpoint and report
@@ -219,7 +219,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             heads = cp.heads()
             output = step % oc.every == 0 or step == tr.steps
             snaps: Snapshots = {}
-            keep = plot_samples(cp) if oc.plots and output else []
+            keep = plot_samples(cp) if oc.plots and output else []  # μ_t of the last output step: for the plots
             if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
                 grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train_",
                                              snapshots=snaps, snapshot=keep)
@@ -244,8 +244,9 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
                     _write(writer, step * tr.ds, cp, out, step, history, rho_snaps, time.perf_counter() - t0)
                 if writer is not None or oc.plots:
                     rho_snaps.append((step, np.stack([cp.theta.gather_values(r) for r in cp.rhos])))
-                if oc.plots:
-                    plotted = write_plots(cp, out, history, rho_snaps, snaps, grad.yhat)
+                last_plot = (snaps, grad.yhat)  # drawn at the end, when the run stops, or every plots_every steps
+                if oc.plots and oc.plots_every > 0 and step % oc.plots_every == 0 and step < tr.steps:
+                    write_plots(cp, out, history, rho_snaps, snaps, grad.yhat)
                 logger.info("step %d s=%.4g risk=%.6g F=%.6g min_rho=%.3g |grad|=%.3g", step, step * tr.ds,
                             row["risk"], row["free_energy"], row["min_rho"], row["grad_norm"])
             if step > 0 and (step % oc.checkpoint_every == 0 or step == tr.steps):
@@ -279,11 +280,13 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         report["warnings"] += resumed["notes"]
     if status != "ok":
         report["error" if status == "failed" else "interrupted_by"] = fail_msg
+        if oc.plots and last_plot is not None and agreed:  # the plots of the last output step
+            write_plots(cp, out, history, rho_snaps, *last_plot)
         write_report(out, report, comm)
         return RunResult(status, step, report, history, out, fail_msg, splitting.timings, *_rho(cp))
     assert grad is not None
     _final_outputs(cp, out, report, grad, yhat0, yhat_test)
-    if oc.plots and report["rate"] != plotted:  # the deep λ = λ₂ = 0 rate comes from the final NTK
+    if oc.plots:  # drawn once, at the end (the deep λ = λ₂ = 0 rate comes from the final NTK)
         write_plots(cp, out, history, rho_snaps, snaps, grad.yhat, report["rate"])
     report["wall_s"] = time.perf_counter() - t0  # the final outputs (NTK, held-out samples, plots) included
     write_report(out, report, comm)

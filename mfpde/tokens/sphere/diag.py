@@ -16,24 +16,23 @@ import numpy.typing as npt
 import scipy.spatial
 
 from mfpde.tokens.sphere.harmonics import real_harmonics
+from mfpde.tokens.sphere.kernel import degree_power
 
-__all__ = ["CLUSTER_FACTOR", "cell_clusters", "degree_power", "histogram", "lonlat"]
+__all__ = ["CLUSTER_FACTOR", "cell_clusters", "histogram", "lonlat", "measure_power"]
 
 Array = npt.NDArray[np.float64]
 #: A cluster is a local maximum of the cell means above this multiple of the uniform density 1/4π.
 CLUSTER_FACTOR = 2.0
 
 
-def degree_power(x: Array, w: Array, L: int, comm: MPI.Comm = MPI.COMM_SELF) -> Array:
+def measure_power(x: Array, w: Array, L: int, comm: MPI.Comm = MPI.COMM_SELF) -> Array:
     """Σ_m μ̂_ℓm² for ℓ = 0..L (shape (L+1,)), μ̂_ℓm = Σ_j w_j Y_ℓm(x_j) summed over the ranks of ``comm``.
 
     The measure of each rank is its own points (x (n, 3) unit vectors, w (n,) masses); one allreduce of the
     (L+1)² coefficients. The uniform probability measure has power 1/4π at ℓ = 0 and 0 elsewhere.
     """
     c = np.asarray(w, float) @ real_harmonics(L, x) if len(x) else np.zeros((L + 1) ** 2)
-    c = comm.allreduce(c, op=MPI.SUM) if comm.size > 1 else c
-    ll = np.repeat(np.arange(L + 1), 2 * np.arange(L + 1) + 1)
-    return np.bincount(ll, weights=c * c, minlength=L + 1)
+    return degree_power(comm.allreduce(c, op=MPI.SUM) if comm.size > 1 else c)
 
 
 def cell_clusters(centres: Array, means: Array, radius: float) -> tuple[int, list[list[float]]]:

@@ -27,7 +27,7 @@ from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.circle.diag import merge_times
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
-from mfpde.tokens.sphere.diag import cell_clusters, degree_power
+from mfpde.tokens.sphere.diag import cell_clusters, measure_power
 from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
 
 __all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_of", "transport_job"]
@@ -196,7 +196,8 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
     def cb(step: int, depth: float, mu: Any) -> None:
         c0 = time.process_time()
         if step in keep:
-            power = degree_power(*op.quadrature(mu), L, comm)
+            x, w = op.quadrature(mu)
+            power = measure_power(x, w, L, comm)
             means = _gather(comm, op.cell_means(mu))
             found = cell_clusters(centres, means, radius) if comm.rank == 0 else None
             count, at = comm.bcast(found, root=0)
