@@ -111,3 +111,20 @@ def test_clusters_and_powers_of_point_masses():
     # a single point mass at the north pole: μ̂_ℓ0 = Y_ℓ0(N) = √((2ℓ+1)/4π), powers (2ℓ+1)/4π
     _, p = degree_powers(np.array([[0.0, 0, 1]]), np.array([1.0]), 5)
     assert np.allclose(p, (2 * np.arange(6) + 1) / (4 * math.pi), rtol=1e-13)
+
+
+def test_the_stiff_switch_fires_and_agrees_with_the_explicit_solve(monkeypatch):
+    """USA at β = 9: collapsed clusters contract at a rate ≈ e^β × their mass, so DOP853 is held by stability and
+    the solve switches to BDF; against DOP853 alone (switch disabled, rtol 100× tighter) the positions agree to
+    100 rtol (a tolerance-controlled global error on a contracting flow)."""
+    import mfpde.tokens.sphere.flow as F
+    from mfpde.tokens.sphere.data import noise_modes
+
+    modes, ts = noise_modes(0.1, 0, 6), [0.05, 0.5, 1.0]
+    r = SphereFlow(DirectVelocity(9.0, "unnormalised"), nodes=6, rtol=1e-8, L=6).solve(modes, 1.0, ts)
+    assert r.integrator["switch_t"] is not None and r.integrator["switch_t"] < 0.5 and r.integrator["nlu"] > 0
+    monkeypatch.setattr(F, "SWITCH_STEPS", 10**9)
+    q = SphereFlow(DirectVelocity(9.0, "unnormalised"), nodes=6, rtol=1e-10, L=6).solve(modes, 1.0, ts)
+    assert q.integrator["switch_t"] is None
+    assert np.max(np.abs(r.x - q.x)) < 100 * 1e-8
+    assert len(r.clusters[-1][0]) >= 2
