@@ -113,6 +113,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/flow.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",
         ["circle_flow_map"], "the kernel's Fourier series cut at half the terms the Bessel decay needs"),
+    "sphere_velocity_not_tangent": (
+        "mfpde/tokens/sphere/velocity.py", "            out[s:s + self.chunk] = tangent(xb, num)",
+        "            out[s:s + self.chunk] = num",
+        ["sphere_flow_rates"], "the sphere's direct-sum velocity without the projection onto the tangent plane"),
     "dg1_cfl_not_halved": (
         "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
         ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),
