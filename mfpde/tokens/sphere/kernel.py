@@ -44,8 +44,11 @@ EPS = 2.0**-52
 
 
 def harmonic_tail(beta: float, L: int, derivative: bool = False) -> float:
-    """e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) (or, with ``derivative``, × ℓ(ℓ+1)/2, the bound of |∇_S P_ℓ|): the truncation
-    error of K∗μ (of ∇_S K∗μ) at degree L per unit mass, relative to e^β. Uses ``scipy.special.ive`` (no overflow)."""
+    """The Bessel tail e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β): the truncation error of K∗μ at degree L per unit mass.
+
+    Relative to e^β; with ``derivative`` each term × ℓ(ℓ+1)/2 (the bound of |∇_S P_ℓ(x·y)|): the error of
+    ∇_S K∗μ. Uses ``scipy.special.ive`` (no overflow at any β).
+    """
     ll = np.arange(L + 1, L + 60 + int(4 * beta))
     t = (2 * ll + 1) * np.sqrt(np.pi / (2 * beta)) * scipy.special.ive(ll + 0.5, beta)
     if derivative:
@@ -128,7 +131,7 @@ class HarmonicVelocity:
         return synthesis(self.L, self.eigenvalues * self.coefficients, x)[0]
 
     def velocity(self, x: Array) -> Array:
-        """c β⁻¹ ∇_S(K∗μ) (USA) or c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA) at the unit vectors x (m, 3): shape (m, 3)."""
+        """The velocity c β⁻¹ ∇_S(K∗μ) (USA) or c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA) at the unit vectors x (m, 3): shape (m, 3)."""
         f, g = synthesis(self.L, self.eigenvalues * self.coefficients, x, gradient=True)
         assert g is not None
         if self.attention == "softmax":
@@ -165,7 +168,7 @@ class LogDomainVelocity(DirectVelocity):
         return degree_power(self.coefficients)
 
     def _blocks(self, x: Array) -> tuple[Array, Array, Array]:
-        """log K∗μ (m,), and the SA quotient ∫ e^{βx·y} y dμ / K∗μ (m, 3) at x (m, 3)."""
+        """The log of K∗μ (m,), and the SA quotient ∫ e^{βx·y} y dμ / K∗μ (m, 3) at x (m, 3)."""
         x = np.asarray(x, dtype=float).reshape(-1, 3)
         logk, mean = np.empty(len(x)), np.empty_like(x)
         for s in range(0, len(x), self.chunk):
