@@ -16,7 +16,8 @@ from the mass K∗μ is as small as ‖μ‖ e^{−β}: the SA quotient then has
 :class:`LogDomainVelocity`: the direct quadrature of e^{β(x·y−1)} with the exponent (and log w) shifted by its
 maximum per target, exact to round-off at any β. It gathers the points of all ranks: 32 N bytes on every rank
 (N points in all) plus work arrays of at most :data:`WORK_BYTES` (64 MiB), and O(n N) work per rank: for
-meshes of up to ~10⁵ points and the large-β SA regime only. Both expose the harmonic coefficients (computed gather-free) for the reports.
+meshes of up to ~10⁵ points and the large-β SA regime only. Both expose the harmonic coefficients (computed
+gather-free) for the reports.
 """
 
 from __future__ import annotations
