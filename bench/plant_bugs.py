@@ -2,10 +2,10 @@
 
 Each plant is a (file, old text, new text) replacement applied in a detached git worktree of HEAD (the source
 tree of the run is never touched), then its catchers run there with ``PYTHONPATH`` pointing at it: the named
-checks (``mfpde verify --quick --only ...``) and the named tests (catchers given as pytest node ids,
-``tests/...::name``). A plant is caught when verify exits 3 within its budgets and every named test fails.
-Prints a table bug → catchers → verdict → the failed checks' detail and writes ``out/plant_bugs.json``. Run
-from the repository root:
+checks (``mfpde verify --quick --only ...``; a check named ``mpi2:NAME`` under ``mpiexec -n 2``) and the named
+tests (catchers given as pytest node ids, ``tests/...::name``). A plant is caught when verify exits 3 within its
+budgets and every named test fails. Prints a table bug → catchers → verdict → the failed checks' detail and
+writes ``out/plant_bugs.json``. Run from the repository root:
 
     python bench/plant_bugs.py [--only NAME ...]
 
@@ -175,7 +175,21 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/training/theory.py", "win = gap >= 10 * certificate_end", "win = gap >= 1 * certificate_end",
         ["tests/training/test_theorems.py::test_certified_rate_fits_only_rows_where_f_star_is_known_to_10_percent"],
         "the run report's certificate window 1 × λ KL instead of 10 × (F* to within 100%, not 10%)"),
+    "sphere_wrong_bessel": (
+        "mfpde/tokens/sphere/kernel.py", "spherical_in(ll, self.beta)", "spherical_in(ll + 1, self.beta)",
+        ["sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_funk_hecke_mode"],
+        "the harmonic kernel's eigenvalues 4π i_{ℓ+1}(β) for 4π i_ℓ(β)"),
+    "sphere_rank_counted_twice": (
+        "mfpde/tokens/sphere/kernel.py", "local = analysis(self.L, x, w)\n",
+        "local = analysis(self.L, x, w) * (2.0 if self.comm.rank == 1 else 1.0)\n",
+        ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
+        "rank 1's points counted twice in the harmonic kernel's Allreduce (invisible on one rank)"),
 }
+
+
+def _ranks(catcher: str) -> int:
+    """The MPI ranks a verify catcher runs on: ``mpi2:NAME`` under ``mpiexec -n 2``, a bare name serially."""
+    return int(catcher[3:catcher.index(":")]) if catcher.startswith("mpi") else 1
 
 
 def run(name: str, tree: Path) -> dict[str, object]:
@@ -195,17 +209,21 @@ def run(name: str, tree: Path) -> dict[str, object]:
     failed: list[str] = []
     detail = ""
     try:
-        if checks:
+        for ranks in sorted({_ranks(c) for c in checks}):
+            names = [c.split(":")[-1] for c in checks if _ranks(c) == ranks]
+            launch = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(ranks)] if ranks > 1 else []
+            rep_dir = out / f"ranks{ranks}"
             try:
-                proc = subprocess.run([sys.executable, "-m", "mfpde", "verify", "--quick", "--quiet", "--only",
-                                       *checks, "--out", str(out)], env=env, cwd=tree, capture_output=True, text=True,
-                                      timeout=1200)
-                rc = proc.returncode
+                proc = subprocess.run([*launch, sys.executable, "-m", "mfpde", "verify", "--quick", "--quiet",
+                                       "--only", *names, "--out", str(rep_dir)], env=env, cwd=tree,
+                                      capture_output=True, text=True, timeout=1200)
+                rc = proc.returncode if rc in (None, 3) else rc
             except subprocess.TimeoutExpired:
                 rc = -1
-            rep = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else {"checks": []}
+            rep = json.loads((rep_dir / "report.json").read_text()) if (rep_dir / "report.json").exists() else {
+                "checks": []}
             failed += [c["name"] for c in rep["checks"] if not c["passed"]]
-            detail = "; ".join(f"{c['name']}: {c['detail'][:160]}" for c in rep["checks"] if not c["passed"])
+            detail += "; ".join(f"{c['name']}: {c['detail'][:160]}" for c in rep["checks"] if not c["passed"])
         if tests:
             try:
                 proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],

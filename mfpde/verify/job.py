@@ -66,6 +66,7 @@ def _load_checks() -> None:
         reach,
         shallow,
         sphere_flow,
+        sphere_kernel,
         training,
         transport,
     )

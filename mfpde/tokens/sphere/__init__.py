@@ -3,5 +3,8 @@
 * :mod:`~mfpde.tokens.sphere.theory`: the exact growth rates of the degrees ℓ about the uniform state.
 * :mod:`~mfpde.tokens.sphere.velocity`: the velocity protocol every sphere solver takes, the O(n²) direct sum
   (the reference) and the solid-body rotation.
-* :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm.
+* :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm by stable recurrences, the
+  analysis Σ_j w_j Y_ℓm(x_j) and the synthesis of a series with its surface gradient.
+* :mod:`~mfpde.tokens.sphere.kernel`: the velocity without a gather (the Funk–Hecke series of K∗μ, one
+  Allreduce), the log-domain direct quadrature for SA at large β, and the rule that picks between them.
 """

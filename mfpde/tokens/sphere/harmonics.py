@@ -13,7 +13,8 @@ where q_ℓ^m(z) = N_ℓm P_ℓ^m(z)/(1 − z²)^{m/2} is a polynomial of degree
 three-term recurrence of the normalised associated Legendre functions (stable; no division by sin ϑ). The
 polynomial F_ℓm = q_ℓ^|m|(z) T_m(x, y) extends Y_ℓm off the sphere, so its surface gradient is the tangent
 projection of the 3-D gradient: ∂_z F = q' T, ∂_x T_m = m T_{m−1}, ∂_y T_m = ∓ m T_{−(m−1)} (no poles, no
-finite differences). Cost O(n (L+1)²) for n points, vectorised over the orders m; memory O(n L) per block.
+finite differences). Cost O(n (L+1)²) for n points, vectorised over the orders m; memory O(L n) per block of points (the
+orders m on the leading axis, the points contiguous).
 """
 
 from __future__ import annotations
@@ -29,54 +30,60 @@ __all__ = ["analysis", "fourier_factors", "legendre_rows", "real_harmonics", "sy
 Array = npt.NDArray[np.float64]
 
 #: points per block of the recurrences (arrays of BLOCK × (L+1) doubles stay in cache)
-BLOCK = 4096
+BLOCK = 1024
 
 
 @lru_cache(maxsize=16)
 def _recurrence(L: int) -> tuple[Array, Array, Array]:
-    """a_ℓm, b_ℓm (shape (L+1, L+1)) of q_ℓ^m = a (z q_{ℓ−1}^m − b q_{ℓ−2}^m) for m < ℓ, and the diagonal q_m^m."""
-    a, b = np.zeros((L + 1, L + 1)), np.zeros((L + 1, L + 1))
+    """a_ℓm, b_ℓm (shape (L+1, L+1, 1)) of q_ℓ^m = a (z q_{ℓ−1}^m − b q_{ℓ−2}^m) for m < ℓ, and the diagonal q_m^m."""
+    a, b = np.zeros((L + 1, L + 1, 1)), np.zeros((L + 1, L + 1, 1))
     for ll in range(1, L + 1):
         m = np.arange(ll)
-        a[ll, :ll] = np.sqrt((4.0 * ll * ll - 1.0) / (ll * ll - m * m))
-        b[ll, :ll] = np.sqrt(((ll - 1.0) ** 2 - m * m) / (4.0 * (ll - 1.0) ** 2 - 1.0))
+        a[ll, :ll, 0] = np.sqrt((4.0 * ll * ll - 1.0) / (ll * ll - m * m))
+        b[ll, :ll, 0] = np.sqrt(((ll - 1.0) ** 2 - m * m) / (4.0 * (ll - 1.0) ** 2 - 1.0))
     diag = np.empty(L + 1)
     diag[0] = 1.0 / np.sqrt(4.0 * np.pi)
-    for m in range(1, L + 1):  # N_mm (2m−1)!!, with the √2 of the real harmonics from m = 1 on
-        diag[m] = diag[m - 1] * np.sqrt((2.0 * m + 1.0) / (2.0 * m)) * (np.sqrt(2.0) if m == 1 else 1.0)
+    for k in range(1, L + 1):  # N_kk (2k−1)!!, with the √2 of the real harmonics from k = 1 on
+        diag[k] = diag[k - 1] * np.sqrt((2.0 * k + 1.0) / (2.0 * k)) * (np.sqrt(2.0) if k == 1 else 1.0)
     return a, b, diag
 
 
 def legendre_rows(L: int, z: Array, derivative: bool = False) -> Iterator[tuple[int, Array, Array | None]]:
-    """Yield (ℓ, q_ℓ^m(z) for m = 0..ℓ (shape (n, ℓ+1)), dq/dz or None) for ℓ = 0..L, z = cos ϑ of shape (n,).
+    """Yield (ℓ, q_ℓ^m(z) for m = 0..ℓ (shape (ℓ+1, n)), dq/dz or None) for ℓ = 0..L, z = cos ϑ of shape (n,).
 
-    q_ℓ^m includes the normalisation of the real harmonics (Y_ℓm = q_ℓ^|m| T_m); the arrays are new each ℓ.
+    q_ℓ^m includes the normalisation of the real harmonics (Y_ℓm = q_ℓ^|m| T_m). The yielded arrays are views
+    of three rotating buffers: valid until the iteration after next.
     """
     a, b, diag = _recurrence(L)
-    z = z[:, None]
     n = len(z)
-    q2, q1 = np.zeros((n, 1)), np.full((n, 1), diag[0])
-    d2, d1 = np.zeros((n, 1)), np.zeros((n, 1))
-    yield 0, q1, (d1 if derivative else None)
+    q = np.zeros((3, L + 1, n))
+    d = np.zeros((3, L + 1, n)) if derivative else q
+    q[0, 0] = diag[0]
+    yield 0, q[0, :1], (d[0, :1] if derivative else None)
+    t = np.empty((L + 1, n))
     for ll in range(1, L + 1):
-        q = np.empty((n, ll + 1))
-        q2p = np.concatenate([q2, np.zeros((n, 1))], axis=1) if ll > 1 else np.zeros((n, 1))
-        q[:, :ll] = a[ll, :ll] * (z * q1 - b[ll, :ll] * q2p)
-        q[:, ll] = diag[ll]
-        d = None
+        q0, q1, q2 = q[ll % 3], q[(ll - 1) % 3], q[(ll - 2) % 3]  # q_ℓ, q_{ℓ−1}, q_{ℓ−2} (zero past its ℓ−2)
+        q2[ll - 1] = 0.0
+        tt = t[:ll]
+        np.multiply(z, q1[:ll], out=tt)
+        tt -= b[ll, :ll] * q2[:ll]
+        np.multiply(a[ll, :ll], tt, out=q0[:ll])
+        q0[ll] = diag[ll]
         if derivative:
-            d2p = np.concatenate([d2, np.zeros((n, 1))], axis=1) if ll > 1 else np.zeros((n, 1))
-            d = np.zeros((n, ll + 1))
-            d[:, :ll] = a[ll, :ll] * (q1 + z * d1 - b[ll, :ll] * d2p)
-            d2, d1 = d1, d
-        q2, q1 = q1, q
-        yield ll, q, d
+            d0, d1, d2 = d[ll % 3], d[(ll - 1) % 3], d[(ll - 2) % 3]
+            d2[ll - 1] = 0.0
+            np.multiply(z, d1[:ll], out=tt)
+            tt += q1[:ll]
+            tt -= b[ll, :ll] * d2[:ll]
+            np.multiply(a[ll, :ll], tt, out=d0[:ll])
+            d0[ll] = 0.0
+        yield ll, q0[:ll + 1], (d[ll % 3, :ll + 1] if derivative else None)
 
 
 def fourier_factors(L: int, x: Array) -> tuple[Array, Array]:
-    """Re and Im of (x + iy)^m for m = 0..L at the points x (n, 3): two arrays of shape (n, L+1)."""
+    """Re and Im of (x + iy)^m for m = 0..L at the points x (n, 3): two arrays of shape (L+1, n)."""
     c = x[:, 0] + 1j * x[:, 1]
-    p = np.cumprod(np.concatenate([np.ones((len(x), 1), complex), np.repeat(c[:, None], L, axis=1)], axis=1), axis=1)
+    p = np.cumprod(np.concatenate([np.ones((1, len(x)), complex), np.repeat(c[None, :], L, axis=0)]), axis=0)
     return np.ascontiguousarray(p.real), np.ascontiguousarray(p.imag)
 
 
@@ -101,8 +108,8 @@ def real_harmonics(L: int, x: npt.ArrayLike) -> Array:
         o = out[s:s + BLOCK]
         for ll, q, _ in legendre_rows(L, xb[:, 2]):
             k = ll * ll + ll
-            o[:, k:k + ll + 1] = q * tc[:, :ll + 1]
-            o[:, k - ll:k] = (q[:, 1:] * ts[:, 1:ll + 1])[:, ::-1]
+            o[:, k:k + ll + 1] = (q * tc[:ll + 1]).T
+            o[:, k - ll:k] = (q[:0:-1] * ts[ll:0:-1]).T
     return out
 
 
@@ -112,48 +119,48 @@ def analysis(L: int, x: npt.ArrayLike, w: npt.ArrayLike) -> Array:
     w = np.asarray(w, dtype=float).ravel()
     out = np.zeros((L + 1) ** 2)
     for s in range(0, len(x), BLOCK):
-        xb, wb = x[s:s + BLOCK], w[s:s + BLOCK, None]
+        xb, wb = x[s:s + BLOCK], w[s:s + BLOCK]
         tc, ts = fourier_factors(L, xb)
         tc, ts = tc * wb, ts * wb
         for ll, q, _ in legendre_rows(L, xb[:, 2]):
             k = ll * ll + ll
-            out[k:k + ll + 1] += np.einsum("jm,jm->m", q, tc[:, :ll + 1])
-            out[k - ll:k] += np.einsum("jm,jm->m", q[:, 1:], ts[:, 1:ll + 1])[::-1]
+            out[k:k + ll + 1] += np.einsum("mj,mj->m", q, tc[:ll + 1])
+            out[k - ll:k] += np.einsum("mj,mj->m", q[:0:-1], ts[ll:0:-1])
     return out
 
 
 def synthesis(L: int, g: Array, x: npt.ArrayLike, gradient: bool = False) -> tuple[Array, Array | None]:
-    """f = Σ_k g_k Y_k at the points x (m, 3) (shape (m,)) and, if asked, its surface gradient ∇_S f (m, 3).
+    """The series f = Σ_k g_k Y_k at the points x (m, 3) (shape (m,)) and, if asked, its surface gradient ∇_S f (m, 3).
 
     g has shape ((L+1)²,), index ℓ² + ℓ + m. The gradient is P_x ∇F of the polynomial extension (see the module).
     """
     x = _unit(x)
-    gp, gm = np.zeros((L + 1, L + 1)), np.zeros((L + 1, L + 1))
+    gp, gm = np.zeros((L + 1, L + 1, 1)), np.zeros((L + 1, L + 1, 1))
     for ll in range(L + 1):
         k = ll * ll + ll
-        gp[ll, :ll + 1] = g[k:k + ll + 1]
-        gm[ll, 1:ll + 1] = g[k - ll:k][::-1]
+        gp[ll, :ll + 1, 0] = g[k:k + ll + 1]
+        gm[ll, 1:ll + 1, 0] = g[k - ll:k][::-1]
     f = np.empty(len(x))
     grad = np.empty((len(x), 3)) if gradient else None
-    mm = np.arange(1, L + 1)
+    mm = np.arange(1, L + 1)[:, None]
     for s in range(0, len(x), BLOCK):
         xb = x[s:s + BLOCK]
         n = len(xb)
         tc, ts = fourier_factors(L, xb)
-        sp, sm = np.zeros((n, L + 1)), np.zeros((n, L + 1))
-        dp, dm = (np.zeros((n, L + 1)), np.zeros((n, L + 1))) if gradient else (sp, sm)
+        sp, sm = np.zeros((L + 1, n)), np.zeros((L + 1, n))
+        dp, dm = (np.zeros((L + 1, n)), np.zeros((L + 1, n))) if gradient else (sp, sm)
         for ll, q, d in legendre_rows(L, xb[:, 2], gradient):
-            sp[:, :ll + 1] += q * gp[ll, :ll + 1]
-            sm[:, :ll + 1] += q * gm[ll, :ll + 1]
+            sp[:ll + 1] += q * gp[ll, :ll + 1]
+            sm[1:ll + 1] += q[1:] * gm[ll, 1:ll + 1]
             if d is not None:
-                dp[:, :ll + 1] += d * gp[ll, :ll + 1]
-                dm[:, :ll + 1] += d * gm[ll, :ll + 1]
-        f[s:s + n] = np.einsum("jm,jm->j", tc, sp) + np.einsum("jm,jm->j", ts, sm)
+                dp[:ll + 1] += d * gp[ll, :ll + 1]
+                dm[1:ll + 1] += d[1:] * gm[ll, 1:ll + 1]
+        f[s:s + n] = np.einsum("mj,mj->j", tc, sp) + np.einsum("mj,mj->j", ts, sm)
         if grad is not None:
-            fz = np.einsum("jm,jm->j", tc, dp) + np.einsum("jm,jm->j", ts, dm)
-            a, b = sp[:, 1:] * mm, sm[:, 1:] * mm
-            fx = np.einsum("jm,jm->j", tc[:, :L], a) + np.einsum("jm,jm->j", ts[:, :L], b)
-            fy = np.einsum("jm,jm->j", tc[:, :L], b) - np.einsum("jm,jm->j", ts[:, :L], a)
-            g3 = np.stack([fx, fy, fz], axis=1)
+            g3 = np.empty((n, 3))
+            g3[:, 2] = np.einsum("mj,mj->j", tc, dp) + np.einsum("mj,mj->j", ts, dm)
+            a, b = sp[1:] * mm, sm[1:] * mm
+            g3[:, 0] = np.einsum("mj,mj->j", tc[:L], a) + np.einsum("mj,mj->j", ts[:L], b)
+            g3[:, 1] = np.einsum("mj,mj->j", tc[:L], b) - np.einsum("mj,mj->j", ts[:L], a)
             grad[s:s + n] = g3 - np.einsum("ij,ij->i", xb, g3)[:, None] * xb
     return f, grad

@@ -14,9 +14,10 @@ The series is summed in doubles with terms up to ‖μ‖ e^β, so K∗μ carrie
 from the mass K∗μ is as small as ‖μ‖ e^{−β}: the SA quotient then has a relative error ≈ ε e^{2β} (1e-3 at
 β = 15). :func:`choose_kernel` keeps the harmonic kernel while that bound is below ``rtol`` and otherwise takes
 :class:`LogDomainVelocity`: the direct quadrature of e^{β(x·y−1)} with the exponent (and log w) shifted by its
-maximum per target, exact to round-off at any β. It gathers the points of all ranks (32 bytes per point on
-every rank, plus 8·chunk·N bytes of work arrays): a gather, O(N²) work, for small meshes and the large-β SA
-regime only. Both expose the harmonic coefficients (computed gather-free) for the reports.
+maximum per target, exact to round-off at any β. It gathers the points of all ranks: 32 N bytes on every rank
+(N points in all) plus work arrays of at most :data:`WORK_BYTES` (64 MiB), and O(n N) work per rank: for
+meshes of up to ~10⁵ points and the large-β SA regime only. Both expose the harmonic coefficients (computed
+gather-free) for the reports.
 """
 
 from __future__ import annotations
@@ -41,11 +42,16 @@ Array = npt.NDArray[np.float64]
 #: the default bound on the Bessel tail of the potential, relative to ‖μ‖ e^β (:func:`harmonic_degree`)
 DEFAULT_TOL = 1e-14
 EPS = 2.0**-52
+#: the log-domain kernel's work arrays (three blocks of targets × all N points) stay below this many bytes
+WORK_BYTES = 2**26
 
 
 def harmonic_tail(beta: float, L: int, derivative: bool = False) -> float:
-    """e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) (or, with ``derivative``, × ℓ(ℓ+1)/2, the bound of |∇_S P_ℓ|): the truncation
-    error of K∗μ (of ∇_S K∗μ) at degree L per unit mass, relative to e^β. Uses ``scipy.special.ive`` (no overflow)."""
+    """The Bessel tail e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β): the truncation error of K∗μ at degree L per unit mass.
+
+    Relative to e^β; with ``derivative`` each term × ℓ(ℓ+1)/2 (the bound of |∇_S P_ℓ(x·y)|): the error of
+    ∇_S K∗μ. Uses ``scipy.special.ive`` (no overflow at any β).
+    """
     ll = np.arange(L + 1, L + 60 + int(4 * beta))
     t = (2 * ll + 1) * np.sqrt(np.pi / (2 * beta)) * scipy.special.ive(ll + 0.5, beta)
     if derivative:
@@ -128,7 +134,7 @@ class HarmonicVelocity:
         return synthesis(self.L, self.eigenvalues * self.coefficients, x)[0]
 
     def velocity(self, x: Array) -> Array:
-        """c β⁻¹ ∇_S(K∗μ) (USA) or c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA) at the unit vectors x (m, 3): shape (m, 3)."""
+        """The velocity c β⁻¹ ∇_S(K∗μ) (USA) or c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA) at the unit vectors x (m, 3): shape (m, 3)."""
         f, g = synthesis(self.L, self.eigenvalues * self.coefficients, x, gradient=True)
         assert g is not None
         if self.attention == "softmax":
@@ -165,16 +171,17 @@ class LogDomainVelocity(DirectVelocity):
         return degree_power(self.coefficients)
 
     def _blocks(self, x: Array) -> tuple[Array, Array, Array]:
-        """log K∗μ (m,), and the SA quotient ∫ e^{βx·y} y dμ / K∗μ (m, 3) at x (m, 3)."""
+        """The log of K∗μ (m,), and the SA quotient ∫ e^{βx·y} y dμ / K∗μ (m, 3) at x (m, 3)."""
         x = np.asarray(x, dtype=float).reshape(-1, 3)
         logk, mean = np.empty(len(x)), np.empty_like(x)
-        for s in range(0, len(x), self.chunk):
-            e = self.beta * (x[s:s + self.chunk] @ self._y.T) + self._logw
+        chunk = max(1, min(self.chunk, WORK_BYTES // (24 * max(len(self._y), 1))))
+        for s in range(0, len(x), chunk):
+            e = self.beta * (x[s:s + chunk] @ self._y.T) + self._logw
             mx = e.max(axis=1, keepdims=True)
             k = np.exp(e - mx)
             tot = k.sum(axis=1)
-            logk[s:s + self.chunk] = mx[:, 0] + np.log(tot)
-            mean[s:s + self.chunk] = k @ self._y / tot[:, None]
+            logk[s:s + chunk] = mx[:, 0] + np.log(tot)
+            mean[s:s + chunk] = k @ self._y / tot[:, None]
         return x, logk, mean
 
     def potential(self, x: Array) -> Array:

@@ -1,0 +1,145 @@
+"""Cost and memory of the sphere's kernels (mfpde.tokens.sphere.kernel) against n, L and the number of ranks.
+
+One evaluation = ``update`` (μ̂_ℓm of n points, one Allreduce) + ``velocity`` at the same n points (what a
+solver does per stage). Measured (CPU seconds, ``time.process_time``, best of ``--repeat``, one BLAS thread):
+
+* the harmonic kernel against n at L = 28 (β = 9) and against L at fixed n; power laws t ≈ C n^a, t ≈ C L^b
+  fitted (:func:`mfpde.fitting.fit_power`) — the model is O(n (L+1)²): a = 1, b = 2;
+* the log-domain kernel (gathers, O(n²)) and the direct sum against n;
+* peak memory of one evaluation per point (``tracemalloc``, numpy's allocations), harmonic and log-domain;
+* with ``--ranks``: run under ``mpiexec -n P``, a weak-scaling table (n points per rank): the slowest rank's
+  seconds and the bytes each rank sends (8 (L+1)² per update, whatever P);
+* if ``ducc0`` is importable: its NUFFT-based ``synthesis_general`` (value + gradient) and
+  ``adjoint_synthesis_general`` at ε = 2.1e-13 against n, for comparison (not a dependency of mfpde).
+
+    python bench/bench_sphere_kernel.py [--repeat 3] [--quick] [--json out/bench_sphere_kernel.json]
+    mpiexec -n 3 python bench/bench_sphere_kernel.py --ranks [--n 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mfpde.fitting import fit_power  # noqa: E402
+from mfpde.tokens.sphere.kernel import HarmonicVelocity, LogDomainVelocity  # noqa: E402
+from mfpde.tokens.sphere.velocity import DirectVelocity  # noqa: E402
+
+
+def points(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded unit vectors (n of them) and the masses of a smooth density (total 1)."""
+    x = np.random.default_rng(seed).normal(size=(n, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    w = np.exp(x[:, 0] + x[:, 2] ** 2)
+    return x, w / w.sum()
+
+
+def best(fn: Callable[[], object], repeat: int) -> float:
+    """The least CPU seconds of ``repeat`` calls."""
+    ts = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        fn()
+        ts.append(time.process_time() - t0)
+    return min(ts)
+
+
+def evaluation(kernel: Any, x: np.ndarray, w: np.ndarray) -> Callable[[], object]:
+    """One update + velocity at the same points."""
+    def run() -> object:
+        kernel.update(x, w)
+        return kernel.velocity(x)
+    return run
+
+
+def peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak numpy allocation of one call (tracemalloc)."""
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def serial(repeat: int, quick: bool) -> dict[str, Any]:
+    ns = [2000, 8000, 32000] if quick else [2000, 8000, 32000, 128000]
+    res: dict[str, Any] = {"n": ns}
+    h = HarmonicVelocity(9.0, "softmax")
+    res["L_n"] = h.L
+    res["harmonic_s"] = [best(evaluation(h, *points(n)), repeat) for n in ns]
+    res["harmonic_exponent_n"] = fit_power(ns, res["harmonic_s"]).q
+    Ls = [8, 16, 32, 64]
+    nL = 16000
+    x, w = points(nL)
+    res["L"], res["n_L"] = Ls, nL
+    res["harmonic_L_s"] = [best(evaluation(HarmonicVelocity(9.0, "softmax", L=L), x, w), repeat) for L in Ls]
+    res["harmonic_exponent_L"] = fit_power([L + 1 for L in Ls], res["harmonic_L_s"]).q
+    nd = [1000, 2000, 4000] if quick else [1000, 2000, 4000, 8000]
+    res["n_direct"] = nd
+    res["log_domain_s"] = [best(evaluation(LogDomainVelocity(20.0, "softmax"), *points(n)), repeat) for n in nd]
+    res["direct_s"] = [best(evaluation(DirectVelocity(9.0, "softmax"), *points(n)), repeat) for n in nd]
+    res["log_domain_exponent_n"] = fit_power(nd, res["log_domain_s"]).q
+    nm = 32000
+    res["bytes_per_point"] = {
+        "harmonic": peak_bytes(evaluation(HarmonicVelocity(9.0, "softmax"), *points(nm))) / nm,
+        "log_domain": peak_bytes(evaluation(LogDomainVelocity(20.0, "softmax"), *points(8000))) / 8000}
+    if importlib.util.find_spec("ducc0") is not None:
+        res["ducc0_s"] = [best(_ducc0(h.L, *points(n)), repeat) for n in ns]
+    return res
+
+
+def _ducc0(L: int, x: np.ndarray, w: np.ndarray) -> Callable[[], object]:
+    """ducc0's general-position transforms: the adjoint (μ̂), the value and the gradient (spin 1, DERIV1)."""
+    import ducc0  # type: ignore[import-not-found]
+
+    loc = np.stack([np.arccos(np.clip(x[:, 2], -1, 1)), np.mod(np.arctan2(x[:, 1], x[:, 0]), 2 * np.pi)], axis=1)
+
+    def run() -> object:
+        alm = ducc0.sht.adjoint_synthesis_general(map=w[None], spin=0, lmax=L, loc=loc, epsilon=2.1e-13)
+        ducc0.sht.synthesis_general(alm=alm, spin=0, lmax=L, loc=loc, epsilon=2.1e-13)
+        return ducc0.sht.synthesis_general(alm=alm, spin=1, lmax=L, loc=loc, epsilon=2.1e-13, mode="DERIV1")
+    return run
+
+
+def weak(n: int, repeat: int) -> dict[str, Any]:
+    """Weak scaling, n points per rank: the slowest rank's CPU seconds per evaluation, bytes sent per update."""
+    comm = MPI.COMM_WORLD
+    x, w = points(n, seed=comm.rank)
+    h = HarmonicVelocity(9.0, "softmax", comm)
+    t = comm.allreduce(best(evaluation(h, x, w), repeat), MPI.MAX)
+    return {"ranks": comm.size, "n_per_rank": n, "L": h.L, "slowest_rank_s": t,
+            "allreduce_bytes": 8 * (h.L + 1) ** 2}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ranks", action="store_true", help="the weak-scaling row of this mpiexec -n P")
+    ap.add_argument("--n", type=int, default=20000, help="points per rank with --ranks")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    res = weak(args.n, args.repeat) if args.ranks else serial(args.repeat, args.quick)
+    if MPI.COMM_WORLD.rank == 0:
+        print(json.dumps(res, indent=1))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
