@@ -48,10 +48,10 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         ConfigError: invalid input (nothing is written).
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
-    if cfg.tokens.domain == "circle":  # theory §9: a replicated 1-D solve (mfpde.tokens.circle.job)
-        from mfpde.tokens.circle.job import circle_transport_job
+    if cfg.tokens.domain != "box":  # the circle (theory §8), the sphere (§9): each domain's package runs its job
+        from mfpde.tokens.domains import transport_job as domain_job
 
-        return circle_transport_job(cfg, out, comm, progress)
+        return domain_job(cfg, out, comm, progress)  # type: ignore[return-value]
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed
         pb = build(cfg, comm)
         prepare_output_dir(out, comm)

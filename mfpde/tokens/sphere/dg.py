@@ -229,7 +229,7 @@ class SphereDG(rk.SingleRow):
 
     # -- the depth loop -----------------------------------------------------------------------------
     def solve(self, mu: dolfinx.fem.Function, T: float, steps: int, callback: Any = None,
-              deadline: float = math.inf) -> SphereReport:
+              deadline: float = math.inf, depths: Any = None) -> SphereReport:
         """Transport μ_0 = ``mu`` to depth T through ``steps`` equal depth steps of SSP-RK3 with CFL sub-steps.
 
         Args:
@@ -239,6 +239,7 @@ class SphereDG(rk.SingleRow):
             callback: called as callback(step, t, μ_t) (μ_t a Function of V, ghosts current) after every depth
                 step and with step 0 first.
             deadline: a ``time.process_time()`` value after which the solve stops (NumericalError).
+            depths: the depth-step ends t_0 = 0 < … < t_steps = T (None: T·j/steps).
 
         Returns:
             The report; μ_T in ``mu_T`` (a new Function). ``solve_cpu_s`` is the process time of the solve
@@ -261,7 +262,7 @@ class SphereDG(rk.SingleRow):
             out.x.scatter_forward()
             callback(k, tk, out)
 
-        ts = np.linspace(0.0, T, steps + 1)
+        ts = np.linspace(0.0, T, steps + 1) if depths is None else np.asarray(depths, dtype=float)
         cpu += time.process_time() - start
         if callback is not None:
             emit(0, 0.0)
