@@ -39,6 +39,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "data.modes": da.kind == "circle_modes", "data.amplitude": da.kind == "circle_noise",
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
         "tokens.solver": circle, "tokens.labels": flow, "tokens.rtol": flow, "tokens.beta": False,
+        "tokens.noise": circle and not flow,
         "tokens.degree": not flow, "tokens.cfl": not flow, "depth.spacing": circle,
         "depth.decades": circle and d.spacing == "log",
         "heads.a": h.family == "value", "heads.box": not h.mesh, "heads.cells": not h.mesh,

@@ -31,6 +31,7 @@ class Tokens:
     labels: int = 128  # circle, solver "flow": the number M of quantile labels of μ_0
     rtol: float = 1e-10  # circle, solver "flow": the integrators' relative (and absolute, radians) tolerance
     beta: float = math.nan  # circle: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init is used)
+    noise: float = 0.0  # circle, DG0: τ ≥ 0 of ∂_t μ + ∂_θ(μ u) = τ ∂²_θ μ (theory §10; Scharfetter–Gummel flux)
 
 
 @dataclass(frozen=True)

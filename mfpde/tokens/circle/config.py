@@ -77,7 +77,11 @@ def check_circle(cfg: Any) -> None:
         f.need(t.solver == "dg", "tokens.solver",
                f"{t.solver!r} needs tokens.domain = 'circle' (boxes are solved by DG)")
         f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle'")
+        f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle' (noise is not on boxes)")
         return f.raise_all()
+    if f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}"):
+        f.need(t.noise == 0 or (t.solver == "dg" and t.degree == 0), "tokens.noise",
+               f"{t.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 (the Scharfetter–Gummel scheme)")
     f.need(t.solver in SOLVERS, "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
     if t.solver == "flow":
         f.need(8 <= t.labels <= MAX_LABELS, "tokens.labels", f"must be in 8..{MAX_LABELS} (the stiff phase holds "
