@@ -52,7 +52,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
     }
-    return rules.get(key, True)
+    return rules.get(key, not key.startswith("continuation."))  # [continuation]: mfpde continuation only
 
 
 def _toml_value(v: Any) -> str:

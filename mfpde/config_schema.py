@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAMILY_DEFAULTS", "Config", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens", "Training"]
+__all__ = ["FAMILY_DEFAULTS", "Config", "Continuation", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens",
+           "Training"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,20 @@ class Petsc:
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """``mfpde continuation``: the parameter, its range and the step control (pseudo-arclength, weighted norm)."""
+
+    parameter: str = "coupling"  # K, the v of the single Dirac head (β is its a)
+    start: float = 0.5
+    stop: float = 3.0
+    step: float = 0.05  # the initial arclength step
+    step_min: float = 1e-6  # a failed Newton correction below it ends the branch
+    step_max: float = 0.25
+    max_points: int = 400  # per branch
+    points: int = 127  # N, odd: the collocation points of the stationary equation
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
 
@@ -144,6 +159,7 @@ class Config:
     training: Training = field(default_factory=Training)
     output: Output = field(default_factory=Output)
     petsc: Petsc = field(default_factory=Petsc)
+    continuation: Continuation = field(default_factory=Continuation)
     source: str = ""  # where it came from (file path or "<default>"): not a TOML key
 
 
