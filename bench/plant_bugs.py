@@ -171,6 +171,18 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/training/theory.py", "win = gap >= 10 * certificate_end", "win = gap >= 1 * certificate_end",
         ["tests/training/test_theorems.py::test_certified_rate_fits_only_rows_where_f_star_is_known_to_10_percent"],
         "the run report's certificate window 1 × λ KL instead of 10 × (F* to within 100%, not 10%)"),
+    "continuation_jacobian_half": (
+        "mfpde/tokens/circle/stationary.py", "Ju = self.R @ (np.eye(self.N) - kappa * SA) @ self.E",
+        "Ju = self.R @ (np.eye(self.N) - 0.5 * kappa * SA) @ self.E",
+        ["noisy_threshold", "tests/test_continuation.py::test_jacobian_is_exact"],
+        "the stationary equation's Jacobian ∂F/∂u with a missing factor 2 in the nonlocal term (K_c at 2τβ/I_1)"),
+    "continuation_probe_ratio": (
+        "mfpde/continuation_job.py", "for rho in (PROBE, 2 * PROBE):", "for rho in (PROBE, 3 * PROBE):",
+        ["noisy_tricritical"], "the curvature probes at ρ and 3ρ under the Richardson weights of ρ and 2ρ"),
+    "continuation_growth_sign": (
+        "mfpde/tokens/circle/stationary.py", "L = self.noise * D @ D - K * D @", "L = self.noise * D @ D + K * D @",
+        ["tests/test_continuation.py::test_uniform_spectrum_is_the_closed_form"],
+        "the linearisation's drift term with the wrong sign (stability flags wrong)"),
 }
 
 

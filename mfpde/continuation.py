@@ -36,6 +36,8 @@ Array = npt.NDArray[np.float64]
 #: The Illinois iteration stops when the bracket in Δs is this small (relative to the step) or after LOCATE_ITS.
 LOCATE_TOL = 1e-13
 LOCATE_ITS = 60
+#: A point whose |det ∂F/∂u| is below this times that of the point before is on a branch point (to round-off).
+SINGULAR = 1e-12
 
 
 class Problem(Protocol):
@@ -258,7 +260,7 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
     m = len(x0) - 1
     br = Branch(u=[x0[:m].copy()], K=[float(x0[m])])
     x, t = x0.copy(), t0 / math.sqrt(float(np.sum(W * t0 * t0)))
-    det0 = math.nan
+    det0, pending = math.nan, None
     ds = ctl.ds
     its0 = newton.its
     while len(br.K) < ctl.max_points:
@@ -273,18 +275,22 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                                         f"K = {x[m]:.10g}"), True
                 break
             continue
-        t_new = tangent(problem, y, t, W)
         det1 = _det(problem, y)
-        if len(br.K) == 1:  # the first step from a branch point: t_K ≈ 0 and det ≈ 0 there, signs are noise
+        # a step that lands on a branch point (to round-off: det ≈ 0, the tangent system singular) keeps the tangent
+        # and the sign before it; the event is that point if the sign changes on the next step
+        singular = abs(det1) <= SINGULAR * (abs(det0) if math.isfinite(det0) else 1.0)
+        t_new = t.copy() if singular else tangent(problem, y, t, W)
+        if len(br.K) == 1 or singular:  # the first step from a branch point: t_K ≈ 0 and det ≈ 0 there
             pass
         elif (t[m] > 0) != (t_new[m] > 0):
             z = _locate(newton, x, t, ds, W, _fold_test(problem, t, W), t[m], t_new[m])
             br.events.append(Event("fold", z[:m], float(z[m]), len(br.K) - 1, tangent(problem, z, t, W)))
         elif (det0 > 0) != (det1 > 0):
-            z = _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
+            z = pending if pending is not None else _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
             # the tangent of the step before (at the branch point the bordered tangent system is singular)
-            br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K) - 1, t.copy()))
-        x, t, det0 = y, t_new, det1
+            br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K) - 1 - (pending is not None), t.copy()))
+        pending = y if singular else None
+        x, t, det0 = y, t_new, det0 if singular else det1
         br.u.append(x[:m].copy())
         br.K.append(float(x[m]))
         if not ctl.lo <= x[m] <= ctl.hi:

@@ -84,7 +84,7 @@ def test_supercritical_below_and_subcritical_with_a_fold_above_beta_star():
     kc, fold = (e["parameter"] for e in sub["bifurcations"][:2])
     assert 0.3 < fold < kc
     br = sub["branches"][1]
-    K, st, r = np.array(br["parameter"]), np.array(br["stable"]), np.array(br["order_parameter"])
+    st, r = np.array(br["stable"]), np.array(br["order_parameter"])
     rf = sub["bifurcations"][1]["order_parameter"]
     assert not st[(r > 0.05) & (r < rf - 0.05)].any() and st[r > rf + 0.05].all()
     assert not sub["branches"][0]["stable"][-1]  # the uniform state above K_c
