@@ -67,7 +67,7 @@ class StepControl:
 
 @dataclass
 class Event:
-    """A located fold or branch point: ``kind`` ("fold" | "branch_point"), x = (u, K), the point index before it."""
+    """A located fold or branch point: ``kind`` ("fold" | "branch_point"), x = (u, K), its index among the points."""
 
     kind: str
     u: Array
@@ -284,11 +284,18 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
             pass
         elif (t[m] > 0) != (t_new[m] > 0):
             z = _locate(newton, x, t, ds, W, _fold_test(problem, t, W), t[m], t_new[m])
-            br.events.append(Event("fold", z[:m], float(z[m]), len(br.K) - 1, tangent(problem, z, t, W)))
+            br.events.append(Event("fold", z[:m], float(z[m]), len(br.K), tangent(problem, z, t, W)))
+            br.u.append(z[:m].copy())  # the located point is a point of the branch
+            br.K.append(float(z[m]))
         elif (det0 > 0) != (det1 > 0):
-            z = pending if pending is not None else _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
             # the tangent of the step before (at the branch point the bordered tangent system is singular)
-            br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K) - 1 - (pending is not None), t.copy()))
+            if pending is not None:
+                br.events.append(Event("branch_point", pending[:m], float(pending[m]), len(br.K) - 1, t.copy()))
+            else:
+                z = _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
+                br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K), t.copy()))
+                br.u.append(z[:m].copy())
+                br.K.append(float(z[m]))
         pending = y if singular else None
         x, t, det0 = y, t_new, det0 if singular else det1
         br.u.append(x[:m].copy())

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.optimize
 import scipy.special
 
 from mfpde.verify.registry import Outcome, register
+
+if TYPE_CHECKING:
+    from mfpde.tokens.circle.stationary import CircleStationary
 
 __all__ = ["measured_beta_star", "measured_threshold"]
 
@@ -36,13 +40,13 @@ STEP = 0.0437
 C2_ERROR = 1e-7
 
 
-def _first_branch_point(beta: float, tau: float, points: int, deadline: float = math.inf) -> tuple[float, object,
-                                                                                                      object, object]:
+def _first_branch_point(beta: float, tau: float, points: int,
+                        deadline: float = math.inf) -> tuple[float, CircleStationary, np.ndarray, np.ndarray]:
     """(K of the first branch point of the uniform branch, the problem, its state x, the branch direction)."""
     from mfpde.continuation import Newton, StepControl, branch_direction, continue_branch
-    from mfpde.tokens.circle.stationary import CircleStationary
+    from mfpde.tokens.circle.stationary import CircleStationary as Problem
 
-    P = CircleStationary(points, beta, tau)
+    P = Problem(points, beta, tau)
     guess = tau * beta / float(scipy.special.iv(1, beta))  # only the range of the scan
     lo, hi = 0.8 * guess, 1.1 * guess
     W = np.concatenate([np.full(P.m, (2 * math.pi) ** 2 / P.m), [1.0]])
@@ -69,10 +73,10 @@ def _c2(beta: float, tau: float, points: int) -> float:
     from mfpde.continuation_job import _amplitude_row, curvature
 
     _, P, x, d = _first_branch_point(beta, tau, points)
-    if _amplitude_row(P, 1) @ d < 0:  # type: ignore[arg-type]
-        d = -d  # type: ignore[operator]
-    with Newton(P, P.m) as nw:  # type: ignore[attr-defined]
-        return curvature(P, nw, x, d, 1)  # type: ignore[arg-type]
+    if _amplitude_row(P, 1) @ d < 0:
+        d = -d
+    with Newton(P, P.m) as nw:
+        return curvature(P, nw, x, d, 1)
 
 
 def measured_beta_star(tau: float, points: int) -> tuple[float, float]:
