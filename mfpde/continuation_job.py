@@ -135,7 +135,7 @@ def noisy_circle_branches(P: CircleStationary, start: float, stop: float, ctl: S
         t0[-1] = 1.0 if stop > start else -1.0
         uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline)
         branches.append(_block(P, uni, "uniform", eig_solver))
-        for ev in (e for e in uni.events if e.kind == "branch_point"):
+        for ev in (e for e in uni.events if e.kind == "branch_point" and ctl.lo <= e.K <= ctl.hi):
             x = np.concatenate([ev.u, [ev.K]])
             d = branch_direction(P, x, ev.tangent, W)
             k = _mode(P, d)

@@ -164,3 +164,29 @@ def test_cli_report_and_diagram(tmp_path):
 def test_cli_bad_input_is_exit_2_naming_the_key(tmp_path, override, key):
     r = _cli(tmp_path, override)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and key in r.stderr, r.stderr
+
+
+def test_the_demo_is_a_valid_continuation_config():
+    from mfpde import config as C
+    from mfpde.continuation_job import check_continuation
+
+    assert check_continuation(C.load("demos/noisy_circle.toml")) == (4.0, 1.0)
+
+
+@serial
+def test_a_newton_failure_ends_its_branch_with_a_reason(tmp_path):
+    """SNES allowed no iteration: the uniform branch (exact at every K) is computed, the bifurcating ones stop at their
+    first points (a predictor within the tolerance needs no iteration) with the reason; exit 0 and the report says which
+    stopped early; branch points beyond the range (the uniform branch's last step overshoots it) are not followed."""
+    import os
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CFG)
+    env = {**os.environ, "PETSC_OPTIONS": "-mfpde_cont_snes_max_it 0"}
+    r = subprocess.run([sys.executable, "-m", "mfpde", "continuation", str(cfg), "--out", str(tmp_path / "o"),
+                        "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    uni, *others = rep["branches"]
+    assert not uni["early"] and len(uni["parameter"]) > 2 and others
+    assert others and all(b["early"] and "Newton failed" in b["stopped"] for b in others), others
