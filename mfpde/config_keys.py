@@ -52,7 +52,8 @@ def in_use(cfg: Config, key: str) -> bool:
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
     }
-    return rules.get(key, not key.startswith("continuation."))  # [continuation]: mfpde continuation only
+    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle)
+    return rules.get(key, not key.startswith("continuation.") or (circle and t.noise > 0))
 
 
 def _toml_value(v: Any) -> str:
