@@ -153,7 +153,8 @@ def test_cli_report_and_diagram(tmp_path):
         n = len(b["parameter"])
         assert n >= 2 and all(len(b[k]) == n for k in ("order_parameter", "free_energy", "stable"))
     assert (tmp_path / "o" / "plots" / "bifurcation.png").stat().st_size > 1000
-    assert "[continuation]\nparameter = \"coupling\"\nstart = 0.3\nstop = 0.6" in (tmp_path / "o" / "config.toml").read_text()
+    resolved = (tmp_path / "o" / "config.toml").read_text()
+    assert "[continuation]\nparameter = \"coupling\"\nstart = 0.3\nstop = 0.6" in resolved
 
 
 @serial
