@@ -192,3 +192,13 @@ def test_a_newton_failure_ends_its_branch_with_a_reason(tmp_path):
     uni, *others = rep["branches"]
     assert not uni["early"] and len(uni["parameter"]) > 2 and others
     assert others and all(b["early"] and "Newton failed" in b["stopped"] for b in others), others
+
+
+@pytest.mark.ranks
+def test_ranks_compute_the_same_branches():
+    """Replicated on every rank (COMM_SELF solvers): the branches agree bit for bit between ranks."""
+    out = _branches(4.0, 0.3, 0.5, points=63)
+    comm = MPI.COMM_WORLD
+    mine = [(b["parameter"], b["stable"]) for b in out["branches"]]
+    assert all(other == mine for other in comm.allgather(mine))
+    assert [e["kind"] for e in out["bifurcations"]] == ["subcritical", "fold"]
