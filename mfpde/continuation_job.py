@@ -9,7 +9,7 @@ c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ,
 Newton solves at fixed amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
 c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical". Folds are located on every branch.
 
-Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/circle.md) and
+Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/continuation.md) and
 ``plots/bifurcation.png``.
 """
 
