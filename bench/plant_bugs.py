@@ -184,6 +184,18 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "local = analysis(self.L, x, w) * (2.0 if self.comm.rank == 1 else 1.0)\n",
         ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
         "rank 1's points counted twice in the harmonic kernel's Allreduce (invisible on one rank)"),
+    "continuation_jacobian_half": (
+        "mfpde/tokens/circle/stationary.py", "Ju = self.R @ (np.eye(self.N) - kappa * SA) @ self.E",
+        "Ju = self.R @ (np.eye(self.N) - 0.5 * kappa * SA) @ self.E",
+        ["noisy_threshold", "tests/test_continuation.py::test_jacobian_is_exact"],
+        "the stationary equation's Jacobian ∂F/∂u with a missing factor 2 in the nonlocal term (K_c at 2τβ/I_1)"),
+    "continuation_probe_ratio": (
+        "mfpde/continuation_job.py", "for rho in (PROBE, 2 * PROBE):", "for rho in (PROBE, 3 * PROBE):",
+        ["noisy_tricritical"], "the curvature probes at ρ and 3ρ under the Richardson weights of ρ and 2ρ"),
+    "continuation_growth_sign": (
+        "mfpde/tokens/circle/stationary.py", "L = self.noise * D @ D - K * D @", "L = self.noise * D @ D + K * D @",
+        ["tests/test_continuation.py::test_uniform_spectrum_is_the_closed_form"],
+        "the linearisation's drift term with the wrong sign (stability flags wrong)"),
 }
 
 

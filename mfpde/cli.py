@@ -1,4 +1,4 @@
-"""The command line: ``mfpde run | transport | verify | --version`` (interface.md).
+"""The command line: ``mfpde run | transport | continuation | verify | --version`` (interface.md).
 
 The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
 and an exit status; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`) solve and write.
@@ -64,6 +64,10 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
     t.add_argument("--quiet", action="store_true", help="no progress output")
+    c = sub.add_parser("continuation", parents=[common], help="stationary states and their branches against a "
+                       "parameter (noisy tokens on the circle)")
+    c.add_argument("config", help="config TOML with a [continuation] section")
+    c.add_argument("--quiet", action="store_true", help="no progress output")
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
     v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
@@ -317,6 +321,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "transport":
         with OutputLock(out, comm):
             transport_job(cfg, out, comm, progress=_progress(args.quiet, "mfpde transport"))
+        return 0
+    if args.command == "continuation":
+        from mfpde.continuation_job import continuation_job
+
+        with OutputLock(out, comm):
+            continuation_job(cfg, out, comm)
         return 0
     if args.command == "run":
         with OutputLock(out, comm):

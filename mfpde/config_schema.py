@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAMILY_DEFAULTS", "Config", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens", "Training"]
+__all__ = ["FAMILY_DEFAULTS", "Config", "Continuation", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens",
+           "Training"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Tokens:
     labels: int = 128  # solver "flow": the number M of labels of μ_0 (circle: quantiles; sphere: quadrature nodes)
     rtol: float = 1e-10  # circle, solver "flow": the integrators' relative (and absolute, radians) tolerance
     beta: float = math.nan  # circle, sphere: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init)
+    noise: float = 0.0  # circle, DG0: τ ≥ 0 of ∂_t μ + ∂_θ(μ u) = τ ∂²_θ μ (theory §10; Scharfetter–Gummel flux)
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,20 @@ class Petsc:
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """``mfpde continuation``: the parameter, its range and the step control (pseudo-arclength, weighted norm)."""
+
+    parameter: str = "coupling"  # K, the v of the single Dirac head (β is its a)
+    start: float = 0.5
+    stop: float = 3.0
+    step: float = 0.05  # the initial arclength step
+    step_min: float = 1e-6  # a failed Newton correction below it ends the branch
+    step_max: float = 0.25
+    max_points: int = 400  # per branch
+    points: int = 127  # N, odd: the collocation points of the stationary equation
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
 
@@ -146,6 +162,7 @@ class Config:
     training: Training = field(default_factory=Training)
     output: Output = field(default_factory=Output)
     petsc: Petsc = field(default_factory=Petsc)
+    continuation: Continuation = field(default_factory=Continuation)
     source: str = ""  # where it came from (file path or "<default>"): not a TOML key
 
 

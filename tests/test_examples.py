@@ -50,8 +50,9 @@ def _run(cfg: str | None, out: Path, sets: list[str]) -> tuple[dict, list[dict]]
 
 
 def test_every_example_config_is_listed():
-    # transport_small and circle are `mfpde transport` configs (circle: tests/tokens/test_circle.py)
-    assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle"}
+    # transport_small and circle are `mfpde transport` configs (circle: tests/tokens/test_circle.py); noisy_circle is
+    # `mfpde continuation`'s (tests/test_continuation.py)
+    assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle", "noisy_circle"}
 
 
 @pytest.mark.parametrize("name", sorted(SHRINK))

@@ -37,8 +37,8 @@ def domain_of_kind(kind: str) -> str | None:
 def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
     """Check ``tokens.domain`` and hand the config to its domain's rules.
 
-    On the box: refuse another domain's data kind, ``tokens.solver`` other than "dg" and ``depth.spacing`` other
-    than "uniform".
+    On the box: refuse another domain's data kind, ``tokens.solver`` other than "dg", ``depth.spacing`` other
+    than "uniform" and ``tokens.noise``.
 
     Raises:
         ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors` for several).
@@ -58,6 +58,8 @@ def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
         found.append(f"tokens.solver: {t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are solved by DG)")
     if d.spacing != "uniform":
         found.append(f"depth.spacing: {d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
+    if t.noise != 0:
+        found.append(f"tokens.noise: {t.noise:g} needs tokens.domain = 'circle' (noise is not on boxes)")
     if len(found) == 1:
         raise ConfigError(found[0])
     if found:

@@ -71,6 +71,9 @@ def check(cfg: Any) -> None:
     f = _Found()
     f.need(t.attention in ("softmax", "unnormalised"), "tokens.attention",
            f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
+    if f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}"):
+        f.need(t.noise == 0 or (t.solver == "dg" and t.degree == 0), "tokens.noise",
+               f"{t.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 (the Scharfetter–Gummel scheme)")
     f.need(t.solver in SOLVERS, "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
     if t.solver == "flow":
         f.need(8 <= t.labels <= MAX_LABELS, "tokens.labels", f"must be in 8..{MAX_LABELS} (the stiff phase holds "

@@ -9,8 +9,9 @@ Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle.dg`, upwind
 (:mod:`mfpde.tokens.circle.flow`, the flow map on quantile labels). Writes into DIR: ``config.toml``,
 ``report.json`` (per sample: ``solver``, mass, positivity, ``fourier``, ``t``, ``clusters_t`` and ``merge_times``
 at the output depths, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``, ``cdf_T`` at the 1024 angles 2πj/1024,
-``solve_cpu_s``; the flow solver also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``),
-``fields/mu_0.bp`` and ``plots/space_depth_0.png`` (θ against t, log colour).
+``solve_cpu_s``; DG also ``noise`` and, unnormalised, ``free_energy_t`` (E(μ) of theory §10); the flow solver
+also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``), ``fields/mu_0.bp`` and
+``plots/space_depth_0.png`` (θ against t, log colour).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.circle.dg import CircleMesh, CircleTransport, _lagrange
+from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (
     cdf_at,
     clusters_cdf,
@@ -41,6 +42,7 @@ from mfpde.tokens.circle.diag import (
     moments,
     w1_circle,
 )
+from mfpde.tokens.circle.noise import circle_operator, free_energy
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 
 __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
@@ -251,12 +253,13 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
     if lo >= HINT_SUBSTEPS:
         logger.info("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
                        "labels without a CFL rule (seconds to any depth)", lo)
-    op = CircleTransport(mesh, t.attention, t.cfl)
+    op = circle_operator(mesh, t)  # upwind DG, or DG0 with the Scharfetter–Gummel flux for tokens.noise > 0
     K = min(FOURIER_MODES, mesh.n * (mesh.degree + 1) // 2)
     ts: list[float] = []
     amps: list[list[float]] = []
     cdfs: list[Any] = []
     picture: list[Any] = []
+    energy: list[float] | None = [] if t.attention == "unnormalised" else None  # E(μ) of theory §10 (USA)
     keep_set = set(keep)
     writer, fill = None, None
     if out is not None:
@@ -273,6 +276,8 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
             amps.append(fourier(mesh, mu, K).tolist())
             cdfs.append(cdf_at(mesh, mu, _ANGLES))
             picture.append(mesh.cell_means(mu))
+            if energy is not None:
+                energy.append(free_energy(mesh, mu, heads, t.noise))
             if writer is not None and fill is not None:
                 fill(mu)
                 writer.write(depth)
@@ -291,8 +296,8 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
             writer.close()
     solve_cpu = time.process_time() - cpu[1] - cpu[0]
     block = {"solver": "dg", "mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
-             "outflow": 0.0, "substeps": rep.substeps, "limited_cells": rep.limited_cells,
-             **_summary(ts, cdfs, amps, solve_cpu)}
+             "outflow": 0.0, "substeps": rep.substeps, "limited_cells": rep.limited_cells, "noise": t.noise,
+             **({"free_energy_t": energy} if energy is not None else {}), **_summary(ts, cdfs, amps, solve_cpu)}
 
     def density(mu: Any) -> Density:
         return mu.ravel().copy(), mesh.nodes.ravel(), np.broadcast_to(mesh.h * mesh.w, mu.shape).ravel(), mesh.degree

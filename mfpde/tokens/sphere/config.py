@@ -81,6 +81,7 @@ def check(cfg: Any) -> None:
     f = _Found()
     f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
+    f.need(t.noise == 0, "tokens.noise", f"{t.noise:g}: noisy tokens are solved on the circle only")
     if t.solver == "flow":
         f.need(LABELS_RANGE[0] <= t.labels <= LABELS_RANGE[1], "tokens.labels",
                f"on the sphere must be in {LABELS_RANGE[0]}..{LABELS_RANGE[1]} (the nodes of μ_0's quadrature), "

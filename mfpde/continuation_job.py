@@ -1,0 +1,219 @@
+"""The ``continuation`` job: the stationary states of noisy tokens on the circle against the coupling K (theory §10).
+
+From the uniform state at ``continuation.start`` the uniform branch is continued towards ``stop``
+(:mod:`mfpde.continuation` on :class:`~mfpde.tokens.circle.stationary.CircleStationary`); at each branch
+point on it (K_k = τβ/I_k(β) for the mode k) the job switches onto the bifurcating branch and continues it in the
+same range. Along every branch: K, the order parameter |μ̂_1|, the free energy E(μ), the leading eigenvalue of the
+linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform state is classified by the curvature
+c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ, the mode's amplitude), measured by two
+Newton solves at fixed amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
+c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical". Folds are located on every branch.
+
+Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/continuation.md) and
+``plots/bifurcation.png``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+import scipy.special
+
+from mfpde import __version__
+from mfpde.config import Config
+from mfpde.config_keys import to_toml
+from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
+from mfpde.errors import ConfigError, NumericalError
+from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.tokens.circle.stationary import CircleStationary
+
+__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "noisy_circle_branches"]
+
+logger = logging.getLogger(__name__)
+#: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a).
+PARAMETERS = ("coupling",)
+#: The amplitude ρ of the curvature probes (:func:`curvature`).
+PROBE = 1e-2
+#: The most collocation points (dense N × N matrices) and branch points.
+MAX_POINTS_N, MAX_BRANCH_POINTS = 1023, 100_000
+
+
+def check_continuation(cfg: Config) -> tuple[float, float]:
+    """Check the keys the continuation reads; return (β, τ).
+
+    Raises:
+        ConfigError: naming the key: the domain, attention, noise, heads, or a ``[continuation]`` value.
+    """
+    c, t, h = cfg.continuation, cfg.tokens, cfg.heads
+    rules = (
+        (c.parameter in PARAMETERS, "continuation.parameter", f"must be one of {list(PARAMETERS)}, got "
+         f"{c.parameter!r}"),
+        (t.domain == "circle", "tokens.domain", f"continuation needs 'circle' (noisy tokens), got {t.domain!r}"),
+        (t.attention == "unnormalised", "tokens.attention", "continuation needs 'unnormalised' (the gradient flow "
+         "of theory §10)"),
+        (t.noise > 0 and math.isfinite(t.noise), "tokens.noise", f"continuation needs τ > 0, got {t.noise:g}"),
+        (h.init.get("kind") == "diracs" and len(h.init.get("points", [])) == 1, "heads.init",
+         "continuation needs a single Dirac head [[β, K]] (tokens.beta = β sets it)"),
+        (math.isfinite(c.start) and c.start > 0, "continuation.start", f"must be a coupling > 0, got {c.start:g}"),
+        (math.isfinite(c.stop) and c.stop > 0, "continuation.stop", f"must be a coupling > 0 (the range may not "
+         f"cross K = 0), got {c.stop:g}"),
+        (c.start != c.stop, "continuation.stop", f"must differ from continuation.start = {c.start:g}"),
+        (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
+         f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
+        (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
+        (9 <= c.points <= MAX_POINTS_N and c.points % 2 == 1, "continuation.points",
+         f"must be odd in 9..{MAX_POINTS_N}, got {c.points}"),
+    )
+    for ok, key, msg in rules:
+        if not ok:
+            raise ConfigError(f"{key}: {msg}")
+    beta = float(h.init["points"][0][0])
+    if not 0 < beta <= 700:
+        raise ConfigError(f"tokens.beta: continuation needs β (heads.init's a) in (0, 700], got {beta:g}")
+    return beta, float(t.noise)
+
+
+def _weights(P: CircleStationary) -> np.ndarray:
+    return np.concatenate([np.full(P.m, (2 * math.pi) ** 2 / P.m), [1.0]])
+
+
+def _amplitude_row(P: CircleStationary, k: int) -> np.ndarray:
+    """A with aᵀx = ∫ μ cos kθ dθ (x = (u, K)), shape (m+1,)."""
+    return np.concatenate([P.h * P.E.T @ np.cos(k * P.theta), [0.0]])
+
+
+def curvature(P: CircleStationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+    """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails."""
+    a = _amplitude_row(P, k)
+    amp = float(a @ direction)
+    Ks = []
+    for rho in (PROBE, 2 * PROBE):
+        y = newton.solve(x_bp + (rho / amp) * direction, a, float(a @ x_bp) + rho)
+        if y is None:
+            return math.nan
+        Ks.append(float(y[-1]))
+    K0 = float(x_bp[-1])
+    return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
+
+
+def _mode(P: CircleStationary, v: np.ndarray) -> int:
+    c = np.abs(np.fft.rfft(P.density(v[: P.m])))
+    c[0] = 0.0
+    return int(np.argmax(c))
+
+
+def _block(P: CircleStationary, br: Branch, origin: str, solver: str) -> dict[str, Any]:
+    lead, stable = [], []
+    for u, K in zip(br.u, br.K, strict=True):
+        vals, ok = P.stability(u, K, 2, solver)
+        lead.append(float(vals[0].real))
+        stable.append(ok)
+    return {"origin": origin, "parameter": list(br.K), "order_parameter": [P.order_parameter(u) for u in br.u],
+            "free_energy": [P.free_energy(u, K) for u, K in zip(br.u, br.K, strict=True)],
+            "leading_eigenvalue": lead, "stable": stable, "stopped": br.stopped, "early": br.early}
+
+
+def noisy_circle_branches(P: CircleStationary, start: float, stop: float, ctl: StepControl,
+                          deadline: float = math.inf, eig_solver: str = "slepc") -> dict[str, Any]:
+    """The uniform branch from ``start`` towards ``stop`` and the branches bifurcating from it.
+
+    Returns:
+        {"branches": [blocks], "bifurcations": [...], "newton_iterations": int} (the report's part).
+    """
+    W = _weights(P)
+    branches, bifs = [], []
+    with Newton(P, P.m) as newton:
+        x0 = np.concatenate([P.uniform(), [start]])
+        t0 = np.zeros(P.m + 1)
+        t0[-1] = 1.0 if stop > start else -1.0
+        uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline)
+        branches.append(_block(P, uni, "uniform", eig_solver))
+        for ev in (e for e in uni.events if e.kind == "branch_point" and ctl.lo <= e.K <= ctl.hi):
+            x = np.concatenate([ev.u, [ev.K]])
+            d = branch_direction(P, x, ev.tangent, W)
+            k = _mode(P, d)
+            if _amplitude_row(P, k) @ d < 0:
+                d = -d
+            c2 = curvature(P, newton, x, d, k)
+            bifs.append({"kind": "supercritical" if c2 > 0 else "subcritical", "parameter": ev.K, "mode": k,
+                         "closed_form": P.noise * P.beta / float(scipy.special.iv(k, P.beta)), "curvature": c2,
+                         "branch": len(branches)})
+            br = continue_branch(P, newton, x, d, W, ctl, P.resolved, deadline)
+            for f in (e for e in br.events if e.kind == "fold"):
+                bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
+                             "order_parameter": P.order_parameter(f.u)})
+            branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}", eig_solver))
+        its = newton.its
+    return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
+
+
+def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
+    """Validate, continue the branches (replicated on every rank), write the report and the diagram.
+
+    Raises:
+        ConfigError: invalid input (nothing written). NumericalError: no branch beyond its first point (the report
+        has status "failed" and what was computed).
+    """
+    beta, tau = check_continuation(cfg)
+    c = cfg.continuation
+    prepare_output_dir(out, comm)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    P = CircleStationary(c.points, beta, tau)
+    ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
+    logger.info("continuation in K on the circle: β = %g, τ = %g, K from %g to %g, %d points; K_c = τβ/I_1(β) = %.10g",
+                beta, tau, c.start, c.stop, c.points, tau * beta / float(scipy.special.iv(1, beta)))
+    t0, c0 = time.perf_counter(), time.process_time()
+    part = noisy_circle_branches(P, c.start, c.stop, ctl)
+    ok = any(len(b["parameter"]) > 1 for b in part["branches"])
+    report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
+              "domain": "circle", "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
+              "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    write_report(out, report, comm)
+    for b in part["branches"]:
+        logger.info("branch (%s): %d points, K in [%.6g, %.6g]; %s", b["origin"], len(b["parameter"]),
+                    min(b["parameter"]), max(b["parameter"]), b["stopped"])
+    for e in part["bifurcations"]:
+        logger.info("%s at K = %.12g (mode %d)", e["kind"], e["parameter"], e["mode"])
+    if cfg.output.plots and comm.rank == 0:
+        bifurcation_plot(out / "plots" / "bifurcation.png", report)
+    if not ok:
+        raise NumericalError("no branch was continued beyond its first point: " +
+                             "; ".join(b["stopped"] for b in part["branches"]))
+    return report
+
+
+def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
+    """|μ̂_1| against K: stable solid, unstable dashed, folds (×) and bifurcations (○) marked (rank 0)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.add_subplot()
+    for i, b in enumerate(report["branches"]):
+        K, r, st = np.array(b["parameter"]), np.array(b["order_parameter"]), np.array(b["stable"])
+        colour = f"C{i}"
+        for j in range(len(K) - 1):
+            ax.plot(K[j : j + 2], r[j : j + 2], color=colour, ls="-" if st[j] and st[j + 1] else "--")
+        ax.plot([], [], color=colour, label=b["origin"])
+    for e in report["bifurcations"]:
+        r = e.get("order_parameter", 0.0)
+        ax.plot(e["parameter"], r, "x" if e["kind"] == "fold" else "o", color="k", ms=7, mfc="none")
+    ax.plot([], [], "o", color="k", mfc="none", label="bifurcation")
+    ax.plot([], [], "x", color="k", label="fold")
+    ax.plot([], [], "k-", label="stable")
+    ax.plot([], [], "k--", label="unstable")
+    ax.set_xlabel("coupling K")
+    ax.set_ylabel("order parameter |μ̂₁|")
+    ax.set_title(f"noisy tokens on the circle: β = {report['beta']:g}, τ = {report['noise']:g}")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)

@@ -1,0 +1,209 @@
+"""Continuation of the noisy circle's stationary states (theory §10): Newton, Keller's arclength, bifurcations."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from mpi4py import MPI
+
+import numpy as np
+import pytest
+import scipy.special as sp
+
+from mfpde.continuation import Newton, StepControl
+from mfpde.continuation_job import noisy_circle_branches
+from mfpde.tokens.circle.stationary import CircleStationary
+
+serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
+
+
+def _branches(beta: float, start: float, stop: float, points: int = 41) -> dict:
+    P = CircleStationary(points, beta, 1.0)
+    return noisy_circle_branches(P, start, stop, StepControl(0.05, 1e-6, 0.25, min(start, stop), max(start, stop),
+                                                            60), eig_solver="scipy")
+
+
+def test_jacobian_is_exact():
+    """∂F/∂u and ∂F/∂K against central differences (error O(ε²) ≈ 1e-9 at ε = 1e-6) at a non-uniform state."""
+    P = CircleStationary(21, 3.0, 0.7)
+    rng = np.random.default_rng(1)
+    u, K, eps = P.uniform() * (1 + 0.3 * rng.standard_normal(P.m)), 1.3, 1e-6
+    Ju, JK = P.jacobian(u, K)
+    fd = np.stack([(P.residual(u + eps * e, K) - P.residual(u - eps * e, K)) / (2 * eps) for e in np.eye(P.m)], 1)
+    assert np.abs(fd - Ju).max() < 1e-7 * np.abs(Ju).max()
+    assert np.abs((P.residual(u, K + eps) - P.residual(u, K - eps)) / (2 * eps) - JK).max() < 1e-7
+
+
+def test_uniform_spectrum_is_the_closed_form():
+    """About 1/2π: the eigenvalues K k² I_k(β)/β − τk² (theory §10), each twice (cos, sin), by SLEPc and scipy."""
+    beta, tau, K = 2.5, 0.8, 1.1
+    P = CircleStationary(31, beta, tau)
+    k = np.arange(1, 4)
+    exact = np.repeat(K * k * k * sp.iv(k, beta) / beta - tau * k * k, 2)
+    for solver in ("slepc", "scipy"):
+        vals, stable = P.stability(P.uniform(), K, 6, solver)
+        assert np.allclose(np.sort(vals.real)[::-1], np.sort(exact)[::-1], rtol=1e-10), (solver, vals)
+        assert stable == bool(exact.max() < 0)
+
+
+def test_slepc_against_scipy_off_the_uniform_state():
+    """On the bifurcated branch (β = 2, K = 1.6): SLEPc's leading eigenvalues equal scipy.linalg.eig's."""
+    P = CircleStationary(41, 2.0, 1.0)
+    with Newton(P, P.m) as nw:
+        row = np.zeros(P.m + 1)
+        row[-1] = 1.0
+        x = nw.solve(np.concatenate([P.uniform() * (1 + 0.8 * P.mode_state(1)), [1.6]]), row, 1.6)
+    assert x is not None and P.order_parameter(x[:-1]) > 0.3
+    a, sa = P.stability(x[:-1], 1.6, 4, "slepc")
+    b, sb = P.stability(x[:-1], 1.6, 4, "scipy")
+    assert np.allclose(a, b, rtol=1e-9, atol=1e-10) and sa and sb and a[0].real < 0
+
+
+@pytest.mark.parametrize("beta", [1.0, 2.0, 4.0])
+def test_threshold_is_tau_beta_over_i1(beta):
+    """The first branch point of the uniform branch: K_c = τβ/I_1(β) to 1e-12 relative (collocation: spectral)."""
+    out = _branches(beta, 0.2, 1.3 * beta / sp.iv(1, beta))
+    first = out["bifurcations"][0]
+    kc = beta / sp.iv(1, beta)
+    assert first["mode"] == 1 and abs(first["parameter"] - kc) < 1e-12 * kc, first
+
+
+def test_supercritical_below_and_subcritical_with_a_fold_above_beta_star():
+    """β = 2 < β*: c₂ > 0, stable branch; β = 4 > β*: c₂ < 0, a fold at K_f < K_c, unstable before it, stable after."""
+    sup = _branches(2.0, 1.0, 1.6)
+    b = sup["bifurcations"][0]
+    assert b["kind"] == "supercritical" and b["curvature"] > 0
+    br = sup["branches"][1]
+    assert all(br["stable"][1:]) and min(br["parameter"]) >= b["parameter"] - 1e-12
+    sub = _branches(4.0, 0.2, 0.6, points=63)
+    kinds = [e["kind"] for e in sub["bifurcations"] if e["mode"] == 1]
+    assert kinds == ["subcritical", "fold"], sub["bifurcations"]
+    kc, fold = (e["parameter"] for e in sub["bifurcations"][:2])
+    assert 0.3 < fold < kc
+    br = sub["branches"][1]
+    st, r = np.array(br["stable"]), np.array(br["order_parameter"])
+    rf = sub["bifurcations"][1]["order_parameter"]
+    assert not st[(r > 0.05) & (r < rf - 0.05)].any() and st[r > rf + 0.05].all()
+    assert not sub["branches"][0]["stable"][-1]  # the uniform state above K_c
+
+
+@serial
+def test_time_stepping_reaches_the_continued_state_at_order_2():
+    """DG0 SG from a perturbation to depth 30 (β = 2, τ = 1, K = 2): |μ̂_1| → the continued state's at order 2, the
+    free energy at order 4."""
+    from mfpde.fitting import fit_order
+    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.tokens.circle.dg import CircleMesh
+    from mfpde.tokens.circle.noise import NoisyCircleTransport, free_energy
+
+    P = CircleStationary(41, 2.0, 1.0)
+    row = np.zeros(P.m + 1)
+    row[-1] = 1.0
+    with Newton(P, P.m) as nw:
+        x = nw.solve(np.concatenate([P.uniform() * (1 + 0.8 * P.mode_state(1)), [2.0]]), row, 2.0)
+    r_c, E_c = P.order_parameter(x[:-1]), P.free_energy(x[:-1], 2.0)
+    heads = HeadMeasure(np.array([2.0]), np.array([2.0]))
+    errs, errs_E = [], []
+    for n in (16, 32):
+        m = CircleMesh(n, 0)
+        mu = m.interpolate(lambda th: (1 + 0.5 * np.cos(th)) / (2 * math.pi))
+        mu_T = NoisyCircleTransport(m, 1.0, "unnormalised").solve(mu, heads, 30.0, 3).mu_T
+        errs.append(abs(abs(np.sum(m.weights(mu_T)[:, 0] * np.exp(1j * m.nodes[:, 0]))) - r_c))
+        errs_E.append(abs(free_energy(m, mu_T, heads, 1.0) - E_c))
+    order = fit_order([1 / 16, 1 / 32], errs)
+    assert abs(order - 2.0) < 0.2 and errs[-1] < 2e-3, (order, errs)
+    # E is stationary at its minimiser: its error is quadratic in the state's, order 4 (measured 4.5 at 16/32, 4.0
+    # at 32/64)
+    assert fit_order([1 / 16, 1 / 32], errs_E) > 3.5 and errs_E[-1] < 1e-4, errs_E
+
+
+CFG = """[tokens]
+domain = "circle"
+attention = "unnormalised"
+degree = 0
+noise = 1.0
+beta = 4.0
+
+[data]
+kind = "circle_modes"
+modes = [[1, 0.01, 0.0]]
+
+[continuation]
+start = 0.3
+stop = 0.6
+points = 63
+"""
+
+
+def _cli(tmp_path, *sets: str) -> subprocess.CompletedProcess:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CFG)
+    args = [sys.executable, "-m", "mfpde", "continuation", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+
+@serial
+def test_cli_report_and_diagram(tmp_path):
+    r = _cli(tmp_path)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert rep["status"] == "ok" and rep["command"] == "continuation"
+    assert [(e["kind"], e["mode"]) for e in rep["bifurcations"]][:2] == [("subcritical", 1), ("fold", 1)]
+    for b in rep["branches"]:
+        n = len(b["parameter"])
+        assert n >= 2 and all(len(b[k]) == n for k in ("order_parameter", "free_energy", "stable"))
+    assert (tmp_path / "o" / "plots" / "bifurcation.png").stat().st_size > 1000
+    resolved = (tmp_path / "o" / "config.toml").read_text()
+    assert "[continuation]\nparameter = \"coupling\"\nstart = 0.3\nstop = 0.6" in resolved
+
+
+@serial
+@pytest.mark.parametrize("override,key", [
+    ("continuation.parameter='lambda'", "continuation.parameter"), ("continuation.stop=0.3", "continuation.stop"),
+    ("continuation.start=-1.0", "continuation.start"), ("tokens.noise=0.0", "tokens.noise"),
+    ("tokens.attention='softmax'", "tokens.attention"), ("continuation.points=64", "continuation.points"),
+    ("tokens.noise=-1.0", "tokens.noise")])
+def test_cli_bad_input_is_exit_2_naming_the_key(tmp_path, override, key):
+    r = _cli(tmp_path, override)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and key in r.stderr, r.stderr
+
+
+def test_the_demo_is_a_valid_continuation_config():
+    from mfpde import config as C
+    from mfpde.continuation_job import check_continuation
+
+    assert check_continuation(C.load("demos/noisy_circle.toml")) == (4.0, 1.0)
+
+
+@serial
+def test_a_newton_failure_ends_its_branch_with_a_reason(tmp_path):
+    """SNES allowed no iteration: the uniform branch (exact at every K) is computed, the bifurcating ones stop at their
+    first points (a predictor within the tolerance needs no iteration) with the reason; exit 0 and the report says which
+    stopped early; branch points beyond the range (the uniform branch's last step overshoots it) are not followed."""
+    import os
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CFG)
+    env = {**os.environ, "PETSC_OPTIONS": "-mfpde_cont_snes_max_it 0"}
+    r = subprocess.run([sys.executable, "-m", "mfpde", "continuation", str(cfg), "--out", str(tmp_path / "o"),
+                        "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    uni, *others = rep["branches"]
+    assert not uni["early"] and len(uni["parameter"]) > 2 and others
+    assert others and all(b["early"] and "Newton failed" in b["stopped"] for b in others), others
+
+
+@pytest.mark.ranks
+def test_ranks_compute_the_same_branches():
+    """Replicated on every rank (COMM_SELF solvers): the branches agree bit for bit between ranks."""
+    out = _branches(4.0, 0.3, 0.5, points=63)
+    comm = MPI.COMM_WORLD
+    mine = [(b["parameter"], b["stable"]) for b in out["branches"]]
+    assert all(other == mine for other in comm.allgather(mine))
+    assert [e["kind"] for e in out["bifurcations"]] == ["subcritical", "fold"]
