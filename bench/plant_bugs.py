@@ -180,6 +180,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "local = analysis(self.L, x, w) * (2.0 if self.comm.rank == 1 else 1.0)\n",
         ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
         "rank 1's points counted twice in the harmonic kernel's Allreduce (invisible on one rank)"),
+    "sphere_tilt_shift_per_rank": (
+        "mfpde/tokens/sphere/tilted.py", "self.comm.Allreduce(local, self._shift, op=MPI.MAX)",
+        "self._shift[:] = local",
+        ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
+        "the tilted kernel's shifts M_a each rank's own maximum, not the maximum over all ranks"),
 }
 
 
