@@ -112,7 +112,8 @@ class HarmonicVelocity:
 class LogDomainVelocity(DirectVelocity):
     """v by the direct quadrature of e^{β(x·y−1)} in the log domain (gathers; see the module): exact at any β.
 
-    Per target x the exponent β x·y_j + log w_j is shifted by its maximum over j (points of zero mass drop out),
+    Per target x the exponent β x·y_j + log |w_j| is shifted by its maximum over j (points of zero mass drop out;
+    masses of either sign are allowed while K∗μ > 0),
     so neither e^{β} nor a tiny K∗μ far from the mass under- or overflows (SA). USA is the SA quotient times
     K∗μ = e^{max} Σ e^{·−max}. Arguments as :class:`DirectVelocity`; ``L`` sets the degree of ``coefficients``.
     """
@@ -131,7 +132,8 @@ class LogDomainVelocity(DirectVelocity):
         super().update(x, w)
         self.comm.Allreduce(analysis(self.L, x, w), self.coefficients, op=MPI.SUM)
         with np.errstate(divide="ignore"):
-            self._logw = np.log(self._w)
+            self._logw = np.log(np.abs(self._w))
+        self._sign = np.sign(self._w)
 
     def degree_power(self) -> Array:
         """Σ_m μ̂_ℓm² per degree ℓ = 0..L, shape (L+1,)."""
@@ -145,7 +147,7 @@ class LogDomainVelocity(DirectVelocity):
         for s in range(0, len(x), chunk):
             e = self.beta * (x[s:s + chunk] @ self._y.T) + self._logw
             mx = e.max(axis=1, keepdims=True)
-            k = np.exp(e - mx)
+            k = np.exp(e - mx) * self._sign
             tot = k.sum(axis=1)
             logk[s:s + chunk] = mx[:, 0] + np.log(tot)
             mean[s:s + chunk] = k @ self._y / tot[:, None]

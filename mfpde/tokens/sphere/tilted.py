@@ -101,7 +101,7 @@ class TiltedVelocity:
         x = np.asarray(x, dtype=float).reshape(-1, 3)
         w = np.asarray(w, dtype=float).ravel()
         with np.errstate(divide="ignore"):
-            logw = np.log(w)
+            logw = np.log(np.abs(w))  # masses of either sign (round-off negatives of a DG μ_h): |w| shifts, sign kept
         local = np.full(len(self.centres), -np.inf)
         for s in range(0, len(x), BLOCK):
             local = np.maximum(local, (self.beta * (self.centres @ x[s:s + BLOCK].T) + logw[s:s + BLOCK]).max(axis=1))
@@ -109,7 +109,8 @@ class TiltedVelocity:
         series = np.zeros((4 * len(self.centres), (self.L + 1) ** 2))
         for s in range(0, len(x), BLOCK):
             xb = x[s:s + BLOCK]
-            t = np.exp(self.beta * (self.centres @ xb.T) + logw[s:s + BLOCK] - self._shift[:, None])  # (K, b) ≤ 1
+            t = np.exp(self.beta * (self.centres @ xb.T) + logw[s:s + BLOCK] - self._shift[:, None])  # (K, b), ≤ 1
+            t *= np.sign(w[s:s + BLOCK])
             weights = np.concatenate([t[:, None, :], t[:, None, :] * xb.T[None]], axis=1)  # (K, 4, b)
             series += analysis(self.L, xb, weights.reshape(-1, len(xb)))
         self.comm.Allreduce(series.reshape(self._series.shape), self._series, op=MPI.SUM)

@@ -193,15 +193,22 @@ def test_log_domain_kernel_where_harmonic_fails():
 
 
 def test_log_domain_usa_and_zero_masses():
-    """USA by the log-domain kernel = the direct sum; points of zero mass (log w = −∞) drop out."""
+    """USA by the log-domain kernel = the direct sum; points of zero mass (log w = −∞) drop out, small negative
+    masses (a DG density's round-off) keep their sign, in the log-domain and the tilted kernels."""
     y, w = smooth_measure(500, 8)
     w[::3] = 0.0
+    w[1::7] *= -1e-3
     x = random_points(50, 9)
     d, lg = DirectVelocity(7.0, "unnormalised"), LogDomainVelocity(7.0, "unnormalised")
     d.update(y, w)
     lg.update(y, w)
     ref = d.velocity(x)
     assert np.abs(lg.velocity(x) - ref).max() < gamma(len(y) + 16) * 7 * np.exp(7.0)
+    d, tl = DirectVelocity(30.0, "softmax"), TiltedVelocity(30.0, "softmax", rtol=1e-6)
+    d.update(y, w)
+    tl.update(y, w)
+    ref = d.velocity(x)
+    assert np.all(np.linalg.norm(tl.velocity(x) - ref, axis=1) < 2e-6 * (1 + np.linalg.norm(ref, axis=1)))
 
 
 @pytest.mark.parametrize("attention", ["unnormalised", "softmax"])
