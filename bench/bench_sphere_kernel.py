@@ -5,6 +5,7 @@ solver does per stage). Measured (CPU seconds, ``time.process_time``, best of ``
 
 * the harmonic kernel against n at L = 28 (β = 9) and against L at fixed n; power laws t ≈ C n^a, t ≈ C L^b
   fitted (:func:`mfpde.fitting.fit_power`) — the model is O(n (L+1)²): a = 1, b = 2;
+* the tilted kernel (SA, β = 20 and 40: K centres, 4K series) against n, its K, L and Allreduce bytes;
 * the log-domain kernel (gathers, O(n²)) and the direct sum against n;
 * peak memory of one evaluation per point (``tracemalloc``, numpy's allocations), harmonic and log-domain;
 * with ``--ranks``: run under ``mpiexec -n P``, a weak-scaling table (n points per rank): the slowest rank's
@@ -35,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mfpde.fitting import fit_power  # noqa: E402
-from mfpde.tokens.sphere.kernel import HarmonicVelocity, LogDomainVelocity  # noqa: E402
+from mfpde.tokens.sphere.kernel import HarmonicVelocity, LogDomainVelocity, TiltedVelocity  # noqa: E402
 from mfpde.tokens.sphere.velocity import DirectVelocity  # noqa: E402
 
 
@@ -87,6 +88,11 @@ def serial(repeat: int, quick: bool) -> dict[str, Any]:
     res["L"], res["n_L"] = Ls, nL
     res["harmonic_L_s"] = [best(evaluation(HarmonicVelocity(9.0, "softmax", L=L), x, w), repeat) for L in Ls]
     res["harmonic_exponent_L"] = fit_power([L + 1 for L in Ls], res["harmonic_L_s"]).q
+    for beta in (20.0, 40.0):
+        t = TiltedVelocity(beta, "softmax")
+        res[f"tilted_{beta:g}_s"] = [best(evaluation(t, *points(n)), repeat) for n in ns]
+        res[f"tilted_{beta:g}_exponent_n"] = fit_power(ns, res[f"tilted_{beta:g}_s"]).q
+        res[f"tilted_{beta:g}_centres_L_allreduce_bytes"] = [len(t.centres), t.L, 8 * t._series.size]
     nd = [1000, 2000, 4000] if quick else [1000, 2000, 4000, 8000]
     res["n_direct"] = nd
     res["log_domain_s"] = [best(evaluation(LogDomainVelocity(20.0, "softmax"), *points(n)), repeat) for n in nd]
@@ -95,7 +101,8 @@ def serial(repeat: int, quick: bool) -> dict[str, Any]:
     nm = 32000
     res["bytes_per_point"] = {
         "harmonic": peak_bytes(evaluation(HarmonicVelocity(9.0, "softmax"), *points(nm))) / nm,
-        "log_domain": peak_bytes(evaluation(LogDomainVelocity(20.0, "softmax"), *points(8000))) / 8000}
+        "log_domain": peak_bytes(evaluation(LogDomainVelocity(20.0, "softmax"), *points(8000))) / 8000,
+        "tilted_40": peak_bytes(evaluation(TiltedVelocity(40.0, "softmax"), *points(nm))) / nm}
     if importlib.util.find_spec("ducc0") is not None:
         res["ducc0_s"] = [best(_ducc0(h.L, *points(n)), repeat) for n in ns]
     return res

@@ -6,5 +6,7 @@
 * :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm by stable recurrences, the
   analysis Σ_j w_j Y_ℓm(x_j) and the synthesis of a series with its surface gradient.
 * :mod:`~mfpde.tokens.sphere.kernel`: the velocity without a gather (the Funk–Hecke series of K∗μ, one
-  Allreduce), the log-domain direct quadrature for SA at large β, and the rule that picks between them.
+  Allreduce), the log-domain direct quadrature (the exact reference, gathers) and the rule that picks a kernel.
+* :mod:`~mfpde.tokens.sphere.tilted`: the SA kernel past β ≈ 10 without a gather (series about K centres).
+* :mod:`~mfpde.tokens.sphere.series`: the Bessel tail of the series, the degree L it sets, the degree power.
 """

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["analysis", "fourier_factors", "legendre_rows", "real_harmonics", "synthesis"]
+__all__ = ["analysis", "fourier_factors", "legendre_rows", "radial_synthesis", "real_harmonics", "synthesis"]
 
 Array = npt.NDArray[np.float64]
 
@@ -114,18 +114,48 @@ def real_harmonics(L: int, x: npt.ArrayLike) -> Array:
 
 
 def analysis(L: int, x: npt.ArrayLike, w: npt.ArrayLike) -> Array:
-    """Σ_j w_j Y_ℓm(x_j) for ℓ ≤ L: shape ((L+1)²,), index ℓ² + ℓ + m; x (n, 3) unit vectors, w (n,) weights."""
+    """The sums Σ_j w_j Y_ℓm(x_j) for ℓ ≤ L at the points x (n, 3): shape ((L+1)²,), index ℓ² + ℓ + m.
+
+    With k sets of weights w (k, n) at once (one matrix product per degree): shape (k, (L+1)²).
+    """
     x = _unit(x)
-    w = np.asarray(w, dtype=float).ravel()
-    out = np.zeros((L + 1) ** 2)
+    w = np.asarray(w, dtype=float)
+    ws = w.reshape(-1, len(x))
+    out = np.zeros((len(ws), (L + 1) ** 2))
     for s in range(0, len(x), BLOCK):
-        xb, wb = x[s:s + BLOCK], w[s:s + BLOCK]
+        xb, wb = x[s:s + BLOCK], ws[:, s:s + BLOCK]
         tc, ts = fourier_factors(L, xb)
-        tc, ts = tc * wb, ts * wb
         for ll, q, _ in legendre_rows(L, xb[:, 2]):
             k = ll * ll + ll
-            out[k:k + ll + 1] += np.einsum("mj,mj->m", q, tc[:ll + 1])
-            out[k - ll:k] += np.einsum("mj,mj->m", q[:0:-1], ts[ll:0:-1])
+            out[:, k:k + ll + 1] += wb @ (q * tc[:ll + 1]).T
+            out[:, k - ll:k] += wb @ (q[:0:-1] * ts[ll:0:-1]).T
+    return out[0] if w.ndim == 1 else out
+
+
+def radial_synthesis(L: int, g: Array, x: npt.ArrayLike, radial: Array) -> Array:
+    """Σ_ℓm radial_ℓ(x) g_{i,ℓm} Y_ℓm(x) for the k series g (k, (L+1)²) at the points x (n, 3): shape (k, n).
+
+    ``radial`` (L+1, n) multiplies degree ℓ at each point (e.g. 4π i_ℓ(β r) of a Funk–Hecke expansion about a
+    point other than the origin).
+    """
+    x = _unit(x)
+    nk = len(g)
+    gp, gm = np.zeros((nk, L + 1, L + 1, 1)), np.zeros((nk, L + 1, L + 1, 1))
+    for ll in range(L + 1):
+        k = ll * ll + ll
+        gp[:, ll, :ll + 1, 0] = g[:, k:k + ll + 1]
+        gm[:, ll, 1:ll + 1, 0] = g[:, k - ll:k][:, ::-1]
+    out = np.empty((nk, len(x)))
+    for s in range(0, len(x), BLOCK):
+        xb = x[s:s + BLOCK]
+        n = len(xb)
+        tc, ts = fourier_factors(L, xb)
+        sp, sm = np.zeros((nk, L + 1, n)), np.zeros((nk, L + 1, n))
+        for ll, q, _ in legendre_rows(L, xb[:, 2]):
+            qr = q * radial[ll, s:s + n]
+            sp[:, :ll + 1] += qr * gp[:, ll, :ll + 1]
+            sm[:, 1:ll + 1] += qr[1:] * gm[:, ll, 1:ll + 1]
+        out[:, s:s + n] = np.einsum("mj,kmj->kj", tc, sp) + np.einsum("mj,kmj->kj", ts, sm)
     return out
 
 

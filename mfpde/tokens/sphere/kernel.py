@@ -13,11 +13,12 @@ memory O(n), one message of 8 (L+1)² bytes per update whatever the number of ra
 The series is summed in doubles with terms up to ‖μ‖ e^β, so K∗μ carries an absolute error ≈ ε ‖μ‖ e^β. Far
 from the mass K∗μ is as small as ‖μ‖ e^{−β}: the SA quotient then has a relative error ≈ ε e^{2β} (1e-3 at
 β = 15). :func:`choose_kernel` keeps the harmonic kernel while that bound is below ``rtol`` and otherwise takes
-:class:`LogDomainVelocity`: the direct quadrature of e^{β(x·y−1)} with the exponent (and log w) shifted by its
-maximum per target, exact to round-off at any β. It gathers the points of all ranks: 32 N bytes on every rank
-(N points in all) plus work arrays of at most :data:`WORK_BYTES` (64 MiB), and O(n N) work per rank: for
-meshes of up to ~10⁵ points and the large-β SA regime only. Both expose the harmonic coefficients (computed
-gather-free) for the reports.
+:class:`~mfpde.tokens.sphere.tilted.TiltedVelocity`: the same series about K points of the sphere, each point
+evaluated about its nearest, gather-free at any β. :class:`LogDomainVelocity`, the direct quadrature of
+e^{β(x·y−1)} with the exponent (and log w) shifted by its maximum per target, is exact to round-off at any β:
+the reference. It gathers the points of all ranks: 32 N bytes on every rank (N points in all) plus work arrays
+of at most :data:`WORK_BYTES` (64 MiB), and O(n N) work per rank: meshes of up to ~10⁵ points. All three
+expose the harmonic coefficients (computed gather-free) for the reports.
 """
 
 from __future__ import annotations
@@ -31,54 +32,20 @@ import numpy.typing as npt
 import scipy.special
 
 from mfpde.tokens.sphere.harmonics import analysis, synthesis
+from mfpde.tokens.sphere.series import DEFAULT_TOL, EPS, degree_power, harmonic_degree, harmonic_tail
 from mfpde.tokens.sphere.theory import ATTENTIONS
+from mfpde.tokens.sphere.tilted import TiltedVelocity
 from mfpde.tokens.sphere.velocity import DirectVelocity, tangent
 
-__all__ = ["DEFAULT_TOL", "HarmonicVelocity", "LogDomainVelocity", "choose_kernel", "degree_power",
-           "harmonic_degree", "harmonic_tail", "sphere_velocity"]
+__all__ = ["DEFAULT_TOL", "KERNELS", "HarmonicVelocity", "LogDomainVelocity", "TiltedVelocity", "choose_kernel",
+           "degree_power", "harmonic_degree", "harmonic_tail", "sphere_velocity"]
 
 Array = npt.NDArray[np.float64]
 
-#: the default bound on the Bessel tail of the potential, relative to ‖μ‖ e^β (:func:`harmonic_degree`)
-DEFAULT_TOL = 1e-14
-EPS = 2.0**-52
 #: the log-domain kernel's work arrays (three blocks of targets × all N points) stay below this many bytes
 WORK_BYTES = 2**26
-
-
-def harmonic_tail(beta: float, L: int, derivative: bool = False) -> float:
-    """The Bessel tail e^{−β} Σ_{ℓ>L} (2ℓ+1) i_ℓ(β): the truncation error of K∗μ at degree L per unit mass.
-
-    Relative to e^β; with ``derivative`` each term × ℓ(ℓ+1)/2 (the bound of |∇_S P_ℓ(x·y)|): the error of
-    ∇_S K∗μ. Uses ``scipy.special.ive`` (no overflow at any β).
-    """
-    ll = np.arange(L + 1, L + 60 + int(4 * beta))
-    t = (2 * ll + 1) * np.sqrt(np.pi / (2 * beta)) * scipy.special.ive(ll + 0.5, beta)
-    if derivative:
-        t = t * ll * (ll + 1) / 2
-    return float(t.sum())
-
-
-def harmonic_degree(beta: float, tol: float = DEFAULT_TOL) -> int:
-    """The least L with Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) ≤ tol e^β (theory §9: L ≈ 20, 25, 32 at β = 5, 9, 16, tol 1e-12).
-
-    Raises:
-        ValueError: β ≤ 0 or tol outside (0, 1).
-    """
-    if not beta > 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
-    if not 0 < tol < 1:
-        raise ValueError(f"tol must be in (0, 1), got {tol}")
-    L = 0
-    while harmonic_tail(beta, L) > tol:
-        L += 1
-    return L
-
-
-def degree_power(coefficients: Array) -> Array:
-    """Σ_m μ̂_ℓm² for ℓ = 0..L from coefficients of shape ((L+1)²,): shape (L+1,)."""
-    L = math.isqrt(len(coefficients)) - 1
-    return np.add.reduceat(np.asarray(coefficients) ** 2, np.arange(L + 1) ** 2)
+#: the kernels by name (the name each reports as ``kernel``)
+KERNELS = ("harmonic", "tilted", "log-domain")
 
 
 def _check(beta: float, attention: str) -> None:
@@ -145,7 +112,8 @@ class HarmonicVelocity:
 class LogDomainVelocity(DirectVelocity):
     """v by the direct quadrature of e^{β(x·y−1)} in the log domain (gathers; see the module): exact at any β.
 
-    Per target x the exponent β x·y_j + log w_j is shifted by its maximum over j (points of zero mass drop out),
+    Per target x the exponent β x·y_j + log |w_j| is shifted by its maximum over j (points of zero mass drop out;
+    masses of either sign are allowed while K∗μ > 0),
     so neither e^{β} nor a tiny K∗μ far from the mass under- or overflows (SA). USA is the SA quotient times
     K∗μ = e^{max} Σ e^{·−max}. Arguments as :class:`DirectVelocity`; ``L`` sets the degree of ``coefficients``.
     """
@@ -164,7 +132,8 @@ class LogDomainVelocity(DirectVelocity):
         super().update(x, w)
         self.comm.Allreduce(analysis(self.L, x, w), self.coefficients, op=MPI.SUM)
         with np.errstate(divide="ignore"):
-            self._logw = np.log(self._w)
+            self._logw = np.log(np.abs(self._w))
+        self._sign = np.sign(self._w)
 
     def degree_power(self) -> Array:
         """Σ_m μ̂_ℓm² per degree ℓ = 0..L, shape (L+1,)."""
@@ -178,7 +147,7 @@ class LogDomainVelocity(DirectVelocity):
         for s in range(0, len(x), chunk):
             e = self.beta * (x[s:s + chunk] @ self._y.T) + self._logw
             mx = e.max(axis=1, keepdims=True)
-            k = np.exp(e - mx)
+            k = np.exp(e - mx) * self._sign
             tot = k.sum(axis=1)
             logk[s:s + chunk] = mx[:, 0] + np.log(tot)
             mean[s:s + chunk] = k @ self._y / tot[:, None]
@@ -198,21 +167,28 @@ class LogDomainVelocity(DirectVelocity):
 
 
 def choose_kernel(beta: float, attention: str, rtol: float = 1e-6) -> str:
-    """"harmonic" unless the SA quotient's relative error bound 4 ε e^{2β} exceeds ``rtol`` (then "log-domain").
+    """"harmonic" unless the SA quotient's relative error bound 4 ε e^{2β} exceeds ``rtol``, then "tilted".
 
     USA always takes "harmonic" (its error is ε relative to the largest velocity). With rtol = 1e-6 SA switches
-    at β > ½ log(rtol/(4ε)) ≈ 10.4.
+    at β > ½ log(rtol/(4ε)) ≈ 10.4 to :class:`~mfpde.tokens.sphere.tilted.TiltedVelocity` (gather-free, the
+    same bound at any β). "log-domain" (gathers) is never chosen: it is the exact reference at any β.
+
+    Raises:
+        ValueError: an unknown attention, β ≤ 0.
     """
     _check(beta, attention)
     if attention == "unnormalised" or 4 * EPS * math.exp(min(2 * beta, 700.0)) <= rtol:
         return "harmonic"
-    return "log-domain"
+    return "tilted"
 
 
 def sphere_velocity(beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
                     L: int | None = None, tol: float = DEFAULT_TOL, rtol: float = 1e-6,
-                    kernel: str | None = None) -> HarmonicVelocity | LogDomainVelocity:
-    """The kernel :func:`choose_kernel` picks (or ``kernel`` = "harmonic" / "log-domain"); its ``kernel`` names it.
+                    kernel: str | None = None) -> HarmonicVelocity | TiltedVelocity | LogDomainVelocity:
+    """The kernel :func:`choose_kernel` picks, or the one named by ``kernel`` (one of :data:`KERNELS`).
+
+    Its ``kernel`` attribute names it; its ``coefficients`` have degree L (default :func:`harmonic_degree`
+    (β, tol)) whichever kernel computes the velocity.
 
     Raises:
         ValueError: an unknown kernel or attention, β ≤ 0.
@@ -220,6 +196,8 @@ def sphere_velocity(beta: float, attention: str = "softmax", comm: MPI.Comm = MP
     name = choose_kernel(beta, attention, rtol) if kernel is None else kernel
     if name == "harmonic":
         return HarmonicVelocity(beta, attention, comm, c, L, tol)
+    if name == "tilted":
+        return TiltedVelocity(beta, attention, comm, c, rtol, tol, L_report=L)
     if name == "log-domain":
         return LogDomainVelocity(beta, attention, comm, c, L, tol)
-    raise ValueError(f"kernel must be 'harmonic' or 'log-domain', got {kernel!r}")
+    raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
