@@ -50,7 +50,7 @@ Array = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class SphereVel:
-    """A stage's velocity: at the volume points (C, Q, 3) and the edges' normal velocity u_n (F, E)."""
+    """A stage's velocity: at the volume points (C, Q, 3) and each edge side's outward u_n (F, 2, E), u_n⁽¹⁾ = −u_n⁽⁰⁾."""
 
     vq: Array
     un: Array
@@ -174,7 +174,8 @@ class SphereDG(rk.SingleRow):
         self.vel.update(x, w)
         vq = self.vel.velocity(x).reshape(t.xq.shape)
         ve = self.vel.velocity(t.xe.reshape(-1, 3)).reshape(t.xe.shape)
-        un = 0.5 * (np.einsum("fqd,fqd->fq", ve, t.ne[:, 0]) - np.einsum("fqd,fqd->fq", ve, t.ne[:, 1]))
+        own = np.einsum("fqd,fsqd->fsq", ve, t.ne)  # each side's v·n± (outward)
+        un = 0.5 * (own - own[:, ::-1])  # one normal velocity per edge point: side 1 takes side 0's, negated
         return SphereVel(vq, un)
 
     def rate(self, state: Array, vel: SphereVel) -> tuple[Array, float]:
@@ -183,9 +184,8 @@ class SphereDG(rk.SingleRow):
         U = self._cells(state)
         r = np.einsum("cq,cqd,cqkd->ck", U[:t.n_owned] @ t.phi.T, vel.vq, t.grad)
         mu_e = np.einsum("fsqk,fsk->fsq", t.phi_e, U[t.cells])  # each side's trace
-        F = t.we * (np.maximum(vel.un, 0.0) * mu_e[:, 0] + np.minimum(vel.un, 0.0) * mu_e[:, 1])
-        S = np.stack([-np.einsum("fq,fqk->fk", F, t.phi_e[:, 0]), np.einsum("fq,fqk->fk", F, t.phi_e[:, 1])])
-        r += S[t.cell_sides, t.cell_edges].sum(axis=1)
+        F = t.we[:, None] * (np.maximum(vel.un, 0.0) * mu_e + np.minimum(vel.un, 0.0) * mu_e[:, ::-1])  # outflow
+        r -= np.einsum("fsq,fsqk->fsk", F, t.phi_e)[t.cell_edges, t.cell_sides].sum(axis=1)
         du = np.zeros_like(state)
         du[t.dofs[:t.n_owned]] = np.einsum("cij,cj->ci", t.minv, r)
         return du, 0.0
@@ -214,11 +214,10 @@ class SphereDG(rk.SingleRow):
             lim = math.nan
         else:
             if self.degree == 0:
-                sign = np.where(t.cell_sides == 0, 1.0, -1.0)[..., None]  # the cell's outward u_n
-                out = (np.maximum(sign * vel.un[t.cell_edges], 0.0) * t.we[t.cell_edges]).sum(axis=(1, 2))
+                out = (np.maximum(vel.un[t.cell_edges, t.cell_sides], 0.0) * t.we[t.cell_edges]).sum(axis=(1, 2))
                 bound = 1.0
             else:
-                edge = np.abs(vel.un).max(axis=1) * t.we.sum(axis=1)  # |e| max|u_n|
+                edge = np.abs(vel.un).max(axis=(1, 2)) * t.we.sum(axis=1)  # |e| max|u_n|
                 out = edge[t.cell_edges].sum(axis=1)
                 bound = 2.0 / 3.0 * self._w1
             ratio = float((out / t.area).max()) if len(out) else 0.0
