@@ -94,7 +94,8 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     cm = geo.cmaps[0]
     cmap = basix.create_element(basix.ElementFamily.P, basix.CellType.triangle, cm.degree,
                                 basix.LagrangeVariant(cm.variant))
-    gnodes = geo.x[geo.dofmap[:n_all]]  # (cells, N, 3)
+    gdm = geo.dofmaps[0]
+    gnodes = geo.x[gdm[:n_all]]  # (cells, N, 3)
     # volume
     pts, wts = basix.make_quadrature(basix.CellType.triangle, 2 * degree + 2)
     tab = element.tabulate(1, pts)  # (3, Q, k, 1)
@@ -128,7 +129,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
         for i in range(3):
             a, b = _FACET_VERTS[i]
             for o in (0, 1):
-                ga, gb = inp[geo.dofmap[c, a]], inp[geo.dofmap[c, b]]
+                ga, gb = inp[gdm[c, a]], inp[gdm[c, b]]
                 sel = np.flatnonzero((fl == i) & ((ga > gb) == bool(o)))
                 if not len(sel):
                     continue

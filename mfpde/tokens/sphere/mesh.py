@@ -125,7 +125,7 @@ def sphere_area(msh: dolfinx.mesh.Mesh, degree: int = 6) -> float:
 
 def edge_lengths(msh: dolfinx.mesh.Mesh) -> tuple[float, float]:
     """The shortest and longest chord between the vertices of a cell (over all ranks): (h_min, h_max)."""
-    x = msh.geometry.x[msh.geometry.dofmap[:, :3]]  # (cells, 3 vertices, 3)
+    x = msh.geometry.x[msh.geometry.dofmaps[0][:, :3]]  # (cells, 3 vertices, 3)
     d = np.linalg.norm(x - np.roll(x, 1, axis=1), axis=2)
     lo = float(d.min()) if d.size else math.inf
     hi = float(d.max()) if d.size else 0.0
