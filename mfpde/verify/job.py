@@ -65,6 +65,7 @@ def _load_checks() -> None:
         particles,
         reach,
         shallow,
+        sphere_dg,
         training,
         transport,
     )

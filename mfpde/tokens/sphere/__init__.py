@@ -4,4 +4,7 @@
 * :mod:`~mfpde.tokens.sphere.velocity`: the velocity protocol every sphere solver takes, the O(n²) direct sum
   (the reference) and the solid-body rotation.
 * :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm.
+* :mod:`~mfpde.tokens.sphere.mesh`: the icosahedral surface mesh (flat or quadratic), built in code.
+* :mod:`~mfpde.tokens.sphere.geometry`, :mod:`~mfpde.tokens.sphere.dg`: upwind DG of degree 0..3 (one normal
+  velocity per edge), the operator :mod:`mfpde.tokens.rk` steps.
 """

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from mpi4py import MPI
 
@@ -50,7 +51,7 @@ Array = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class SphereVel:
-    """A stage's velocity: at the volume points (C, Q, 3) and each edge side's outward u_n (F, 2, E), u_n⁽¹⁾ = −u_n⁽⁰⁾."""
+    """A stage's velocity: at the volume points (C, Q, 3); each edge side's outward u_n (F, 2, E) (side 1: −side 0)."""
 
     vq: Array
     un: Array
@@ -118,7 +119,7 @@ class SphereDG(rk.SingleRow):
         """The cell values (all local cells, k) of ``state`` with its ghosts refreshed."""
         self._work.x.array[:] = state
         self._work.x.scatter_forward()
-        return self._work.x.array[self.t.dofs]
+        return np.asarray(self._work.x.array[self.t.dofs], dtype=float)
 
     def quadrature(self, mu: dolfinx.fem.Function | Array) -> tuple[Array, Array]:
         """The measure μ_h of this rank's cells as point masses: (x (n, 3) on S², w (n,) = μ_h ω|J|)."""
@@ -128,7 +129,7 @@ class SphereDG(rk.SingleRow):
 
     @staticmethod
     def _arr(mu: dolfinx.fem.Function | Array) -> Array:
-        return mu.x.array if isinstance(mu, dolfinx.fem.Function) else np.asarray(mu)
+        return np.asarray(mu.x.array if isinstance(mu, dolfinx.fem.Function) else mu, dtype=float)
 
     def mass(self, mu: dolfinx.fem.Function | Array) -> float:
         """∫ μ_h over the mesh's surface (all ranks; exact on flat cells)."""

@@ -64,8 +64,8 @@ def lattice(n: int) -> Array:
 
 
 def _geometry(cmap: basix.finite_element.FiniteElement, nodes: Array, pts: Array) -> tuple[Array, Array]:
-    """x (c, q, 3) and J (c, q, 3, 2) of the cells with geometry nodes ``nodes`` (c, N, 3) at reference pts (q, 2)."""
-    tab = cmap.tabulate(1, pts)  # (3, q, N, 1)
+    """X (c, q, 3) and J (c, q, 3, 2) of the cells with geometry nodes ``nodes`` (c, N, 3) at reference pts (q, 2)."""
+    tab = _tab(cmap, 1, pts)  # (3, q, N, 1)
     x = np.einsum("qn,cnd->cqd", tab[0, :, :, 0], nodes)
     J = np.einsum("rqn,cnd->cqdr", tab[1:3, :, :, 0], nodes)
     return x, J
@@ -77,6 +77,11 @@ def _metric(J: Array) -> tuple[Array, Array]:
     det = G[..., 0, 0] * G[..., 1, 1] - G[..., 0, 1] * G[..., 1, 0]
     Ginv = np.stack([np.stack([G[..., 1, 1], -G[..., 0, 1]], -1), np.stack([-G[..., 1, 0], G[..., 0, 0]], -1)], -2)
     return np.sqrt(det), np.einsum("...dr,...rs->...ds", J, Ginv / det[..., None, None])
+
+
+def _tab(element: basix.finite_element.FiniteElement, n: int, pts: Array) -> Array:
+    """element.tabulate(n, pts) as a float array, shape (derivatives, points, dofs, 1)."""
+    return np.asarray(element.tabulate(n, pts), dtype=float)
 
 
 def _unit(x: Array) -> Array:
@@ -97,8 +102,8 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     gdm = geo.dofmaps[0]
     gnodes = geo.x[gdm[:n_all]]  # (cells, N, 3)
     # volume
-    pts, wts = basix.make_quadrature(basix.CellType.triangle, 2 * degree + 2)
-    tab = element.tabulate(1, pts)  # (3, Q, k, 1)
+    pts, wts = (np.asarray(a, dtype=float) for a in basix.make_quadrature(basix.CellType.triangle, 2 * degree + 2))
+    tab = _tab(element, 1, pts)  # (3, Q, k, 1)
     phi, dphi = tab[0, :, :, 0], tab[1:3, :, :, 0]
     x, J = _geometry(cmap, gnodes[:n_owned], pts)
     detJ, K = _metric(J)
@@ -135,7 +140,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
                     continue
                 va, vb = (_VERTS[a], _VERTS[b]) if o == 0 else (_VERTS[b], _VERTS[a])
                 ep = (1.0 - s)[:, None] * va[None, :] + s[:, None] * vb[None, :]
-                phi_e[sel, side] = element.tabulate(0, ep)[0, :, :, 0][None]
+                phi_e[sel, side] = _tab(element, 0, ep)[0, :, :, 0][None]
                 xs, Js = _geometry(cmap, gnodes[c[sel]], ep)
                 _, Ks = _metric(Js)
                 ne[sel, side] = _unit(np.einsum("fqdr,r->fqd", Ks, _FACET_NORMALS[i]))
@@ -151,6 +156,6 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     if degree >= 2:  # the edge points of the three facets too (the points of the cell-mean positivity argument)
         lpts = np.concatenate([lpts] + [(1 - s)[:, None] * _VERTS[a] + s[:, None] * _VERTS[b]
                                         for a, b in _FACET_VERTS])
-    lim = element.tabulate(0, lpts)[0, :, :, 0] if degree >= 1 else np.ones((1, 1))
+    lim = _tab(element, 0, lpts)[0, :, :, 0] if degree >= 1 else np.ones((1, 1))
     return SurfaceTables(dofs, n_owned, phi, _unit(x), wq, grad, np.linalg.inv(M), wq.sum(axis=1), cells, phi_e,
                          we, ne, xe, cell_edges, cell_sides, lim)

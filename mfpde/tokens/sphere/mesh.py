@@ -21,6 +21,7 @@ import math
 from mpi4py import MPI
 
 import basix.ufl
+import dolfinx.cpp
 import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
@@ -106,8 +107,8 @@ def icosphere(comm: MPI.Comm, refine: int, order: int = 1) -> dolfinx.mesh.Mesh:
     else:
         x, cells = np.zeros((0, 3)), np.zeros((0, 3 * order), dtype=np.int64)
     element = basix.ufl.element("Lagrange", "triangle", order, shape=(3,))
-    part = dolfinx.mesh.create_cell_partitioner(dolfinx.mesh.GhostMode.shared_facet, 2)
-    msh = dolfinx.mesh.create_mesh(comm, cells, element, x, partitioner=part)
+    part = dolfinx.cpp.mesh.create_cell_partitioner(dolfinx.mesh.GhostMode.shared_facet, 2)
+    msh = dolfinx.mesh.create_mesh(comm, cells, element, x, partitioner=part)  # type: ignore[arg-type]
     msh.topology.create_connectivity(1, 2)
     msh.topology.create_connectivity(2, 1)
     msh.topology.create_connectivity(2, 0)

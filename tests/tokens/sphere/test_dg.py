@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
+from roundoff import conservation, gamma, reordered
 from scipy.spatial.transform import Rotation
 
 from mfpde.fitting import fit_order
@@ -19,7 +20,6 @@ from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.mesh import cell_count, edge_lengths, icosphere, sphere_area
 from mfpde.tokens.sphere.theory import growth_rate
 from mfpde.tokens.sphere.velocity import DirectVelocity, RotationVelocity
-from roundoff import conservation, gamma, reordered
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
@@ -127,7 +127,7 @@ def linear_rates(refine: int, beta: float, eps: float = 1e-6) -> np.ndarray:
 
     a = {}
     for s in (1.0, -1.0):
-        mu = op.project(lambda x: 1 / (4 * math.pi) + s * eps * real_harmonics(3, x)[:, cols].sum(axis=1))
+        mu = op.project(lambda x, s=s: 1 / (4 * math.pi) + s * eps * real_harmonics(3, x)[:, cols].sum(axis=1))
         a[s] = (coeffs(mu), coeffs(op.solve(mu, 0.5, 1).mu_T))
     return np.log((a[1.0][1] - a[-1.0][1]) / (a[1.0][0] - a[-1.0][0])) / 0.5
 
