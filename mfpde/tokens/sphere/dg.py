@@ -223,8 +223,8 @@ class SphereDG(rk.SingleRow):
                 bound = 2.0 / 3.0 * self._w1
             ratio = float((out / t.area).max()) if len(out) else 0.0
             lim = self.cfl * bound / ratio if ratio > 0 else math.inf
-        lim = self.comm.allreduce(lim, op=MPI.MIN) if not math.isnan(lim) else lim
-        nan = self.comm.allreduce(math.isnan(lim), op=MPI.LOR)
+        nan = self.comm.allreduce(math.isnan(lim), op=MPI.LOR)  # both collectives on every rank, always
+        lim = self.comm.allreduce(math.inf if math.isnan(lim) else lim, op=MPI.MIN)
         return np.array([math.nan if nan else min(lim, self.max_dt)])
 
     # -- the depth loop -----------------------------------------------------------------------------
@@ -236,7 +236,8 @@ class SphereDG(rk.SingleRow):
             mu: the initial density, a Function of ``V``; not modified.
             T: the final depth.
             steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
-            callback: called as callback(step, t, μ_t) (μ_t a Function of V, ghosts current) after every depth
+            callback: called as callback(step, t, μ_t) (μ_t one Function of V reused by every call, ghosts current; copy
+                it to keep it) after every depth
                 step and with step 0 first.
             deadline: a ``time.process_time()`` value after which the solve stops (NumericalError).
 
