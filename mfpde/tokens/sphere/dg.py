@@ -236,9 +236,8 @@ class SphereDG(rk.SingleRow):
             mu: the initial density, a Function of ``V``; not modified.
             T: the final depth.
             steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
-            callback: called as callback(step, t, μ_t) (μ_t one Function of V reused by every call, ghosts current; copy
-                it to keep it) after every depth
-                step and with step 0 first.
+            callback: called as callback(step, t, μ_t) after every depth step and with step 0 first; μ_t is one
+                Function of V reused by every call (ghosts current): copy it to keep it.
             deadline: a ``time.process_time()`` value after which the solve stops (NumericalError).
 
         Returns:

@@ -160,3 +160,26 @@ def test_one_rank_and_all_ranks_agree():
     assert sw == ss
     assert abs(mw - ms) <= reordered(n, mw)
     assert np.abs(cw - cs).max() <= math.e**2 * 3 * sw * reordered(n, np.abs(cs).max()), np.abs(cw - cs).max()
+
+
+class _NanLater(RotationVelocity):
+    """The rotation, but NaN on the last rank from its 20th evaluation on (after the first depth step)."""
+
+    def __init__(self) -> None:
+        super().__init__(OMEGA)
+        self.calls = 0
+
+    def velocity(self, x: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        v = super().velocity(x)
+        last = MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1
+        return v * math.nan if last and self.calls >= 20 else v
+
+
+def test_a_nan_velocity_on_one_rank_stops_every_rank_with_a_numerical_error():
+    """The step size is reduced on every rank whatever one rank's velocity holds (no rank left in a collective)."""
+    from mfpde.errors import NumericalError
+
+    op = SphereDG(icosphere(MPI.COMM_WORLD, 1), 1, _NanLater())
+    with pytest.raises(NumericalError):
+        op.solve(op.project(cap), 1.0, 4)
