@@ -114,10 +114,12 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     c2f = top.connectivity(2, 1)
     f2c = top.connectivity(1, 2)
     orig = np.asarray(top.original_cell_index)
-    facets = np.unique(c2f.array[c2f.offsets[0]:c2f.offsets[n_owned]])
-    cells = np.array([f2c.links(f) for f in facets])
-    if cells.ndim != 2 or cells.shape[1] != 2:
+    c2f_all = np.asarray(c2f.array).reshape(-1, 3)  # a triangle's three facets, in local facet order
+    facets = np.unique(c2f_all[:n_owned])
+    off = np.asarray(f2c.offsets)
+    if np.any(off[facets + 1] - off[facets] != 2):
         raise ValueError("the surface mesh is not closed: an edge of an owned cell has no second cell")
+    cells = np.asarray(f2c.array)[off[facets][:, None] + np.arange(2)[None, :]].astype(np.int64)
     swap = orig[cells[:, 0]] > orig[cells[:, 1]]
     cells[swap] = cells[swap, ::-1]
     inp = np.asarray(geo.input_global_indices)
@@ -130,7 +132,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     xe = np.empty((len(facets), nE, 3))
     for side in (0, 1):
         c = cells[:, side]
-        fl = np.array([int(np.flatnonzero(c2f.links(ci) == f)[0]) for ci, f in zip(c, facets, strict=True)])
+        fl = np.argmax(c2f_all[c] == facets[:, None], axis=1)  # the local index of the edge in the cell
         for i in range(3):
             a, b = _FACET_VERTS[i]
             for o in (0, 1):
@@ -149,8 +151,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
                     we[sel] = np.linalg.norm(tang, axis=-1) * ws[None, :]
                     xe[sel] = _unit(xs)
     # each owned cell's three edges and its side on each
-    pos = {int(f): j for j, f in enumerate(facets)}
-    cell_edges = np.array([[pos[int(f)] for f in c2f.links(ci)] for ci in range(n_owned)], dtype=np.int64)
+    cell_edges = np.searchsorted(facets, c2f_all[:n_owned]).astype(np.int64)
     cell_sides = (cells[cell_edges, 1] == np.arange(n_owned)[:, None]).astype(np.int64)
     lpts = np.concatenate([_VERTS, lattice(3 * degree) if degree >= 2 else np.zeros((0, 2)), pts])
     if degree >= 2:  # the edge points of the three facets too (the points of the cell-mean positivity argument)
