@@ -44,7 +44,7 @@ from mfpde.tokens import rk
 from mfpde.tokens.sphere.geometry import surface_tables
 from mfpde.tokens.sphere.velocity import SphereVelocity
 
-__all__ = ["SphereDG", "SphereReport", "SphereVel"]
+__all__ = ["SphereDG", "SphereReport", "SphereVel", "growth_step_cap"]
 
 Array = npt.NDArray[np.float64]
 
@@ -74,6 +74,19 @@ class SphereReport:
     def mass_error(self) -> float:
         """|∫μ_T − ∫μ_0| / ∫μ_0."""
         return abs(self.mass_T - self.mass_0) / self.mass_0
+
+
+def growth_step_cap(beta: float, attention: str, c: float = 1.0, fraction: float = 0.1) -> float:
+    """``fraction``/(|c| max_ℓ γ_ℓ(β)): a sub-step cap (``max_dt``) for attention near the uniform state.
+
+    There v is small, so the CFL bound allows long steps, but degree ℓ grows at γ_ℓ (theory §9,
+    :func:`~mfpde.tokens.sphere.theory.growth_rate`); with γΔt ≤ 0.1 SSP-RK3's relative error of a growth rate
+    is (γΔt)³/24 ≤ 4·10⁻⁵ per unit depth. Non-dimensional (depth units).
+    """
+    from mfpde.tokens.sphere.theory import growth_rate
+
+    g = abs(c) * float(np.max(growth_rate(np.arange(1, 201), beta, attention)))
+    return fraction / g if g > 0 else math.inf
 
 
 def _lobatto_first_weight(p: int) -> float:

@@ -15,7 +15,7 @@ from roundoff import conservation, gamma, reordered
 from scipy.spatial.transform import Rotation
 
 from mfpde.fitting import fit_order
-from mfpde.tokens.sphere.dg import SphereDG
+from mfpde.tokens.sphere.dg import SphereDG, growth_step_cap
 from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.mesh import cell_count, edge_lengths, icosphere, sphere_area
 from mfpde.tokens.sphere.theory import growth_rate
@@ -116,9 +116,11 @@ def test_mass_to_roundoff_and_positivity_through_cluster_formation(degree, refin
 
 def linear_rates(refine: int, beta: float, eps: float = 1e-6) -> np.ndarray:
     """The growth rates of Y_10, Y_20, Y_30 from ±ε runs (the odd part: quadratic terms and the O(h²) drift of
-    the discrete uniform state cancel), DG1, SA, T = 1/2, sub-steps ≤ 0.1 (RK3's relative error (γΔt)³/24 ≈ 1e-5)."""
+    the discrete uniform state cancel), DG1, SA, T = 1/2, sub-steps ≤ growth_step_cap (RK3's relative error of
+    a rate (γΔt)³/24 ≤ 4e-5)."""
     comm = MPI.COMM_WORLD
-    op = SphereDG(icosphere(comm, refine), 1, DirectVelocity(beta, "softmax", comm), max_dt=0.1)
+    op = SphereDG(icosphere(comm, refine), 1, DirectVelocity(beta, "softmax", comm),
+                   max_dt=growth_step_cap(beta, "softmax"))
     cols = [2, 6, 12]  # ℓ² + ℓ for ℓ = 1, 2, 3
 
     def coeffs(mu):
