@@ -157,6 +157,12 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "k3 = velocity(th + 0.5 * dt * k1, beta, softmax)",
         ["tests/tokens/test_circle.py::test_particle_rk4_has_order_4_against_an_adaptive_reference"],
         "the circle particle code's third RK4 stage from k1 (order 2; circle_particles fits only N^{-1/2})"),
+    "sphere_one_sided_normal": (
+        "mfpde/tokens/sphere/dg.py",
+        "        un = 0.5 * (own - own[:, ::-1])  # one normal velocity per edge point: side 1 takes side 0's, negated",
+        "        un = own", ["sphere_mass_positivity",
+                             "tests/tokens/sphere/test_dg.py::test_mass_to_roundoff_and_positivity_through_cluster_formation"],
+        "each side of a sphere edge upwinds with its own conormal (n⁺ ≠ −n⁻ on the faceted sphere: mass not kept)"),
     "slope_tolerance_log": (
         "mfpde/fitting.py", "np.abs(_slope_weights(x)).sum() * -np.log1p(-E))",
         "np.abs(_slope_weights(x)).sum() * np.log1p(E))",

@@ -66,6 +66,7 @@ def _load_checks() -> None:
         particles,
         reach,
         shallow,
+        sphere_dg,
         sphere_flow,
         sphere_kernel,
         training,

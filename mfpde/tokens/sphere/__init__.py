@@ -9,4 +9,7 @@
   Allreduce), the log-domain direct quadrature (the exact reference, gathers) and the rule that picks a kernel.
 * :mod:`~mfpde.tokens.sphere.tilted`: the SA kernel past β ≈ 10 without a gather (series about K centres).
 * :mod:`~mfpde.tokens.sphere.series`: the Bessel tail of the series, the degree L it sets, the degree power.
+* :mod:`~mfpde.tokens.sphere.mesh`: the icosahedral surface mesh (flat or quadratic), built in code.
+* :mod:`~mfpde.tokens.sphere.geometry`, :mod:`~mfpde.tokens.sphere.dg`: upwind DG of degree 0..3 (one normal
+  velocity per edge), the operator :mod:`mfpde.tokens.rk` steps.
 """

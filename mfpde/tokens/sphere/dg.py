@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from mpi4py import MPI
 
@@ -43,14 +44,14 @@ from mfpde.tokens import rk
 from mfpde.tokens.sphere.geometry import surface_tables
 from mfpde.tokens.sphere.velocity import SphereVelocity
 
-__all__ = ["SphereDG", "SphereReport", "SphereVel"]
+__all__ = ["SphereDG", "SphereReport", "SphereVel", "growth_step_cap"]
 
 Array = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
 class SphereVel:
-    """A stage's velocity: at the volume points (C, Q, 3) and the edges' normal velocity u_n (F, E)."""
+    """A stage's velocity: at the volume points (C, Q, 3); each edge side's outward u_n (F, 2, E) (side 1: −side 0)."""
 
     vq: Array
     un: Array
@@ -73,6 +74,19 @@ class SphereReport:
     def mass_error(self) -> float:
         """|∫μ_T − ∫μ_0| / ∫μ_0."""
         return abs(self.mass_T - self.mass_0) / self.mass_0
+
+
+def growth_step_cap(beta: float, attention: str, c: float = 1.0, fraction: float = 0.1) -> float:
+    """``fraction``/(|c| max_ℓ γ_ℓ(β)): a sub-step cap (``max_dt``) for attention near the uniform state.
+
+    There v is small, so the CFL bound allows long steps, but degree ℓ grows at γ_ℓ (theory §9,
+    :func:`~mfpde.tokens.sphere.theory.growth_rate`); with γΔt ≤ 0.1 SSP-RK3's relative error of a growth rate
+    is (γΔt)³/24 ≤ 4·10⁻⁵ per unit depth. Non-dimensional (depth units).
+    """
+    from mfpde.tokens.sphere.theory import growth_rate
+
+    g = abs(c) * float(np.max(growth_rate(np.arange(1, 201), beta, attention)))
+    return fraction / g if g > 0 else math.inf
 
 
 def _lobatto_first_weight(p: int) -> float:
@@ -118,7 +132,7 @@ class SphereDG(rk.SingleRow):
         """The cell values (all local cells, k) of ``state`` with its ghosts refreshed."""
         self._work.x.array[:] = state
         self._work.x.scatter_forward()
-        return self._work.x.array[self.t.dofs]
+        return np.asarray(self._work.x.array[self.t.dofs], dtype=float)
 
     def quadrature(self, mu: dolfinx.fem.Function | Array) -> tuple[Array, Array]:
         """The measure μ_h of this rank's cells as point masses: (x (n, 3) on S², w (n,) = μ_h ω|J|)."""
@@ -128,7 +142,7 @@ class SphereDG(rk.SingleRow):
 
     @staticmethod
     def _arr(mu: dolfinx.fem.Function | Array) -> Array:
-        return mu.x.array if isinstance(mu, dolfinx.fem.Function) else np.asarray(mu)
+        return np.asarray(mu.x.array if isinstance(mu, dolfinx.fem.Function) else mu, dtype=float)
 
     def mass(self, mu: dolfinx.fem.Function | Array) -> float:
         """∫ μ_h over the mesh's surface (all ranks; exact on flat cells)."""
@@ -174,7 +188,8 @@ class SphereDG(rk.SingleRow):
         self.vel.update(x, w)
         vq = self.vel.velocity(x).reshape(t.xq.shape)
         ve = self.vel.velocity(t.xe.reshape(-1, 3)).reshape(t.xe.shape)
-        un = 0.5 * (np.einsum("fqd,fqd->fq", ve, t.ne[:, 0]) - np.einsum("fqd,fqd->fq", ve, t.ne[:, 1]))
+        own = np.einsum("fqd,fsqd->fsq", ve, t.ne)  # each side's v·n± (outward)
+        un = 0.5 * (own - own[:, ::-1])  # one normal velocity per edge point: side 1 takes side 0's, negated
         return SphereVel(vq, un)
 
     def rate(self, state: Array, vel: SphereVel) -> tuple[Array, float]:
@@ -183,9 +198,8 @@ class SphereDG(rk.SingleRow):
         U = self._cells(state)
         r = np.einsum("cq,cqd,cqkd->ck", U[:t.n_owned] @ t.phi.T, vel.vq, t.grad)
         mu_e = np.einsum("fsqk,fsk->fsq", t.phi_e, U[t.cells])  # each side's trace
-        F = t.we * (np.maximum(vel.un, 0.0) * mu_e[:, 0] + np.minimum(vel.un, 0.0) * mu_e[:, 1])
-        S = np.stack([-np.einsum("fq,fqk->fk", F, t.phi_e[:, 0]), np.einsum("fq,fqk->fk", F, t.phi_e[:, 1])])
-        r += S[t.cell_sides, t.cell_edges].sum(axis=1)
+        F = t.we[:, None] * (np.maximum(vel.un, 0.0) * mu_e + np.minimum(vel.un, 0.0) * mu_e[:, ::-1])  # outflow
+        r -= np.einsum("fsq,fsqk->fsk", F, t.phi_e)[t.cell_edges, t.cell_sides].sum(axis=1)
         du = np.zeros_like(state)
         du[t.dofs[:t.n_owned]] = np.einsum("cij,cj->ci", t.minv, r)
         return du, 0.0
@@ -214,17 +228,16 @@ class SphereDG(rk.SingleRow):
             lim = math.nan
         else:
             if self.degree == 0:
-                sign = np.where(t.cell_sides == 0, 1.0, -1.0)[..., None]  # the cell's outward u_n
-                out = (np.maximum(sign * vel.un[t.cell_edges], 0.0) * t.we[t.cell_edges]).sum(axis=(1, 2))
+                out = (np.maximum(vel.un[t.cell_edges, t.cell_sides], 0.0) * t.we[t.cell_edges]).sum(axis=(1, 2))
                 bound = 1.0
             else:
-                edge = np.abs(vel.un).max(axis=1) * t.we.sum(axis=1)  # |e| max|u_n|
+                edge = np.abs(vel.un).max(axis=(1, 2)) * t.we.sum(axis=1)  # |e| max|u_n|
                 out = edge[t.cell_edges].sum(axis=1)
                 bound = 2.0 / 3.0 * self._w1
             ratio = float((out / t.area).max()) if len(out) else 0.0
             lim = self.cfl * bound / ratio if ratio > 0 else math.inf
-        lim = self.comm.allreduce(lim, op=MPI.MIN) if not math.isnan(lim) else lim
-        nan = self.comm.allreduce(math.isnan(lim), op=MPI.LOR)
+        nan = self.comm.allreduce(math.isnan(lim), op=MPI.LOR)  # both collectives on every rank, always
+        lim = self.comm.allreduce(math.inf if math.isnan(lim) else lim, op=MPI.MIN)
         return np.array([math.nan if nan else min(lim, self.max_dt)])
 
     # -- the depth loop -----------------------------------------------------------------------------
@@ -236,8 +249,8 @@ class SphereDG(rk.SingleRow):
             mu: the initial density, a Function of ``V``; not modified.
             T: the final depth.
             steps: depth steps (the output depths), each sub-stepped by :func:`rk.depth_step`.
-            callback: called as callback(step, t, μ_t) (μ_t a Function of V, ghosts current) after every depth
-                step and with step 0 first.
+            callback: called as callback(step, t, μ_t) after every depth step and with step 0 first; μ_t is one
+                Function of V reused by every call (ghosts current): copy it to keep it.
             deadline: a ``time.process_time()`` value after which the solve stops (NumericalError).
             depths: the depth-step ends t_0 = 0 < … < t_steps = T (None: T·j/steps).
 

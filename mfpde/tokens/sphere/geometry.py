@@ -64,8 +64,8 @@ def lattice(n: int) -> Array:
 
 
 def _geometry(cmap: basix.finite_element.FiniteElement, nodes: Array, pts: Array) -> tuple[Array, Array]:
-    """x (c, q, 3) and J (c, q, 3, 2) of the cells with geometry nodes ``nodes`` (c, N, 3) at reference pts (q, 2)."""
-    tab = cmap.tabulate(1, pts)  # (3, q, N, 1)
+    """X (c, q, 3) and J (c, q, 3, 2) of the cells with geometry nodes ``nodes`` (c, N, 3) at reference pts (q, 2)."""
+    tab = _tab(cmap, 1, pts)  # (3, q, N, 1)
     x = np.einsum("qn,cnd->cqd", tab[0, :, :, 0], nodes)
     J = np.einsum("rqn,cnd->cqdr", tab[1:3, :, :, 0], nodes)
     return x, J
@@ -77,6 +77,11 @@ def _metric(J: Array) -> tuple[Array, Array]:
     det = G[..., 0, 0] * G[..., 1, 1] - G[..., 0, 1] * G[..., 1, 0]
     Ginv = np.stack([np.stack([G[..., 1, 1], -G[..., 0, 1]], -1), np.stack([-G[..., 1, 0], G[..., 0, 0]], -1)], -2)
     return np.sqrt(det), np.einsum("...dr,...rs->...ds", J, Ginv / det[..., None, None])
+
+
+def _tab(element: basix.finite_element.FiniteElement, n: int, pts: Array) -> Array:
+    """element.tabulate(n, pts) as a float array, shape (derivatives, points, dofs, 1)."""
+    return np.asarray(element.tabulate(n, pts), dtype=float)
 
 
 def _unit(x: Array) -> Array:
@@ -94,10 +99,11 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     cm = geo.cmaps[0]
     cmap = basix.create_element(basix.ElementFamily.P, basix.CellType.triangle, cm.degree,
                                 basix.LagrangeVariant(cm.variant))
-    gnodes = geo.x[geo.dofmap[:n_all]]  # (cells, N, 3)
+    gdm = geo.dofmaps[0]
+    gnodes = geo.x[gdm[:n_all]]  # (cells, N, 3)
     # volume
-    pts, wts = basix.make_quadrature(basix.CellType.triangle, 2 * degree + 2)
-    tab = element.tabulate(1, pts)  # (3, Q, k, 1)
+    pts, wts = (np.asarray(a, dtype=float) for a in basix.make_quadrature(basix.CellType.triangle, 2 * degree + 2))
+    tab = _tab(element, 1, pts)  # (3, Q, k, 1)
     phi, dphi = tab[0, :, :, 0], tab[1:3, :, :, 0]
     x, J = _geometry(cmap, gnodes[:n_owned], pts)
     detJ, K = _metric(J)
@@ -108,10 +114,12 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     c2f = top.connectivity(2, 1)
     f2c = top.connectivity(1, 2)
     orig = np.asarray(top.original_cell_index)
-    facets = np.unique(c2f.array[c2f.offsets[0]:c2f.offsets[n_owned]])
-    cells = np.array([f2c.links(f) for f in facets])
-    if cells.ndim != 2 or cells.shape[1] != 2:
+    c2f_all = np.asarray(c2f.array).reshape(-1, 3)  # a triangle's three facets, in local facet order
+    facets = np.unique(c2f_all[:n_owned])
+    off = np.asarray(f2c.offsets)
+    if np.any(off[facets + 1] - off[facets] != 2):
         raise ValueError("the surface mesh is not closed: an edge of an owned cell has no second cell")
+    cells = np.asarray(f2c.array)[off[facets][:, None] + np.arange(2)[None, :]].astype(np.int64)
     swap = orig[cells[:, 0]] > orig[cells[:, 1]]
     cells[swap] = cells[swap, ::-1]
     inp = np.asarray(geo.input_global_indices)
@@ -124,17 +132,17 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     xe = np.empty((len(facets), nE, 3))
     for side in (0, 1):
         c = cells[:, side]
-        fl = np.array([int(np.flatnonzero(c2f.links(ci) == f)[0]) for ci, f in zip(c, facets, strict=True)])
+        fl = np.argmax(c2f_all[c] == facets[:, None], axis=1)  # the local index of the edge in the cell
         for i in range(3):
             a, b = _FACET_VERTS[i]
             for o in (0, 1):
-                ga, gb = inp[geo.dofmap[c, a]], inp[geo.dofmap[c, b]]
+                ga, gb = inp[gdm[c, a]], inp[gdm[c, b]]
                 sel = np.flatnonzero((fl == i) & ((ga > gb) == bool(o)))
                 if not len(sel):
                     continue
                 va, vb = (_VERTS[a], _VERTS[b]) if o == 0 else (_VERTS[b], _VERTS[a])
                 ep = (1.0 - s)[:, None] * va[None, :] + s[:, None] * vb[None, :]
-                phi_e[sel, side] = element.tabulate(0, ep)[0, :, :, 0][None]
+                phi_e[sel, side] = _tab(element, 0, ep)[0, :, :, 0][None]
                 xs, Js = _geometry(cmap, gnodes[c[sel]], ep)
                 _, Ks = _metric(Js)
                 ne[sel, side] = _unit(np.einsum("fqdr,r->fqd", Ks, _FACET_NORMALS[i]))
@@ -143,13 +151,12 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
                     we[sel] = np.linalg.norm(tang, axis=-1) * ws[None, :]
                     xe[sel] = _unit(xs)
     # each owned cell's three edges and its side on each
-    pos = {int(f): j for j, f in enumerate(facets)}
-    cell_edges = np.array([[pos[int(f)] for f in c2f.links(ci)] for ci in range(n_owned)], dtype=np.int64)
+    cell_edges = np.searchsorted(facets, c2f_all[:n_owned]).astype(np.int64)
     cell_sides = (cells[cell_edges, 1] == np.arange(n_owned)[:, None]).astype(np.int64)
     lpts = np.concatenate([_VERTS, lattice(3 * degree) if degree >= 2 else np.zeros((0, 2)), pts])
     if degree >= 2:  # the edge points of the three facets too (the points of the cell-mean positivity argument)
         lpts = np.concatenate([lpts] + [(1 - s)[:, None] * _VERTS[a] + s[:, None] * _VERTS[b]
                                         for a, b in _FACET_VERTS])
-    lim = element.tabulate(0, lpts)[0, :, :, 0] if degree >= 1 else np.ones((1, 1))
+    lim = _tab(element, 0, lpts)[0, :, :, 0] if degree >= 1 else np.ones((1, 1))
     return SurfaceTables(dofs, n_owned, phi, _unit(x), wq, grad, np.linalg.inv(M), wq.sum(axis=1), cells, phi_e,
                          we, ne, xe, cell_edges, cell_sides, lim)
