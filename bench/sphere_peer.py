@@ -3,11 +3,11 @@
 Quadrature particles (N Gauss–Legendre nodes in cos ϑ × 2N longitudes, masses w_j μ_0(ξ_j)) moved by the attention
 velocity of their own measure (theory §9), computed with the harmonic (Funk–Hecke) force
 
-    K∗μ(x) = Σ_{ℓ ≤ L} 4π i_ℓ(β) Σ_m μ̂_ℓm Y_ℓm(x),   μ̂_ℓm = Σ_j m_j Y_ℓm(X_j),
-    v = β⁻¹ ∇_S K∗μ (USA),   v = β⁻¹ ∇_S K∗μ / K∗μ (SA),
+    ∫ e^{β x·y} f(y) dμ(y) = Σ_{ℓ ≤ L} 4π i_ℓ(β) Σ_m (fμ)^_ℓm Y_ℓm(x),   (fμ)^_ℓm = Σ_j m_j f(X_j) Y_ℓm(X_j),
 
-O(n L²) per evaluation: scipy's ``sph_harm_y_all`` gives every Y_ℓ^m and its (ϑ, φ) derivatives at once, and
-∇_S Y = ∂_ϑY e_ϑ + (sin ϑ)⁻¹ ∂_φY e_φ. L is the first degree with Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) < 1e-12 e^β unless given.
+for f = 1 (Z) and f = y_i (the numerator N), v = P_x N/Z (SA) or P_x N (USA): four transforms of degree L and one
+evaluation of the harmonics (scipy's ``sph_harm_y_all``, every Y_ℓ^m at once; no derivatives and no pole
+singularity), O(n L²) per evaluation. L is the first degree with Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) < 1e-12 e^β unless given.
 The ODE is integrated by scipy's DOP853 (``solve_ivp``) in R³ with the harmonics at X/|X|; outputs are projected
 onto the sphere. The real orthonormal Y_ℓm follow the usual convention (√2 (−1)^m Re/Im of Y_ℓ^{|m|}), so
 ``modes = [[ℓ, m, a], ...]`` means μ_0 = 1/4π + Σ a Y_ℓm.
@@ -24,39 +24,34 @@ import numpy as np
 import scipy.integrate
 import scipy.special
 
-__all__ = ["harmonic_velocity", "peer_solve", "real_harmonics_grad"]
+__all__ = ["harmonic_velocity", "peer_solve", "real_harmonics", "series_degree"]
 
 
-def real_harmonics_grad(L: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Y (n, (L+1)²), ∇_S Y (n, (L+1)², 3)) of the real orthonormal harmonics at x (n, 3), column ℓ² + ℓ + m."""
+def real_harmonics(L: int, x: np.ndarray) -> np.ndarray:
+    """The real orthonormal harmonics Y (n, (L+1)²) at x (n, 3) (any radius: at x/|x|), column ℓ² + ℓ + m."""
     r = np.linalg.norm(x, axis=1)
     th = np.arccos(np.clip(x[:, 2] / r, -1.0, 1.0))
     ph = np.mod(np.arctan2(x[:, 1], x[:, 0]), 2 * math.pi)
-    y, g = scipy.special.sph_harm_y_all(L, L, th, ph, diff_n=1)  # (L+1, 2L+1, n), (L+1, 2L+1, n, 2)
-    st, ct, sp, cp = np.sin(th), np.cos(th), np.sin(ph), np.cos(ph)
-    e_th = np.stack([ct * cp, ct * sp, -st], axis=1)
-    e_ph = np.stack([-sp, cp, np.zeros_like(sp)], axis=1)
-    inv = 1.0 / np.maximum(st, 1e-300)
+    y = scipy.special.sph_harm_y_all(L, L, th, ph)  # (L+1, 2L+1, n), orders m at index m mod 2L+1
     ll = np.repeat(np.arange(L + 1), 2 * np.arange(L + 1) + 1)
     m = np.concatenate([np.arange(-k, k + 1) for k in range(L + 1)])
+    z = y[ll, np.abs(m)]
     scale = np.where(m == 0, 1.0, math.sqrt(2.0) * (-1.0) ** np.abs(m))[:, None]
-
-    def pick(z: np.ndarray) -> np.ndarray:  # Re for m ≥ 0, Im for m < 0, scaled
-        return np.asarray(np.where((m >= 0)[:, None], z.real, z.imag) * scale)
-
-    Y = pick(y[ll, np.abs(m)]).T  # (n, (L+1)²)
-    dth, dph = pick(g[ll, np.abs(m), :, 0]).T, pick(g[ll, np.abs(m), :, 1]).T
-    G = dth[:, :, None] * e_th[:, None, :] + (dph * inv[:, None])[:, :, None] * e_ph[:, None, :]
-    return Y, G
+    return np.asarray((np.where((m >= 0)[:, None], z.real, z.imag) * scale).T)
 
 
 def harmonic_velocity(x: np.ndarray, w: np.ndarray, beta: float, softmax: bool, L: int) -> np.ndarray:
-    """The attention velocity (n, 3) of the particles x (n, 3) with masses w (n,) at themselves."""
-    Y, G = real_harmonics_grad(L, x)
+    """The attention velocity (n, 3) of the particles x (n, 3) (unit vectors) with masses w (n,) at themselves.
+
+    Funk–Hecke for the four measures μ and y_i μ: Z = ∫ e^{βx·y} dμ and N_i = ∫ e^{βx·y} y_i dμ(y) are
+    Σ 4π i_ℓ(β) (coefficients) Y_ℓm(x); v = P_x N / Z (SA) or P_x N (USA).
+    """
+    Y = real_harmonics(L, x)
     lam = 4 * math.pi * scipy.special.spherical_in(np.repeat(np.arange(L + 1), 2 * np.arange(L + 1) + 1), beta)
-    c = lam * (Y.T @ w)
-    grad = np.einsum("nkd,k->nd", G, c) / beta
-    return grad / (Y @ c)[:, None] if softmax else grad
+    moments = Y.T @ (w[:, None] * np.column_stack([np.ones(len(x)), x]))  # ((L+1)², 4)
+    ZN = Y @ (lam[:, None] * moments)  # (n, 4)
+    N = ZN[:, 1:] / ZN[:, :1] if softmax else ZN[:, 1:]
+    return N - np.sum(N * x, axis=1)[:, None] * x
 
 
 def series_degree(beta: float, tol: float = 1e-12) -> int:
@@ -76,7 +71,7 @@ def peer_solve(modes: list[list[float]], beta: float, attention: str, N: int, T:
     xi = np.stack([np.outer(s, np.cos(ph)), np.outer(s, np.sin(ph)), np.outer(t, np.ones(2 * N))], -1).reshape(-1, 3)
     wq = np.outer(wt, np.full(2 * N, math.pi / N)).ravel()
     Lm = max(int(mo[0]) for mo in modes)
-    Y0, _ = real_harmonics_grad(Lm, xi)
+    Y0 = real_harmonics(Lm, xi)
     mu0 = np.full(len(xi), 1 / (4 * math.pi))
     for ll, m, a in modes:
         mu0 += a * Y0[:, int(ll) ** 2 + int(ll) + int(m)]
@@ -90,14 +85,15 @@ def peer_solve(modes: list[list[float]], beta: float, attention: str, N: int, T:
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:
         nonlocal nfev
         nfev += 1
-        return harmonic_velocity(y.reshape(n, 3), w, beta, softmax, L).ravel()
+        X = y.reshape(n, 3)
+        return harmonic_velocity(X / np.linalg.norm(X, axis=1, keepdims=True), w, beta, softmax, L).ravel()
 
     cpu = time.process_time()
     sol = scipy.integrate.solve_ivp(rhs, (0.0, T), xi.ravel(), method="DOP853", t_eval=t_out, rtol=rtol, atol=rtol)
     cpu = time.process_time() - cpu
     X = sol.y.T.reshape(-1, n, 3)
     X /= np.linalg.norm(X, axis=2, keepdims=True)
-    co = np.array([real_harmonics_grad(L_power, x)[0].T @ w for x in X])
+    co = np.array([real_harmonics(L_power, x).T @ w for x in X])
     power = np.array([[np.sum(c[ll * ll:(ll + 1) ** 2] ** 2) for ll in range(L_power + 1)] for c in co])
     return {"t": sol.t, "x": X, "w": w, "coefficients": co, "power": power, "cpu_s": cpu, "nfev": nfev, "L": L,
             "success": bool(sol.success)}
