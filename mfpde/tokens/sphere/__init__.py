@@ -4,4 +4,7 @@
 * :mod:`~mfpde.tokens.sphere.velocity`: the velocity protocol every sphere solver takes, the O(n²) direct sum
   (the reference) and the solid-body rotation.
 * :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm.
+* :mod:`~mfpde.tokens.sphere.data`: the initial data (``sphere_modes``, seeded noise), its minimum, a product
+  quadrature.
+* :mod:`~mfpde.tokens.sphere.flow`: the Lagrangian solver μ_t = X_t # μ_0 on quadrature particles.
 """
