@@ -21,8 +21,8 @@ Design, and why:
   V(X) = v(X/|X|), homogeneous of degree 0 and tangent (X·V = 0), so |X_j| is an exact first integral of the ODE
   being integrated: no constraint is imposed inside a step (which would break the Runge–Kutta order conditions
   and the dense output), and the integrator's drift of |X_j| is of the size of its own error. Outputs are
-  X_j/|X_j|: the nearest-point retraction moves a point by at most its radial error, so the projected error is
-  at most the unprojected one and the order is kept.
+  X_j/|X_j|: the nearest-point retraction moves a point by ||X_j| − 1| ≤ |X_j − x_j| (x_j the exact point, on
+  S²), so the projected error is at most twice the unprojected one and the order is kept.
 * **Integrators**: DOP853 (order 8, PI step control: :mod:`mfpde.tokens.adaptive`) while non-stiff; Hairer's
   stiffness test of DOP853 (the Lipschitz estimate ρ = |f(y₁) − f(y₁₂)|/|y₁ − y₁₂| of the last two stages,
   both at t + h; stiff when h ρ > 6.1, DOP853's stability boundary, for 15 accepted steps in a row) switches
