@@ -12,4 +12,10 @@
 * :mod:`~mfpde.tokens.sphere.mesh`: the icosahedral surface mesh (flat or quadratic), built in code.
 * :mod:`~mfpde.tokens.sphere.geometry`, :mod:`~mfpde.tokens.sphere.dg`: upwind DG of degree 0..3 (one normal
   velocity per edge), the operator :mod:`mfpde.tokens.rk` steps.
+* :mod:`~mfpde.tokens.sphere.data`: the initial data (``sphere_modes``, seeded noise), its minimum, a product
+  quadrature.
+* :mod:`~mfpde.tokens.sphere.flow`: the Lagrangian solver μ_t = X_t # μ_0 on quadrature particles.
+* :mod:`~mfpde.tokens.sphere.diag`, :mod:`~mfpde.tokens.sphere.picture`: degree powers, clusters, the picture.
+* :mod:`~mfpde.tokens.sphere.config`, :mod:`~mfpde.tokens.sphere.job`: the domain's config rules and its
+  ``transport`` job.
 """

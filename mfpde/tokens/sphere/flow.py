@@ -21,12 +21,13 @@ Design, and why:
   V(X) = v(X/|X|), homogeneous of degree 0 and tangent (X·V = 0), so |X_j| is an exact first integral of the ODE
   being integrated: no constraint is imposed inside a step (which would break the Runge–Kutta order conditions
   and the dense output), and the integrator's drift of |X_j| is of the size of its own error. Outputs are
-  X_j/|X_j|: the nearest-point retraction moves a point by at most its radial error, so the projected error is
-  at most the unprojected one and the order is kept.
+  X_j/|X_j|: the nearest-point retraction moves a point by ||X_j| − 1| ≤ |X_j − x_j| (x_j the exact point, on
+  S²), so the projected error is at most twice the unprojected one and the order is kept.
 * **Integrators**: DOP853 (order 8, PI step control: :mod:`mfpde.tokens.adaptive`) while non-stiff; Hairer's
   stiffness test of DOP853 (the Lipschitz estimate ρ = |f(y₁) − f(y₁₂)|/|y₁ − y₁₂| of the last two stages,
   both at t + h; stiff when h ρ > 6.1, DOP853's stability boundary, for 15 accepted steps in a row) switches
-  to scipy's BDF (finite-difference Jacobian) once clusters collapse. The switch depth is recorded.
+  to scipy's BDF (finite-difference Jacobian, stepped with its dense output) once clusters collapse. The switch
+  depth and both integrators' step counts are recorded.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ class SphereFlow:
         return np.asarray(self.v.velocity(x), dtype=float)
 
     def solve(self, modes_or_density: list[list[float]] | Callable[[Array], Array], T: float,
-              outputs: int | Sequence[float] | Array, callback: Callable[[int, float], None] | None = None
-              ) -> SphereFlowSolution:
+              outputs: int | Sequence[float] | Array, callback: Callable[[int, float], None] | None = None,
+              deadline: float = math.inf) -> SphereFlowSolution:
         """The particles, μ̂_ℓm, degree powers and clusters at the output depths.
 
         Args:
@@ -169,10 +170,12 @@ class SphereFlow:
             outputs: a count k (the depths T/k, 2T/k, ..., T) or the depths themselves (increasing, in [0, T];
                 0 gives the initial particles).
             callback: called as callback(i, t_i) after output i (progress).
+            deadline: a time.process_time() after which the solve stops (checked after each step).
 
         Raises:
             ValueError: bad data, T ≤ 0, or outputs outside [0, T].
-            NumericalError: an integrator failed or a non-finite state; ``exc.partial`` holds the outputs reached.
+            NumericalError: an integrator failed, a non-finite state or the deadline; ``exc.partial`` holds the
+                outputs reached (a SphereFlowSolution).
         """
         from mfpde.errors import NumericalError
 
@@ -190,7 +193,8 @@ class SphereFlow:
         self.nfev = 0
         xs: list[Array] = []
         stats: dict[str, Any] = {"explicit": "DOP853 (PI step control)", "stiff": "BDF (finite-difference Jacobian)",
-                                 "switch_t": None, "explicit_steps": 0, "stiff_nfev": 0, "nfev": 0, "njev": 0, "nlu": 0}
+                                 "switch_t": None, "explicit_steps": 0, "stiff_steps": 0, "nfev": 0, "njev": 0,
+                                 "nlu": 0}
 
         def rhs(_t: float, y: Array) -> Array:
             return self.field(y.reshape(n, 3), m).ravel()
@@ -243,17 +247,26 @@ class SphereFlow:
                 if held >= SWITCH_STEPS:
                     stats["switch_t"] = float(t)
                     break
+                if time.process_time() > deadline:
+                    raise fail(f"sphere flow: CPU-time budget exceeded at t = {t:.6g}")
         if i < len(t_out):
-            res = scipy.integrate.solve_ivp(rhs, (t, float(t_out[-1])), y, method="BDF", t_eval=t_out[i:],
-                                            rtol=self.rtol, atol=self.rtol)
-            stats["stiff_nfev"], stats["njev"], stats["nlu"] = int(res.nfev), int(res.njev), int(res.nlu)
-            for j in range(res.y.shape[1]):
-                if not np.all(np.isfinite(res.y[:, j])):
-                    break
-                record(res.y[:, j])
-            if not res.success or len(xs) < len(t_out):
-                raise fail(f"sphere flow: the stiff integrator failed after t = {float(t_out[len(xs) - 1]):.6g} "
-                           f"({res.message})")
+            stiff = scipy.integrate.BDF(rhs, t, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol)
+            while i < len(t_out):
+                msg = stiff.step()
+                stats["stiff_steps"] += 1
+                if stiff.status == "failed" or not np.all(np.isfinite(stiff.y)):
+                    raise fail(f"sphere flow: the stiff integrator failed at t = {stiff.t:.6g} ({msg})")
+                dense = None
+                while i < len(t_out) and t_out[i] <= stiff.t:
+                    if t_out[i] == stiff.t:
+                        record(stiff.y)
+                    else:
+                        dense = dense or stiff.dense_output()
+                        record(dense(t_out[i]))
+                    i += 1
+                stats["njev"], stats["nlu"] = int(stiff.njev), int(stiff.nlu)
+                if i < len(t_out) and time.process_time() > deadline:
+                    raise fail(f"sphere flow: CPU-time budget exceeded at t = {stiff.t:.6g}")
         return result(t_out)
 
 

@@ -128,3 +128,32 @@ def test_the_stiff_switch_fires_and_agrees_with_the_explicit_solve(monkeypatch):
     assert q.integrator["switch_t"] is None
     assert np.max(np.abs(r.x - q.x)) < 100 * 1e-8
     assert len(r.clusters[-1][0]) >= 2
+
+
+class _Broken:
+    """A velocity that turns non-finite after a while (a numerical failure inside the solve)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def update(self, x, w):
+        self.calls += 1
+
+    def velocity(self, x):
+        return np.cross([0.0, 0.0, 1.0], x) * (np.nan if self.calls > 100 else 1.0)
+
+
+def test_a_failure_keeps_the_outputs_reached():
+    from mfpde.errors import NumericalError
+
+    with pytest.raises(NumericalError, match="explicit integrator failed") as e:
+        SphereFlow(_Broken(), nodes=3, rtol=1e-10).solve([[1, 0, 0.05]], 40.0, 40)
+    part = e.value.partial
+    assert 1 <= len(part.t) < 40 and np.all(np.isfinite(part.x)) and part.power.shape == (len(part.t), 17)
+
+
+def test_the_deadline_stops_the_solve():
+    from mfpde.errors import NumericalError
+
+    with pytest.raises(NumericalError, match="budget"):
+        SphereFlow(DirectVelocity(5.0, "softmax"), nodes=4).solve([[1, 0, 0.05]], 50.0, 5, deadline=0.0)
