@@ -18,7 +18,7 @@ import scipy.spatial
 from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.kernel import degree_power
 
-__all__ = ["CLUSTER_FACTOR", "cell_clusters", "histogram", "lonlat", "measure_power"]
+__all__ = ["CLUSTER_FACTOR", "cell_clusters", "kde", "lonlat", "measure_power"]
 
 Array = npt.NDArray[np.float64]
 #: A cluster is a local maximum of the cell means above this multiple of the uniform density 1/4π.
@@ -63,13 +63,18 @@ def cell_clusters(centres: Array, means: Array, radius: float) -> tuple[int, lis
     return len(peaks), pts.tolist()
 
 
-def histogram(x: Array, w: Array, centres: Array, areas: Array) -> Array:
-    """The DG0 density (m,) of the point masses (x (n, 3), w (n,)) on cells (centres (m, 3), areas (m,)).
+def kde(x: Array, w: Array, points: Array, kappa: float, chunk: int = 4096) -> Array:
+    """The density (m,) at ``points`` (m, 3) of the point masses (x (n, 3), w (n,)) smoothed on S².
 
-    Each mass goes to the cell of the nearest centre, divided by its area: the integral is Σ w.
+    The kernel is von Mises–Fisher's of concentration κ, Σ_j w_j κ e^{κ(x·x_j − 1)}/(2π(1 − e^{−2κ})): each a
+    probability density on S² (standard deviation ≈ 1/√κ radians), so the integral is Σ w and the density > 0.
     """
-    _, idx = scipy.spatial.cKDTree(centres).query(np.asarray(x, float))
-    return np.bincount(idx, weights=np.asarray(w, float), minlength=len(centres)) / np.asarray(areas, float)
+    x, w, points = np.asarray(x, float), np.asarray(w, float), np.asarray(points, float)
+    c = kappa / (2 * math.pi * -math.expm1(-2 * kappa))
+    out = np.empty(len(points))
+    for s in range(0, len(points), chunk):
+        out[s:s + chunk] = c * np.exp(kappa * (points[s:s + chunk] @ x.T - 1.0)) @ w
+    return out
 
 
 def lonlat(x: Any) -> tuple[Array, Array]:

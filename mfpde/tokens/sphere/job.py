@@ -35,6 +35,8 @@ __all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers (the kernel's own degree if lower).
 REPORT_DEGREE = 32
+#: ``sphere_noise``: the noise's degrees ℓ = 1..NOISE_DEGREE (:func:`~mfpde.tokens.sphere.data.noise_modes`).
+NOISE_DEGREE = 16
 
 
 def sphere_heads(cfg: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +81,7 @@ def initial_density(cfg: Any) -> Any:
     from mfpde.tokens.sphere.data import modes_density, noise_modes
 
     da = cfg.data
-    modes = da.modes if da.kind == "sphere_modes" else noise_modes(da.amplitude, da.seed)
+    modes = da.modes if da.kind == "sphere_modes" else noise_modes(da.amplitude, da.seed, NOISE_DEGREE)
     return lambda x: modes_density(modes, x)
 
 
@@ -113,8 +115,6 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     head = {"command": "transport", "version": __version__, "domain": "sphere", "comm_size": comm.size}
     try:
         if t.solver == "flow":
-            from mfpde.tokens.sphere.flow_job import solve_flow
-
             block, panels = solve_flow(cfg, comm, out if cfg.output.fields else None, bar)
         else:
             block, panels = solve_dg(cfg, comm, out if cfg.output.fields else None, bar)
@@ -169,14 +169,16 @@ class _Series:
 
 def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
     """The DG solve of ``cfg`` on the distributed icosahedral mesh: (the report's sample block, the panels)."""
-    from mfpde.tokens.sphere.dg import SphereDG
-    from mfpde.tokens.sphere.mesh import edge_lengths, icosphere
+    from mfpde.tokens.sphere.dg import SphereDG, growth_step_cap
+    from mfpde.tokens.sphere.mesh import edge_lengths, geometry_order, icosphere
 
     t = cfg.tokens
     vel = sphere_velocity_of(cfg, comm)
     L = _report_degree(vel)
-    mesh = icosphere(comm, t.refine)
-    op = SphereDG(mesh, t.degree, vel, t.cfl)
+    mesh = icosphere(comm, t.refine, geometry_order(t.degree))
+    betas, cs = sphere_heads(cfg)
+    cap = min(growth_step_cap(float(b), t.attention, float(c)) for b, c in zip(betas, cs, strict=True))
+    op = SphereDG(mesh, t.degree, vel, t.cfl, max_dt=cap)
     mu0 = op.project(initial_density(cfg))
     depths = output_depths(cfg)
     keep = set(kept_outputs(cfg))
@@ -229,3 +231,83 @@ def _gather(comm: MPI.Comm, a: Any) -> Any:
     """The owned rows of every rank concatenated in rank order on rank 0 (None on the others)."""
     parts = comm.gather(np.asarray(a), root=0)
     return np.concatenate(parts) if parts is not None else None
+
+
+#: The flow solver's fields: μ on the cells of the icosahedron refined this many times (5120 cells).
+FLOW_FIELD_REFINE = 4
+
+
+def _field_mesh(comm: MPI.Comm) -> tuple[Any, Any, Any]:
+    """The flow solver's field mesh: (its DG0 space, this rank's cell centres, all cells' centres on every rank)."""
+    from mfpde.tokens.sphere.dg import SphereDG
+    from mfpde.tokens.sphere.mesh import icosphere
+    from mfpde.tokens.sphere.velocity import RotationVelocity
+
+    op = SphereDG(icosphere(comm, FLOW_FIELD_REFINE), 0, RotationVelocity([0.0, 0.0, 0.0]))
+    own = op.cell_centres()
+    return op.V, own, np.concatenate(comm.allgather(own))
+
+
+def solve_flow(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+    """The flow map of ``cfg`` on the quadrature particles of μ_0 (replicated): (the sample block, the panels).
+
+    ``tokens.labels`` sets the particle count: N = ⌈√(labels/2)⌉ Gauss–Legendre nodes in cos ϑ, 2N² particles.
+    Clusters are groups of particles closer than 10⁻³ rad holding at least 1% of the mass
+    (:func:`~mfpde.tokens.sphere.flow.clusters`); the fields and the picture show the particles smoothed by a von
+    Mises–Fisher kernel as wide as the particles' spacing π/N (:func:`~mfpde.tokens.sphere.diag.kde`, κ = (N/π)²).
+    """
+    from mfpde.tokens.sphere.diag import kde
+    from mfpde.tokens.sphere.flow import SphereFlow
+
+    t = cfg.tokens
+    vel = sphere_velocity_of(cfg, comm)
+    L = _report_degree(vel)
+    N = max(1, math.ceil(math.sqrt(t.labels / 2)))
+    depths = output_depths(cfg)
+    keep = kept_outputs(cfg)
+    ts = depths[keep]
+    flow = SphereFlow(vel, nodes=N, rtol=t.rtol, L=L)
+    series = _Series(len(ts))
+
+    def tick(i: int, depth: float) -> None:
+        if i > 0:
+            bar.update()
+
+    def block_of(sol: Any) -> dict[str, Any]:
+        for k, depth in enumerate(sol.t):
+            masses, centres = sol.clusters[k]
+            series.add(float(depth), sol.power[k], len(masses), np.asarray(centres).tolist(), None)
+        return {"solver": "flow", "kernel": vel.kernel, "labels": 2 * N * N, "rtol": t.rtol, "mass_0": 1.0,
+                "mass_T": float(np.sum(sol.w)), "mass_error": abs(float(np.sum(sol.w)) - 1.0),
+                "min_density": 0.0, "substeps": int(sol.integrator["explicit_steps"] + sol.integrator["stiff_steps"]),
+                "integrator": sol.integrator, **series.block(L, sol.solve_cpu_s)}
+
+    try:
+        sol = flow.solve(initial_density(cfg), float(depths[-1]), ts, callback=tick)
+    except NumericalError as e:
+        part = getattr(e, "partial", None)
+        if part is not None and len(part.t):
+            e.block = block_of(part)
+        raise
+    block = block_of(sol)
+    V, own, centres = _field_mesh(comm)
+    kappa = (N / math.pi) ** 2
+    if fields is not None:
+        import dolfinx.fem
+
+        from mfpde.fields import FieldWriter
+
+        f = dolfinx.fem.Function(V, name="mu")
+        writer = FieldWriter(comm, fields / "fields" / "mu_0.bp", [f])
+        try:
+            for depth, x in zip(sol.t, sol.x, strict=True):
+                f.x.array[:len(own)] = kde(x, sol.w, own, kappa)
+                f.x.scatter_forward()
+                writer.write(float(depth))
+        finally:
+            writer.close()
+    pick = pick_panels(len(sol.t))
+    panels = ([float(sol.t[i]) for i in pick], [(centres, kde(sol.x[i], sol.w, centres, kappa)) for i in pick],
+              [np.asarray(sol.clusters[i][1]).tolist() for i in pick])
+    return block, panels
+
