@@ -202,6 +202,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/stationary.py", "L = self.noise * D @ D - K * D @", "L = self.noise * D @ D + K * D @",
         ["tests/test_continuation.py::test_uniform_spectrum_is_the_closed_form"],
         "the linearisation's drift term with the wrong sign (stability flags wrong)"),
+    "sphere_dg_frozen_velocity": (
+        "mfpde/tokens/sphere/dg.py", "        self.vel.update(x, w)\n",
+        "        if not hasattr(self, '_frozen'):\n            self.vel.update(x, w)\n            self._frozen = True\n",
+        ["sphere_dg_flow"], "the sphere DG solver's kernel told μ_0 only (the velocity frozen at the start)"),
     "sphere_tilt_shift_per_rank": (
         "mfpde/tokens/sphere/tilted.py", "self.comm.Allreduce(local, self._shift, op=MPI.MAX)",
         "self._shift[:] = local",
