@@ -56,3 +56,15 @@ def test_memory_bound_names_refine(monkeypatch):
     monkeypatch.setattr(mfpde.limits, "_memory_bytes", lambda: 1e9)
     with pytest.raises(C.ConfigError, match="tokens.refine: 10 .* GB"):
         C.load(DEMO, ["tokens.refine=10"])
+
+
+@pytest.mark.serial
+def test_run_on_the_sphere_is_one_line(tmp_path, capsys):
+    """``mfpde run`` trains on a box: the sphere (and the circle) name the key, exit 2, nothing written."""
+    from mfpde.cli import main
+
+    for cfg in (DEMO, "demos/circle.toml"):
+        assert main(["run", cfg, "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "tokens.domain" in err[0] and "mfpde transport" in err[0], err
+        assert not (tmp_path / "o" / "report.json").exists()
