@@ -1,15 +1,14 @@
-"""The ``continuation`` job: the stationary states of noisy tokens on the circle or the sphere against the coupling K
-(theory §10).
+"""The ``continuation`` job: the stationary states of noisy tokens (circle, sphere) against the coupling K (§10).
 
 From the uniform state at ``continuation.start`` the uniform branch is continued towards ``stop``
 (:mod:`mfpde.continuation` on :class:`~mfpde.tokens.circle.stationary.CircleStationary`, or on the sphere's zonal
 states, :class:`~mfpde.tokens.sphere.stationary.SphereStationary`); at each branch point on it (K_k = τβ/I_k(β)
 for the mode k on the circle, τβ/i_k(β) for the degree k on the sphere) the job switches onto the bifurcating
-branch and continues it in the same range. Along every branch: K, the order parameter |μ̂_1|, the free energy E(μ), the leading eigenvalue of the
-linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform state is classified by the curvature
-c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on the circle, ∫ μ P_k(x_3) dσ on the
-sphere: the mode's amplitude), measured by two
-Newton solves at fixed amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
+branch and continues it in the same range. Along every branch: K, the order parameter |μ̂_1|, the free energy
+E(μ), the leading eigenvalue of the linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform
+state is classified by the curvature c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on
+the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by two Newton solves at fixed
+amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
 c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical" (a classification that assumes the
 symmetric (pitchfork) bifurcation of the circle's modes and the sphere's odd degrees; the sphere's even degrees,
 far above K_c, bifurcate transcritically). Folds are located on every branch.
@@ -195,7 +194,10 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
-    """The order parameter (|μ̂_1|; on the sphere |∫ x dμ|) against K: stable solid, unstable dashed, folds (×) and bifurcations (○) marked (rank 0)."""
+    """The order parameter against K (rank 0): stable solid, unstable dashed, folds (×), bifurcations (○) marked.
+
+    The order parameter is |μ̂_1| on the circle, |∫ x dμ| on the sphere.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

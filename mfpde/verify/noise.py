@@ -1,5 +1,4 @@
-"""Checks of the continuation of noisy tokens on the circle and the sphere (theory §10), against closed forms it does
-not use.
+"""Checks of the continuation of noisy tokens on the circle and the sphere (theory §10), against closed forms.
 
 * ``noisy_threshold``: the first branch point of the uniform branch, located by the continuation (the sign change
   of det ∂F/∂u along the branch, refined by the Illinois iteration with Newton corrections; the exact Jacobian),

@@ -1,4 +1,4 @@
-"""The zonal stationary states of noisy tokens on the sphere S² (theory §10): the discrete equation, Jacobian, stability.
+"""The zonal stationary states of noisy tokens on S² (theory §10): the discrete equation, its Jacobian, stability.
 
 The stationary equation of ∂_t μ + K ∇_S·(μ v) = τ Δ_S μ, v = β⁻¹ ∇_S(G∗μ), G∗μ(x) = ∫ e^{β x·y} μ(y) dσ(y)
 (USA, one head (β, K)) is the fixed point μ = p(μ) := exp(κ G∗μ)/∫ exp(κ G∗μ), κ = K/(τβ). The states computed
@@ -87,7 +87,7 @@ class SphereStationary:
 
     def mode_state(self, k: int) -> Array:
         """P_k(t) at the nodes (the null vector of the uniform state's Jacobian at K = τβ/i_k(β)), shape (n,)."""
-        return self.V[:, k].copy()
+        return np.array(self.V[:, k], dtype=float)
 
     def threshold(self, k: int) -> float:
         """τβ/i_k(β): where degree k of the uniform state turns unstable (theory §10)."""
