@@ -15,12 +15,14 @@ spectrally accurate, so the discrete K_c equals τβ/i_1(β) to round-off at n �
 further restriction: the reflection t ↦ −t is a discrete symmetry). The residual F(u, K) = u − p(u) has the exact
 Jacobian ∂F/∂u = I − κ (diag p − p (2π w∘p)ᵀ) A, ∂F/∂K = −(τβ)⁻¹ (diag p − p (2π w∘p)ᵀ) A u.
 
-Stability: the linearisation of the evolution restricted to ZONAL perturbations (the non-zonal ones, azimuthal
-orders m ≠ 0, are not examined): L δμ = D[(1 − t²)(τ D δμ − (K/β)(δμ D G + μ D A δμ))], G = A μ, D the
+Stability against ZONAL perturbations: the linearisation of the evolution restricted to them, L δμ = D[(1 − t²)(τ D δμ − (K/β)(δμ D G + μ D A δμ))], G = A μ, D the
 differentiation matrix of the Gauss–Legendre interpolant, projected on the Legendre degrees 1..n−2 (degree 0 is
 the mass, which L conserves; the top degree is left out so that L maps the basis into the interpolated space
 exactly about the uniform state). About 1/4π its eigenvalues are K ℓ(ℓ+1) i_ℓ(β)/β − τ ℓ(ℓ+1), ℓ = 1..n−2
-(theory §10; each the zonal member of its 2ℓ+1).
+(theory §10; each the zonal member of its 2ℓ+1). Against the NON-ZONAL perturbations f(t) cos mφ, m = 1..8:
+the sign of the free energy's second variation (:meth:`SphereStationary.azimuthal_hessian`; for a Wasserstein
+gradient flow its inertia is the linearisation's), the rotations left out. Orders m > 8 are not examined (their
+kernel term falls as i_m(β): at the uniform state λ_m = τ − K i_m(β)/β).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from mfpde.tokens.circle.stationary import _scipy_leading, _slepc_leading
 __all__ = ["SphereStationary"]
 
 Array = npt.NDArray[np.float64]
+#: The azimuthal orders m ≥ 1 whose second variation :meth:`SphereStationary.stability` examines.
+AZIMUTHAL_ORDERS = 8
 
 
 class SphereStationary:
@@ -158,7 +162,7 @@ class SphereStationary:
 
     def stability(self, u: Array, K: float, count: int = 4,
                   solver: str = "slepc") -> tuple[npt.NDArray[np.complex128], bool]:
-        """(the ``count`` leading eigenvalues of the zonal L, stable against zonal perturbations), by SLEPc or scipy.
+        """(the ``count`` leading eigenvalues of the zonal L by SLEPc or scipy, stable), non-zonal orders included.
 
         Args:
             u: the state (n,).
@@ -167,10 +171,45 @@ class SphereStationary:
             solver: "slepc" (slepc4py's Krylov–Schur) or "scipy" (the dense reference, scipy.linalg.eig).
 
         Returns:
-            (eigenvalues sorted by decreasing real part, shape (count,) complex; True if all real parts < 0 up to
-            1e-9 times the largest |eigenvalue|). Non-zonal perturbations are not examined.
+            (the zonal eigenvalues sorted by decreasing real part, shape (count,) complex; True if all their real
+            parts are < 0 up to 1e-9 times the largest |eigenvalue| and the second variation on the azimuthal
+            orders m = 1..AZIMUTHAL_ORDERS is > 0 up to 1e-9 τ).
         """
         Lr = self.linearisation(u, K)
         vals, _ = _slepc_leading(Lr, count) if solver == "slepc" else _scipy_leading(Lr, count)
         vals = vals[:count]
-        return vals, bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
+        zonal = bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
+        return vals, zonal and bool(np.all(self.azimuthal_hessian(u, K, AZIMUTHAL_ORDERS) > -1e-9 * self.noise))
+
+    def azimuthal_hessian(self, u: Array, K: float, orders: int = 8) -> Array:
+        """The least eigenvalue of the free energy's second variation on perturbations f(t) cos mφ, m = 1..orders.
+
+        For δμ = f(t) cos mφ (mass zero for m ≥ 1), δ²E = π [τ ∫ f²/μ dt − (K/β) ∬ f 2π I_m(β s s′) e^{β t t′} f′],
+        discretised by the Gauss–Legendre rule (Nyström; f′s and the kernel's factors s^m make the integrands
+        polynomial, so it converges spectrally) and measured in the metric ∫ f²/μ dt: λ_m = min (δ²E/π) / ∫ f²/μ.
+        For a Wasserstein gradient flow the linearisation is −M H with M = −∇·(μ∇·) positive on the mass-zero
+        perturbations, so the signs of its eigenvalues are those of H's (Sylvester's law of inertia): λ_m > 0 for
+        every m ≥ 1 is stability against the non-zonal perturbations. At m = 1 the rotations of a non-uniform
+        state (f = s μ′(t), eigenvalue 0) are left out. About 1/4π: λ_m = τ − K i_m(β)/β.
+
+        Returns:
+            λ_m for m = 1..orders, shape (orders,).
+        """
+        import scipy.linalg
+
+        mu = self.density(u)
+        s = np.sqrt(1.0 - self.t**2)
+        ss, tt = self.beta * np.outer(s, s), self.beta * np.outer(self.t, self.t)
+        metric = np.diag(self.q / mu)
+        rot = s * (self.D @ mu)
+        out = np.zeros(orders)
+        for m in range(1, orders + 1):
+            Bm = 2 * math.pi * scipy.special.ive(m, ss) * np.exp(ss + tt)
+            H = self.noise * metric - K / self.beta * np.outer(self.q, self.q) * Bm / (2 * math.pi)
+            vals, vecs = scipy.linalg.eigh(H, metric)
+            if m == 1 and np.abs(rot).max() > 1e-8 * np.abs(mu).max():
+                align = np.abs(rot @ metric @ vecs) / (math.sqrt(rot @ metric @ rot)
+                                                       * np.sqrt(np.sum(vecs * (metric @ vecs), axis=0)))
+                vals = np.delete(vals, int(np.argmax(align[:4])))
+            out[m - 1] = vals[0]
+        return out

@@ -126,3 +126,34 @@ def test_transport_on_the_sphere_refuses_noise(tmp_path):
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "tokens.noise" in r.stderr, r.stderr
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+def test_azimuthal_second_variation():
+    """Non-zonal perturbations f(t) cos mφ: about 1/4π the least eigenvalue is τ − K i_m(β)/β; on the stable
+    one-cluster branch (β = 3, K = 1.25) the rotation (f = s μ′, eigenvalue 0 to round-off) is the only zero one and is
+    left out, all others > 0 (the state is stable against non-zonal perturbations, not only zonal ones)."""
+    import scipy.linalg
+
+    from mfpde.continuation import Newton
+
+    P = SphereStationary(40, 2.5, 0.8)
+    m = np.arange(1, 6)
+    assert np.allclose(P.azimuthal_hessian(P.uniform(), 1.1, 5), 0.8 - 1.1 * sp.spherical_in(m, 2.5) / 2.5,
+                       rtol=1e-12)
+    P = SphereStationary(48, 3.0, 1.0)
+    row = np.zeros(P.m + 1)
+    row[-1] = 1.0
+    with Newton(P, P.m) as nw:
+        x = nw.solve(np.concatenate([(P.uniform() * (1 + 2.5 * P.mode_state(1))).clip(0.005), [1.25]]), row, 1.25)
+    assert x is not None and P.order_parameter(x[:-1]) > 0.7
+    mu = x[:-1]
+    lam = P.azimuthal_hessian(mu, 1.25, 6)
+    assert lam.min() > 0.5, lam
+    s = np.sqrt(1 - P.t**2)
+    rot = s * (P.D @ mu)  # the rotation about the x-axis, order 1
+    metric = np.diag(P.q / mu)
+    Bm = 2 * math.pi * sp.ive(1, 3.0 * np.outer(s, s)) * np.exp(3.0 * (np.outer(s, s) + np.outer(P.t, P.t)))
+    H = metric - 1.25 / 3.0 * np.outer(P.q, P.q) * Bm / (2 * math.pi)
+    assert abs(rot @ H @ rot) < 1e-9 * (rot @ metric @ rot)
+    assert abs(scipy.linalg.eigh(H, metric, eigvals_only=True)[0]) < 1e-10
+    assert P.stability(mu, 1.25, 2, "scipy")[1]
