@@ -9,9 +9,9 @@ E(μ), the leading eigenvalue of the linearisation (SLEPc) and the stable flag. 
 state is classified by the curvature c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on
 the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by two Newton solves at fixed
 amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
-c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical" (a classification that assumes the
-symmetric (pitchfork) bifurcation of the circle's modes and the sphere's odd degrees; the sphere's even degrees,
-far above K_c, bifurcate transcritically). Folds are located on every branch.
+c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical"; a branch whose slope dK/da at the
+point is not zero ((K(ρ) − K(−ρ))/2ρ above ``TRANSCRITICAL``: no symmetry a ↦ −a, as for the sphere's even
+degrees) is "transcritical". Folds are located on every branch.
 
 Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/continuation.md) and
 ``plots/bifurcation.png``.
@@ -39,7 +39,7 @@ from mfpde.tokens.circle.stationary import CircleStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 
 __all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "noisy_branches",
-           "noisy_circle_branches"]
+           "noisy_circle_branches", "slope"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
 Stationary = CircleStationary | SphereStationary
@@ -49,6 +49,9 @@ logger = logging.getLogger(__name__)
 PARAMETERS = ("coupling",)
 #: The amplitude ρ of the curvature probes (:func:`curvature`).
 PROBE = 1e-2
+#: A bifurcating branch with |dK/da| above this at its branch point is transcritical: a symmetric (pitchfork)
+#: branch has K(ρ) = K(−ρ), its measured slope (K(ρ) − K(−ρ))/2ρ is the Newton tolerance over ρ, ≈ 1e-10.
+TRANSCRITICAL = 1e-6
 #: The most collocation points (dense N × N matrices) and branch points.
 MAX_POINTS_N, MAX_BRANCH_POINTS = 1023, 100_000
 
@@ -108,6 +111,19 @@ def curvature(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.nda
     return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
 
 
+def slope(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+    """c₁ = dK/da at the branch point x_bp of mode k: (K(ρ) − K(−ρ))/2ρ by two Newton solves; NaN if one fails."""
+    a = _amplitude_row(P, k)
+    amp = float(a @ direction)
+    Ks = []
+    for rho in (PROBE, -PROBE):
+        y = newton.solve(x_bp + (rho / amp) * direction, a, float(a @ x_bp) + rho)
+        if y is None:
+            return math.nan
+        Ks.append(float(y[-1]))
+    return (Ks[0] - Ks[1]) / (2 * PROBE)
+
+
 def _block(P: Stationary, br: Branch, origin: str, solver: str) -> dict[str, Any]:
     lead, stable = [], []
     for u, K in zip(br.u, br.K, strict=True):
@@ -140,15 +156,18 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
             k = P.dominant_mode(d[: P.m])
             if _amplitude_row(P, k) @ d < 0:
                 d = -d
-            c2 = curvature(P, newton, x, d, k)
-            bifs.append({"kind": "supercritical" if c2 > 0 else "subcritical", "parameter": ev.K, "mode": k,
+            c2, c1 = curvature(P, newton, x, d, k), slope(P, newton, x, d, k)
+            kind = "transcritical" if abs(c1) > TRANSCRITICAL else ("supercritical" if c2 > 0 else "subcritical")
+            bifs.append({"kind": kind, "slope": c1, "parameter": ev.K, "mode": k,
                          "closed_form": P.threshold(k), "curvature": c2,
                          "branch": len(branches)})
-            br = continue_branch(P, newton, x, d, W, ctl, P.resolved, deadline)
-            for f in (e for e in br.events if e.kind == "fold"):
-                bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
-                             "order_parameter": P.order_parameter(f.u)})
-            branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}", eig_solver))
+            # a transcritical branch is not symmetric in a: both of its halves are followed
+            for sign, side in ((1.0, ""), (-1.0, ", a < 0")) if kind == "transcritical" else ((1.0, ""),):
+                br = continue_branch(P, newton, x, sign * d, W, ctl, P.resolved, deadline)
+                for f in (e for e in br.events if e.kind == "fold"):
+                    bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
+                                 "order_parameter": P.order_parameter(f.u)})
+                branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver))
         its = newton.its
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
 

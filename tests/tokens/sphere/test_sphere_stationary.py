@@ -157,3 +157,17 @@ def test_azimuthal_second_variation():
     assert abs(rot @ H @ rot) < 1e-9 * (rot @ metric @ rot)
     assert abs(scipy.linalg.eigh(H, metric, eigvals_only=True)[0]) < 1e-10
     assert P.stability(mu, 1.25, 2, "scipy")[1]
+
+
+def test_even_degree_bifurcates_transcritically():
+    """Degree 2 (P_2 has no symmetry a ↦ −a): the slope dK/da at τβ/i_2(β) is not zero, the bifurcation is
+    "transcritical" and both halves of its branch are followed; degree 1 and 3 (odd) have slope 0 (pitchforks)."""
+    out = _branches(5.0, 0.55, 0.8, points=64)
+    k2 = 5.0 / sp.spherical_in(2, 5.0)
+    first = out["bifurcations"][0]
+    assert first["kind"] == "transcritical" and first["mode"] == 2 and abs(first["slope"]) > 0.1, first
+    assert abs(first["parameter"] - k2) < 1e-12 * k2
+    assert [b["origin"] for b in out["branches"][1:3]] == [f"mode 2 at K = {first['parameter']:.6g}",
+                                                         f"mode 2 at K = {first['parameter']:.6g}, a < 0"]
+    odd = _branches(3.0, 1.2, 1.5)["bifurcations"][0]
+    assert odd["mode"] == 1 and abs(odd["slope"]) < 1e-8 and odd["kind"] == "subcritical"
