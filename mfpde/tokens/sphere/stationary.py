@@ -17,7 +17,8 @@ Jacobian ∂F/∂u = I − κ (diag p − p (2π w∘p)ᵀ) A, ∂F/∂K = −(�
 
 Stability against ZONAL perturbations: the linearisation of the evolution restricted to them,
 L δμ = D[(1 − t²)(τ D δμ − (K/β)(δμ D G + μ D A δμ))], G = A μ, D the differentiation matrix of the
-Gauss–Legendre interpolant, projected on the Legendre degrees 1..n−2 (degree 0 is the mass, which L conserves; the top degree is left out so that L maps the basis into the interpolated space
+Gauss–Legendre interpolant, projected on the Legendre degrees 1..n−2 (degree 0 is the mass, which L conserves;
+the top degree is left out so that L maps the basis into the interpolated space
 exactly about the uniform state). About 1/4π its eigenvalues are K ℓ(ℓ+1) i_ℓ(β)/β − τ ℓ(ℓ+1), ℓ = 1..n−2
 (theory §10; each the zonal member of its 2ℓ+1). Against the NON-ZONAL perturbations f(t) cos mφ, m = 1..8:
 the sign of the free energy's second variation (:meth:`SphereStationary.azimuthal_hessian`; for a Wasserstein
