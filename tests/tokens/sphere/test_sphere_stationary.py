@@ -171,3 +171,18 @@ def test_even_degree_bifurcates_transcritically():
                                                          f"mode 2 at K = {first['parameter']:.6g}, a < 0"]
     odd = _branches(3.0, 1.2, 1.5)["bifurcations"][0]
     assert odd["mode"] == 1 and abs(odd["slope"]) < 1e-8 and odd["kind"] == "subcritical"
+
+
+@pytest.mark.parametrize("override,key", [
+    ("tokens.noise=-1.0", "tokens.noise"), ("tokens.noise=0.0", "tokens.noise"),
+    ("tokens.attention='softmax'", "tokens.attention"), ("continuation.points=8", "continuation.points"),
+    ("continuation.stop=0.8", "continuation.stop")])
+def test_bad_sphere_continuation_input_names_the_key(override, key):
+    """Refused naming the key (exit 2 at the command line); an even number of points is fine on the sphere."""
+    from mfpde import config as C
+    from mfpde.continuation_job import check_continuation
+
+    demo = str(ROOT / "demos" / "noisy_sphere.toml")
+    assert check_continuation(C.load(demo, ["continuation.points=64"])) == (3.0, 1.0)
+    with pytest.raises(C.ConfigError, match=key.replace(".", r"\.")):
+        check_continuation(C.load(demo, [override]))
