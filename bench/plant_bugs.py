@@ -198,11 +198,30 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "the stationary equation's Jacobian ∂F/∂u with a missing factor 2 in the nonlocal term (K_c at 2τβ/I_1)"),
     "continuation_probe_ratio": (
         "mfpde/continuation_job.py", "for rho in (PROBE, 2 * PROBE):", "for rho in (PROBE, 3 * PROBE):",
-        ["noisy_tricritical"], "the curvature probes at ρ and 3ρ under the Richardson weights of ρ and 2ρ"),
+        ["noisy_tricritical", "noisy_tricritical_sphere"],
+        "the curvature probes at ρ and 3ρ under the Richardson weights of ρ and 2ρ"),
     "continuation_growth_sign": (
         "mfpde/tokens/circle/stationary.py", "L = self.noise * D @ D - K * D @", "L = self.noise * D @ D + K * D @",
         ["tests/test_continuation.py::test_uniform_spectrum_is_the_closed_form"],
         "the linearisation's drift term with the wrong sign (stability flags wrong)"),
+    "sphere_stationary_bessel_index": (
+        "mfpde/tokens/sphere/stationary.py", "scipy.special.ive(0, ss)", "scipy.special.ive(1, ss)",
+        ["noisy_threshold_sphere", "tests/tokens/sphere/test_sphere_stationary.py::test_zonal_kernel_is_funk_hecke"],
+        "the zonal kernel's azimuthal integral with I_1 for I_0 (the wrong Bessel index: K_c off τβ/i_1(β))"),
+    "sphere_stationary_jacobian_half": (
+        "mfpde/tokens/sphere/stationary.py", "return np.eye(self.m) - kappa * SA,",
+        "return np.eye(self.m) - 0.5 * kappa * SA,",
+        ["noisy_threshold_sphere", "tests/tokens/sphere/test_sphere_stationary.py::test_jacobian_is_exact"],
+        "the sphere's stationary Jacobian with a missing factor 2 in the nonlocal term (K_c at 2τβ/i_1)"),
+    "sphere_stationary_growth_sign": (
+        "mfpde/tokens/sphere/stationary.py", "(self.noise * D - K / b *", "(self.noise * D + K / b *",
+        ["tests/tokens/sphere/test_sphere_stationary.py::test_uniform_spectrum_is_the_closed_form"],
+        "the sphere's zonal linearisation with the drift's sign flipped (stability flags wrong)"),
+    "sphere_stationary_rotation_kept": (
+        "mfpde/tokens/sphere/stationary.py", "vals = np.delete(vals, int(np.argmax(align[:4])))",
+        "vals = np.delete(vals, len(vals) - 1)",
+        ["tests/tokens/sphere/test_sphere_stationary.py::test_azimuthal_second_variation"],
+        "the rotations' zero mode kept in the non-zonal stability of a one-cluster state (a spurious marginal mode)"),
     "sphere_dg_frozen_velocity": (
         "mfpde/tokens/sphere/dg.py", "        self.vel.update(x, w)\n",
         "        if not hasattr(self, '_frozen'):\n"

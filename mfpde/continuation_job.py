@@ -1,13 +1,17 @@
-"""The ``continuation`` job: the stationary states of noisy tokens on the circle against the coupling K (theory §10).
+"""The ``continuation`` job: the stationary states of noisy tokens (circle, sphere) against the coupling K (§10).
 
 From the uniform state at ``continuation.start`` the uniform branch is continued towards ``stop``
-(:mod:`mfpde.continuation` on :class:`~mfpde.tokens.circle.stationary.CircleStationary`); at each branch
-point on it (K_k = τβ/I_k(β) for the mode k) the job switches onto the bifurcating branch and continues it in the
-same range. Along every branch: K, the order parameter |μ̂_1|, the free energy E(μ), the leading eigenvalue of the
-linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform state is classified by the curvature
-c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ, the mode's amplitude), measured by two
-Newton solves at fixed amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
-c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical". Folds are located on every branch.
+(:mod:`mfpde.continuation` on :class:`~mfpde.tokens.circle.stationary.CircleStationary`, or on the sphere's zonal
+states, :class:`~mfpde.tokens.sphere.stationary.SphereStationary`); at each branch point on it (K_k = τβ/I_k(β)
+for the mode k on the circle, τβ/i_k(β) for the degree k on the sphere) the job switches onto the bifurcating
+branch and continues it in the same range. Along every branch: K, the order parameter |μ̂_1|, the free energy
+E(μ), the leading eigenvalue of the linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform
+state is classified by the curvature c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on
+the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by two Newton solves at fixed
+amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
+c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical"; a branch whose slope dK/da at the
+point is not zero ((K(ρ) − K(−ρ))/2ρ above ``TRANSCRITICAL``: no symmetry a ↦ −a, as for the sphere's even
+degrees) is "transcritical". Folds are located on every branch.
 
 Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/continuation.md) and
 ``plots/bifurcation.png``.
@@ -24,7 +28,6 @@ from typing import Any
 from mpi4py import MPI
 
 import numpy as np
-import scipy.special
 
 from mfpde import __version__
 from mfpde.config import Config
@@ -33,14 +36,22 @@ from mfpde.continuation import Branch, Newton, StepControl, branch_direction, co
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.circle.stationary import CircleStationary
+from mfpde.tokens.sphere.stationary import SphereStationary
 
-__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "noisy_circle_branches"]
+__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "noisy_branches",
+           "noisy_circle_branches", "slope"]
+
+#: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
+Stationary = CircleStationary | SphereStationary
 
 logger = logging.getLogger(__name__)
 #: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a).
 PARAMETERS = ("coupling",)
 #: The amplitude ρ of the curvature probes (:func:`curvature`).
 PROBE = 1e-2
+#: A bifurcating branch with |dK/da| above this at its branch point is transcritical: a symmetric (pitchfork)
+#: branch has K(ρ) = K(−ρ), its measured slope (K(ρ) − K(−ρ))/2ρ is the Newton tolerance over ρ, ≈ 1e-10.
+TRANSCRITICAL = 1e-6
 #: The most collocation points (dense N × N matrices) and branch points.
 MAX_POINTS_N, MAX_BRANCH_POINTS = 1023, 100_000
 
@@ -55,7 +66,8 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     rules = (
         (c.parameter in PARAMETERS, "continuation.parameter", f"must be one of {list(PARAMETERS)}, got "
          f"{c.parameter!r}"),
-        (t.domain == "circle", "tokens.domain", f"continuation needs 'circle' (noisy tokens), got {t.domain!r}"),
+        (t.domain in ("circle", "sphere"), "tokens.domain", f"continuation needs 'circle' or 'sphere' (noisy "
+         f"tokens), got {t.domain!r}"),
         (t.attention == "unnormalised", "tokens.attention", "continuation needs 'unnormalised' (the gradient flow "
          "of theory §10)"),
         (t.noise > 0 and math.isfinite(t.noise), "tokens.noise", f"continuation needs τ > 0, got {t.noise:g}"),
@@ -68,8 +80,8 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
         (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
          f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
         (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
-        (9 <= c.points <= MAX_POINTS_N and c.points % 2 == 1, "continuation.points",
-         f"must be odd in 9..{MAX_POINTS_N}, got {c.points}"),
+        (9 <= c.points <= MAX_POINTS_N and (c.points % 2 == 1 or t.domain == "sphere"), "continuation.points",
+         f"must be {'' if t.domain == 'sphere' else 'odd '}in 9..{MAX_POINTS_N}, got {c.points}"),
     )
     for ok, key, msg in rules:
         if not ok:
@@ -80,16 +92,12 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     return beta, float(t.noise)
 
 
-def _weights(P: CircleStationary) -> np.ndarray:
-    return np.concatenate([np.full(P.m, (2 * math.pi) ** 2 / P.m), [1.0]])
+def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
+    """A with aᵀx = mode k's amplitude (∫ μ cos kθ dθ; on the sphere ∫ μ P_k dσ), x = (u, K), shape (m+1,)."""
+    return np.concatenate([P.amplitude(k), [0.0]])
 
 
-def _amplitude_row(P: CircleStationary, k: int) -> np.ndarray:
-    """A with aᵀx = ∫ μ cos kθ dθ (x = (u, K)), shape (m+1,)."""
-    return np.concatenate([P.h * P.E.T @ np.cos(k * P.theta), [0.0]])
-
-
-def curvature(P: CircleStationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+def curvature(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails."""
     a = _amplitude_row(P, k)
     amp = float(a @ direction)
@@ -103,13 +111,20 @@ def curvature(P: CircleStationary, newton: Newton, x_bp: np.ndarray, direction: 
     return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
 
 
-def _mode(P: CircleStationary, v: np.ndarray) -> int:
-    c = np.abs(np.fft.rfft(P.density(v[: P.m])))
-    c[0] = 0.0
-    return int(np.argmax(c))
+def slope(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+    """c₁ = dK/da at the branch point x_bp of mode k: (K(ρ) − K(−ρ))/2ρ by two Newton solves; NaN if one fails."""
+    a = _amplitude_row(P, k)
+    amp = float(a @ direction)
+    Ks = []
+    for rho in (PROBE, -PROBE):
+        y = newton.solve(x_bp + (rho / amp) * direction, a, float(a @ x_bp) + rho)
+        if y is None:
+            return math.nan
+        Ks.append(float(y[-1]))
+    return (Ks[0] - Ks[1]) / (2 * PROBE)
 
 
-def _block(P: CircleStationary, br: Branch, origin: str, solver: str) -> dict[str, Any]:
+def _block(P: Stationary, br: Branch, origin: str, solver: str) -> dict[str, Any]:
     lead, stable = [], []
     for u, K in zip(br.u, br.K, strict=True):
         vals, ok = P.stability(u, K, 2, solver)
@@ -120,14 +135,14 @@ def _block(P: CircleStationary, br: Branch, origin: str, solver: str) -> dict[st
             "leading_eigenvalue": lead, "stable": stable, "stopped": br.stopped, "early": br.early}
 
 
-def noisy_circle_branches(P: CircleStationary, start: float, stop: float, ctl: StepControl,
+def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                           deadline: float = math.inf, eig_solver: str = "slepc") -> dict[str, Any]:
     """The uniform branch from ``start`` towards ``stop`` and the branches bifurcating from it.
 
     Returns:
         {"branches": [blocks], "bifurcations": [...], "newton_iterations": int} (the report's part).
     """
-    W = _weights(P)
+    W = P.inner_weights()
     branches, bifs = [], []
     with Newton(P, P.m) as newton:
         x0 = np.concatenate([P.uniform(), [start]])
@@ -138,20 +153,27 @@ def noisy_circle_branches(P: CircleStationary, start: float, stop: float, ctl: S
         for ev in (e for e in uni.events if e.kind == "branch_point" and ctl.lo <= e.K <= ctl.hi):
             x = np.concatenate([ev.u, [ev.K]])
             d = branch_direction(P, x, ev.tangent, W)
-            k = _mode(P, d)
+            k = P.dominant_mode(d[: P.m])
             if _amplitude_row(P, k) @ d < 0:
                 d = -d
-            c2 = curvature(P, newton, x, d, k)
-            bifs.append({"kind": "supercritical" if c2 > 0 else "subcritical", "parameter": ev.K, "mode": k,
-                         "closed_form": P.noise * P.beta / float(scipy.special.iv(k, P.beta)), "curvature": c2,
+            c2, c1 = curvature(P, newton, x, d, k), slope(P, newton, x, d, k)
+            kind = "transcritical" if abs(c1) > TRANSCRITICAL else ("supercritical" if c2 > 0 else "subcritical")
+            bifs.append({"kind": kind, "slope": c1, "parameter": ev.K, "mode": k,
+                         "closed_form": P.threshold(k), "curvature": c2,
                          "branch": len(branches)})
-            br = continue_branch(P, newton, x, d, W, ctl, P.resolved, deadline)
-            for f in (e for e in br.events if e.kind == "fold"):
-                bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
-                             "order_parameter": P.order_parameter(f.u)})
-            branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}", eig_solver))
+            # a transcritical branch is not symmetric in a: both of its halves are followed
+            for sign, side in ((1.0, ""), (-1.0, ", a < 0")) if kind == "transcritical" else ((1.0, ""),):
+                br = continue_branch(P, newton, x, sign * d, W, ctl, P.resolved, deadline)
+                for f in (e for e in br.events if e.kind == "fold"):
+                    bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
+                                 "order_parameter": P.order_parameter(f.u)})
+                branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver))
         its = newton.its
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
+
+
+#: The circle's name of :func:`noisy_branches`.
+noisy_circle_branches = noisy_branches
 
 
 def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
@@ -165,15 +187,16 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     c = cfg.continuation
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
-    P = CircleStationary(c.points, beta, tau)
+    P = (SphereStationary if cfg.tokens.domain == "sphere" else CircleStationary)(c.points, beta, tau)
     ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
-    logger.info("continuation in K on the circle: β = %g, τ = %g, K from %g to %g, %d points; K_c = τβ/I_1(β) = %.10g",
-                beta, tau, c.start, c.stop, c.points, tau * beta / float(scipy.special.iv(1, beta)))
+    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d points; K_c = %s = %.10g",
+                P.domain, beta, tau, c.start, c.stop, c.points,
+                "τβ/i_1(β)" if P.domain == "sphere" else "τβ/I_1(β)", P.threshold(1))
     t0, c0 = time.perf_counter(), time.process_time()
-    part = noisy_circle_branches(P, c.start, c.stop, ctl)
+    part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
-              "domain": "circle", "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
+              "domain": P.domain, "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     write_report(out, report, comm)
     for b in part["branches"]:
@@ -190,7 +213,10 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
-    """|μ̂_1| against K: stable solid, unstable dashed, folds (×) and bifurcations (○) marked (rank 0)."""
+    """The order parameter against K (rank 0): stable solid, unstable dashed, folds (×), bifurcations (○) marked.
+
+    The order parameter is |μ̂_1| on the circle, |∫ x dμ| on the sphere.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,8 +238,9 @@ def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
     ax.plot([], [], "k-", label="stable")
     ax.plot([], [], "k--", label="unstable")
     ax.set_xlabel("coupling K")
-    ax.set_ylabel("order parameter |μ̂₁|")
-    ax.set_title(f"noisy tokens on the circle: β = {report['beta']:g}, τ = {report['noise']:g}")
+    sphere = report["domain"] == "sphere"
+    ax.set_ylabel("order parameter |∫ x dμ| (zonal states)" if sphere else "order parameter |μ̂₁|")
+    ax.set_title(f"noisy tokens on the {report['domain']}: β = {report['beta']:g}, τ = {report['noise']:g}")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

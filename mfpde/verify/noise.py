@@ -1,4 +1,4 @@
-"""Checks of the continuation of noisy tokens on the circle (theory §10), against closed forms it does not use.
+"""Checks of the continuation of noisy tokens on the circle and the sphere (theory §10), against closed forms.
 
 * ``noisy_threshold``: the first branch point of the uniform branch, located by the continuation (the sign change
   of det ∂F/∂u along the branch, refined by the Illinois iteration with Newton corrections; the exact Jacobian),
@@ -13,6 +13,12 @@
   derived: c₂'s error is the Richardson remainder O(ρ⁴) ≈ 10⁻⁸ plus the Newton tolerance over ρ², 10⁻¹²/10⁻⁴ =
   10⁻⁸: δc₂ ≤ 10⁻⁷ with a factor 5 to spare; β*'s error is δc₂/|dc₂/dβ|, with the slope measured at the root
   (≈ 0.1 at τ = 1): the threshold is 10⁻⁷/|dc₂/dβ| (≈ 10⁻⁶).
+* ``noisy_threshold_sphere``, ``noisy_tricritical_sphere``: the same on S² for the zonal states
+  (:class:`~mfpde.tokens.sphere.stationary.SphereStationary`, Gauss–Legendre in cos ϑ, exact in the azimuth),
+  against K_c = τβ/i_1(β) (scipy.special.spherical_in) and the root of I_{5/2}(β)/I_{3/2}(β) = 1/3 (brentq on
+  scipy.special.iv), with the same thresholds and the same derivation: the collocation's error in K_c is the
+  Gauss rule's on an entire integrand (below 1e-14 at n ≥ 24 for β ≤ 8), and the amplitude a = ∫ μ x_3 dσ has the
+  circle's scale (|a| ≤ 1), so the probes' errors in c₂ are the circle's.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ import scipy.special
 from mfpde.verify.registry import Outcome, register
 
 if TYPE_CHECKING:
-    from mfpde.tokens.circle.stationary import CircleStationary
+    from mfpde.continuation_job import Stationary
 
-__all__ = ["measured_beta_star", "measured_threshold"]
+__all__ = ["beta_star_closed_form", "closed_threshold", "measured_beta_star", "measured_threshold"]
 
 #: CPU budgets (full; quick: half).
 BUDGET_S = 300.0
@@ -40,16 +46,29 @@ STEP = 0.0437
 C2_ERROR = 1e-7
 
 
-def _first_branch_point(beta: float, tau: float, points: int,
-                        deadline: float = math.inf) -> tuple[float, CircleStationary, np.ndarray, np.ndarray]:
+def _problem(domain: str, beta: float, tau: float, points: int) -> Stationary:
+    from mfpde.tokens.circle.stationary import CircleStationary
+    from mfpde.tokens.sphere.stationary import SphereStationary
+
+    return (SphereStationary if domain == "sphere" else CircleStationary)(points, beta, tau)
+
+
+def closed_threshold(domain: str, beta: float, tau: float) -> float:
+    """τβ/I_1(β) (circle), τβ/i_1(β) (sphere), from scipy.special."""
+    if domain == "sphere":
+        return tau * beta / float(scipy.special.spherical_in(1, beta))
+    return tau * beta / float(scipy.special.iv(1, beta))
+
+
+def _first_branch_point(beta: float, tau: float, points: int, deadline: float = math.inf,
+                        domain: str = "circle") -> tuple[float, Stationary, np.ndarray, np.ndarray]:
     """(K of the first branch point of the uniform branch, the problem, its state x, the branch direction)."""
     from mfpde.continuation import Newton, StepControl, branch_direction, continue_branch
-    from mfpde.tokens.circle.stationary import CircleStationary as Problem
 
-    P = Problem(points, beta, tau)
-    guess = tau * beta / float(scipy.special.iv(1, beta))  # only the range of the scan
+    P = _problem(domain, beta, tau, points)
+    guess = closed_threshold(domain, beta, tau)  # only the range of the scan
     lo, hi = 0.8 * guess, 1.1 * guess
-    W = np.concatenate([np.full(P.m, (2 * math.pi) ** 2 / P.m), [1.0]])
+    W = P.inner_weights()
     t0 = np.zeros(P.m + 1)
     t0[-1] = 1.0
     with Newton(P, P.m) as nw:
@@ -63,48 +82,52 @@ def _first_branch_point(beta: float, tau: float, points: int,
     return ev.K, P, x, branch_direction(P, x, ev.tangent, W)
 
 
-def measured_threshold(beta: float, tau: float, points: int) -> float:
+def measured_threshold(beta: float, tau: float, points: int, domain: str = "circle") -> float:
     """K_c measured by the continuation (the first branch point of the uniform branch)."""
-    return _first_branch_point(beta, tau, points)[0]
+    return _first_branch_point(beta, tau, points, domain=domain)[0]
 
 
-def _c2(beta: float, tau: float, points: int) -> float:
+def _c2(beta: float, tau: float, points: int, domain: str = "circle") -> float:
     from mfpde.continuation import Newton
     from mfpde.continuation_job import _amplitude_row, curvature
 
-    _, P, x, d = _first_branch_point(beta, tau, points)
+    _, P, x, d = _first_branch_point(beta, tau, points, domain=domain)
     if _amplitude_row(P, 1) @ d < 0:
         d = -d
     with Newton(P, P.m) as nw:
         return curvature(P, nw, x, d, 1)
 
 
-def measured_beta_star(tau: float, points: int) -> tuple[float, float]:
-    """(β* as the root of the measured c₂(β) in [1.5, 3.5] by brentq, |dc₂/dβ| at it by a central difference)."""
-    root = float(scipy.optimize.brentq(lambda b: _c2(b, tau, points), 1.5, 3.5, xtol=1e-12, rtol=1e-13))
+#: The bracket of β* of the measured c₂(β) by domain.
+BRACKET = {"circle": (1.5, 3.5), "sphere": (1.2, 2.6)}
+
+
+def measured_beta_star(tau: float, points: int, domain: str = "circle") -> tuple[float, float]:
+    """(β* as the root of the measured c₂(β) in BRACKET by brentq, |dc₂/dβ| at it by a central difference)."""
+    lo, hi = BRACKET[domain]
+    root = float(scipy.optimize.brentq(lambda b: _c2(b, tau, points, domain), lo, hi, xtol=1e-12, rtol=1e-13))
     h = 1e-3
-    slope = (_c2(root + h, tau, points) - _c2(root - h, tau, points)) / (2 * h)
+    slope = (_c2(root + h, tau, points, domain) - _c2(root - h, tau, points, domain)) / (2 * h)
     return root, abs(slope)
 
 
-def beta_star_closed_form() -> float:
-    """The root of I₂(β)/I₁(β) = 1/2 (scipy.special.iv, brentq)."""
-    return float(scipy.optimize.brentq(lambda b: scipy.special.iv(2, b) / scipy.special.iv(1, b) - 0.5, 0.5, 10.0,
-                                       xtol=1e-15, rtol=4 * np.finfo(float).eps))
+def beta_star_closed_form(domain: str = "circle") -> float:
+    """The root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d on S^{d−1}: I₂/I₁ = 1/2 (circle), I_{5/2}/I_{3/2} = 1/3 (sphere)."""
+    nu, d = (1.5, 3) if domain == "sphere" else (1.0, 2)
+    return float(scipy.optimize.brentq(lambda b: scipy.special.iv(nu + 1, b) / scipy.special.iv(nu, b) - 1 / d, 0.5,
+                                       10.0, xtol=1e-15, rtol=4 * np.finfo(float).eps))
 
 
-@register("noisy_threshold", "§10 (K_c of noisy tokens)", "K_c = τβ/I_1(β), scipy.special.iv", kind="rel. error",
-          budget_s=BUDGET_S, distributed=False)
-def check_noisy_threshold(quick: bool) -> Outcome:
-    """Max relative |K_c(measured) − τβ/I_1(β)| over β, τ ≤ 1e-8."""
+def _threshold_outcome(quick: bool, domain: str) -> Outcome:
+    """Max relative |K_c(measured) − closed form| over β, τ ≤ 1e-8."""
     c0 = time.process_time()
     cases = [(1.0, 1.0), (4.0, 0.5)] if quick else [(0.5, 1.0), (1.0, 1.0), (2.0, 0.3), (4.0, 1.0), (8.0, 0.5)]
-    points = 41 if quick else 63
+    points = POINTS[domain][quick]
     errs, lines = [], []
     for beta, tau in cases:
-        kc = tau * beta / float(scipy.special.iv(1, beta))
+        kc = closed_threshold(domain, beta, tau)
         try:
-            k = measured_threshold(beta, tau, points)
+            k = measured_threshold(beta, tau, points, domain)
         except ArithmeticError as e:
             return Outcome(math.nan, 0.0, "≤ 1e-8", False, str(e))
         errs.append(abs(k - kc) / kc)
@@ -114,19 +137,52 @@ def check_noisy_threshold(quick: bool) -> Outcome:
                    f"N = {points}; " + "; ".join(lines), [], 1e-8)
 
 
+def _tricritical_outcome(quick: bool, domain: str) -> Outcome:
+    """|β*(measured) − β*(closed form)| ≤ C2_ERROR/|dc₂/dβ| (module docstring); the sign of c₂ on either side."""
+    points = POINTS[domain][quick]
+    ref = beta_star_closed_form(domain)
+    lo, hi = SIDES[domain]
+    try:
+        bs, slope = measured_beta_star(1.0, points, domain)
+        below, above = _c2(lo, 1.0, points, domain), _c2(hi, 1.0, points, domain)
+    except (ArithmeticError, ValueError) as e:
+        return Outcome(math.nan, ref, "bracket", False, f"no root of c₂(β) in {BRACKET[domain]}: {e}")
+    tol = C2_ERROR / max(slope, 1e-12)
+    ok = abs(bs - ref) <= tol and below > 0 > above
+    return Outcome(bs, ref, f"≤ {tol:.1e} (δc₂ ≤ {C2_ERROR:g} over |dc₂/dβ| = {slope:.3g}); c₂({lo:g}) > 0 > "
+                   f"c₂({hi:g})", ok, f"N = {points}: β* {bs:.12f} vs {ref:.12f} (error {abs(bs - ref):.1e}); "
+                   f"c₂({lo:g}) = {below:.6g}, c₂({hi:g}) = {above:.6g}", [], tol)
+
+
+#: Collocation points by domain, (full, quick).
+POINTS = {"circle": (63, 41), "sphere": (40, 24)}
+#: β on either side of β*, where c₂ must be positive and negative.
+SIDES = {"circle": (2.0, 3.0), "sphere": (1.5, 2.2)}
+
+
+@register("noisy_threshold", "§10 (K_c of noisy tokens)", "K_c = τβ/I_1(β), scipy.special.iv", kind="rel. error",
+          budget_s=BUDGET_S, distributed=False)
+def check_noisy_threshold(quick: bool) -> Outcome:
+    """Max relative |K_c(measured) − τβ/I_1(β)| over β, τ ≤ 1e-8."""
+    return _threshold_outcome(quick, "circle")
+
+
 @register("noisy_tricritical", "§10 (β*, continuous vs discontinuous)", "root of I₂/I₁ = 1/2 (brentq, scipy)",
           kind="β*", budget_s=BUDGET_S, distributed=False)
 def check_noisy_tricritical(quick: bool) -> Outcome:
-    """|β*(measured) − β*(closed form)| ≤ C2_ERROR/|dc₂/dβ| (module docstring); the sign of c₂ on either side."""
-    points = 41 if quick else 63
-    ref = beta_star_closed_form()
-    try:
-        bs, slope = measured_beta_star(1.0, points)
-        below, above = _c2(2.0, 1.0, points), _c2(3.0, 1.0, points)
-    except (ArithmeticError, ValueError) as e:
-        return Outcome(math.nan, ref, "bracket", False, f"no root of c₂(β) in [1.5, 3.5]: {e}")
-    tol = C2_ERROR / max(slope, 1e-12)
-    ok = abs(bs - ref) <= tol and below > 0 > above
-    return Outcome(bs, ref, f"≤ {tol:.1e} (δc₂ ≤ {C2_ERROR:g} over |dc₂/dβ| = {slope:.3g}); c₂(2) > 0 > c₂(3)", ok,
-                   f"N = {points}: β* {bs:.12f} vs {ref:.12f} (error {abs(bs - ref):.1e}); c₂(2) = {below:.6g}, "
-                   f"c₂(3) = {above:.6g}", [], tol)
+    """β* on the circle (:func:`_tricritical_outcome`)."""
+    return _tricritical_outcome(quick, "circle")
+
+
+@register("noisy_threshold_sphere", "§10 (K_c of noisy tokens on S²)", "K_c = τβ/i_1(β), scipy.special.spherical_in",
+          kind="rel. error", budget_s=BUDGET_S, distributed=False)
+def check_noisy_threshold_sphere(quick: bool) -> Outcome:
+    """Max relative |K_c(measured) − τβ/i_1(β)| over β, τ ≤ 1e-8 (zonal states on S²)."""
+    return _threshold_outcome(quick, "sphere")
+
+
+@register("noisy_tricritical_sphere", "§10 (β* on S², continuous vs discontinuous)",
+          "root of I_{5/2}/I_{3/2} = 1/3 (brentq, scipy)", kind="β*", budget_s=BUDGET_S, distributed=False)
+def check_noisy_tricritical_sphere(quick: bool) -> Outcome:
+    """β* on S² (:func:`_tricritical_outcome`)."""
+    return _tricritical_outcome(quick, "sphere")

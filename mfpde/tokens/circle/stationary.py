@@ -30,6 +30,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 import scipy.linalg
+import scipy.special
 
 __all__ = ["CircleStationary"]
 
@@ -47,6 +48,8 @@ class CircleStationary:
     Raises:
         ValueError: N even or < 9, τ ≤ 0, β < 0.
     """
+
+    domain = "circle"
 
     def __init__(self, points: int, beta: float, noise: float):
         if points < 9 or points % 2 == 0:
@@ -84,6 +87,24 @@ class CircleStationary:
     def mode_state(self, k: int) -> Array:
         """Cos kθ as even unknowns (the null vector of the uniform state's Jacobian at K = τβ/I_k(β)), shape (m,)."""
         return np.cos(k * self.theta[: self.m])
+
+    def threshold(self, k: int) -> float:
+        """τβ/I_k(β): where mode k of the uniform state turns unstable (theory §10)."""
+        return self.noise * self.beta / float(scipy.special.iv(k, self.beta))
+
+    def inner_weights(self) -> Array:
+        """W of the continuation's inner product on x = (u, K): (2π)²/m per unknown, 1 for K, shape (m+1,)."""
+        return np.concatenate([np.full(self.m, (2 * math.pi) ** 2 / self.m), [1.0]])
+
+    def amplitude(self, k: int) -> Array:
+        """The row r with r·u = ∫ μ cos kθ dθ (mode k's amplitude), shape (m,)."""
+        return self.h * self.E.T @ np.cos(k * self.theta)
+
+    def dominant_mode(self, u: Array) -> int:
+        """The mode k ≥ 1 of the largest Fourier coefficient of the density of u."""
+        c = np.abs(np.fft.rfft(self.density(u)))
+        c[0] = 0.0
+        return int(np.argmax(c))
 
     def _gibbs(self, mu: Array, K: float) -> tuple[Array, float]:
         kappa = K / (self.noise * self.beta) if self.beta > 0 else 0.0

@@ -23,7 +23,7 @@ import numpy as np
 
 from mfpde import __version__
 from mfpde.config_keys import to_toml
-from mfpde.errors import NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.tokens.circle.diag import merge_times
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
@@ -97,9 +97,13 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         The report (also in ``DIR/report.json``).
 
     Raises:
+        ConfigError: ``tokens.noise`` > 0 (nothing written).
         NumericalError: a failed solve (status "failed", the block up to the last good output depth).
     """
     t = cfg.tokens
+    if t.noise > 0:
+        raise ConfigError(f"tokens.noise: {t.noise:g} > 0: transport on the sphere is noiseless (noisy tokens on the "
+                          "sphere: their stationary states by mfpde continuation)")
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
