@@ -190,10 +190,11 @@ class SphereDG(rk.SingleRow):
         """Tell ``velocity`` the measure of ``state`` (collective), then v at the volume points and u_n on the edges."""
         t = self.t
         x, w = self.quadrature(state)
-        self.vel.update(x, w)
         if self.nodes is not None:
+            self.vel.update(self.nodes.x, self.nodes.masses(w))
             vq, ve = self.nodes.interpolate(self.vel.velocity(self.nodes.x))
         else:
+            self.vel.update(x, w)
             vq = self.vel.velocity(x).reshape(t.xq.shape)
             ve = self.vel.velocity(t.xe.reshape(-1, 3)).reshape(t.xe.shape)
         own = np.einsum("fqd,fsqd->fsq", ve, t.ne)  # each side's v·n± (outward)

@@ -66,6 +66,16 @@ class NodalVelocity:
         self._be = be.reshape(nf, ne, -1)  # (F, E, nq)
         self._xq, self._xe = t.xq, t.xe
 
+    def masses(self, w: Array) -> Array:
+        """The node masses w_n = Σ_K ∫_K μ_h ψ_n of the volume points' masses w (C·Q,) = μ_h ω|J|: shape (N,).
+
+        The measure Σ_n w_n δ_{x_n} integrates the interpolant I_q f as μ_h does: Σ_n w_n f(x_n) = ∫ μ_h I_q f
+        (with the volume rule), so its total is ∫ μ_h and its harmonic coefficients err by O(h^{q+1}) like the
+        velocity. The w_n may be negative (P2's vertex functions have zero mean).
+        """
+        wc = np.asarray(w, dtype=float).reshape(self._cq.shape[0], -1) @ self._bq  # (C, nq)
+        return np.bincount(self._cq.ravel(), weights=wc.ravel(), minlength=len(self.x))
+
     def interpolate(self, vn: Array) -> tuple[Array, Array]:
         """The field of the node values vn (N, 3) at the volume points (C, Q, 3) and the edge points (F, E, 3).
 
