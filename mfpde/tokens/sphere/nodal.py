@@ -21,6 +21,7 @@ from __future__ import annotations
 import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse
 
 from mfpde.tokens.sphere.geometry import SurfaceTables
 
@@ -32,6 +33,14 @@ Array = npt.NDArray[np.float64]
 def nodal_degree(degree: int) -> int:
     """The degree q of the continuous velocity field for DG of ``degree``: max(2, p + 1)."""
     return max(2, degree + 1)
+
+
+def _sparse(values: Array, columns: npt.NDArray[np.int64], n: int) -> scipy.sparse.csr_array:
+    """The (A·B, n) matrix whose row a·B + b holds values[a, b, :] in the columns columns[a, 0, :]."""
+    a, b, k = values.shape
+    cols = np.broadcast_to(columns, (a, b, k)).ravel()
+    return scipy.sparse.csr_array((np.ascontiguousarray(values).ravel(), cols, np.arange(0, a * b * k + 1, k)),
+                                  shape=(a * b, n))
 
 
 def _tangent(x: Array, v: Array) -> Array:
@@ -57,13 +66,15 @@ class NodalVelocity:
         cdofs = np.asarray(W.dofmap.list[:n_all], dtype=np.int64)
         cq, ce = cdofs[:t.n_owned], cdofs[t.cells[:, 0]]  # the owned cells' nodes, each edge's side-0 nodes
         used, inv = np.unique(np.concatenate([cq.ravel(), ce.ravel()]), return_inverse=True)
-        self._cq, self._ce = inv[:cq.size].reshape(cq.shape), inv[cq.size:].reshape(ce.shape)
         xn = W.tabulate_dof_coordinates()[used]
         self.x = xn / np.linalg.norm(xn, axis=1, keepdims=True)
-        self._bq = np.asarray(element.tabulate(0, t.ref_q), dtype=float)[0, :, :, 0]  # (Q, nq)
+        bq = np.asarray(element.tabulate(0, t.ref_q), dtype=float)[0, :, :, 0]  # (Q, nq)
+        be = np.asarray(element.tabulate(0, t.ref_e.reshape(-1, 2)), dtype=float)[0, :, :, 0]  # (F·E, nq)
+        nc, nq = cq.shape
         nf, ne = t.ref_e.shape[:2]
-        be = np.asarray(element.tabulate(0, t.ref_e.reshape(-1, 2)), dtype=float)[0, :, :, 0]
-        self._be = be.reshape(nf, ne, -1)  # (F, E, nq)
+        self._iq = _sparse(np.broadcast_to(bq, (nc,) + bq.shape), inv[:cq.size].reshape(nc, 1, nq), len(self.x))
+        self._iqt = self._iq.T.tocsr()
+        self._ie = _sparse(be.reshape(nf, ne, nq), inv[cq.size:].reshape(nf, 1, nq), len(self.x))
         self._xq, self._xe = t.xq, t.xe
 
     def masses(self, w: Array) -> Array:
@@ -73,14 +84,13 @@ class NodalVelocity:
         (with the volume rule), so its total is ∫ μ_h and its harmonic coefficients err by O(h^{q+1}) like the
         velocity. The w_n may be negative (P2's vertex functions have zero mean).
         """
-        wc = np.asarray(w, dtype=float).reshape(self._cq.shape[0], -1) @ self._bq  # (C, nq)
-        return np.bincount(self._cq.ravel(), weights=wc.ravel(), minlength=len(self.x))
+        return np.asarray(self._iqt @ np.asarray(w, dtype=float).ravel())
 
     def interpolate(self, vn: Array) -> tuple[Array, Array]:
         """The field of the node values vn (N, 3) at the volume points (C, Q, 3) and the edge points (F, E, 3).
 
         Each projected onto the tangent plane of S² at its point.
         """
-        vq = np.einsum("qn,cnd->cqd", self._bq, vn[self._cq])
-        ve = np.einsum("fen,fnd->fed", self._be, vn[self._ce])
+        vq = (self._iq @ vn).reshape(self._xq.shape)
+        ve = (self._ie @ vn).reshape(self._xe.shape)
         return _tangent(self._xq, vq), _tangent(self._xe, ve)
