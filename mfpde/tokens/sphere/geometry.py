@@ -56,6 +56,8 @@ class SurfaceTables:
     cell_edges: Ints  # (C, 3) the edges of each owned cell
     cell_sides: Ints  # (C, 3) which side (0, 1) of that edge the cell is
     lim: Array  # (P, k) the basis at the limiter's points
+    ref_q: Array  # (Q, 2) the volume points on the reference triangle
+    ref_e: Array  # (F, E, 2) the edge points on side 0's reference triangle
 
 
 def lattice(n: int) -> Array:
@@ -130,6 +132,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
     ne = np.empty((len(facets), 2, nE, 3))
     we = np.empty((len(facets), nE))
     xe = np.empty((len(facets), nE, 3))
+    ref_e = np.empty((len(facets), nE, 2))
     for side in (0, 1):
         c = cells[:, side]
         fl = np.argmax(c2f_all[c] == facets[:, None], axis=1)  # the local index of the edge in the cell
@@ -150,6 +153,7 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
                     tang = np.einsum("fqdr,r->fqd", Js, vb - va)
                     we[sel] = np.linalg.norm(tang, axis=-1) * ws[None, :]
                     xe[sel] = _unit(xs)
+                    ref_e[sel] = ep
     # each owned cell's three edges and its side on each
     cell_edges = np.searchsorted(facets, c2f_all[:n_owned]).astype(np.int64)
     cell_sides = (cells[cell_edges, 1] == np.arange(n_owned)[:, None]).astype(np.int64)
@@ -159,4 +163,4 @@ def surface_tables(V: dolfinx.fem.FunctionSpace, degree: int) -> SurfaceTables:
                                         for a, b in _FACET_VERTS])
     lim = _tab(element, 0, lpts)[0, :, :, 0] if degree >= 1 else np.ones((1, 1))
     return SurfaceTables(dofs, n_owned, phi, _unit(x), wq, grad, np.linalg.inv(M), wq.sum(axis=1), cells, phi_e,
-                         we, ne, xe, cell_edges, cell_sides, lim)
+                         we, ne, xe, cell_edges, cell_sides, lim, pts, ref_e)
