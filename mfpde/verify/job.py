@@ -70,6 +70,7 @@ def _load_checks() -> None:
         sphere_flow,
         sphere_kernel,
         sphere_solvers,
+        sphere_zonal,
         training,
         transport,
     )
