@@ -56,3 +56,15 @@ def test_memory_bound_names_refine(monkeypatch):
     monkeypatch.setattr(mfpde.limits, "_memory_bytes", lambda: 1e9)
     with pytest.raises(C.ConfigError, match="tokens.refine: 10 .* GB"):
         C.load(DEMO, ["tokens.refine=10"])
+
+
+def test_api_transport_on_the_sphere_names_the_domain():
+    """mfpde.transport(cfg) on the sphere: a ConfigError naming tokens.domain (it fell to the box's set-up, which
+    said "data.path '.': cannot be read")."""
+    import mfpde
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    cfg = config.load("demos/sphere.toml", ["tokens.refine=1", "depth.T=1", "depth.steps=2"])
+    with pytest.raises(ConfigError, match=r"^tokens\.domain: 'sphere'"):
+        mfpde.transport(cfg)
