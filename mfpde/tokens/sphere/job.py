@@ -55,6 +55,7 @@ class _HeadSum:
     def __init__(self, parts: list[Any]) -> None:
         self.parts = parts
         self.kernel = "+".join(sorted({p.kernel for p in parts}))
+        self.attention = parts[0].attention  # the config's, the same for every head
 
     def update(self, x: Any, w: Any) -> None:
         for p in self.parts:

@@ -185,3 +185,14 @@ def test_a_nan_velocity_on_one_rank_stops_every_rank_with_a_numerical_error():
     op = SphereDG(icosphere(MPI.COMM_WORLD, 1), 1, _NanLater())
     with pytest.raises(NumericalError):
         op.solve(op.project(cap), 1.0, 4)
+
+
+def test_a_first_step_too_long_under_usa_names_beta():
+    """USA at β = 50: the velocity of the input grows like e^β, so the first depth step needs ~1e20 sub-steps; the
+    error (exit 2) names tokens.beta, as on the circle, not depth.T (which would need ~1e15 more depth steps)."""
+    from mfpde.tokens.sphere.kernel import HarmonicVelocity
+    from mfpde.tokens.stepping import StepTooLong
+
+    op = SphereDG(icosphere(MPI.COMM_WORLD, 1), 0, HarmonicVelocity(50.0, "unnormalised", MPI.COMM_WORLD))
+    with pytest.raises(StepTooLong, match=r"^tokens\.beta: depth step 1"):
+        op.solve(op.project(lambda x: 1 / (4 * math.pi) + 1e-3 * x[:, 2]), 1.0, 1)
