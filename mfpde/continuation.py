@@ -141,12 +141,19 @@ class Newton:
 
     def solve(self, x0: Array, a: Array, b: float) -> Array | None:
         """The solution x (m+1,) from x0 under aᵀx = b, or None if SNES did not converge (non-finite included)."""
+        from petsc4py import PETSc
+
         self._a, self._b = np.asarray(a, float), float(b)
         X = self.r.duplicate()
         try:
             X.setArray(np.asarray(x0, float))  # type: ignore[arg-type]
             with np.errstate(all="ignore"):
-                self.snes.solve(None, X)
+                try:
+                    self.snes.solve(None, X)
+                except PETSc.Error as e:  # a callback raised: PETSc wraps it (error code 101) with it as the cause
+                    if e.__cause__ is not None:  # a signal (mfpde.signals.Interrupted: exit 4), a bug: as it was
+                        raise e.__cause__ from None
+                    raise
             self.its += self.snes.getIterationNumber()
             x = np.array(X.getArray(), dtype=float)
             reason = self.snes.getConvergedReason()
