@@ -68,3 +68,17 @@ def test_api_transport_on_the_sphere_names_the_domain():
     cfg = config.load("demos/sphere.toml", ["tokens.refine=1", "depth.T=1", "depth.steps=2"])
     with pytest.raises(ConfigError, match=r"^tokens\.domain: 'sphere'"):
         mfpde.transport(cfg)
+
+
+def test_softmax_beta_is_capped_where_the_tilted_kernel_stays_affordable():
+    """β = 1000 (SA) was accepted and then ran for ever (the tilted kernel's 73600 centres: 6 GB of work arrays and
+    minutes per velocity update): refused at the door, naming tokens.beta."""
+    from mfpde.tokens.sphere.config import MAX_BETA
+    from mfpde.tokens.sphere.tilted import fibonacci_centres, tilt_radius
+
+    beta = MAX_BETA["softmax"]
+    C.load(DEMO, [f"tokens.beta={beta}"])
+    assert len(fibonacci_centres(tilt_radius(1e-6) / beta)) * 5 * 2048 * 8 < 0.5e9  # work arrays at the cap
+    with pytest.raises(C.ConfigError, match=r"^tokens\.beta: .*softmax") as e:
+        C.load(DEMO, ["tokens.beta=1000.0"])
+    assert "\n" not in str(e.value)
