@@ -241,3 +241,23 @@ def test_a_signal_inside_newton_is_the_interruption_not_a_petsc_error():
         a[-1] = 1.0
         with pytest.raises(Interrupted):
             nw.solve(x0, a, 0.3)
+
+
+class _Singular:
+    """F(u, K) = 1 with the zero Jacobian: the bordered matrix has one non-zero row, LU meets a zero pivot."""
+
+    def residual(self, u, K):
+        return np.ones_like(u)
+
+    def jacobian(self, u, K):
+        return np.zeros((len(u), len(u))), np.zeros(len(u))
+
+
+def test_a_zero_pivot_is_a_newton_failure_not_a_traceback():
+    """β = 300 in demos/noisy_circle.toml: PETSc's LU raised "error code 71" (zero pivot) out of SNES, a traceback
+    with exit 1; it is a Newton failure (None), which ends the branch with its reason (exit 3 if no branch moved)."""
+    m = 5
+    a = np.zeros(m + 1)
+    a[-1] = 1.0
+    with Newton(_Singular(), m) as nw:
+        assert nw.solve(np.ones(m + 1), a, 1.0) is None
