@@ -150,8 +150,8 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
             in memory or end within a year (:func:`mfpde.limits.check_resources`).
     """
     t, h = cfg.tokens, cfg.heads
-    if t.domain == "circle":
-        raise ConfigError("tokens.domain: 'circle' is solved by `mfpde transport` only")
+    if t.domain != "box":  # the circle, the sphere: their own transport jobs (mfpde.tokens.domains)
+        raise ConfigError(f"tokens.domain: {t.domain!r} is solved by `mfpde transport` only")
     check_resources(cfg, comm.size, "run" if split_samples else "transport")
     # a line before a set-up of seconds (a box of 10⁵ cells and more); below that it would only precede the result
     cells = (0 if t.mesh else math.prod(t.cells)) + (0 if h.mesh else math.prod(h.cells))
