@@ -82,3 +82,10 @@ def test_softmax_beta_is_capped_where_the_tilted_kernel_stays_affordable():
     with pytest.raises(C.ConfigError, match=r"^tokens\.beta: .*softmax") as e:
         C.load(DEMO, ["tokens.beta=1000.0"])
     assert "\n" not in str(e.value)
+
+
+def test_a_refused_beta_is_not_checked_further():
+    """tokens.beta = -1 also drew "heads.init: the sphere takes Dirac heads" (the head it would have made)."""
+    with pytest.raises(C.ConfigError) as e:
+        C.load(DEMO, ["tokens.beta=-1.0"])
+    assert str(e.value) == "tokens.beta: must be >= 0, got -1"
