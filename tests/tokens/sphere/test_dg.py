@@ -196,3 +196,12 @@ def test_a_first_step_too_long_under_usa_names_beta():
     op = SphereDG(icosphere(MPI.COMM_WORLD, 1), 0, HarmonicVelocity(50.0, "unnormalised", MPI.COMM_WORLD))
     with pytest.raises(StepTooLong, match=r"^tokens\.beta: depth step 1"):
         op.solve(op.project(lambda x: 1 / (4 * math.pi) + 1e-3 * x[:, 2]), 1.0, 1)
+
+
+def test_a_non_finite_first_step_count_is_said_in_words():
+    """USA at β = 700 on the sphere: the velocity overflows and the message read "needs nan CFL sub-steps"."""
+    from mfpde.tokens.stepping import first_step_error
+
+    for need in (math.nan, math.inf):
+        msg = str(first_step_error(need, 0.5, 0.4, "unnormalised"))
+        assert msg.startswith("tokens.beta: depth step 1") and "non-finite velocity" in msg and "nan" not in msg
