@@ -94,9 +94,9 @@ def first_step_error(need: float, dt: float, cfl: float | None, attention: str |
         key, fix = "tokens.beta", "lower β (heads.init's a): the unnormalised kernel's velocity grows like e^β"
     else:
         key, fix = "depth.T", "raise depth.steps or lower depth.T (the count scales as depth.T / depth.steps)"
-    count = (f"{need:.3g} CFL sub-steps" if math.isfinite(need) else
-             "unboundedly many CFL sub-steps (a non-finite velocity)")
-    return StepTooLong(f"{key}: depth step 1 (Δt = {dt:.3g}) needs {count} at t = 0, more than "
+    count = f"{need:.3g}" if math.isfinite(need) else "unboundedly many"
+    why = " (the velocity is not finite)" if math.isnan(need) else ""
+    return StepTooLong(f"{key}: depth step 1 (Δt = {dt:.3g}) needs {count} CFL sub-steps at t = 0{why}, more than "
                        f"the {MAX_SUBSTEPS} a depth step may take, with the velocity of the input itself (nothing "
                        f"has moved yet); {fix}")
 
