@@ -168,7 +168,8 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
         comm: the ranks (used when ``cfg`` is a config).
 
     Raises:
-        ConfigError: invalid input; IndexError: no such sample; NumericalError: the solve failed.
+        ConfigError: invalid input, or a config on the sphere (its transport is the command's);
+            IndexError: no such sample; NumericalError: the solve failed.
 
     On the circle (``tokens.domain = "circle"``, either ``tokens.solver``) the points are angles (n, 1), ``yhat`` is
     NaN (no readout), and ``report`` is the sample block of ``mfpde transport`` (``cdf_T``, ``clusters_t``,
@@ -189,6 +190,11 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
             return TokenField(np.asarray(d[0], float), np.asarray(d[1], float)[:, None], d[3], np.asarray(d[2], float))
 
         return TransportResult(field(d0), field(dT), math.nan, block)
+    if isinstance(cfg, Config) and cfg.tokens.domain == "sphere":  # build_problem would take it for a box
+        from mfpde.errors import ConfigError
+
+        raise ConfigError("tokens.domain: 'sphere' is solved by the command `mfpde transport CONFIG --out DIR` "
+                          "(its report.json and fields); mfpde.transport takes boxes and the circle")
     pb = build_problem(cfg, comm) if isinstance(cfg, Config) else cfg
     n = len(pb.train) + len(pb.test)
     if not 0 <= sample < n:

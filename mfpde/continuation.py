@@ -140,13 +140,24 @@ class Newton:
         J.assemble()  # type: ignore[attr-defined]
 
     def solve(self, x0: Array, a: Array, b: float) -> Array | None:
-        """The solution x (m+1,) from x0 under aᵀx = b, or None if SNES did not converge (non-finite included)."""
+        """The solution x (m+1,) from x0 under aᵀx = b, or None if SNES did not converge.
+
+        Not converging includes a non-finite x and a PETSc error of SNES itself (a zero pivot of the LU of a
+        singular Jacobian); an exception of a callback (a signal's) is raised as it was.
+        """
+        from petsc4py import PETSc
+
         self._a, self._b = np.asarray(a, float), float(b)
         X = self.r.duplicate()
         try:
             X.setArray(np.asarray(x0, float))  # type: ignore[arg-type]
             with np.errstate(all="ignore"):
-                self.snes.solve(None, X)
+                try:
+                    self.snes.solve(None, X)
+                except PETSc.Error as e:  # a callback raised: PETSc wraps it (error code 101) with it as the cause
+                    if e.__cause__ is not None:  # a signal (mfpde.signals.Interrupted: exit 4), a bug: as it was
+                        raise e.__cause__ from None
+                    return None  # PETSc's own (a zero pivot of the LU, code 71): Newton did not converge
             self.its += self.snes.getIterationNumber()
             x = np.array(X.getArray(), dtype=float)
             reason = self.snes.getConvergedReason()

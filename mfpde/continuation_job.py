@@ -198,14 +198,14 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
               "domain": P.domain, "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
+        bifurcation_plot(out / "plots" / "bifurcation.png", report)
     write_report(out, report, comm)
     for b in part["branches"]:
         logger.info("branch (%s): %d points, K in [%.6g, %.6g]; %s", b["origin"], len(b["parameter"]),
                     min(b["parameter"]), max(b["parameter"]), b["stopped"])
     for e in part["bifurcations"]:
         logger.info("%s at K = %.12g (mode %d)", e["kind"], e["parameter"], e["mode"])
-    if cfg.output.plots and comm.rank == 0:
-        bifurcation_plot(out / "plots" / "bifurcation.png", report)
     if not ok:
         raise NumericalError("no branch was continued beyond its first point: " +
                              "; ".join(b["stopped"] for b in part["branches"]))

@@ -488,3 +488,18 @@ def test_keys_that_do_not_apply_in_a_file_or_by_set(tempdir):
     MPI.COMM_WORLD.Barrier()
     with pytest.raises(ConfigError, match=r"tokens.box: does not apply: the circle has no box"):
         config.load(circle)
+
+
+@pytest.mark.parametrize("demo", ["demos/sphere.toml", "demos/circle.toml"])
+def test_run_on_a_domain_of_its_own_names_the_domain(tempdir, capfd, demo):
+    """`mfpde run demos/sphere.toml` said "data.path '.': cannot be read: Is a directory" (the box's set-up read the
+    sphere's config); the domain is named, as on the circle."""
+    root = Path(__file__).resolve().parents[1]
+    code = main(["run", str(root / demo), "--out", str(tempdir / "out"), "--quiet"])
+    err = capfd.readouterr().err
+    assert code == 2, err
+    if MPI.COMM_WORLD.rank == 0:
+        assert [ln for ln in err.splitlines() if ln.strip()] == [
+            f"mfpde: error: tokens.domain: {Path(demo).stem!r} is solved by `mfpde transport` (and `mfpde "
+            "continuation`) only; `mfpde run` trains on a box"], err
+    assert not (tempdir / "out" / "report.json").exists()

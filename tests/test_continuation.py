@@ -207,3 +207,57 @@ def test_ranks_compute_the_same_branches():
     mine = [(b["parameter"], b["stable"]) for b in out["branches"]]
     assert all(other == mine for other in comm.allgather(mine))
     assert [e["kind"] for e in out["bifurcations"]] == ["subcritical", "fold"]
+
+
+class _Interrupting:
+    """The circle's stationary problem whose residual is interrupted by a signal at its second call."""
+
+    def __init__(self, P: CircleStationary) -> None:
+        self.P, self.calls = P, 0
+
+    def residual(self, u, K):
+        from mfpde.signals import Interrupted
+
+        self.calls += 1
+        if self.calls == 2:
+            raise Interrupted(15)
+        return self.P.residual(u, K)
+
+    def jacobian(self, u, K):
+        return self.P.jacobian(u, K)
+
+
+def test_a_signal_inside_newton_is_the_interruption_not_a_petsc_error():
+    """A SIGTERM whose handler raises inside SNES's Python callback: PETSc wrapped it as "error code 101" and the CLI
+    printed a traceback with exit 1 (seen at ~1 in 6 signals during `mfpde continuation`); it must come out as
+    mfpde.signals.Interrupted (exit 4)."""
+    from mfpde.signals import Interrupted
+
+    P = CircleStationary(33, 4.0, 1.0)
+    prob = _Interrupting(P)
+    with Newton(prob, P.m) as nw:
+        x0 = np.concatenate([P.uniform() * 1.01, [0.3]])
+        a = np.zeros(P.m + 1)
+        a[-1] = 1.0
+        with pytest.raises(Interrupted):
+            nw.solve(x0, a, 0.3)
+
+
+class _Singular:
+    """F(u, K) = 1 with the zero Jacobian: the bordered matrix has one non-zero row, LU meets a zero pivot."""
+
+    def residual(self, u, K):
+        return np.ones_like(u)
+
+    def jacobian(self, u, K):
+        return np.zeros((len(u), len(u))), np.zeros(len(u))
+
+
+def test_a_zero_pivot_is_a_newton_failure_not_a_traceback():
+    """β = 300 in demos/noisy_circle.toml: PETSc's LU raised "error code 71" (zero pivot) out of SNES, a traceback
+    with exit 1; it is a Newton failure (None), which ends the branch with its reason (exit 3 if no branch moved)."""
+    m = 5
+    a = np.zeros(m + 1)
+    a[-1] = 1.0
+    with Newton(_Singular(), m) as nw:
+        assert nw.solve(np.ones(m + 1), a, 1.0) is None

@@ -240,3 +240,39 @@ def test_signal_during_setup_exit_4_without_checkpoint(tmp_path):
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert len(lines) == 1 and "during set-up" in lines[0] and "no checkpoint exists yet" in lines[0], err
     assert not (out / "checkpoint").exists() and not (out / "report.json").exists()
+
+
+def _interrupt(*args, **kwargs):
+    from mfpde.signals import Interrupted
+
+    raise Interrupted(signal.SIGTERM)
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
+@pytest.mark.parametrize("job", ["sphere", "circle", "continuation"])
+def test_a_signal_during_the_picture_leaves_no_report(tmp_path, monkeypatch, job):
+    """The picture was drawn after report.json was written: a signal during it (seen: SIGINT to `mpiexec -n 3 mfpde
+    transport` on the sphere) ended the command with exit 4 and "no report written" beside a report of status "ok".
+    The report is the last file written."""
+    from mfpde import config as C
+    from mfpde.signals import Interrupted
+
+    small = ["output.fields=false"]
+    if job == "sphere":
+        from mfpde.tokens.sphere.job import transport_job
+
+        monkeypatch.setattr("mfpde.tokens.sphere.job.sphere_picture", _interrupt)
+        cfg = C.load(ROOT / "demos/sphere.toml", [*small, "tokens.refine=1", "depth.T=1.0", "depth.steps=2"])
+    elif job == "circle":
+        from mfpde.tokens.circle.job import circle_transport_job as transport_job
+
+        monkeypatch.setattr("mfpde.plots.space_depth_plot", _interrupt)
+        cfg = C.load(ROOT / "demos/circle.toml", [*small, "tokens.cells=[64]", "depth.T=1.0", "depth.steps=2"])
+    else:
+        from mfpde.continuation_job import continuation_job as transport_job
+
+        monkeypatch.setattr("mfpde.continuation_job.bifurcation_plot", _interrupt)
+        cfg = C.load(ROOT / "demos/noisy_circle.toml", ["continuation.points=33", "continuation.stop=0.5"])
+    with pytest.raises(Interrupted):
+        transport_job(cfg, tmp_path)
+    assert not (tmp_path / "report.json").exists()

@@ -323,7 +323,9 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
     if not np.all(need <= MAX_SUBSTEPS):
         if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
             cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
-            raise first_step_error(float(np.max(need)), dt, cfl, getattr(op, "attention", None))
+            noise = getattr(op, "diffusion_substeps", None)
+            raise first_step_error(float(np.max(need)), dt, cfl, getattr(op, "attention", None),
+                                   noise(dt) if noise is not None else 0.0)
         raise substeps_error(step_no + 1, t)
     nsub = np.maximum(1, need).astype(np.int64)
     while True:

@@ -71,7 +71,8 @@ class StepTooLong(ConfigError):
     """
 
 
-def first_step_error(need: float, dt: float, cfl: float | None, attention: str | None) -> StepTooLong:
+def first_step_error(need: float, dt: float, cfl: float | None, attention: str | None,
+                     noise_need: float = 0.0) -> StepTooLong:
     """The error of a first depth step of ``need`` > :data:`MAX_SUBSTEPS` CFL sub-steps, naming the key to change.
 
     Args:
@@ -79,17 +80,23 @@ def first_step_error(need: float, dt: float, cfl: float | None, attention: str |
         dt: the depth step.
         cfl: the solver's CFL factor (``tokens.cfl``, halved for DG1), or None if unknown.
         attention: the circle's attention ("unnormalised": the velocity grows like e^β), or None.
+        noise_need: the sub-steps the noise alone needs (``tokens.noise`` τ: Δt τ/h² per sub-step), 0 without.
 
     The key: ``tokens.cfl`` when a CFL factor up to 1 would bring the count within the budget (half of it, for
-    DG1's halved factor), else β for unnormalised attention, else ``depth.T`` (with ``depth.steps``).
+    DG1's halved factor), else ``tokens.noise`` when the noise alone needs more than the budget, else β for
+    unnormalised attention, else ``depth.T`` (with ``depth.steps``).
     """
     if cfl is not None and need * cfl <= MAX_SUBSTEPS / 2:
         key, fix = "tokens.cfl", "raise tokens.cfl (at most 1; the count scales as 1/tokens.cfl)"
+    elif noise_need > MAX_SUBSTEPS:
+        key, fix = "tokens.noise", "lower τ or use fewer cells (the noise alone needs Δt τ/h² sub-steps)"
     elif attention == "unnormalised":
         key, fix = "tokens.beta", "lower β (heads.init's a): the unnormalised kernel's velocity grows like e^β"
     else:
         key, fix = "depth.T", "raise depth.steps or lower depth.T (the count scales as depth.T / depth.steps)"
-    return StepTooLong(f"{key}: depth step 1 (Δt = {dt:.3g}) needs {need:.3g} CFL sub-steps at t = 0, more than "
+    count = f"{need:.3g}" if math.isfinite(need) else "unboundedly many"
+    why = " (the velocity is not finite)" if math.isnan(need) else ""
+    return StepTooLong(f"{key}: depth step 1 (Δt = {dt:.3g}) needs {count} CFL sub-steps at t = 0{why}, more than "
                        f"the {MAX_SUBSTEPS} a depth step may take, with the velocity of the input itself (nothing "
                        f"has moved yet); {fix}")
 

@@ -120,3 +120,17 @@ def test_transport_job_reports_the_free_energy(tmp_path):
     s = transport_job(cfg, tmp_path)["samples"][0]
     assert s["noise"] == 0.5 and len(s["free_energy_t"]) == len(s["t"]) == 5
     assert np.all(np.diff(s["free_energy_t"]) <= 0) and s["min_density"] >= 0
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
+def test_a_first_step_too_long_for_the_noise_names_tokens_noise(tmp_path):
+    """τ = 1e300: the diffusion alone needs ~1e302 sub-steps; the error (exit 2) named tokens.beta ("lower β")."""
+    from mfpde.tokens.job import transport_job
+    from mfpde.tokens.stepping import StepTooLong
+
+    cfg = C.load("demos/noisy_circle.toml", ["tokens.noise=1e300", "output.fields=false", "output.plots=false"])
+    with pytest.raises(StepTooLong, match=r"^tokens\.noise: depth step 1"):
+        transport_job(cfg, tmp_path)
+    cfg = C.load("demos/noisy_circle.toml", ["tokens.beta=300.0", "output.fields=false", "output.plots=false"])
+    with pytest.raises(StepTooLong, match=r"^tokens\.beta: depth step 1"):  # the drift's: still β
+        transport_job(cfg, tmp_path / "b")

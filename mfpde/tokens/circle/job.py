@@ -176,8 +176,7 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
             bar.close()
     report = {"status": "ok", "command": "transport", "version": __version__, "domain": "circle",
               "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block]}
-    write_report(out, report, comm)
-    if cfg.output.plots and comm.rank == 0:
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         dens = np.array(pictures)
         if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
             dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
@@ -187,6 +186,7 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
         marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
         space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
                          log_depth=cfg.depth.spacing == "log", marks=marks)
+    write_report(out, report, comm)
     logger.info("circle (%s): %s, clusters at T: %d at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
                 t.solver, f"{block['substeps']} steps" if flow else
                 f"mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, {block['substeps']} sub-steps",

@@ -92,6 +92,11 @@ class NoisyCircleTransport(CircleTransport):
         return np.array([min(self.cfl / out if out > 0 else math.inf, cap)])
 
 
+    def diffusion_substeps(self, dt: float) -> float:
+        """The sub-steps a depth step dt needs for the noise alone (u = 0: B = 1): 2 dt τ/(cfl h²)."""
+        return 2.0 * dt * self.noise / (self.cfl * self.mesh.h**2)
+
+
 def circle_operator(mesh: CircleMesh, tokens: Any) -> CircleTransport:
     """The DG operator of ``[tokens]``: :class:`NoisyCircleTransport` if ``tokens.noise`` > 0, else upwind DG."""
     if tokens.noise > 0:

@@ -31,9 +31,11 @@ MAX_REFINE = 12
 #: Bytes per DG degree of freedom of a sphere run (mesh, spaces, the stage vectors, the kernel's points), a lower
 #: bound measured on the DG1 solver.
 BYTES_PER_DOF = 1500.0
-#: The inverse temperatures allowed: e^β overflows for unnormalised attention past 700; softmax is evaluated with
-#: the exponent shifted (any β), its kernel's cost grows with β (the harmonic degree L ≈ √β · const).
-MAX_BETA = {"softmax": 1e3, "unnormalised": 700.0}
+#: The inverse temperatures allowed: e^β overflows for unnormalised attention past 700. Softmax past β ≈ 10 takes
+#: the tilted kernel (:mod:`~mfpde.tokens.sphere.tilted`), whose K ≈ 8β²/ρ² centres (ρ ≈ 10.4) make an update cost
+#: O(n K L²) and its work arrays 5K·2048 doubles: at β = 200, K = 2947, 0.24 GB and ~2 ms per point and update; at
+#: β = 1000, K = 73600, 6 GB and ~50 ms per point (a DG run of 320 cells did not finish its first depth step in 5 min).
+MAX_BETA = {"softmax": 200.0, "unnormalised": 700.0}
 #: The flow solver's tolerance range (as on the circle).
 RTOL_RANGE = (1e-12, 1e-2)
 #: The flow solver's node count range (its quadrature of μ_0; the stiff phase holds dense Jacobians).

@@ -1,7 +1,8 @@
 """Initial data on S² (``data.kind = "sphere_modes"`` and the seeded noise start) and a product quadrature.
 
 * :func:`modes_density`: μ_0 = 1/4π + Σ a·Y_ℓm for ``modes = [[ℓ, m, a], ...]`` (real orthonormal Y_ℓm of
-  :func:`~mfpde.tokens.sphere.harmonics.real_harmonics`, ℓ ≥ 1 so that the mass is 1 exactly).
+  :func:`~mfpde.tokens.sphere.harmonics.real_harmonics`, ℓ ≥ 1 so that the mass is 1 exactly), evaluated by
+  :func:`~mfpde.tokens.sphere.harmonics.synthesis` in O(L n) memory.
 * :func:`modes_minimum`: min over S² of μ_0, so that a configuration can refuse data negative anywhere. μ_0 is a
   polynomial of degree L on the sphere; its local minima are ≳ π/L apart, so a Fibonacci lattice of spacing
   ≈ 1/(8L) puts a point in every basin; the lowest lattice points are then polished by a local minimiser
@@ -22,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.optimize
 
-from mfpde.tokens.sphere.harmonics import real_harmonics
+from mfpde.tokens.sphere.harmonics import synthesis
 
 __all__ = ["NOISE_FLOOR", "fibonacci_points", "modes_density", "modes_minimum", "noise_modes",
            "product_quadrature"]
@@ -56,7 +57,7 @@ def modes_density(modes: list[list[float]], x: npt.ArrayLike) -> Array:
         ValueError: a mode that is not [ℓ, m, a] with integers ℓ ≥ 1, |m| ≤ ℓ.
     """
     L, c = _coefficients(modes)
-    return np.asarray(real_harmonics(L, x) @ c, dtype=np.float64)
+    return np.asarray(synthesis(L, c, x)[0], dtype=np.float64)  # O(L n) memory, not the (n, (L+1)²) matrix
 
 
 def fibonacci_points(n: int) -> Array:
@@ -81,7 +82,7 @@ def modes_minimum(modes: list[list[float]], candidates: int = 24) -> float:
     if L == 0:
         return 1.0 / (4 * math.pi)
     pts = fibonacci_points(max(4000, 64 * L * L))
-    vals = real_harmonics(L, pts) @ c
+    vals = synthesis(L, c, pts)[0]
     best = float(vals.min())
     # a lattice point within the spacing h of the minimiser is above it by ≤ ½ |∇²μ_0| h² ≤ ½ L(L+1) sup|μ_0 − 1/4π| h²
     # (Bernstein's inequality on S²): only points within twice that of the lattice minimum can be near it
@@ -90,7 +91,7 @@ def modes_minimum(modes: list[list[float]], candidates: int = 24) -> float:
     order = np.argsort(vals)[:candidates]
 
     def f(y: Array) -> float:
-        return float((real_harmonics(L, y / np.linalg.norm(y)) @ c)[0])
+        return float(synthesis(L, c, y / np.linalg.norm(y))[0][0])
 
     for j in order[vals[order] <= best + margin]:
         res = scipy.optimize.minimize(f, pts[j], method="L-BFGS-B", options={"ftol": 1e-15, "gtol": 1e-12})

@@ -123,6 +123,7 @@ class SphereDG(rk.SingleRow):
         if not 0.0 < cfl <= 1.0:
             raise ValueError(f"cfl must be in (0, 1], got {cfl}")
         self.mesh, self.degree, self.vel, self.cfl = mesh, degree, velocity, cfl
+        self.attention = getattr(velocity, "attention", None)  # USA: a first step too long names β (rk)
         self.max_dt = math.inf if max_dt is None else float(max_dt)
         self.comm: MPI.Comm = mesh.comm
         self.V = dolfinx.fem.functionspace(mesh, ("DG", degree))

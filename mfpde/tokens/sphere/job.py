@@ -57,6 +57,7 @@ class _HeadSum:
     def __init__(self, parts: list[Any]) -> None:
         self.parts = parts
         self.kernel = "+".join(sorted({p.kernel for p in parts}))
+        self.attention = parts[0].attention  # the config's, the same for every head
 
     def update(self, x: Any, w: Any) -> None:
         for p in self.parts:
@@ -141,12 +142,12 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         raise NumericalError(f"sample 0: {e}") from None
     finally:
         bar.close()
-    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
-    write_report(out, report, comm)
-    if cfg.output.plots and comm.rank == 0:
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         ts, snaps, centres = panels
         sphere_picture(out / "plots" / "sphere_0.png", ts, snaps, centres,
                        f"μ_t on S² ({block['solver']}, {t.attention}, β = {', '.join(f'{b:g}' for b in betas)})")
+    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
+    write_report(out, report, comm)
     logger.info("sphere (%s): mass error %.3g, min %.3g, %d sub-steps, clusters at T: %d, merges at %s, "
                 "solve %.3g CPU s", t.solver, block["mass_error"], block["min_density"], block["substeps"],
                 block["clusters_T"], [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])

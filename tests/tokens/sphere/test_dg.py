@@ -209,3 +209,24 @@ def test_the_nodal_velocity_matches_the_pointwise_one_at_order_3_and_keeps_the_m
                                    op=MPI.MAX) / scale)
         assert np.array_equal(a.un[:, 1], -a.un[:, 0])  # one normal velocity per edge point
     assert errs[0] / errs[1] > 2 ** 2.5 and errs[1] < 1e-2, errs
+
+
+def test_a_first_step_too_long_under_usa_names_beta():
+    """USA at β = 50: the velocity of the input grows like e^β, so the first depth step needs ~1e20 sub-steps; the
+    error (exit 2) names tokens.beta, as on the circle, not depth.T (which would need ~1e15 more depth steps)."""
+    from mfpde.tokens.sphere.kernel import HarmonicVelocity
+    from mfpde.tokens.stepping import StepTooLong
+
+    op = SphereDG(icosphere(MPI.COMM_WORLD, 1), 0, HarmonicVelocity(50.0, "unnormalised", MPI.COMM_WORLD))
+    with pytest.raises(StepTooLong, match=r"^tokens\.beta: depth step 1"):
+        op.solve(op.project(lambda x: 1 / (4 * math.pi) + 1e-3 * x[:, 2]), 1.0, 1)
+
+
+def test_a_non_finite_first_step_count_is_said_in_words():
+    """USA at β = 700 on the sphere: the velocity overflows and the message read "needs nan CFL sub-steps"."""
+    from mfpde.tokens.stepping import first_step_error
+
+    for need in (math.nan, math.inf):
+        msg = str(first_step_error(need, 0.5, 0.4, "unnormalised"))
+        assert msg.startswith("tokens.beta: depth step 1 (Δt = 0.5) needs unboundedly many CFL sub-steps at t = 0")
+        assert ("the velocity is not finite" in msg) is math.isnan(need) and "nan" not in msg and "inf " not in msg

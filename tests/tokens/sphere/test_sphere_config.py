@@ -58,13 +58,34 @@ def test_memory_bound_names_refine(monkeypatch):
         C.load(DEMO, ["tokens.refine=10"])
 
 
-@pytest.mark.serial
-def test_run_on_the_sphere_is_one_line(tmp_path, capsys):
-    """``mfpde run`` trains on a box: the sphere (and the circle) name the key, exit 2, nothing written."""
-    from mfpde.cli import main
+def test_api_transport_on_the_sphere_names_the_domain():
+    """mfpde.transport(cfg) on the sphere: a ConfigError naming tokens.domain (it fell to the box's set-up, which
+    said "data.path '.': cannot be read")."""
+    import mfpde
+    from mfpde import config
+    from mfpde.errors import ConfigError
 
-    for cfg in (DEMO, "demos/circle.toml"):
-        assert main(["run", cfg, "--out", str(tmp_path / "o"), "--quiet"]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "tokens.domain" in err[0] and "mfpde transport" in err[0], err
-        assert not (tmp_path / "o" / "report.json").exists()
+    cfg = config.load("demos/sphere.toml", ["tokens.refine=1", "depth.T=1", "depth.steps=2"])
+    with pytest.raises(ConfigError, match=r"^tokens\.domain: 'sphere'"):
+        mfpde.transport(cfg)
+
+
+def test_softmax_beta_is_capped_where_the_tilted_kernel_stays_affordable():
+    """β = 1000 (SA) was accepted and then ran for ever (the tilted kernel's 73600 centres: 6 GB of work arrays and
+    minutes per velocity update): refused at the door, naming tokens.beta."""
+    from mfpde.tokens.sphere.config import MAX_BETA
+    from mfpde.tokens.sphere.tilted import fibonacci_centres, tilt_radius
+
+    beta = MAX_BETA["softmax"]
+    C.load(DEMO, [f"tokens.beta={beta}"])
+    assert len(fibonacci_centres(tilt_radius(1e-6) / beta)) * 5 * 2048 * 8 < 0.5e9  # work arrays at the cap
+    with pytest.raises(C.ConfigError, match=r"^tokens\.beta: .*softmax") as e:
+        C.load(DEMO, ["tokens.beta=1000.0"])
+    assert "\n" not in str(e.value)
+
+
+def test_a_refused_beta_is_not_checked_further():
+    """tokens.beta = -1 also drew "heads.init: the sphere takes Dirac heads" (the head it would have made)."""
+    with pytest.raises(C.ConfigError) as e:
+        C.load(DEMO, ["tokens.beta=-1.0"])
+    assert str(e.value) == "tokens.beta: must be >= 0, got -1"

@@ -89,3 +89,23 @@ def test_a_large_noise_is_scaled_to_the_floor():
     assert abs(modes_minimum(modes) - NOISE_FLOOR / (4 * math.pi)) < 1e-12
     x, w = product_quadrature(6)
     assert abs(modes_density(modes, x) @ w - 1.0) < 100 * EPS
+
+
+def test_modes_minimum_and_density_need_memory_linear_in_the_points():
+    """A mode of degree L = 32: the lattice of 64 L² points must not be evaluated as the matrix of its (L+1)²
+    harmonics (571 MB here; 8.8 GB at L = 64, the highest degree a config may give): O(n) memory, a few doubles per
+    lattice point and per block of the recurrence."""
+    import tracemalloc
+
+    L = 32
+    n = 64 * L * L
+    tracemalloc.start()
+    try:
+        low = modes_minimum([[L, L, 1e-3]])
+        modes_density([[L, L, 1e-3]], fibonacci_points(n))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 8 * n  # the matrix: (L+1)² = 1089 doubles per point
+    y = real_harmonics(L, fibonacci_points(4000))[:, L * L + 2 * L]  # Y_LL, |Y_LL| at most its equator value
+    assert low < 1 / (4 * math.pi) - 1e-3 * np.max(np.abs(y)) + 1e-12
