@@ -227,6 +227,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "        if not hasattr(self, '_frozen'):\n"
         "            self.vel.update(x, w)\n            self._frozen = True\n",
         ["sphere_dg_flow"], "the sphere DG solver's kernel told μ_0 only (the velocity frozen at the start)"),
+    "sphere_data_amplitude": (
+        "mfpde/tokens/sphere/data.py", "c[int(ll) ** 2 + int(ll) + int(m)] += float(a)",
+        "c[int(ll) ** 2 + int(ll) + int(m)] += 1.05 * float(a)",
+        ["sphere_zonal"], "sphere_modes' amplitudes 5% too large (both sphere solvers read the same data)"),
     "sphere_tilt_shift_per_rank": (
         "mfpde/tokens/sphere/tilted.py", "self.comm.Allreduce(local, self._shift, op=MPI.MAX)",
         "self._shift[:] = local",
