@@ -223,9 +223,9 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["tests/tokens/sphere/test_sphere_stationary.py::test_azimuthal_second_variation"],
         "the rotations' zero mode kept in the non-zonal stability of a one-cluster state (a spurious marginal mode)"),
     "sphere_dg_frozen_velocity": (
-        "mfpde/tokens/sphere/dg.py", "        self.vel.update(x, w)\n",
-        "        if not hasattr(self, '_frozen'):\n"
-        "            self.vel.update(x, w)\n            self._frozen = True\n",
+        "mfpde/tokens/sphere/dg.py", "            self.vel.update(self.nodes.x, self.nodes.masses(w))\n",
+        "            if not hasattr(self, '_frozen'):\n"
+        "                self.vel.update(self.nodes.x, self.nodes.masses(w))\n                self._frozen = True\n",
         ["sphere_dg_flow"], "the sphere DG solver's kernel told μ_0 only (the velocity frozen at the start)"),
     "sphere_data_amplitude": (
         "mfpde/tokens/sphere/data.py", "c[int(ll) ** 2 + int(ll) + int(m)] += float(a)",
