@@ -269,8 +269,8 @@ class VTXField:
         """∫ of snapshot k: Σ_cells ``|K|`` × (the cell value, or the mean of the cell's nodal values).
 
         On a curve of Lagrange degree p the mean is the Newton–Cotes rule of its p + 1 equispaced nodes.
-        Exact for DG0, for P1/DG1 on intervals and triangles, for bilinear fields on parallelograms (box
-        meshes), and for DG degree p on the segments of an interval or of the circle (there ``|K|`` is the
+        Exact for DG0, for P1/DG1 on intervals and triangles (flat cells of a surface in R³ too: the sphere's
+        facets), for bilinear fields on parallelograms (box meshes), and for DG degree p on the segments of an interval or of the circle (there ``|K|`` is the
         arc of the unit circle that a segment of its inscribed polygon spans: the density is per unit angle).
         """
         x, c, v = self.points[k], self.cells[k], self.values[k]
@@ -280,8 +280,10 @@ class VTXField:
                 radius = np.linalg.norm(x[c[:, 0]], axis=1)
                 size = 2.0 * radius * np.arcsin(np.minimum(size / (2.0 * radius), 1.0))
             return float(size @ (v if self.cell_data else v[c] @ _newton_cotes(c.shape[1])))
-        xs, ys = x[c, 0], x[c, 1]  # shoelace formula; VTK orders the vertices counter-clockwise
-        size = 0.5 * np.abs(np.sum(xs * np.roll(ys, -1, axis=1) - np.roll(xs, -1, axis=1) * ys, axis=1))
+        # the vector area ½|Σ_i x_i × x_{i+1}| of each planar polygon (VTK's vertex order around the cell): the
+        # shoelace formula in the plane, and the true area of a flat cell of a surface in R³ (the sphere's facets)
+        p = x[c]
+        size = 0.5 * np.linalg.norm(np.sum(np.cross(p, np.roll(p, -1, axis=1)), axis=1), axis=1)
         return float(size @ (v if self.cell_data else v[c].mean(axis=1)))
 
 

@@ -69,7 +69,9 @@ def test_dg_report_mass_and_power_of_the_data(tempdir):
         assert abs(p[0] * 4 * math.pi - 1) <= gamma(8 * rep["cells"])  # μ̂_00 = ∫ Y_00 dμ = 1/√4π
         err.append(abs(p[2] / (A * A) - 1))
         assert rep["merge_times"] == [] and rep["clusters_T"] == 0  # 1 + a small mode: no cluster by t = 1
-        assert len(read_vtx(out / "fields" / "mu_0.bp").times) == 3
+        mu = read_vtx(out / "fields" / "mu_0.bp")  # the facets' true areas in R³ (their x–y shadows gave 0.5)
+        assert len(mu.times) == 3 and abs(mu.integral(0) - 1) <= gamma(8 * rep["cells"]), mu.integral(0)
+        assert abs(mu.integral(2) - rep["mass_T"]) <= gamma(8 * rep["cells"])
     assert math.log2(err[0] / err[1]) >= 3, err
 
 
