@@ -121,7 +121,7 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
     logger.info("transport on the sphere by %s: β = %s, %s attention, T = %g -> %s",
-                f"the flow map ({t.labels} nodes, rtol {t.rtol:g})" if t.solver == "flow" else
+                f"the flow map ({2 * math.ceil(math.sqrt(t.labels / 2)) ** 2} particles, rtol {t.rtol:g})" if t.solver == "flow" else
                 f"DG{t.degree} on {20 * 4 ** t.refine} cells", np.round(betas, 6).tolist(), t.attention,
                 cfg.depth.T, out)
     t0 = time.perf_counter()
