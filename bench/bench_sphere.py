@@ -9,15 +9,16 @@ order, SSP-RK3 with its CFL and growth-rate sub-steps, the job's defaults).
 
 Case: SA, β = 5, μ_0 = 1/4π + Σ a Y_ℓm with the five small modes ``MODES`` (ℓ = 1..4; at most 3% of the uniform
 density), to t = ``T`` = 6: the end of the linear phase (the power of ℓ = 3, the fastest degree, has grown from
-2e-6 to 6.3e-3, √ratio 56 ≈ e^{6γ_3} = 56), the degree powers still smooth. Accuracy: the relative error of the degree powers p_ℓ = Σ_m μ̂_ℓm², ℓ = 1..8,
+2e-6 to 6.3e-3, √ratio 56 ≈ e^{6γ_3} = 56), the degree powers still smooth. Accuracy: the relative error of the
+degree powers p_ℓ = Σ_m μ̂_ℓm², ℓ = 1..8,
 
     err = max_ℓ |p_ℓ − p_ℓ^ref| / max_{ℓ ≥ 1} p_ℓ^ref,
 
 against the flow solver at N = 24, rtol 1e-13 (checked against the peer at N = 28, rtol 1e-13, an independent code,
 and the flow solver at N = 16). CPU: ``time.process_time`` of the solve alone (no data set-up, no mesh, no
 diagnostics), best of ``--repeat``, one BLAS thread. The table gives each code's cheapest setting that reaches
-1e-3 and 1e-5 (a DG run of more than 10 s is timed once). Memory: tracemalloc's peak of one solve per particle (flow, peer) or per cell (DG), numpy's arrays
-included (PETSc's and DOLFINx's C++ memory not).
+1e-3 and 1e-5 (a DG run of more than 10 s is timed once). Memory: tracemalloc's peak of one solve per particle
+(flow, peer) or per cell (DG), numpy's arrays included (PETSc's and DOLFINx's C++ memory not).
 
     python bench/bench_sphere.py [--repeat 3] [--json out/bench_sphere.json] [--quick] [--skip-dg]
 
@@ -32,7 +33,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path

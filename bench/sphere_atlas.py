@@ -15,14 +15,16 @@ components of particles closer than ``ANGLE`` radians with at least 1% of the ma
     matched against the vertex sets of :data:`POLYHEDRA` (the largest difference of the sorted pairwise angles,
     a rotation-invariant distance).
 (c) Lifetimes. Two clusters: μ_0 = 1/4π + 0.04 Y_20 + 0.005 Y_11 (two polar clusters, slightly tilted so that they
-    are not exactly antipodal), SA and USA, β = 1..8, outputs at 20 per decade to t = 10¹²; T_meta = (first output
+    are not exactly antipodal), SA and USA, β = 1..8, outputs at 20 per decade to t = min(10¹⁰, 10⁴ e^{2β}) (SA) or
+    min(10¹⁰, 10⁴ e^{β}) (USA); T_meta = (first output
     with one cluster) − (first with two); fitted T_meta ∝ e^{cβ} (:func:`mfpde.fitting.fit_power`, x = e^β) for
     β ≥ 3 (nearly antipodal clusters: c → 2 (SA), 1 (USA)). k clusters: from the noise start, SA, β in
     ``LIFE_BETAS`` × ``SEEDS``: T_meta = (first later output with fewer clusters) − (first output with the largest
-    count), to t = 10⁸; the medians fitted the same way.
+    count), to t = 10⁶; the medians fitted the same way.
 
-Run: ``python bench/sphere_atlas.py [--quick]`` (about 6 minutes of CPU; ``--quick``: fewer β and seeds); writes
-``out_sphere_atlas/atlas.json``, ``atlas.png`` and ``patterns.png`` and prints the tables and the load.
+Run: ``python bench/sphere_atlas.py [--quick] [counts] [patterns] [two] [k]`` (the parts named, default all; about
+8 minutes of CPU; ``--quick``: fewer β and seeds); writes ``out_sphere_atlas/<part>.json`` per part, ``fits.json``,
+``atlas.png`` and ``patterns.png`` (from the parts' files present) and prints the tables and the load.
 """
 
 from __future__ import annotations
@@ -198,6 +200,37 @@ def fit(rows: list[dict[str, Any]], key: str = "T_meta") -> tuple[float, float, 
     return float(law.q), float(law.se_q), len(ok)
 
 
+PARTS = ("counts", "patterns", "two", "k")
+
+
+def run_part(part: str, seeds: tuple[int, ...]) -> Any:
+    """One part of the atlas (see the module), printed as it goes; its JSON-able result."""
+    if part == "counts":
+        betas = [1, 2, 4, 5, 9, 16, 32] if QUICK else [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 20, 24, 32]
+        return counts([float(b) for b in betas], seeds)
+    if part == "patterns":
+        return patterns(seeds[:1] if QUICK else seeds)
+    if part == "two":
+        two = []
+        for att in ("softmax", "unnormalised"):
+            for b in range(1, 9):
+                t_end = min(1e10, 1e4 * math.exp((2 if att == "softmax" else 1) * b))
+                r = lifetime(float(b), att, TWO_MODES, 8, t_end, 2)
+                two.append(r)
+                print(f"two clusters {att} β = {r['beta']:g}: formed {r['t_form']:.3g}, merged {r['t_merge']:.3g}, "
+                      f"T_meta {r['T_meta']:.3g}, {r['cpu_s']:.1f} s", flush=True)
+        return two
+    life = []
+    for b in LIFE_BETAS[::2] if QUICK else LIFE_BETAS:
+        for sd in seeds:
+            r = dict(lifetime(b, "softmax", noise_modes(NOISE, sd, fastest_degree(b) + 4), 12, 1e6, None), seed=sd)
+            life.append(r)
+            print(f"k clusters β = {r['beta']:g} seed {r['seed']}: {r['k']} formed at {r['t_form']:.3g}, merged at "
+                  f"{r['t_merge']:.3g}, T_meta {r['T_meta']:.3g}, {r['final_clusters']} at t = {r['t_reached']:.0e}, "
+                  f"{r['cpu_s']:.1f} s", flush=True)
+    return life
+
+
 def main() -> None:
     import matplotlib
 
@@ -206,31 +239,21 @@ def main() -> None:
 
     OUT.mkdir(exist_ok=True)
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    cpu0 = time.process_time()
-    betas = [1, 2, 4, 5, 9, 16, 32] if QUICK else [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 20, 24, 32]
     seeds = SEEDS[:2] if QUICK else SEEDS
-    rows = counts([float(b) for b in betas], seeds)
-    pats = patterns(seeds[:1] if QUICK else seeds)
-    two = [lifetime(float(b), att, TWO_MODES, 8, 1e12, 2) for att in ("softmax", "unnormalised")
-           for b in range(1, 9)]
+    parts = [p for p in PARTS if p in sys.argv] or list(PARTS)  # e.g. `python bench/sphere_atlas.py two k`
+    for part in parts:
+        cpu0 = time.process_time()
+        res = run_part(part, seeds)
+        (OUT / f"{part}.json").write_text(json.dumps({"rows": res, "cpu_s": time.process_time() - cpu0}, indent=1))
+    got = {p: json.loads((OUT / f"{p}.json").read_text())["rows"] for p in PARTS if (OUT / f"{p}.json").exists()}
+    rows, pats, two, life = (got.get(p, []) for p in PARTS)
     two_fit = {}
     for att, pred in (("softmax", 2.0), ("unnormalised", 1.0)):
-        rr = [r for r in two if r["attention"] == att]
-        for r in rr:
-            print(f"two clusters {att} β = {r['beta']:g}: formed {r['t_form']:.3g}, merged {r['t_merge']:.3g}, "
-                  f"T_meta {r['T_meta']:.3g}, {r['cpu_s']:.1f} s", flush=True)
-        two_fit[att] = fit([r for r in rr if r["beta"] >= 3])
+        two_fit[att] = fit([r for r in two if r["attention"] == att and r["beta"] >= 3])
         print(f"two clusters {att}: T_meta ∝ e^(cβ), β = 3..8: c = {two_fit[att][0]:.3f} ± {two_fit[att][1]:.3f} "
               f"(antipodal limit {pred:g})", flush=True)
-    life_betas = LIFE_BETAS[::2] if QUICK else LIFE_BETAS
-    life = [dict(lifetime(b, "softmax", noise_modes(NOISE, sd, fastest_degree(b) + 4), 12, 1e8, None), seed=sd)
-            for b in life_betas for sd in seeds]
-    for r in life:
-        print(f"k clusters β = {r['beta']:g} seed {r['seed']}: {r['k']} formed at {r['t_form']:.3g}, merged at "
-              f"{r['t_merge']:.3g}, T_meta {r['T_meta']:.3g}, {r['final_clusters']} at t = {r['t_reached']:.0e}, "
-              f"{r['cpu_s']:.1f} s", flush=True)
     med = []
-    for b in life_betas:
+    for b in sorted({r["beta"] for r in life}):
         v = [r["T_meta"] for r in life if r["beta"] == b and np.isfinite(r["T_meta"])]
         if v:
             med.append({"beta": b, "T_meta": float(np.median(v)), "lo": float(min(v)), "hi": float(max(v)),
@@ -260,7 +283,7 @@ def main() -> None:
     ax[1].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(OUT / "atlas.png", dpi=100)
-    shown = [p for p in pats if p["x"] is not None]
+    shown = [p for p in pats if p.get("x") is not None]
     fig, axes = plt.subplots(2, (len(shown) + 1) // 2, figsize=(2.6 * ((len(shown) + 1) // 2), 5.6),
                              subplot_kw={"projection": "3d"})
     for a3, p in zip(axes.ravel(), shown, strict=False):
@@ -269,20 +292,15 @@ def main() -> None:
         c = np.asarray(p["centres"]).reshape(-1, 3)
         if len(c):
             a3.scatter(*c.T, s=40, c="r", marker="x")
-        a3.set_title(f"ℓ={p['l']} {p['start'].replace('random combination', 'mix')}\n{p['clusters']}: {p['polyhedron']}",
-                     fontsize=7)
+        label = p["start"].replace("random combination", "mix")
+        a3.set_title(f"ℓ={p['l']} {label}\n{p['clusters']}: {p['polyhedron']}", fontsize=7)
         a3.set_axis_off()
         a3.set_box_aspect((1, 1, 1))
     for a3 in axes.ravel()[len(shown):]:
         a3.set_axis_off()
     fig.tight_layout()
     fig.savefig(OUT / "patterns.png", dpi=100)
-    for p in pats:
-        p.pop("x")
-    (OUT / "atlas.json").write_text(json.dumps({"counts": rows, "patterns": pats, "two_clusters": two,
-                                                "two_fit": two_fit, "k_lifetimes": life, "k_medians": med,
-                                                "k_fit": k_fit, "cpu_s": time.process_time() - cpu0}, indent=1))
-    print(f"total CPU {time.process_time() - cpu0:.0f} s")
+    (OUT / "fits.json").write_text(json.dumps({"two_fit": two_fit, "k_medians": med, "k_fit": k_fit}, indent=1))
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
