@@ -11,7 +11,7 @@ entropic regularisation: a Gaussian ρ₀ = N(ā₀, v₀) stays Gaussian and it
   variance error here is the upwind diffusion, ~0.2 h.)
 * **Mean-field Langevin particles** (H noisy heads, Euler–Maruyama with the same Δs):
   v_h ← v_h − Δs (∂_ā R(ā_H) + λ₂ v_h) + √(2λΔs) ξ_h, ā_H = mean of the v_h, the gradient of the risk from the
-  particle token solver (400 quantile tokens, RK4, :func:`mfpde.tokens.particles.transport_particles`) by central
+  particle token solver (400 quantile tokens, RK4, :func:`mfpde.tokens.box.particles.transport_particles`) by central
   differences in ā. Errors are averaged over 4 seeds.
   - "aggregated": the heads share A = aI, so the attention is evaluated once per solve (cost independent of H);
   - "per head" (what a transformer code does: every head its own attention): the cost of one solve grows like
@@ -37,7 +37,7 @@ from threadpoolctl import threadpool_limits
 from mfpde import config as C
 from mfpde.exact import value_training_law
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.particles import transport_particles
+from mfpde.tokens.box.particles import transport_particles
 from mfpde.training.driver import run_training
 
 A, M0, S0, Y, T = 0.5, 0.3, 0.25, 1.0, 1.0

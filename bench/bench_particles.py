@@ -4,9 +4,9 @@ Errors against the closed form of theory §6.1 (Gaussian μ₀, heads A = aI, V 
 and covariance by :func:`mfpde.exact.gaussian_transport`): the error of ŷ = ∫ x₁ dμ_T (readout ``mean``) and the
 largest entry of the error of the covariance Σ_T. Methods, all timed in this one run on one core:
 
-* the PDE, DG1 (and DG0 in d = 1) on a box, SSP-RK3 in depth (:class:`mfpde.tokens.transport.TokenTransport`);
+* the PDE, DG1 (and DG0 in d = 1) on a box, SSP-RK3 in depth (:class:`mfpde.tokens.box.transport.TokenTransport`);
 * particles with i.i.d. tokens (what published codes do): N tokens X_j ~ μ₀, the N-token McKean–Vlasov ODE
-  dX/dt = V[μ^N](X) by RK4 (:func:`mfpde.tokens.particles.transport_particles`, the same attention kernel; direct
+  dX/dt = V[μ^N](X) by RK4 (:func:`mfpde.tokens.box.particles.transport_particles`, the same attention kernel; direct
   O(N²) sums in d = 2), errors averaged over 3 seeds;
 * the strongest deterministic particles we have: quantile tokens in d = 1, a tensor Gauss–Hermite quadrature
   mapped by the Cholesky factor of Σ₀ in d = 2 (weighted tokens).
@@ -38,8 +38,8 @@ from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.particles import transport_particles
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.particles import transport_particles
+from mfpde.tokens.box.transport import TokenTransport
 
 HEADS = HeadMeasure(np.array([-0.5, 0.3]), np.array([0.5, 0.25]))
 T = 1.0

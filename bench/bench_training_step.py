@@ -72,7 +72,7 @@ def measure(case: str, repeat: int, extra: tuple[str, ...] = ()) -> dict:
 
     import mfpde
     from mfpde import config as C
-    from mfpde.tokens.data import fill_density
+    from mfpde.tokens.box.data import fill_density
     from mfpde.training.problem import CoupledProblem
 
     overrides = [*CASES[case], "output.fields=false", "output.plots=false", *extra]

@@ -34,10 +34,10 @@ from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
 from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_vjp
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.interpolated import InterpolatedSoftmax
-from mfpde.tokens.separable import TensorSoftmax, velocity_tensor
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.interpolated import InterpolatedSoftmax
+from mfpde.tokens.box.separable import TensorSoftmax, velocity_tensor
+from mfpde.tokens.box.transport import TokenTransport
 
 COMM = MPI.COMM_SELF  # one core
 RHO_MEAN, RHO_COV = [0.5, 1.0], [[0.01, 0.0], [0.0, 0.01]]  # the default head Gaussian (config.Heads)

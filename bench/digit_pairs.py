@@ -41,7 +41,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import config as C
-from mfpde.tokens.data import load_samples
+from mfpde.tokens.box.data import load_samples
 from mfpde.training.driver import run_job
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -33,26 +33,26 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         '"transport step")\n',
         ["risk_transport_order"], "Strang's risk transport: the second Heun stage reuses the first stage's δR/δρ"),
     "depth_indexed_block_order": (
-        "mfpde/tokens/transport.py",
+        "mfpde/tokens/box/transport.py",
         "layer = layers[k // per_layer]", "layer = layers[k % len(layers)]",
         ["depth_indexed_particles"], "depth-indexed blocks applied in the wrong order (k % L for k // per_layer)"),
     "depth_indexed_block_order_batched": (
-        "mfpde/tokens/batch.py",
+        "mfpde/tokens/box/batch.py",
         "hk, layer = heads[k // per_layer], k // per_layer", "hk, layer = heads[k % len(heads)], k % len(heads)",
         ["batched_gradient_d2"], "the same in the batched solver (the per-sample one is right)"),
     "linear_readout_offset_dropped": (
-        "mfpde/tokens/readout.py", "return lambda x: x @ wv + b", "return lambda x: x @ wv",
+        "mfpde/tokens/box/readout.py", "return lambda x: x @ wv + b", "return lambda x: x @ wv",
         ["offcentre_exact"], "the linear readout's offset b dropped"),
     "chebyshev_substitution_shift": (
-        "mfpde/tokens/substitution.py", "C[:, 1, 0], C[:, 1, 1] = beta, lam",
+        "mfpde/tokens/box/substitution.py", "C[:, 1, 0], C[:, 1, 1] = beta, lam",
         "C[:, 1, 0], C[:, 1, 1] = 1.01 * beta, lam",
         ["offcentre_exact"], "the Chebyshev substitution's shift β_k off by 1% (multiplied by 0 on symmetric boxes)"),
     "interpolated_vjp_weight": (
-        "mfpde/tokens/interpolated.py", "gw += T[0] * self.y[:, 0] + T[1] * self.y[:, 1] - T[2]",
+        "mfpde/tokens/box/interpolated.py", "gw += T[0] * self.y[:, 0] + T[1] * self.y[:, 1] - T[2]",
         "gw += T[0] * self.y[:, 0] + T[1] * self.y[:, 1] - 1.01 * T[2]",
         ["adjoint_taylor_interpolated"], "the interpolated VJP's mean term off by 1%"),
     "velocity_components_swapped": (
-        "mfpde/tokens/velocity.py", "vals = lin.tensor.velocity(c)[self.index]",
+        "mfpde/tokens/box/velocity.py", "vals = lin.tensor.velocity(c)[self.index]",
         "vals = lin.tensor.velocity(c)[self.index][..., ::-1]",
         ["gaussian_exact_d2", "offcentre_exact"], "the d = 2 velocity field with its components swapped"),
     "kl_without_log_z": (
@@ -62,11 +62,12 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/params/muscl.py", "max(1, math.ceil(ds / (0.5 * cfl)))", "max(1, math.ceil(ds / cfl))",
         ["fp_positivity"], "MUSCL sub-step count half as large (sub-steps at the upwind CFL, not half of it)"),
     "limiter_removed": (
-        "mfpde/tokens/transport.py",
+        "mfpde/tokens/box/transport.py",
         "return None if self.tokens.degree == 0 else limit(state, self.tokens.cell_dofs, self.tokens.m)",
         "return None", ["token_positivity"], "the DG1 positivity limiter removed (the 2-D solve stalls)"),
     "batched_adjoint_mass": (
-        "mfpde/tokens/batch.py", "Z = P * self.inv_m  # M symmetric", "Z = P * self.inv_m * 1.000001  # M symmetric",
+        "mfpde/tokens/box/batch.py", "Z = P * self.inv_m  # M symmetric",
+        "Z = P * self.inv_m * 1.000001  # M symmetric",
         ["batched_gradient_d2"], "the batched adjoint's M⁻¹ off by 1e-6"),
     "rk_transpose_weight": (
         "mfpde/tokens/rk.py", "pacc[j] = a * q if pacc[j] is None else pacc[j] + a * q",
@@ -76,7 +77,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/rk.py", "a * (out[j] + (b / a) * R[j])", "a * out[j] + (b / a) * R[j]",
         ["token_mass"], "the outflow of a stage with 0 < α < 1 not scaled by α (found by a reviewer's plant)"),
     "dg1_outflow_halved": (
-        "mfpde/tokens/transport.py", "self.outflow_rate = dolfinx.fem.form(u * vnp * ds)",
+        "mfpde/tokens/box/transport.py", "self.outflow_rate = dolfinx.fem.form(u * vnp * ds)",
         "self.outflow_rate = dolfinx.fem.form(0.5 * u * vnp * ds)",
         ["token_mass"], "the DG1 outflow rate halved (found by a reviewer's plant)"),
     "circle_dg0_cfl_edge": (
@@ -118,7 +119,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "            out[s:s + self.chunk] = num",
         ["sphere_flow_rates"], "the sphere's direct-sum velocity without the projection onto the tangent plane"),
     "dg1_cfl_not_halved": (
-        "mfpde/tokens/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
+        "mfpde/tokens/box/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
         ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),
     "substeps_floor": (
         "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
@@ -132,11 +133,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "broken[idx] = h > op.max_stable_dt(vel) * 1.1", ["token_cfl_substeps"],
         "a sub-step up to 10% over the CFL bound not redone"),
     "depth_block_switch_early": (
-        "mfpde/tokens/transport.py", "layer = layers[k // per_layer]",
+        "mfpde/tokens/box/transport.py", "layer = layers[k // per_layer]",
         "layer = layers[min((k + 1) // per_layer, len(layers) - 1)]", ["depth_indexed_particles"],
         "the depth-indexed model's next block one depth step early (an O(Δt) = O(h) error: DG1's order sees it)"),
     "depth_block_switch_early_batched": (
-        "mfpde/tokens/batch.py", "hk, layer = heads[k // per_layer], k // per_layer",
+        "mfpde/tokens/box/batch.py", "hk, layer = heads[k // per_layer], k // per_layer",
         "hk, layer = heads[min((k + 1) // per_layer, len(heads) - 1)], min((k + 1) // per_layer, len(heads) - 1)",
         ["batched_gradient_d2"], "the same in the batched solver (caught once the blocks' heads differ)"),
     "redo_tolerance": (
@@ -145,7 +146,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "a sub-step up to 0.5% over the CFL bound not redone (the batched redo row is 9% over: only its tight case "
         "sees it)"),
     "dg1_cfl_without_boundary": (
-        "mfpde/tokens/transport.py", '* q("-") * dS\n                                         + vnp * q * ds)',
+        "mfpde/tokens/box/transport.py", '* q("-") * dS\n                                         + vnp * q * ds)',
         '* q("-") * dS)', ["token_cfl_substeps"],
         "the DG1 CFL form without the outflow through ∂Ω (the boundary cell's neighbour rules, 0.75% slower)"),
     "circle_w1_mean_shift": (
@@ -202,6 +203,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/stationary.py", "L = self.noise * D @ D - K * D @", "L = self.noise * D @ D + K * D @",
         ["tests/test_continuation.py::test_uniform_spectrum_is_the_closed_form"],
         "the linearisation's drift term with the wrong sign (stability flags wrong)"),
+    "sphere_dg_frozen_velocity": (
+        "mfpde/tokens/sphere/dg.py", "        self.vel.update(x, w)\n",
+        "        if not hasattr(self, '_frozen'):\n"
+        "            self.vel.update(x, w)\n            self._frozen = True\n",
+        ["sphere_dg_flow"], "the sphere DG solver's kernel told μ_0 only (the velocity frozen at the start)"),
     "sphere_tilt_shift_per_rank": (
         "mfpde/tokens/sphere/tilted.py", "self.comm.Allreduce(local, self._shift, op=MPI.MAX)",
         "self._shift[:] = local",

@@ -40,8 +40,8 @@ from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import dirac_heads
-from mfpde.tokens.particles import transport_particles
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.particles import transport_particles
+from mfpde.tokens.box.transport import TokenTransport
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD

@@ -170,7 +170,7 @@ KEEP_FREED = {M_MMAP_THRESHOLD: 64 * 2**20, M_TRIM_THRESHOLD: 256 * 2**20}
 def keep_freed_memory(env: dict[str, str] | None = None) -> bool:
     """Let glibc's malloc reuse freed memory up to 256 MiB instead of giving it back to the kernel (mallopt).
 
-    numpy's temporaries of a few MB (the attention kernels of a batch of samples, :mod:`mfpde.tokens.batch`) are
+    numpy's temporaries of a few MB (the attention kernels of a batch of samples, :mod:`mfpde.tokens.box.batch`) are
     above glibc's mmap threshold or, once it has adapted, trimmed off the heap top when freed together: the
     kernel then zeroes fresh pages for them at every stage. Measured on ``demos/digits_deep.toml`` (one core):
     7·10⁶ page faults and 15 s of system time in a 52 s run; with these limits 1.1·10⁵ faults, 0.7 s and 35 s.

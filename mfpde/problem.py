@@ -29,9 +29,9 @@ from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
 from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, fill_density, load_samples
-from mfpde.tokens.readout import Readout, readout_function
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.data import Sample, fill_density, load_samples
+from mfpde.tokens.box.readout import Readout, readout_function
+from mfpde.tokens.box.transport import TokenTransport
 
 __all__ = ["Problem", "SampleGroups", "build"]
 

@@ -50,9 +50,11 @@ def _run(cfg: str | None, out: Path, sets: list[str]) -> tuple[dict, list[dict]]
 
 
 def test_every_example_config_is_listed():
-    # transport_small and circle are `mfpde transport` configs (circle: tests/tokens/test_circle.py); noisy_circle is
+    # transport_small, circle and sphere are `mfpde transport` configs (tests/tokens/test_circle.py,
+    # tests/tokens/sphere/test_sphere_job.py); noisy_circle is
     # `mfpde continuation`'s (tests/test_continuation.py)
-    assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle", "noisy_circle"}
+    assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle", "noisy_circle",
+                                                                  "sphere"}
 
 
 @pytest.mark.parametrize("name", sorted(SHRINK))

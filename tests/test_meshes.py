@@ -17,8 +17,8 @@ from roundoff import conservation, gamma
 
 from mfpde.mesh import MeshError, box, measure, read_msh
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.transport import TokenTransport
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

@@ -21,8 +21,8 @@ from mfpde.config import load
 from mfpde.mesh import box
 from mfpde.petsc import collect_garbage
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.transport import TokenTransport
 from mfpde.training.problem import CoupledProblem
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec

@@ -1,11 +1,11 @@
-"""The token side: attention kernels, the transport solver, the shallow layer, the discrete adjoint, data.
+"""The token side: one package per token domain, and what the domains share.
 
-* :mod:`~mfpde.tokens.attention`: softmax kernels and their vector–Jacobian products (pure numpy, §1.2).
-* :mod:`~mfpde.tokens.quadrature`: the gathered lumped-mass quadrature of a DG density.
-* :mod:`~mfpde.tokens.velocity`: V[μ; ρ] on the mesh and its vector–Jacobian product, one class.
-* :mod:`~mfpde.tokens.transport`: upwind DG / SSP-RK3 in depth with a typed tape (§1.3 (F)).
-* :mod:`~mfpde.tokens.shallow`: the single residual layer, its own forward map (§2).
-* :mod:`~mfpde.tokens.adjoint`: the discrete adjoint through the tape (§3).
-* :mod:`~mfpde.tokens.readout`, :mod:`~mfpde.tokens.data`, :mod:`~mfpde.tokens.particles`: g, μ_0^i, the
-  particle reference; :mod:`~mfpde.tokens.job`: the ``transport`` command.
+* :mod:`~mfpde.tokens.box`: a box Ω ⊂ R^d or a mesh of one (the training problem's domain);
+  :mod:`~mfpde.tokens.circle`: the circle (theory §8); :mod:`~mfpde.tokens.sphere`: the sphere S² (§9).
+* Shared: :mod:`~mfpde.tokens.rk` (the depth integrators as coefficient tables, one step and its transpose),
+  :mod:`~mfpde.tokens.stepping` (CFL and depth-step checks), :mod:`~mfpde.tokens.limiter` (Zhang–Shu),
+  :mod:`~mfpde.tokens.attention` (softmax kernels and head measures, §1.2), :mod:`~mfpde.tokens.adaptive`
+  (DOP853 with a PI controller), :mod:`~mfpde.tokens.depths` (output depths);
+  :mod:`~mfpde.tokens.domains` (the list of domains, their rules, the dispatch); :mod:`~mfpde.tokens.job` (the
+  ``transport`` command).
 """

@@ -12,13 +12,14 @@ scipy's: only ``_step_impl`` is replaced.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.integrate
 from scipy.integrate._ivp.rk import rk_step
 
-__all__ = ["DOP853PI"]
+__all__ = ["DOP853PI", "record_reached"]
 
 
 class DOP853PI(scipy.integrate.DOP853):
@@ -75,3 +76,21 @@ class DOP853PI(scipy.integrate.DOP853):
         self.h_abs = h_abs * fac
         self.f = f_new
         return True, None
+
+
+def record_reached(solver: Any, t_out: Any, i: int, record: Callable[[Any], None]) -> int:
+    """Record the outputs ``t_out[i:]`` that the last step of ``solver`` (a scipy ``OdeSolver``) reached.
+
+    An output at the step's end is its state (the last depth is ``t_bound``: no interpolant is needed); one
+    inside the step comes from the step's dense output. Returns the index of the next output not reached.
+    """
+    dense = None
+    while i < len(t_out) and t_out[i] <= solver.t:
+        if t_out[i] == solver.t:
+            record(solver.y)
+        else:
+            dense = dense or solver.dense_output()
+            record(dense(t_out[i]))
+        i += 1
+    return i
+

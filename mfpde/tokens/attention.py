@@ -16,7 +16,7 @@ and the McKean–Vlasov velocity averaged over the head distribution ρ (theory 
    e^{a x·y} = Π_j e^{a x_j y_j}, so ∫ e^{a x·y} f(y) dμ(y) over an n₁×n₂ grid of y for all of an m₁×m₂
    grid of x is the matrix product E₁ W E₂ᵀ: (m₁n₁ + m₂n₂) exponentials and O(m₁n₁n₂ + m₁m₂n₂) BLAS flops
    per distinct a, instead of m₁m₂n₁n₂ exponentials (all heads in one batched product:
-   :mod:`mfpde.tokens.separable`).
+   :mod:`mfpde.tokens.box.separable`).
 3. In d = 1, m_a(x) = f(a x) for one smooth function f = (log Z_μ)' of s = a x: it is interpolated in
    s by a Chebyshev series of adaptive degree (trailing coefficients < 1e-14, :func:`tilted_mean_1d`), so
    all heads and points cost (degree + 1) N_y exponentials (degree ~ 16–128) instead of N_a N_x N_y.
@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.fft
 
-from mfpde.tokens.substitution import substituted_values
+from mfpde.tokens.box.substitution import substituted_values
 
 Array = npt.NDArray[np.float64]
 
@@ -226,7 +226,7 @@ class TiltedInterpolant:
         n: the degree.
         coef: the Chebyshev coefficients of f, shape (n + 1,).
         kernel_coef: the Chebyshev coefficients c_i(y) of σ ↦ P(σ, y) = e^{σy − Λ(σ)} for every y, shape
-            (n + 1, N_y), converged by the VJP's rule (:mod:`mfpde.tokens.chebyshev`), if asked for; what the
+            (n + 1, N_y), converged by the VJP's rule (:mod:`mfpde.tokens.box.chebyshev`), if asked for; what the
             reverse pass needs, so it computes no exponential.
     """
 
@@ -244,7 +244,7 @@ class TiltedInterpolant:
     def outer(self, a: Array, x: Array) -> Array:
         """F at the sources s = a_k x_i (inside [lo, hi]), shape (N_a, N_x).
 
-        Two matrix products by the affine substitution of x (:mod:`mfpde.tokens.substitution`), or Clenshaw's
+        Two matrix products by the affine substitution of x (:mod:`mfpde.tokens.box.substitution`), or Clenshaw's
         recurrence where it does not apply (one point, degree < 2).
         """
         v = substituted_values(a, x, self.coef, self.lo, self.hi)

@@ -14,10 +14,33 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["DOMAINS", "check_domain", "data_kinds", "domain_of_kind", "transport_job"]
+__all__ = ["DOMAINS", "Found", "check_domain", "data_kinds", "domain_of_kind", "transport_job"]
 
 #: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
 DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere"}
+
+
+class Found:
+    """The config errors a domain's rules found, reported together (one ConfigError, or ConfigErrors for several).
+
+    The checks are independent; one that needs another's key is skipped when that key was wrong.
+    """
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def need(self, ok: bool, key: str, msg: str) -> bool:
+        """Record ``key: msg`` unless ``ok``; return ``ok``."""
+        if not ok:
+            self.messages.append(f"{key}: {msg}")
+        return ok
+
+    def raise_all(self) -> None:
+        """Raise what was found, if anything."""
+        if len(self.messages) == 1:
+            raise ConfigError(self.messages[0])
+        if self.messages:
+            raise ConfigErrors(self.messages)
 
 
 def _config(domain: str) -> Any:
@@ -50,20 +73,14 @@ def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
     if DOMAINS[t.domain] is not None:
         _config(t.domain).check(cfg)
         return
-    found = []
+    f = Found()
     other = domain_of_kind(da.kind)
-    if other is not None:
-        found.append(f"data.kind: {da.kind!r} needs tokens.domain = {other!r}")
-    if t.solver != "dg":
-        found.append(f"tokens.solver: {t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are solved by DG)")
-    if d.spacing != "uniform":
-        found.append(f"depth.spacing: {d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
-    if t.noise != 0:
-        found.append(f"tokens.noise: {t.noise:g} needs tokens.domain = 'circle' (noise is not on boxes)")
-    if len(found) == 1:
-        raise ConfigError(found[0])
-    if found:
-        raise ConfigErrors(found)
+    f.need(other is None, "data.kind", f"{da.kind!r} needs tokens.domain = {other!r}")
+    f.need(t.solver == "dg", "tokens.solver", f"{t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are "
+           "solved by DG)")
+    f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
+    f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle' (noise is not on boxes)")
+    f.raise_all()
 
 
 def transport_job(cfg: Any, out: Path, comm: Any, progress: Any = None) -> dict[str, Any] | None:

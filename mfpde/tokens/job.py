@@ -26,9 +26,9 @@ from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.plots import TokenSeries, plot_run
 from mfpde.problem import Problem, build
-from mfpde.tokens.data import fill_density
-from mfpde.tokens.shallow import solve_shallow
-from mfpde.tokens.transport import TransportReport
+from mfpde.tokens.box.data import fill_density
+from mfpde.tokens.box.shallow import solve_shallow
+from mfpde.tokens.box.transport import TransportReport
 
 __all__ = ["run_transport", "sample_report", "transport_job", "transport_sample"]
 

@@ -8,7 +8,7 @@ scaled toward its cell mean v̄ = Σ_j q_j v_j (q_j = m_j / Σ_K m, the lumped w
 so the nodal minimum becomes 0 and the mean is kept (mass is conserved). For P1/Q1 the nodal minimum is the
 minimum over the cell.
 
-The discrete adjoint (:mod:`mfpde.tokens.adjoint`) differentiates the limited SSP-RK3 stages, so it needs Lᵀ for
+The discrete adjoint (:mod:`mfpde.tokens.box.adjoint`) differentiates the limited SSP-RK3 stages, so it needs Lᵀ for
 each application L of the limiter: with D = v̄ − v_min = v̄ − v_{i*},
 
     ∂u_i/∂v_j = q_j (1 − θ) + θ δ_ij + (v_i − v̄) ∂θ/∂v_j,     ∂θ/∂v_j = (−q_j v_{i*} + v̄ δ_{j i*}) / D²,

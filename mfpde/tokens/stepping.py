@@ -1,7 +1,7 @@
 """What the depth loops of the token solvers share: step control, the checks after a depth step, the moments.
 
-Used by the per-sample solver (:class:`~mfpde.tokens.transport.TokenTransport`) and the batched one
-(:class:`~mfpde.tokens.batch.BatchTransport`), so both stop on the same conditions with the same messages
+Used by the per-sample solver (:class:`~mfpde.tokens.box.transport.TokenTransport`) and the batched one
+(:class:`~mfpde.tokens.box.batch.BatchTransport`), so both stop on the same conditions with the same messages
 (theory §1.3: mass balance with the outflow; interface: exit status 3). Non-dimensional.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.tokens.readout import Readout
+from mfpde.tokens.box.readout import Readout
 
 __all__ = ["MAX_SUBSTEPS", "StepTooLong", "cfl_step", "check_depth_step", "first_step_error", "quadrature_moments",
            "substeps_error"]

@@ -33,7 +33,7 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import prepare_output_dir, write_atomic, write_report
-from mfpde.tokens.adjoint import Gradient
+from mfpde.tokens.box.adjoint import Gradient
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (

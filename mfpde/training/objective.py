@@ -3,7 +3,7 @@
     R(ρ) = (1/n) Σ_i ½ (ŷ^i − y^i)²,   ŷ^i = ∫ g dμ_T^i,   μ^i transported by V[μ; ρ] (theory §1.3 (F)),
 
 with ∂R/∂c per layer block from the discrete adjoint of each sample's forward solve
-(:mod:`mfpde.tokens.adjoint`). Samples are split over groups of ranks (:class:`mfpde.problem.SampleGroups`);
+(:mod:`mfpde.tokens.box.adjoint`). Samples are split over groups of ranks (:class:`mfpde.problem.SampleGroups`);
 each group transports its share on its own token mesh, and the sums over samples are one ``allreduce``.
 """
 
@@ -23,13 +23,13 @@ import ufl
 from mfpde.fields import FieldWriter
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
-from mfpde.tokens.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.batch import BatchDeclined, BatchTransport, batchable
-from mfpde.tokens.data import Sample, fill_density
+from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
+from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.shallow import solve_shallow
+from mfpde.tokens.box.transport import Tape, TransportReport
 from mfpde.tokens.rk import TapedStep
-from mfpde.tokens.shallow import solve_shallow
-from mfpde.tokens.transport import Tape, TransportReport
 
 __all__ = ["BATCH_SAMPLES", "Objective", "Snapshots", "ntk_gram"]
 
@@ -37,7 +37,7 @@ Array = npt.NDArray[np.float64]
 #: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
 #: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
 Snapshots = dict[int, tuple[Array, ...]]
-#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.batch`), at most. Measured on
+#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most. Measured on
 #: ``demos/digits_deep.toml`` (DG0, 32×32 cells, 17 heads, one thread): the softmax and its VJP cost the same per
 #: sample from 1 to 10 samples and 10–45% more from 16 to 32; what a batch saves is the per-stage work shared by
 #: its samples (on 16×16 cells chunks of 10 are 2× faster than one sample at a time).
@@ -65,7 +65,7 @@ class Objective:
         self._outflow = 0.0
 
     def _initial(self, sample: Sample, u: dolfinx.fem.Function) -> None:
-        """Set u to μ_0 of the sample (:func:`~mfpde.tokens.data.fill_density`), kept after the first time.
+        """Set u to μ_0 of the sample (:func:`~mfpde.tokens.box.data.fill_density`), kept after the first time.
 
         The input measures never change, and interpolating them costs more than the single-layer model's
         solve. Collective over the token group when filled; whether a sample is kept depends only on global
@@ -130,7 +130,7 @@ class Objective:
         Yields, per sample i: (i, ŷ^i, [μ_t weights at the snapshot depths before T] if i in ``snapshot``,
         ∂ŷ^i/∂c per layer block stacked (n_layers, N_a) (empty without ``taped``), μ_T as a Function).
         Batches of at most :data:`BATCH_SAMPLES` (of even sizes) advance together where
-        :func:`~mfpde.tokens.batch.batchable`; a batch the batched solver declines is solved sample by sample.
+        :func:`~mfpde.tokens.box.batch.batchable`; a batch the batched solver declines is solved sample by sample.
         """
         tokens = self.tokens
         n_a = [len(h.a) for h in heads]
@@ -163,7 +163,7 @@ class Objective:
     def _batched(self, chunk: list[int], us: list[dolfinx.fem.Function], heads: list[HeadMeasure], taped: bool,
                  snapshot: Container[int], n_a: list[int]
                  ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
-        """:meth:`_solves` for one batch by :class:`~mfpde.tokens.batch.BatchTransport` (raises BatchDeclined)."""
+        """:meth:`_solves` for one batch by :class:`~mfpde.tokens.box.batch.BatchTransport` (raises BatchDeclined)."""
         bt, cfg = self.batch, self.pb.cfg
         assert bt is not None
         U = np.stack([u.x.array for u in us])

@@ -18,8 +18,8 @@ from mfpde.config import Config
 from mfpde.params.family import HeadFamily
 from mfpde.params.theta import ThetaSpace
 from mfpde.problem import build
-from mfpde.tokens.adjoint import Gradient
 from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.box.adjoint import Gradient
 from mfpde.training.objective import Objective, ntk_gram
 from mfpde.training.splitting import (
     FrozenPotentialFlow,

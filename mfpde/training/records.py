@@ -25,7 +25,7 @@ from mfpde.errors import ConfigError
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
 from mfpde.plots import FIGURES, RhoSeries, TokenSeries, plot_run
-from mfpde.tokens.adjoint import Gradient
+from mfpde.tokens.box.adjoint import Gradient
 from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.report import certificate_bound, rate_block

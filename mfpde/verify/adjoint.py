@@ -6,7 +6,7 @@
   sums), DG1 (d = 1, Chebyshev VJP; d = 2 triangles, direct sums).
 * ``adjoint_taylor_interpolated``: the same Taylor test in the head masses c on a gmsh disk fine enough
   (≈ 760 cells) that the velocity and its VJP go through the Chebyshev grid of the bounding box
-  (:mod:`mfpde.tokens.interpolated`, the path of unstructured meshes); the check fails if the tape holds no such
+  (:mod:`mfpde.tokens.box.interpolated`, the path of unstructured meshes); the check fails if the tape holds no such
   linearisation (the path silently fell back to the direct sums).
 * ``adjoint_gaussian_exact``: δR/δρ(a, v) = v (∂_āG + a ∂_b̄G) of the Gaussian closed form (theory §6.1)
   against the adjoint's, first order in the token cell size h (DG0).
@@ -25,10 +25,10 @@ from mfpde.fitting import fit_order
 from mfpde.mesh import Domain, box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import Tape, TokenTransport
+from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.transport import Tape, TokenTransport
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["TAYLOR_CASES", "gaussian_first_variation_errors", "interpolated_taylor_errors", "taylor_errors"]

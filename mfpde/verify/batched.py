@@ -2,7 +2,7 @@
 
 * ``batched_gradient_d2``: ∂R/∂c of a d = 2 DG0 problem on an off-centre box with the ``linear`` readout (b ≠ 0),
   Gaussian data, scalar heads, for the weight-tied, the depth-indexed (L = 2) and the single-layer model, taken
-  by the batched solver (:mod:`mfpde.tokens.batch`, samples as rows of one array), against
+  by the batched solver (:mod:`mfpde.tokens.box.batch`, samples as rows of one array), against
 
   - finite differences of R itself (Taylor remainder |R(c + εδ) − R(c) − ε ∂R/∂c·δ| of slope 2 ± 0.1), and
   - the per-sample solver (DOLFINx Functions, the PETSc mass solve, the velocity operator per sample) to the

@@ -13,7 +13,7 @@ own parameters. A solver velocity off by more than the distance of x to the near
 8% here; the DG0/DG1 velocity error at h = 0.01 is far below that) would change the count, so a wrong CFL
 factor, a DG1 limit not halved, or the sub-step count taken from a stale or wrong velocity fails.
 
-A third case takes the batched DG0 solver (:mod:`mfpde.tokens.batch`, d = 2, rows advanced together) on two
+A third case takes the batched DG0 solver (:mod:`mfpde.tokens.box.batch`, d = 2, rows advanced together) on two
 samples whose counts the rule fixes differently: row A (x = 3.1, ⌈x⌉/x = 1.29) keeps its 4 sub-steps, row B
 (x = 3.8, ⌈x⌉/x = 1.053) must redo its step with 8, because its velocity, checked before each later sub-step,
 grows past the bound (by 1.091 before its last sub-step). u(L) = c(m + aσ²L) per axis and the largest outflow
@@ -44,7 +44,7 @@ import numpy as np
 from mfpde.exact import gaussian_transport
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.transport import TokenTransport
 from mfpde.verify.conservation import _mu0
 from mfpde.verify.registry import Outcome, register
 
@@ -159,7 +159,7 @@ def batched_expected(m: float) -> tuple[int, bool, bool]:
 
 def _batched_counts() -> list[int]:
     """The sub-steps of each row of one batched depth step (each rank alone: the batched path's mesh)."""
-    from mfpde.tokens.batch import BatchTransport
+    from mfpde.tokens.box.batch import BatchTransport
 
     tt = TokenTransport(box(MPI.COMM_SELF, [[-L, L]] * 2, [BATCH_CELLS] * 2), 0, CFL)
     rows = [_mu0(tt, np.array([m, m]), S0 * np.eye(2)).x.array.copy() for m in BATCH_M]

@@ -30,11 +30,11 @@ from mfpde.params.densities import gaussian_density
 from mfpde.params.family import ScalarHeads
 from mfpde.params.fokker_planck import ParameterFokkerPlanck
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import Tape, TokenTransport
+from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.transport import Tape, TokenTransport
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["gamma"]

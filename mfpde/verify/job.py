@@ -69,6 +69,7 @@ def _load_checks() -> None:
         sphere_dg,
         sphere_flow,
         sphere_kernel,
+        sphere_solvers,
         training,
         transport,
     )

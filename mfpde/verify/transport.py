@@ -25,9 +25,9 @@ from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order, richardson_bound, slope_tolerance
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.transport import TokenTransport
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["HEADS", "gaussian_errors", "transport_gaussian", "w1_1d"]

@@ -12,10 +12,10 @@ from roundoff import gamma
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
-from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.transport import TokenTransport
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
@@ -44,7 +44,7 @@ def _particle_risk(theta, w, y, m0=0.3, s0=0.25, N=400, steps=50):
     """R = ½(ŷ − y)² of the N-token network dX/dt = V(X) (theory §1.1 as L → ∞, RK4 in depth)."""
     from scipy.stats import norm
 
-    from mfpde.tokens.particles import transport_particles
+    from mfpde.tokens.box.particles import transport_particles
 
     x = norm.ppf((np.arange(N) + 0.5) / N, loc=m0, scale=np.sqrt(s0))[:, None]
     wt = np.full(N, 1.0 / N)
@@ -113,7 +113,7 @@ def test_taped_linearisation_is_the_stage_state(d, degree, monkeypatch):
     """The reverse pass with the velocity's linearisation taped by the forward returns bit for bit what it
     returns when it re-evaluates the velocity at each taped stage state (TAPE_BUDGET_BYTES = 0): each taped
     linearisation belongs to its stage (the same floating-point operations on the same state)."""
-    import mfpde.tokens.transport as transport
+    import mfpde.tokens.box.transport as transport
 
     tt, th = _setup(d, degree, 12)
     rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])

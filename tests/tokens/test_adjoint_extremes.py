@@ -26,13 +26,13 @@ from mfpde.config import load
 from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.problem import build
-from mfpde.tokens.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.attention import HeadMeasure, TensorGrid, tilted_kernel, velocity_vjp
-from mfpde.tokens.data import Sample, fill_density
-from mfpde.tokens.interpolated import InterpolatedSoftmax
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.separable import TensorSoftmax
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
+from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.interpolated import InterpolatedSoftmax
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.separable import TensorSoftmax
+from mfpde.tokens.box.transport import TokenTransport
 from mfpde.training.objective import Objective
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec

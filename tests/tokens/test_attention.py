@@ -17,7 +17,7 @@ from scipy.special import logsumexp, softmax
 
 from mfpde.params.family import ScalarHeads, ValueHeads, make_family
 from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, velocity, velocity_vjp
-from mfpde.tokens.separable import _TENSOR_RANGE_MAX, SeparableFactors, TensorSoftmax, velocity_tensor
+from mfpde.tokens.box.separable import _TENSOR_RANGE_MAX, SeparableFactors, TensorSoftmax, velocity_tensor
 
 
 def softmax_moments_tensor(xg: TensorGrid, yg: TensorGrid, W: np.ndarray, a: float
@@ -407,7 +407,7 @@ def test_chebyshev_vjp_1d_matches_direct(kind, forward):
     of the adjoint), converged by the same rule.
     """
     from mfpde.tokens.attention import tilted_interpolant, tilted_mean_1d, velocity_vjp
-    from mfpde.tokens.chebyshev import velocity_vjp_1d
+    from mfpde.tokens.box.chebyshev import velocity_vjp_1d
 
     rng = np.random.default_rng(7)
     L = 40.0 if kind == "wide_exponent" else 4.0
@@ -468,7 +468,7 @@ def test_velocity_operator_tensor_paths(half_width, var, floor, declined):
     import dolfinx.fem
 
     from mfpde.mesh import box
-    from mfpde.tokens.transport import TokenTransport
+    from mfpde.tokens.box.transport import TokenTransport
 
     L = half_width
     tt = TokenTransport(box(MPI.COMM_WORLD, [[-L, L]] * 2, [10, 10]), degree=0)
@@ -494,11 +494,11 @@ def test_velocity_operator_tensor_paths(half_width, var, floor, declined):
 @pytest.mark.parametrize("n", [2, 16, 64, 128])
 def test_substituted_chebyshev_moments(n):
     """The d = 1 VJP's moments Σ_{k,i} w_ki T_m(t(a_k x_i)) by substitution (T_m(λ_k x̂ + β_k) in the Chebyshev basis
-    of x̂, mfpde.tokens.substitution) equal numpy's Chebyshev–Vandermonde matrix at every source, to the round-off
+    of x̂, mfpde.tokens.box.substitution) equal numpy's Chebyshev–Vandermonde matrix at every source, to the round-off
     of the two recurrences: |T_m| ≤ 1 on [−1, 1] and each of the (n + 1)² coefficient updates and sums adds at
     most u of Σ|w|, so γ_{4(n+1)²} Σ|w| bounds the difference (measured: ~2e-17 Σ|w|); heads of both signs,
     unevenly spaced x and an interval [lo, hi] wider than the sources (the forward's interpolant's)."""
-    from mfpde.tokens.substitution import substituted_moments as _substituted_moments
+    from mfpde.tokens.box.substitution import substituted_moments as _substituted_moments
 
     rng = np.random.default_rng(n)
     a = np.sort(rng.uniform(-2.0, 2.0, 13))

@@ -1,6 +1,6 @@
-"""Samples in batches (mfpde.tokens.batch, issue 12): the batched DG0 solver and its adjoint against the per-sample
+"""Samples in batches (mfpde.tokens.box.batch, issue 12): the batched DG0 solver and its adjoint against the per-sample
 solver, which is a separate implementation of the same discrete map (DOLFINx Functions, the PETSc mass solve, the
-facet arrays one sample at a time, the tape of RK3Step records and mfpde.tokens.adjoint).
+facet arrays one sample at a time, the tape of RK3Step records and mfpde.tokens.box.adjoint).
 
 Both evaluate the same operations in other orders (stacked matrix products, sparse scatters, a division by the
 diagonal mass matrix instead of its LU), so they agree to round-off: a value that went through n roundings on
@@ -23,8 +23,8 @@ from roundoff import gamma
 import mfpde.training.objective as objective_module
 from mfpde import config as C
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.batch import BatchDeclined, BatchTransport, batchable
-from mfpde.tokens.readout import readout_function
+from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
+from mfpde.tokens.box.readout import readout_function
 from mfpde.training.problem import CoupledProblem
 
 SMALL = ["tokens.cells=[12, 12]", "heads.cells=[6, 6]", "depth.steps=4", "data.samples=7", "data.test_samples=5",
@@ -148,9 +148,9 @@ def test_initial_densities_are_kept(monkeypatch):
 
 def test_shallow_reports_equal_per_sample():
     """The single layer's batched reports (mass, outflow T·rate, min density of μ_T, mean, ŷ, one sub-step) and μ_T
-    against mfpde.tokens.shallow.solve_shallow sample by sample; a large T so that μ_T goes negative somewhere
+    against mfpde.tokens.box.shallow.solve_shallow sample by sample; a large T so that μ_T goes negative somewhere
     and the outflow is far from 0 (planted: the outflow without T and the max for the min survived the suite)."""
-    from mfpde.tokens.shallow import solve_shallow
+    from mfpde.tokens.box.shallow import solve_shallow
 
     cfg = C.load(DEEP, SMALL)
     cp = CoupledProblem(cfg, MPI.COMM_SELF)

@@ -7,7 +7,7 @@ def test_bundled_digits_are_scikit_learns():
     """The digits read from scikit-learn's bundled file without importing scikit-learn are load_digits' own."""
     from sklearn.datasets import load_digits
 
-    from mfpde.tokens.data import bundled_digits
+    from mfpde.tokens.box.data import bundled_digits
 
     images, target = bundled_digits()
     ref = load_digits()

@@ -16,7 +16,7 @@ import pytest
 
 from mfpde import config
 from mfpde.problem import build
-from mfpde.tokens.data import fill_density
+from mfpde.tokens.box.data import fill_density
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

@@ -1,4 +1,4 @@
-"""The unstructured-mesh attention path (mfpde.tokens.interpolated, d = 2): tilted means on a Chebyshev grid,
+"""The unstructured-mesh attention path (mfpde.tokens.box.interpolated, d = 2): tilted means on a Chebyshev grid,
 interpolated, and the exact transpose of that map, against the direct log-domain sums (theory §1.3 (F), §3.1 (B))."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from roundoff import gamma, softmax_error
 from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure, velocity, velocity_vjp
-from mfpde.tokens.interpolated import InterpolatedSoftmax
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.interpolated import InterpolatedSoftmax
+from mfpde.tokens.box.transport import TokenTransport
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

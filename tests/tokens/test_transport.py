@@ -27,10 +27,10 @@ from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
 from mfpde.mesh import box
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.data import Sample, _deposit, fill_density
-from mfpde.tokens.particles import transport_particles
-from mfpde.tokens.readout import readout_function
-from mfpde.tokens.transport import SampleOperator, TokenTransport
+from mfpde.tokens.box.data import Sample, _deposit, fill_density
+from mfpde.tokens.box.particles import transport_particles
+from mfpde.tokens.box.readout import readout_function
+from mfpde.tokens.box.transport import SampleOperator, TokenTransport
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

@@ -1,4 +1,4 @@
-"""The DG0 upwind scheme by facet arrays (mfpde.tokens.upwind) against the UFL forms it replaces for k = 0.
+"""The DG0 upwind scheme by facet arrays (mfpde.tokens.box.upwind) against the UFL forms it replaces for k = 0.
 
 The forms (the upwind-DG form of TokenTransport, its CFL outflow form, and the adjoint's transposed-Jacobian
 forms) are assembled by DOLFINx from UFL; the facet arrays compute the same scheme by other operations (their
@@ -21,8 +21,8 @@ import pytest
 from roundoff import gamma
 
 from mfpde.mesh import box, read_msh
-from mfpde.tokens.adjoint import DiscreteAdjoint
-from mfpde.tokens.transport import TokenTransport
+from mfpde.tokens.box.adjoint import DiscreteAdjoint
+from mfpde.tokens.box.transport import TokenTransport
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

@@ -348,7 +348,7 @@ def test_digits_split_uses_every_image_of_the_pair_once() -> None:
     """data.split: all images of the two classes (scikit-learn's counts), disjoint, the fraction for training."""
     from sklearn.datasets import load_digits
 
-    from mfpde.tokens.data import load_samples
+    from mfpde.tokens.box.data import load_samples
 
     target = load_digits().target
     n = int(np.sum((target == 3) | (target == 9)))

@@ -115,7 +115,7 @@ def test_verify_planted_bug_exits_3(tempdir, monkeypatch):
 def test_stalled_check_fails_within_its_step_budget(monkeypatch):
     """The DG1 limiter removed: token_positivity's 2-D solve loses positivity and its CFL loop stalls; the check
     ends with a fail that names the budget, within a step budget of 2000 (not after 2^16 sub-steps a depth step)."""
-    from mfpde.tokens.transport import SampleOperator
+    from mfpde.tokens.box.transport import SampleOperator
 
     monkeypatch.setattr(SampleOperator, "limit", lambda self, state: None)
     rec = run_check(dataclasses.replace(CHECKS["token_positivity"], steps=2000), quick=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.errors import ConfigError, ConfigErrors
+from mfpde.tokens.domains import Found
 
 __all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check"]
 
@@ -37,27 +37,6 @@ RTOL_RANGE = (1e-12, 1e-2)
 MAX_LABELS = 4096
 
 
-class _Found:
-    """The circle errors found, reported together.
-
-    The checks are independent; one that needs another's key is skipped when that key was wrong.
-    """
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def need(self, ok: bool, key: str, msg: str) -> bool:
-        if not ok:
-            self.messages.append(f"{key}: {msg}")
-        return ok
-
-    def raise_all(self) -> None:
-        if len(self.messages) == 1:
-            raise ConfigError(self.messages[0])
-        if self.messages:
-            raise ConfigErrors(self.messages)
-
-
 def check(cfg: Any) -> None:
     """Check the circle keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "circle"``.
 
@@ -68,7 +47,7 @@ def check(cfg: Any) -> None:
             somewhere.
     """
     t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
-    f = _Found()
+    f = Found()
     f.need(t.attention in ("softmax", "unnormalised"), "tokens.attention",
            f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     if f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}"):

@@ -52,7 +52,7 @@ import numpy.typing as npt
 import scipy.integrate
 import scipy.special
 
-from mfpde.tokens.adaptive import DOP853PI
+from mfpde.tokens.adaptive import DOP853PI, record_reached
 from mfpde.tokens.circle.map import (
     CDF_POINTS,
     Labels,
@@ -335,15 +335,7 @@ class FlowMap:
                 stats["explicit_steps"] += 1
                 if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
                     raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
-                dense = None
-                while i < len(t_out) and t_out[i] <= solver.t:
-                    if t_out[i] == solver.t:  # the step ended on it (the last depth is t_bound): no interpolant
-                        y = solver.y
-                    else:
-                        dense = dense or solver.dense_output()
-                        y = dense(t_out[i])
-                    record(y[:M], y[M:])
-                    i += 1
+                i = record_reached(solver, t_out, i, lambda y: record(y[:M], y[M:]))
                 t, Y = solver.t, solver.y
                 if i >= len(t_out) or solver.status == "finished":
                     break

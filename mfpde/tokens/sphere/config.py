@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.errors import ConfigError, ConfigErrors
+from mfpde.tokens.domains import Found
 
 __all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "mesh_cells", "mesh_memory"]
 
@@ -48,24 +48,6 @@ def mesh_memory(refine: int, degree: int, size: int = 1) -> float:
     return mesh_cells(refine) * (degree + 1) * (degree + 2) / 2 * BYTES_PER_DOF / max(size, 1)
 
 
-class _Found:
-    """The sphere errors found, reported together."""
-
-    def __init__(self) -> None:
-        self.messages: list[str] = []
-
-    def need(self, ok: bool, key: str, msg: str) -> bool:
-        if not ok:
-            self.messages.append(f"{key}: {msg}")
-        return ok
-
-    def raise_all(self) -> None:
-        if len(self.messages) == 1:
-            raise ConfigError(self.messages[0])
-        if self.messages:
-            raise ConfigErrors(self.messages)
-
-
 def check(cfg: Any) -> None:
     """Check the sphere keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "sphere"``.
 
@@ -78,7 +60,7 @@ def check(cfg: Any) -> None:
     from mfpde.limits import _memory_bytes
 
     t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
-    f = _Found()
+    f = Found()
     f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
     f.need(t.noise == 0, "tokens.noise", f"{t.noise:g}: noisy tokens are solved on the circle only")
@@ -116,7 +98,7 @@ def check(cfg: Any) -> None:
     f.raise_all()
 
 
-def _check_modes(f: _Found, modes: list[list[float]]) -> None:
+def _check_modes(f: Found, modes: list[list[float]]) -> None:
     """Rows [ℓ, m, amplitude] with integers 1 ≤ ℓ ≤ MAX_MODE_DEGREE, |m| ≤ ℓ, finite amplitudes, μ_0 ≥ 0."""
     if not f.need(len(modes) >= 1 and all(len(m) == 3 for m in modes), "data.modes",
                   "needs rows [l, m, amplitude] (real orthonormal Y_lm)"):

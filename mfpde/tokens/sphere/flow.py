@@ -47,7 +47,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
-from mfpde.tokens.adaptive import DOP853PI
+from mfpde.tokens.adaptive import DOP853PI, record_reached
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
 from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.velocity import SphereVelocity
@@ -232,14 +232,7 @@ class SphereFlow:
                 stats["explicit_steps"] += 1
                 if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
                     raise fail(f"sphere flow: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
-                dense = None
-                while i < len(t_out) and t_out[i] <= solver.t:
-                    if t_out[i] == solver.t:
-                        record(solver.y)
-                    else:
-                        dense = dense or solver.dense_output()
-                        record(dense(t_out[i]))
-                    i += 1
+                i = record_reached(solver, t_out, i, record)
                 t, y = solver.t, solver.y
                 if i >= len(t_out) or solver.status == "finished":
                     break
@@ -256,14 +249,7 @@ class SphereFlow:
                 stats["stiff_steps"] += 1
                 if stiff.status == "failed" or not np.all(np.isfinite(stiff.y)):
                     raise fail(f"sphere flow: the stiff integrator failed at t = {stiff.t:.6g} ({msg})")
-                dense = None
-                while i < len(t_out) and t_out[i] <= stiff.t:
-                    if t_out[i] == stiff.t:
-                        record(stiff.y)
-                    else:
-                        dense = dense or stiff.dense_output()
-                        record(dense(t_out[i]))
-                    i += 1
+                i = record_reached(stiff, t_out, i, record)
                 stats["njev"], stats["nlu"] = int(stiff.njev), int(stiff.nlu)
                 if i < len(t_out) and time.process_time() > deadline:
                     raise fail(f"sphere flow: CPU-time budget exceeded at t = {stiff.t:.6g}")

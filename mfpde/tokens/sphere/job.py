@@ -180,6 +180,7 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
     cap = min(growth_step_cap(float(b), t.attention, float(c)) for b, c in zip(betas, cs, strict=True))
     op = SphereDG(mesh, t.degree, vel, t.cfl, max_dt=cap)
     mu0 = op.project(initial_density(cfg))
+    mu0.x.array[:] /= op.mass(mu0)  # a probability on the mesh (the faceted sphere's area is below 4π: O(h²))
     depths = output_depths(cfg)
     keep = set(kept_outputs(cfg))
     series = _Series(len(keep))

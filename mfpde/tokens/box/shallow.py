@@ -18,8 +18,8 @@ import numpy as np
 from mfpde.errors import NumericalError
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.readout import Readout
-from mfpde.tokens.transport import SampleOperator, Tape, TokenTransport, TransportReport
+from mfpde.tokens.box.readout import Readout
+from mfpde.tokens.box.transport import SampleOperator, Tape, TokenTransport, TransportReport
 
 __all__ = ["solve_shallow"]
 

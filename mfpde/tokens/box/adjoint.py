@@ -1,7 +1,7 @@
 """The discrete adjoint of the token solver and the first variation δR/δρ (theory §3).
 
 **Discrete adjoint** (chosen over the continuous costate (B)): the reverse pass differentiates exactly
-the discrete forward map of :class:`~mfpde.tokens.transport.TokenTransport`, one SSP-RK3 sub-step at a time,
+the discrete forward map of :class:`~mfpde.tokens.box.transport.TokenTransport`, one SSP-RK3 sub-step at a time,
 by the transpose that :func:`mfpde.tokens.rk.step_transpose` reads off the scheme's Shu–Osher table; for SSP-RK3
 
     v₁ = L₁(v₀ + h F(v₀)),  v₂ = L₂(¾v₀ + ¼(v₁ + h F(v₁))),  v₃ = L₃(⅓v₀ + ⅔(v₂ + h F(v₂))),
@@ -42,10 +42,10 @@ import ufl
 
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
+from mfpde.tokens.box.readout import Readout
+from mfpde.tokens.box.transport import Tape, TokenTransport
+from mfpde.tokens.box.velocity import VelocityLinearization
 from mfpde.tokens.limiter import LimiterRecord, limit_transpose
-from mfpde.tokens.readout import Readout
-from mfpde.tokens.transport import Tape, TokenTransport
-from mfpde.tokens.velocity import VelocityLinearization
 
 __all__ = ["DiscreteAdjoint", "Gradient", "dyhat_dmu"]
 

@@ -1,8 +1,8 @@
 """The forward → adjoint hand-off of the token solvers: the taped steps of one forward solve.
 
-:class:`~mfpde.tokens.transport.TokenTransport` (through :func:`mfpde.tokens.rk.depth_step`) and the shallow layer
+:class:`~mfpde.tokens.box.transport.TokenTransport` (through :func:`mfpde.tokens.rk.depth_step`) and the shallow layer
 append one :class:`~mfpde.tokens.rk.TapedStep` per sub-step when asked for a tape;
-:class:`~mfpde.tokens.adjoint.DiscreteAdjoint` reads them back in reverse (theory §3, discrete adjoint) by
+:class:`~mfpde.tokens.box.adjoint.DiscreteAdjoint` reads them back in reverse (theory §3, discrete adjoint) by
 :func:`mfpde.tokens.rk.step_transpose`.
 """
 

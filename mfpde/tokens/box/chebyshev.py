@@ -17,7 +17,7 @@ Practice*, SIAM 2013, ch. 3). Then
 
 the moments A, B by substitution where the sources are s = a_k x_i (every call here): t(a_k x) is affine in
 x̂ = (x − x_c)/x_r, so T_i(t) is a polynomial in x̂ whose Chebyshev coefficients C_k (per head, cached across the
-stages of a reverse pass) turn the moments into two matrix products (:mod:`mfpde.tokens.substitution`). Cost:
+stages of a reverse pass) turn the moments into two matrix products (:mod:`mfpde.tokens.box.substitution`). Cost:
 2 (n + 1) N_y exponentials and about 2 N_a (N_x + n)(n + 1) flops in matrix products, instead of
 2 N_a N_x N_y exponentials for the direct sums (or n passes over the N_a N_x sources by the recurrence).
 The degree n is doubled from 16 until, for every y, the last three Chebyshev coefficients of σ ↦ P(σ, y)
@@ -42,7 +42,7 @@ from mfpde.tokens.attention import (
     tilted_kernel,
     tilted_mean_1d,
 )
-from mfpde.tokens.substitution import substituted_moments
+from mfpde.tokens.box.substitution import substituted_moments
 
 __all__ = ["velocity_vjp_1d"]
 

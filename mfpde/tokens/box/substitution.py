@@ -5,7 +5,7 @@ interval [lo, hi] holding the sources, the Chebyshev variable t = (2s − lo −
 affine in x̂ = (x − x_c)/x_r ∈ [−1, 1]: t = λ_k x̂ + β_k with |λ_k| + |β_k| ≤ 1. So T_m(t) is a polynomial of
 degree m in x̂, T_m(λ_k x̂ + β_k) = Σ_j C_kmj T_j(x̂), and with V the Chebyshev–Vandermonde matrix of x̂
 
-    Σ_i w_ki T_m(t_ki) = Σ_j C_kmj (w V)_kj        (moments: the VJP's, :mod:`mfpde.tokens.chebyshev`),
+    Σ_i w_ki T_m(t_ki) = Σ_j C_kmj (w V)_kj        (moments: the VJP's, :mod:`mfpde.tokens.box.chebyshev`),
     Σ_m c_m T_m(t_ki) = Σ_j (c C)_kj V_ij          (values: the forward's interpolant at every source),
 
 two matrix products each, O(N_a (N_x + n) n), instead of n passes of the three-term recurrence (or of

@@ -1,11 +1,11 @@
 """Samples in batches: the DG0 token transport and its discrete adjoint for S input measures at once.
 
-The same scheme as :class:`~mfpde.tokens.transport.TokenTransport` for k = 0 on a tensor-grid box (theory §1.3
+The same scheme as :class:`~mfpde.tokens.box.transport.TokenTransport` for k = 0 on a tensor-grid box (theory §1.3
 (F): upwind finite volumes, SSP-RK3 in depth, CFL sub-steps; theory §3: the discrete adjoint of
-:mod:`mfpde.tokens.adjoint`), with the states of S samples stacked as rows of arrays of shape (S, n_cells): the
+:mod:`mfpde.tokens.box.adjoint`), with the states of S samples stacked as rows of arrays of shape (S, n_cells): the
 attention kernels are then one matrix product per head for the whole batch
-(:class:`~mfpde.tokens.separable.TensorSoftmax` with a batch axis) and the facet sums one sparse product
-(:class:`~mfpde.tokens.upwind.UpwindFiniteVolume`), instead of one small product and a Python round per sample.
+(:class:`~mfpde.tokens.box.separable.TensorSoftmax` with a batch axis) and the facet sums one sparse product
+(:class:`~mfpde.tokens.box.upwind.UpwindFiniteVolume`), instead of one small product and a Python round per sample.
 Issue 12: the samples of a rank group advance together in depth.
 
 Each sample keeps its own number of CFL sub-steps per depth step (its velocity, its bound): the sub-steps of a
@@ -34,11 +34,11 @@ import numpy.typing as npt
 from mfpde.errors import NumericalError
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, active_heads
-from mfpde.tokens.readout import Readout
-from mfpde.tokens.separable import TensorSoftmax
+from mfpde.tokens.box.readout import Readout
+from mfpde.tokens.box.separable import TensorSoftmax
+from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES
+from mfpde.tokens.box.transport import TokenTransport, TransportReport
 from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
-from mfpde.tokens.tape import TAPE_BUDGET_BYTES
-from mfpde.tokens.transport import TokenTransport, TransportReport
 
 __all__ = ["BatchDeclined", "BatchTransport", "BatchVelocity", "batchable"]
 
@@ -188,7 +188,7 @@ class BatchTransport:
                       tape: list[rk.TapedStep] | None = None) -> list[TransportReport]:
         """The single-layer model for every row of U, in place: μ_T = μ_0 + T M⁻¹L(μ_0; V[μ_0; ρ]) (theory §2).
 
-        The batched :func:`~mfpde.tokens.shallow.solve_shallow` (one explicit step, no CFL sub-steps: the shallow
+        The batched :func:`~mfpde.tokens.box.shallow.solve_shallow` (one explicit step, no CFL sub-steps: the shallow
         layer is its own forward map, not a solve of (F)).
 
         Raises:
@@ -231,7 +231,7 @@ class BatchTransport:
 
     def backward(self, tape: list[rk.TapedStep], P_T: Array, n_layers: int, n_a: list[int]
                  ) -> tuple[Array, list[Array]]:
-        """The reverse pass (the batched :meth:`~mfpde.tokens.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
+        """The reverse pass (the batched :meth:`~mfpde.tokens.box.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
 
         Args:
             tape: from :meth:`solve` or :meth:`solve_shallow` with ``tape``.

@@ -1,6 +1,6 @@
 """The DG0 upwind scheme (finite volumes) of the token continuity equation by facet arrays, with its transposes.
 
-For k = 0 the upwind-DG form of :mod:`mfpde.tokens.transport` is a finite-volume scheme whose facet fluxes
+For k = 0 the upwind-DG form of :mod:`mfpde.tokens.box.transport` is a finite-volume scheme whose facet fluxes
 are Gauss rules along the facets (``FACET_QUADRATURE_DEGREE``: two points on the segments of d = 2, the point
 itself in d = 1):
 
@@ -13,7 +13,7 @@ inflow: φ_f = F_f⁺ u_L), (·)⁺ = max(·, 0), (·)⁻ = min(·, 0), x_q the 
 form costs O(N_facets) numpy operations with no form-assembly overhead; the two agree to round-off
 (``tests/tokens/test_upwind.py``), and the UFL form stays the definition for k = 1.
 
-Transposed Jacobians, for the discrete adjoint (:mod:`mfpde.tokens.adjoint`), with z the adjoint weights and
+Transposed Jacobians, for the discrete adjoint (:mod:`mfpde.tokens.box.adjoint`), with z the adjoint weights and
 Δz_f = z_R − z_L (−z_L on ∂Ω):
 
     (J_uᵀ z)_L += F_f⁺ Δz_f,  (J_uᵀ z)_R += F_f⁻ Δz_f,

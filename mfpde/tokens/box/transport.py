@@ -18,7 +18,7 @@ Design, and why:
 * **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
   polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
   untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
-* **The velocity** (:class:`~mfpde.tokens.velocity.VelocityOperator`) is a continuous vector P1
+* **The velocity** (:class:`~mfpde.tokens.box.velocity.VelocityOperator`) is a continuous vector P1
   field, evaluated at every stage at the mesh vertices from the whole of μ: each rank gathers the
   quadrature data of μ (nodes fixed at set-up, weights per stage, in a global order fixed by the
   original cell index, so the sum is the same on any number of ranks).
@@ -26,7 +26,7 @@ Design, and why:
   positive weights whenever μ_h ≥ 0, midpoint rule for k = 0.
 * The DG mass matrix is block diagonal: it is assembled once and solved by PETSc KSP (prefix
   ``mfpde_token_``; block Jacobi with exact LU per rank block by default). For k = 0 the form is evaluated by
-  arrays over the facets (:mod:`mfpde.tokens.upwind`), the same scheme without form-assembly overhead.
+  arrays over the facets (:mod:`mfpde.tokens.box.upwind`), the same scheme without form-assembly overhead.
 
 Cost per stage: one velocity evaluation (see :mod:`mfpde.tokens.attention`), one vector assembly (k = 1) or
 facet sums (k = 0) and one block-diagonal solve, O(N_x) each. Everything is non-dimensional.
@@ -53,13 +53,13 @@ from mfpde.petsc import LinearSolver, PetscOwner
 from mfpde.spaces import lumped_mass
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
+from mfpde.tokens.box.quadrature import TokenQuadrature
+from mfpde.tokens.box.readout import Readout
+from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, Tape
+from mfpde.tokens.box.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
+from mfpde.tokens.box.velocity import VelocityLinearization, VelocityOperator
 from mfpde.tokens.limiter import LimiterRecord, limit
-from mfpde.tokens.quadrature import TokenQuadrature
-from mfpde.tokens.readout import Readout
 from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
-from mfpde.tokens.tape import TAPE_BUDGET_BYTES, Tape
-from mfpde.tokens.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
-from mfpde.tokens.velocity import VelocityLinearization, VelocityOperator
 
 __all__ = ["SampleOperator", "Tape", "TokenTransport", "TransportReport"]
 
@@ -143,7 +143,7 @@ class TokenTransport(PetscOwner):
         vnp = 0.5 * (vn + abs(vn))
         vf = ufl.dot(V("+"), n("+"))
         flux = u("+") * 0.5 * (vf + abs(vf)) - u("-") * 0.5 * (abs(vf) - vf)
-        # k = 0: the facet rule of the facet-array scheme (mfpde.tokens.upwind); k = 1: UFL's estimated degree
+        # k = 0: the facet rule of the facet-array scheme (mfpde.tokens.box.upwind); k = 1: UFL's estimated degree
         md = {"quadrature_degree": FACET_QUADRATURE_DEGREE} if self.degree == 0 else {}
         dS, ds = ufl.Measure("dS", msh, metadata=md), ufl.Measure("ds", msh, metadata=md)
         self.L_expr = u * ufl.dot(V, ufl.grad(w)) * ufl.dx - flux * ufl.jump(w) * dS - u * vnp * w * ds
@@ -246,7 +246,7 @@ class TokenTransport(PetscOwner):
             tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 
-        The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.shallow.solve_shallow`.
+        The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.box.shallow.solve_shallow`.
 
         Raises:
             NumericalError: non-finite values, or outflow beyond ``outflow_tol``.

@@ -1,10 +1,10 @@
 """The McKean–Vlasov velocity as a field on the token mesh, with its vector–Jacobian product, in one class.
 
 V[μ; ρ] (theory §1.3 (F)) is a continuous vector P1 field, evaluated at the mesh vertices from the whole
-of μ: each rank gathers the quadrature data of μ (:class:`~mfpde.tokens.quadrature.TokenQuadrature`) and
+of μ: each rank gathers the quadrature data of μ (:class:`~mfpde.tokens.box.quadrature.TokenQuadrature`) and
 calls the kernels of :mod:`mfpde.tokens.attention`, on tensor grids by separable products. The
 vector–Jacobian product is the nonlocal term of the discrete adjoint (the source S_t of theory §3.1 (B));
-in d = 1 it interpolates in s = a x (:mod:`mfpde.tokens.chebyshev`).
+in d = 1 it interpolates in s = a x (:mod:`mfpde.tokens.box.chebyshev`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from mfpde.tokens.attention import (
     tilted_interpolant,
     velocity_vjp,
 )
-from mfpde.tokens.chebyshev import velocity_vjp_1d
-from mfpde.tokens.interpolated import InterpolatedSoftmax
-from mfpde.tokens.quadrature import TokenQuadrature
-from mfpde.tokens.separable import SeparableFactors, TensorSoftmax
+from mfpde.tokens.box.chebyshev import velocity_vjp_1d
+from mfpde.tokens.box.interpolated import InterpolatedSoftmax
+from mfpde.tokens.box.quadrature import TokenQuadrature
+from mfpde.tokens.box.separable import SeparableFactors, TensorSoftmax
 
 __all__ = ["VelocityLinearization", "VelocityOperator"]
 
@@ -132,7 +132,7 @@ class VelocityOperator:
                       ) -> Array | None:
         """Unstructured d = 2: the velocity interpolated from a Chebyshev grid of the mesh's bounding box.
 
-        :mod:`mfpde.tokens.interpolated`; None where the grid does not converge or would not pay.
+        :mod:`mfpde.tokens.box.interpolated`; None where the grid does not converge or would not pay.
         """
         S = InterpolatedSoftmax(self._box, self.quad.points, wts, a, max_points=4 * self._n_vertices)
         if not S.ok:
