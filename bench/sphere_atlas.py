@@ -22,7 +22,8 @@ components of particles closer than ``ANGLE`` radians with at least 1% of the ma
     ``LIFE_BETAS`` × ``SEEDS``: T_meta = (first later output with fewer clusters) − (first output with the largest
     count), to t = 10⁶; the medians fitted the same way.
 
-Run: ``python bench/sphere_atlas.py [--quick] [counts] [patterns] [two] [k]`` (the parts named, default all; about
+Run: ``python bench/sphere_atlas.py [--quick] [counts] [patterns] [two] [k] [plot]`` (the parts named, default
+all; ``plot``: the figures from the parts' files alone; about
 8 minutes of CPU; ``--quick``: fewer β and seeds); writes ``out_sphere_atlas/<part>.json`` per part, ``fits.json``,
 ``atlas.png`` and ``patterns.png`` (from the parts' files present) and prints the tables and the load.
 """
@@ -240,7 +241,8 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     seeds = SEEDS[:2] if QUICK else SEEDS
-    parts = [p for p in PARTS if p in sys.argv] or list(PARTS)  # e.g. `python bench/sphere_atlas.py two k`
+    # e.g. `python bench/sphere_atlas.py two k`; `plot`: only the figures and fits from the parts' files
+    parts = [] if "plot" in sys.argv else [p for p in PARTS if p in sys.argv] or list(PARTS)
     for part in parts:
         cpu0 = time.process_time()
         res = run_part(part, seeds)
@@ -264,7 +266,8 @@ def main() -> None:
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     bb = np.linspace(1, 32, 300)
     ax[0].plot(bb, [fastest_degree(v) for v in bb], "-", label="ℓ_max(β) (linear theory)")
-    ax[0].plot(bb, [fastest_degree(v) ** 2 for v in bb], ":", label="ℓ_max²")
+    ax[0].plot(bb, [fastest_degree(v) * (fastest_degree(v) + 1) / (2 * math.sqrt(3)) for v in bb], ":",
+               label="ℓ(ℓ+1)/(2√3) at ℓ = ℓ_max: maxima of a random degree-ℓ harmonic")
     b = np.array([r["beta"] for r in rows])
     ax[0].plot(b * (1 + 0.02 * (np.array([r["seed"] for r in rows]) - 1)), [r["clusters_1.5T"] for r in rows], "o",
                ms=4, label="clusters formed (flow, SA, noise seeds)")
