@@ -19,8 +19,8 @@ components of particles closer than ``ANGLE`` radians with at least 1% of the ma
     min(10¹⁰, 10⁴ e^{β}) (USA); T_meta = (first output
     with one cluster) − (first with two); fitted T_meta ∝ e^{cβ} (:func:`mfpde.fitting.fit_power`, x = e^β) for
     β ≥ 3 (nearly antipodal clusters: c → 2 (SA), 1 (USA)). k clusters: from the noise start, SA, β in
-    ``LIFE_BETAS`` × ``SEEDS``: T_meta = (first later output with fewer clusters) − (first output with the largest
-    count), to t = 10⁶; the medians fitted the same way.
+    ``LIFE_BETAS`` × ``SEEDS``, N = 8 (128 particles): T_meta = (first later output with fewer clusters) −
+    (first output with the largest count), to t = 10⁶; the medians fitted the same way.
 
 Run: ``python bench/sphere_atlas.py [--quick] [counts] [patterns] [two] [k] [plot]`` (the parts named, default
 all; ``plot``: the figures from the parts' files alone; about
@@ -224,7 +224,7 @@ def run_part(part: str, seeds: tuple[int, ...]) -> Any:
     life = []
     for b in LIFE_BETAS[::2] if QUICK else LIFE_BETAS:
         for sd in seeds:
-            r = dict(lifetime(b, "softmax", noise_modes(NOISE, sd, fastest_degree(b) + 4), 12, 1e6, None), seed=sd)
+            r = dict(lifetime(b, "softmax", noise_modes(NOISE, sd, fastest_degree(b) + 4), 8, 1e6, None), seed=sd)
             life.append(r)
             print(f"k clusters β = {r['beta']:g} seed {r['seed']}: {r['k']} formed at {r['t_form']:.3g}, merged at "
                   f"{r['t_merge']:.3g}, T_meta {r['T_meta']:.3g}, {r['final_clusters']} at t = {r['t_reached']:.0e}, "
