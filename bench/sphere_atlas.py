@@ -19,8 +19,8 @@ components of particles closer than ``ANGLE`` radians with at least 1% of the ma
     time from 10² until the merge shows (at most 10¹⁰); T_meta = (first output
     with one cluster) − (first with two); fitted T_meta ∝ e^{cβ} (:func:`mfpde.fitting.fit_power`, x = e^β) for
     β ≥ 3 (nearly antipodal clusters: c → 2 (SA), 1 (USA)). k clusters: from the noise start, SA, β in
-    ``LIFE_BETAS`` × ``SEEDS``, N = 8 (128 particles): T_meta = (first later output with fewer clusters) −
-    (first output with the largest count), to t = 10⁶; the medians fitted the same way.
+    ``LIFE_BETAS`` × ``SEEDS``, N = 8 (128 particles): k = the count at T₁ (collapsed), T_meta = (first output
+    after T₁ with fewer than k clusters) − (first output with k), to t = 10⁶; the medians fitted the same way.
 
 Run: ``python bench/sphere_atlas.py [--quick] [counts] [patterns] [two] [k] [plot]`` (the parts named, default
 all; ``plot``: the figures from the parts' files alone; about
@@ -180,7 +180,7 @@ TWO_MODES = [[2, 0, 0.04], [1, 1, 0.005]]
 
 def lifetime(beta: float, attention: str, modes: list[list[float]], N: int, t_end: float, target: int | None,
              ) -> dict[str, Any]:
-    """First output with ``target`` clusters (None: the largest count), first later one with fewer, T_meta.
+    """First output with ``target`` clusters (None: the count at T₁), first later one with fewer, T_meta.
 
     The outputs are 20 per decade from 10⁻²; the solve is run to 10², 10³, … and stopped at the first horizon
     (at most ``t_end``) that shows the merge: after a merge the collapsed cluster makes BDF slow, for nothing.
@@ -191,10 +191,13 @@ def lifetime(beta: float, attention: str, modes: list[list[float]], N: int, t_en
         t = np.logspace(-2, top, 20 * (top + 2) + 1)
         sol = flow(beta, attention, modes, N, t)
         cnt = [count(sol, i)[0] for i in range(len(sol.t))]
-        k = max(cnt) if target is None else target
+        # k: the count once the clusters have collapsed (the first output past T₁ of part (a)), not a transient
+        # count of half-collapsed groups while they form
+        settled = next((i for i, tt in enumerate(sol.t) if tt >= t_cluster(beta)), len(cnt) - 1)
+        k = cnt[settled] if target is None else target
         t_form = next((float(tt) for tt, c in zip(sol.t, cnt, strict=True) if c == k), math.nan)
-        t_merge = next((float(tt) for tt, c in zip(sol.t, cnt, strict=True) if tt > t_form and 0 < c < k),
-                       math.nan)
+        t_merge = next((float(tt) for i, (tt, c) in enumerate(zip(sol.t, cnt, strict=True))
+                        if tt > t_form and i >= settled * (target is None) and 0 < c < k), math.nan)
         if np.isfinite(t_merge) or 10.0 ** (top + 1) > t_end * 1.0001 or len(sol.t) < len(t):
             break
         top += 1
@@ -271,6 +274,7 @@ def main() -> None:
                         "draws": len(v)})
     k_fit = fit(med)
     print(f"k clusters (SA, medians): T_meta ∝ e^(cβ): c = {k_fit[0]:.3f} ± {k_fit[1]:.3f} from {k_fit[2]} β")
+    (OUT / "fits.json").write_text(json.dumps({"two_fit": two_fit, "k_medians": med, "k_fit": k_fit}, indent=1))
 
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     bb = np.linspace(1, 32, 300)
@@ -296,6 +300,8 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(OUT / "atlas.png", dpi=100)
     shown = [p for p in pats if p.get("x") is not None]
+    if not shown:
+        return
     fig, axes = plt.subplots(2, (len(shown) + 1) // 2, figsize=(2.6 * ((len(shown) + 1) // 2), 5.6),
                              subplot_kw={"projection": "3d"})
     for a3, p in zip(axes.ravel(), shown, strict=False):
@@ -312,7 +318,6 @@ def main() -> None:
         a3.set_axis_off()
     fig.tight_layout()
     fig.savefig(OUT / "patterns.png", dpi=100)
-    (OUT / "fits.json").write_text(json.dumps({"two_fit": two_fit, "k_medians": med, "k_fit": k_fit}, indent=1))
     print("load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
