@@ -22,7 +22,8 @@ diagnostics), best of ``--repeat``, one BLAS thread. The table gives each code's
 
     python bench/bench_sphere.py [--repeat 3] [--json out/bench_sphere.json] [--quick] [--skip-dg]
 
-About 10 minutes of CPU, most of it DG. Prints markdown tables and the load average; the DG rows are measured last.
+About 15 minutes of CPU, most of it DG (DG2 on 1280 cells alone ≈ 7 minutes). Prints markdown tables and the
+load average; the DG rows are measured last.
 """
 
 from __future__ import annotations
