@@ -270,8 +270,9 @@ class VTXField:
 
         On a curve of Lagrange degree p the mean is the Newton–Cotes rule of its p + 1 equispaced nodes.
         Exact for DG0, for P1/DG1 on intervals and triangles (flat cells of a surface in R³ too: the sphere's
-        facets), for bilinear fields on parallelograms (box meshes), and for DG degree p on the segments of an interval or of the circle (there ``|K|`` is the
-        arc of the unit circle that a segment of its inscribed polygon spans: the density is per unit angle).
+        facets), for bilinear fields on parallelograms (box meshes), and for DG degree p on the segments of an
+        interval or of the circle (there ``|K|`` is the arc of the unit circle that a segment of its inscribed
+        polygon spans: the density is per unit angle).
         """
         x, c, v = self.points[k], self.cells[k], self.values[k]
         if self.curve:

@@ -93,6 +93,11 @@ def initial_density(cfg: Any) -> Any:
     return lambda x: modes_density(modes, x)
 
 
+def _particles(labels: int) -> int:
+    """The flow solver's particles for ``tokens.labels``: 2N², N = ⌈√(labels/2)⌉."""
+    return 2 * math.ceil(math.sqrt(labels / 2)) ** 2
+
+
 def _kernel_degree(vel: Any) -> int:
     """The degree L of the kernel's series (the largest over the heads)."""
     return int(max(getattr(p, "L", 0) or 0 for p in getattr(vel, "parts", [vel])))
@@ -121,7 +126,7 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
     logger.info("transport on the sphere by %s: β = %s, %s attention, T = %g -> %s",
-                f"the flow map ({2 * math.ceil(math.sqrt(t.labels / 2)) ** 2} particles, rtol {t.rtol:g})" if t.solver == "flow" else
+                f"the flow map ({_particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
                 f"DG{t.degree} on {20 * 4 ** t.refine} cells", np.round(betas, 6).tolist(), t.attention,
                 cfg.depth.T, out)
     t0 = time.perf_counter()
