@@ -30,7 +30,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.linalg
 
-__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch"]
+__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch",
+           "leading_eigenpairs", "linearly_stable"]
 
 Array = npt.NDArray[np.float64]
 #: The Illinois iteration stops when the bracket in Δs is this small (relative to the step) or after LOCATE_ITS.
@@ -324,3 +325,63 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
         br.stopped = f"continuation.max_points = {ctl.max_points} reached"
     br.newton_its = newton.its
     return br
+
+
+def leading_eigenpairs(L: Array, count: int, solver: str = "slepc"
+                       ) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
+    """The ``count`` eigenpairs of largest real part of a dense linearisation L (n, n), sorted by decreasing real part.
+
+    ``solver``: "slepc" (slepc4py's Krylov–Schur on COMM_SELF, replicated on each rank) or "scipy" (the dense
+    reference, scipy.linalg.eig). Returns (eigenvalues (count,), eigenvectors (n, count)), complex.
+    """
+    return _slepc_leading(L, count) if solver == "slepc" else _scipy_leading(L, count)
+
+
+def linearly_stable(vals: npt.NDArray[np.complex128]) -> bool:
+    """Whether every real part is < 0 up to 1e-9 times the largest |eigenvalue|.
+
+    The tolerance is the eigensolver's round-off: at a branch point the leading eigenvalue is 0 in exact arithmetic.
+    """
+    return bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
+
+
+def _scipy_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
+    vals, vecs = scipy.linalg.eig(L)
+    order = np.argsort(-vals.real, kind="stable")[:count]
+    return vals[order], vecs[:, order]
+
+
+def _slepc_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
+    """The ``count`` eigenpairs of largest real part of the dense L by SLEPc (COMM_SELF: replicated on each rank)."""
+    from petsc4py import PETSc
+
+    from slepc4py import SLEPc
+
+    n = L.shape[0]
+    A = PETSc.Mat().createDense((n, n), array=np.array(L, dtype=PETSc.ScalarType),  # type: ignore[arg-type]
+                                comm=PETSc.COMM_SELF)
+    A.assemble()
+    eps = SLEPc.EPS().create(PETSc.COMM_SELF)
+    try:
+        eps.setOperators(A)
+        eps.setProblemType(SLEPc.EPS.ProblemType.NHEP)
+        eps.setWhichEigenpairs(SLEPc.EPS.Which.LARGEST_REAL)
+        eps.setDimensions(nev=min(count, n), ncv=min(n, max(2 * count + 1, 20)))
+        eps.setTolerances(1e-12, 1000)
+        eps.setOptionsPrefix("mfpde_cont_eps_")
+        eps.setFromOptions()
+        eps.solve()
+        nconv = eps.getConverged()
+        if nconv < min(count, n):
+            raise ArithmeticError(f"SLEPc converged {nconv} of {count} eigenpairs")
+        vals = np.zeros(min(count, nconv), complex)
+        vecs = np.zeros((n, len(vals)), complex)
+        vr, vi = A.createVecs()  # type: ignore[misc]
+        for i in range(len(vals)):
+            vals[i] = eps.getEigenpair(i, vr, vi)
+            vecs[:, i] = vr.getArray() + 1j * vi.getArray()
+        order = np.argsort(-vals.real, kind="stable")
+        return vals[order], vecs[:, order]
+    finally:
+        eps.destroy()
+        A.destroy()

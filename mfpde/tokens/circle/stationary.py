@@ -32,6 +32,8 @@ import numpy.typing as npt
 import scipy.linalg
 import scipy.special
 
+from mfpde.continuation import leading_eigenpairs, linearly_stable
+
 __all__ = ["CircleStationary"]
 
 Array = npt.NDArray[np.float64]
@@ -174,53 +176,11 @@ class CircleStationary:
         """
         Lr = self.linearisation(u, K)
         want = count + 1
-        vals, vecs = _slepc_leading(Lr, want) if solver == "slepc" else _scipy_leading(Lr, want)
+        vals, vecs = leading_eigenpairs(Lr, want, solver)
         trans = self.Q.T @ (self.D @ self.density(u))
         keep = np.ones(len(vals), bool)
         if np.linalg.norm(trans) > 1e-8 * max(1.0, float(np.abs(self.density(u)).max())):
             align = np.abs(trans.conj() @ vecs) / (np.linalg.norm(trans) * np.linalg.norm(vecs, axis=0))
             keep[int(np.argmax(align))] = False  # the translation mode: eigenvalue 0, not a stability question
         vals = vals[keep][:count]
-        return vals, bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
-
-
-def _scipy_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
-    vals, vecs = scipy.linalg.eig(L)
-    order = np.argsort(-vals.real, kind="stable")[:count]
-    return vals[order], vecs[:, order]
-
-
-def _slepc_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
-    """The ``count`` eigenpairs of largest real part of the dense L by SLEPc (COMM_SELF: replicated on each rank)."""
-    from petsc4py import PETSc
-
-    from slepc4py import SLEPc
-
-    n = L.shape[0]
-    A = PETSc.Mat().createDense((n, n), array=np.array(L, dtype=PETSc.ScalarType),  # type: ignore[arg-type]
-                                comm=PETSc.COMM_SELF)
-    A.assemble()
-    eps = SLEPc.EPS().create(PETSc.COMM_SELF)
-    try:
-        eps.setOperators(A)
-        eps.setProblemType(SLEPc.EPS.ProblemType.NHEP)
-        eps.setWhichEigenpairs(SLEPc.EPS.Which.LARGEST_REAL)
-        eps.setDimensions(nev=min(count, n), ncv=min(n, max(2 * count + 1, 20)))
-        eps.setTolerances(1e-12, 1000)
-        eps.setOptionsPrefix("mfpde_cont_eps_")
-        eps.setFromOptions()
-        eps.solve()
-        nconv = eps.getConverged()
-        if nconv < min(count, n):
-            raise ArithmeticError(f"SLEPc converged {nconv} of {count} eigenpairs")
-        vals = np.zeros(min(count, nconv), complex)
-        vecs = np.zeros((n, len(vals)), complex)
-        vr, vi = A.createVecs()  # type: ignore[misc]
-        for i in range(len(vals)):
-            vals[i] = eps.getEigenpair(i, vr, vi)
-            vecs[:, i] = vr.getArray() + 1j * vi.getArray()
-        order = np.argsort(-vals.real, kind="stable")
-        return vals[order], vecs[:, order]
-    finally:
-        eps.destroy()
-        A.destroy()
+        return vals, linearly_stable(vals)

@@ -35,7 +35,7 @@ import numpy.typing as npt
 import scipy.special
 from numpy.polynomial import legendre
 
-from mfpde.tokens.circle.stationary import _scipy_leading, _slepc_leading
+from mfpde.continuation import leading_eigenpairs, linearly_stable
 
 __all__ = ["SphereStationary"]
 
@@ -177,9 +177,8 @@ class SphereStationary:
             orders m = 1..AZIMUTHAL_ORDERS is > 0 up to 1e-9 τ).
         """
         Lr = self.linearisation(u, K)
-        vals, _ = _slepc_leading(Lr, count) if solver == "slepc" else _scipy_leading(Lr, count)
-        vals = vals[:count]
-        zonal = bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
+        vals = leading_eigenpairs(Lr, count, solver)[0][:count]
+        zonal = linearly_stable(vals)
         return vals, zonal and bool(np.all(self.azimuthal_hessian(u, K, AZIMUTHAL_ORDERS) > -1e-9 * self.noise))
 
     def azimuthal_hessian(self, u: Array, K: float, orders: int = 8) -> Array:
