@@ -335,6 +335,7 @@ def test_resume_on_other_token_cells_is_refused(tempdir, capfd):
     cfg = out / "config.toml"
     text = cfg.read_text()
     assert "cells = [8, 8]" in text
+    MPI.COMM_WORLD.Barrier()  # every rank has read it before rank 0 edits it (a rank read the edit: hung at 600 s)
     if MPI.COMM_WORLD.rank == 0:  # the first cells are the tokens' ([tokens] comes first); the resumed config is the
         cfg.write_text(text.replace("cells = [8, 8]\n", "cells = [10, 10]\n", 1))  # file: no difference to it
     MPI.COMM_WORLD.Barrier()
