@@ -40,7 +40,7 @@ ANGLES = 2 * math.pi * np.arange(CDF_POINTS) / CDF_POINTS
 
 
 @pytest.mark.parametrize("attention", ["unnormalised", "softmax"])
-@pytest.mark.parametrize("beta", [0.5, 5.0, 12.0])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 5.0, 12.0])
 def test_series_force_equals_the_pairwise_sum(attention, beta):
     """Series cut below round-off: |series − direct| ≤ 64 K ε Σ|a_k| (K terms, each rounded)."""
     X = np.sort(np.random.default_rng(1).uniform(0, 2 * math.pi, 150))
@@ -52,9 +52,17 @@ def test_series_force_equals_the_pairwise_sum(attention, beta):
 def test_a_mixture_of_heads_is_the_weighted_sum():
     X = np.sort(np.random.default_rng(2).uniform(0, 2 * math.pi, 60))
     for att in ("unnormalised", "softmax"):
-        f = FourierForce(np.array([3.0, 7.0]), np.array([0.3, 0.7]), att, len(X))
-        ref = 0.3 * dense_velocity(X, 3.0, att == "softmax") + 0.7 * dense_velocity(X, 7.0, att == "softmax")
-        assert np.max(np.abs(f.velocity(X) - ref)) < 1e-12 * np.max(np.abs(ref))
+        for b in ([3.0, 7.0], [0.0, 7.0]):  # β = 0: Z ≡ 1, the k = 1 sine alone
+            f = FourierForce(np.array(b), np.array([0.3, 0.7]), att, len(X))
+            ref = 0.3 * dense_velocity(X, b[0], att == "softmax") + 0.7 * dense_velocity(X, b[1], att == "softmax")
+            assert np.max(np.abs(f.velocity(X) - ref)) < 1e-12 * np.max(np.abs(ref))
+            J, eye, h = f.jacobian(X), np.eye(len(X)), 1e-6  # central differences: 1e-8 of the scale
+            Jn = np.array([(f.velocity(X + h * e) - f.velocity(X - h * e)) / (2 * h) for e in eye]).T
+            assert np.max(np.abs(J - Jn)) < 1e-8 * np.max(np.abs(J))
+            _, du = f.field(X, derivative=True)  # u' against the pairwise sum of the derivative
+            dref = 0.3 * dense_velocity_derivative(X, b[0], att == "softmax") + 0.7 * dense_velocity_derivative(
+                X, b[1], att == "softmax")
+            assert np.max(np.abs(du - dref)) < 1e-12 * np.max(np.abs(dref))
 
 
 def test_series_length_from_the_bessel_decay():

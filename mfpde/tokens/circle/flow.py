@@ -97,8 +97,8 @@ class FourierForce:
 
     With E_kj = e^{ikX_j} (k = 1..K, by doubling: log₂K products of row blocks, round-off ≈ log₂K ε) and the moments
     S_k = (1/M) Σ_j E_kj, every quantity is a row of one product R = (C ⊙ conj S) E (rows C of real coefficients):
-    N = −Im R_a, Z = I₀ + Re R_{2I}, and their θ-derivatives N' = −Re R_{ka}, Z' = −Im R_{2kI}. The arrays are
-    allocated once: a call is a dozen numpy operations on (K, M) arrays.
+    N = −Im R_a, Z = I₀ + Re R_{2I}, and their θ-derivatives N' = −Re R_{ka}, Z' = βN (three rows per head). The
+    arrays are allocated once: a call is a dozen numpy operations on (K, M) arrays.
 
     Args:
         heads_a: inverse temperatures β_h ≥ 0 (H,).
@@ -120,23 +120,31 @@ class FourierForce:
         self.K = max(series_length(b) for b in a)
         k = np.arange(1, self.K + 1).astype(float)
         self.k = k
-        rows: list[Array] = []  # USA: [a]; SA: [a_h, 2I_h] per head
+        self.beta = a
+        an_rows: list[Array] = []  # per head: a_k = (2/β) k I_k(β) e^{−β} (N) and 2 I_k(β) e^{−β} (Z)
+        z_rows: list[Array] = []
         self.i0: list[tuple[float, float]] = []
         for b, ch in zip(a, c, strict=True):
-            if b < 1e-12:  # β → 0: e^{β cos ψ} sin ψ → sin ψ (the k = 1 term alone), Z → 1
-                ik, i0, an = np.where(k == 1, 0.5, 0.0), 1.0, np.where(k == 1, 1.0, 0.0)
+            if b < 1e-12:  # β → 0: e^{β cos ψ} sin ψ → sin ψ (the k = 1 term alone), Z → I₀(0) = 1
+                ik, i0, an = np.zeros(self.K), 1.0, np.where(k == 1, 1.0, 0.0)
             else:
                 ik, i0 = scipy.special.ive(k, b), float(scipy.special.ive(0, b))  # I_k(β) e^{−β}
                 an = (2.0 / b) * k * ik
-            if self.softmax:
-                rows += [an, 2.0 * ik]
-                self.i0.append((i0, float(ch)))
-            else:  # USA is linear in the kernel: Σ_h c_h e^{β_h} (2/β_h) k I_k(β_h) e^{−β_h}
-                rows = [(rows[0] if rows else 0.0) + ch * an * math.exp(min(b, 700.0))]
-        self.A = np.array(rows, dtype=float).T  # (K, columns): the coefficients, for the tests' scale
-        C = np.array(rows, dtype=float)
-        self._C = np.concatenate([C, C * k]).astype(complex)  # the rows and their k-weighted rows (derivatives)
-        self._nrow = len(rows)
+            an_rows.append(an)
+            z_rows.append(2.0 * ik)
+            self.i0.append((i0, float(ch)))
+        self._an, self._z = an_rows, z_rows
+        H = len(a)
+        if self.softmax:  # rows [a_0, 2I_0, a_1, 2I_1, …, k a_0, k a_1, …]: the first 2H give u, all 3H give u'
+            rows = [r for h in range(H) for r in (an_rows[h], z_rows[h])] + [k * an_rows[h] for h in range(H)]
+            self._nrow = 2 * H
+        else:  # USA is linear in the kernel: one row Σ_h c_h e^{β_h} (2/β_h) k I_k(β_h) e^{−β_h}, and k times it
+            usa = sum(ch * an * math.exp(min(b, 700.0)) for an, b, ch in zip(an_rows, a, c, strict=True))
+            rows = [usa, k * usa]
+            self._nrow = 1
+        self.A = np.array([an_rows[0] if self.softmax else rows[0]] + ([z_rows[0]] if self.softmax else []),
+                          dtype=float).T  # (K, columns): the coefficients, for the tests' scale
+        self._C = np.array(rows, dtype=float).astype(complex)
         self._CS = np.empty_like(self._C)
         # USA's right-hand side of (X, L) in one product: rows −a and −i·k a give u = Im R₀, u' = Im R₁
         self._C_usa = np.array([-self._C[0], -1j * self._C[1]]) if not self.softmax else self._C[:0]
@@ -163,26 +171,37 @@ class FourierForce:
     def _rows(self, X: Array, derivative: bool) -> Array:
         E = self._powers(X)
         S = np.conj(E @ self._w)
-        nr = 2 * self._nrow if derivative else self._nrow
+        nr = len(self._C) if derivative else self._nrow
         CS = self._CS[:nr]
         np.multiply(self._C[:nr], S, out=CS)
         return np.asarray(CS @ E)
 
     def field(self, X: Array, derivative: bool = False) -> tuple[Array, Array | None]:
-        """(u(X_j), u'(X_j) or None) of the labels X (M,) at their own positions."""
+        """(u(X_j), u'(X_j) or None) of the labels X (M,) at their own positions.
+
+        SA: u = Σ_h c_h N_h/Z_h and u' = Σ_h c_h (N_h' − u_h Z_h')/Z_h with Z_h' = β_h N_h (the θ-derivative of
+        ∫ e^{β cos(X − θ)} is β ∫ sin(X − θ) e^{β cos(X − θ)}): three rows per head.
+        """
         self.nfev += 1
         R = self._rows(X, derivative)
         if not self.softmax:
             return -R[0].imag, (-R[1].real if derivative else None)
+        H = len(self.i0)
+        if H == 1:
+            i0, ch = self.i0[0]
+            N, Z = -R[0].imag, i0 + R[1].real
+            u = N / Z
+            if not derivative:
+                return ch * u, None
+            return ch * u, ch * (-R[2].real - self.beta[0] * N * u) / Z
         u = np.zeros(len(X))
         du = np.zeros(len(X)) if derivative else None
-        nr = self._nrow
         for h, (i0, ch) in enumerate(self.i0):
             N, Z = -R[2 * h].imag, i0 + R[2 * h + 1].real
-            u += ch * N / Z
+            uh = N / Z
+            u += ch * uh
             if du is not None:
-                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag
-                du += ch * (dN * Z - N * dZ) / (Z * Z)
+                du += ch * (-R[2 * H + h].real - self.beta[h] * N * uh) / Z
         return u, du
 
     def rhs(self, _t: float, Y: Array) -> Array:
@@ -212,18 +231,17 @@ class FourierForce:
         R = self._rows(X, True)
         P = self._E.T.copy()  # e^{ikX}, (M, K)
         Pc = P.conj()
-        nr = self._nrow
-        C = self._C.real
         if not self.softmax:
-            J = ((Pc * (C[0] * self.k)) @ P.T).real / M
+            J = ((Pc * (self._C[0].real * self.k)) @ P.T).real / M
             J[np.diag_indices(M)] -= R[1].real
             return np.asarray(J)
         J = np.zeros((M, M))
+        H = len(self.i0)
         for h, (i0, ch) in enumerate(self.i0):
             N, Z = -R[2 * h].imag, i0 + R[2 * h + 1].real
-            dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag
-            JN = ((Pc * (C[2 * h] * self.k)) @ P.T).real / M
-            JZ = -((Pc * (C[2 * h + 1] * self.k)) @ P.T).imag / M
+            dN, dZ = -R[2 * H + h].real, self.beta[h] * N
+            JN = ((Pc * (self._an[h] * self.k)) @ P.T).real / M
+            JZ = -((Pc * (self._z[h] * self.k)) @ P.T).imag / M
             JN[np.diag_indices(M)] += dN
             JZ[np.diag_indices(M)] += dZ
             J += ch * (JN * Z[:, None] - N[:, None] * JZ) / (Z * Z)[:, None]
