@@ -314,8 +314,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "verify":
         from mfpde.verify.job import verify_job  # the checks import scipy and gmsh: only when asked
 
-        return verify_job(out, quick=args.quick, only=args.only, comm=comm,
-                          progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet) else None)
+        with OutputLock(out, comm):
+            return verify_job(out, quick=args.quick, only=args.only, comm=comm,
+                              progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet)
+                              else None)
     cfg = config.load(args.config, args.overrides)
     check_resolved(cfg)
     if args.command == "transport":

@@ -42,7 +42,7 @@ from types import TracebackType
 
 from mpi4py import MPI
 
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, InputRefused
 
 __all__ = ["JIT_QUIET_FLAGS", "OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
            "private_caches", "repair_jit_cache"]
@@ -255,7 +255,15 @@ class OutputLock:
         return f"--out {str(self.path.parent)!r}: could not take the lock {str(self.path)!r}"
 
     def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        """Remove the lock (rank 0), and DIR if the lock created it and it is still empty."""
+        """Settle DIR's result, remove the lock (rank 0), and DIR if the lock created it and it is still empty.
+
+        Settling (:func:`mfpde.outdir.settle_output_dir`): an input refused after the start restores the
+        previous result.
+        """
+        if self.held and self.comm.rank == 0:
+            from mfpde.outdir import settle_output_dir
+
+            settle_output_dir(self.path.parent, isinstance(exc, InputRefused))
         if self.held and self.comm.rank == 0 and self._fd >= 0:
             self.path.unlink(missing_ok=True)  # while still held: a job that opened it retries (samestat)
             os.close(self._fd)

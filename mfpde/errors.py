@@ -6,6 +6,8 @@
   :class:`ConfigError`.
 * :class:`MeshError` (exit 2): a mesh file is missing, unreadable or of the wrong dimension; a
   :class:`ConfigError`.
+* :class:`InputRefused` (exit 2): the input refused after the job started, before anything was computed;
+  a :class:`ConfigError`.
 * :class:`NumericalError` (exit 3): non-finite values, mass leaving the domain beyond the tolerance,
   positivity or mass lost, finite-time blow-up. The message says what, and where in depth or training.
 * :class:`SolverError` (exit 3): a PETSc linear solve did not converge; a :class:`NumericalError`.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "ConfigErrors", "MeshError", "NumericalError", "SolverError"]
+__all__ = ["ConfigError", "ConfigErrors", "InputRefused", "MeshError", "NumericalError", "SolverError"]
 
 
 class ConfigError(ValueError):
@@ -64,6 +66,14 @@ class ConfigErrors(ConfigError):
 
 class MeshError(ConfigError):
     """A mesh file is missing, unreadable or of the wrong dimension. Exit status 2."""
+
+
+class InputRefused(ConfigError):
+    """The input refused once the job has started, before anything was computed. Exit status 2.
+
+    E.g. a first depth step that needs more CFL sub-steps than allowed, at the input's own velocity. The output
+    directory is restored as it was (:mod:`mfpde.outdir`).
+    """
 
 
 class NumericalError(RuntimeError):

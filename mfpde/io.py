@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -35,40 +34,9 @@ import numpy as np
 
 from mfpde.bp5 import Layout, check_bp5, check_data_extent
 from mfpde.errors import ConfigError
+from mfpde.outdir import prepare_output_dir  # noqa: F401  (its home is mfpde.outdir)
 
 logger = logging.getLogger(__name__)
-
-
-def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
-    """Make DIR writable and clear a previous result, so that nothing stale looks like a result.
-
-    Removes the report, history, plots, fields and (unless ``keep``) the checkpoint. Call it after the
-    input is validated.
-
-    Checked on rank 0 and agreed on every rank, so a bad DIR is an input error everywhere, not a hang.
-
-    Raises:
-        ConfigError: DIR is a file or not writable.
-    """
-    err = ""
-    if comm.rank == 0:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            probe = out / ".mfpde-write-test"
-            probe.write_text("")
-            probe.unlink()
-            (out / "report.json").unlink(missing_ok=True)
-            (out / "history.csv").unlink(missing_ok=True)
-            for sub in ("fields", "plots") if keep else ("fields", "plots", "checkpoint"):
-                shutil.rmtree(out / sub, ignore_errors=True)
-            for sub in ("fields", "plots", "checkpoint"):  # a file where mfpde writes a directory
-                if (out / sub).exists() and not (out / sub).is_dir():
-                    err = f"--out {str(out)!r}: {str(out / sub)!r} is not a directory (move it away)"
-        except OSError as e:
-            err = f"--out {str(out)!r}: {e.strerror or e}"
-    err = comm.bcast(err, root=0)
-    if err:
-        raise ConfigError(err)
 
 
 def _fsync_dir(d: Path) -> None:

@@ -14,11 +14,12 @@ from mpi4py import MPI
 
 import numpy as np
 import pytest
-from configs import DEEP
+from configs import DEEP, ROOT
 
 from mfpde import io as mio
 from mfpde.cli import main
 
+CIRCLE = str(ROOT / "demos" / "circle.toml")
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.samples=2", "data.test_samples=0",
@@ -350,3 +351,35 @@ def test_resume_on_other_token_cells_is_refused(tempdir, capfd):
         cfg.write_text(text)
     MPI.COMM_WORLD.Barrier()
     assert main(["run", str(cfg), "--out", str(out), "--quiet", "--resume", "--set", "training.steps=4"]) == 0
+
+
+def _tree(d):
+    """{relative path: bytes} of every file under d (rank 0), or {} if d does not exist."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} if d.exists() else {}
+
+
+def test_a_refused_first_step_loses_nothing(tempdir, capfd):
+    """A run refused at its first depth step (exit 2: the input's own velocity needs more CFL sub-steps than
+    allowed) had already cleared DIR's previous result and left its own config.toml and fields/mu_0.bp: now DIR is
+    as it was, byte for byte, and a DIR the refused run created is gone; a run that succeeds leaves no trace of the
+    previous result."""
+    comm = MPI.COMM_WORLD
+    out, fresh = tempdir / "out", tempdir / "fresh"
+    ok = ["transport", CIRCLE, "--out", str(out), "--quiet", "--set", "depth.T=0.1", "--set", "output.plots=false"]
+    refused = ["--set", "tokens.beta=400"]  # USA: the velocity grows like e^β
+    assert main(ok) == 0
+    before = _tree(out) if comm.rank == 0 else {}
+    assert "report.json" in before or comm.rank != 0
+    capfd.readouterr()
+    assert main([*ok, *refused]) == 2
+    err = capfd.readouterr().err
+    assert main(["transport", CIRCLE, "--out", str(fresh), "--quiet", *refused]) == 2
+    if comm.rank == 0:
+        assert "tokens.beta: depth step 1" in err, err
+        assert _tree(out) == before
+        assert not (out / ".mfpde-previous").exists() and not fresh.exists()
+    comm.Barrier()
+    assert main([*ok, "--set", "depth.T=0.05"]) == 0
+    if comm.rank == 0:
+        assert not (out / ".mfpde-previous").exists()
+        assert json.loads((out / "report.json").read_text())["samples"][0]["t"][-1] == pytest.approx(0.05)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.errors import ConfigError, NumericalError
+from mfpde.errors import InputRefused, NumericalError
 from mfpde.tokens.box.readout import Readout
 
 __all__ = ["MAX_SUBSTEPS", "StepTooLong", "cfl_step", "check_depth_step", "first_step_error", "quadrature_moments",
@@ -63,7 +63,7 @@ def substeps_error(step: int, t: float) -> NumericalError:
     return NumericalError(f"the CFL sub-steps do not converge at depth step {step} (velocity blow-up near t = {t:.6g})")
 
 
-class StepTooLong(ConfigError):
+class StepTooLong(InputRefused):
     """The first depth step needs more than :data:`MAX_SUBSTEPS` CFL sub-steps: the input is to blame (exit 2).
 
     At t = 0 the velocity is that of μ_0 under ρ₀ as given, before any dynamics: no blow-up has happened yet,

@@ -1,0 +1,106 @@
+"""The output directory of a job as one transaction: a refused run loses nothing of the previous result.
+
+:func:`prepare_output_dir` (after the input is validated) moves the previous result of DIR (``report.json``,
+``history.csv``, ``config.toml``, ``fields/``, ``plots/`` and, unless resuming, ``checkpoint/``) into
+``DIR/.mfpde-previous/``, so that nothing stale looks like a result of the new run. When the job ends,
+:func:`settle_output_dir` (called by :class:`mfpde.environment.OutputLock` on exit):
+
+* the input refused after the directory was prepared but before anything was computed
+  (:class:`~mfpde.errors.InputRefused`, exit 2: e.g. a first depth step that would need more CFL sub-steps than
+  allowed, at the input's own velocity): what the refused run wrote is removed and the previous result is moved
+  back, as it was;
+* anything else (success, a numerical failure with its last good state, an interruption with its checkpoint, a
+  full disk with the steps written so far): the previous result is deleted.
+
+A job killed outright leaves ``.mfpde-previous/`` behind; the next job in DIR removes it. Only rank 0 touches the
+file system; the others agree on its outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from mpi4py import MPI
+
+from mfpde.errors import ConfigError
+
+__all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_output_dir"]
+
+#: The folder of DIR where the previous result waits until the new job ends.
+PREVIOUS = ".mfpde-previous"
+#: The files and folders of DIR that make a result.
+RESULT = ("report.json", "history.csv", "config.toml", "fields", "plots", "checkpoint")
+#: The directories prepared by this process (rank 0) and not yet settled: DIR → resumed (its checkpoint kept).
+_pending: dict[Path, bool] = {}
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
+
+
+def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
+    """Make DIR writable and move a previous result aside (see the module), so that nothing stale looks new.
+
+    Args:
+        out: DIR.
+        comm: the job's ranks (rank 0 works, every rank agrees).
+        keep: resuming: ``checkpoint/`` stays where it is.
+
+    Raises:
+        ConfigError: on every rank: DIR is a file or not writable, or a file is where mfpde writes a folder.
+    """
+    out = Path(out)
+    err = ""
+    if comm.rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            probe = out / ".mfpde-write-test"
+            probe.write_text("")
+            probe.unlink()
+            for sub in ("fields", "plots", "checkpoint"):  # a file where mfpde writes a directory
+                if (out / sub).exists() and not (out / sub).is_dir():
+                    err = f"--out {str(out)!r}: {str(out / sub)!r} is not a directory (move it away)"
+            if not err:
+                prev = out / PREVIOUS
+                _remove(prev)  # left by a job that was killed outright
+                names = [n for n in RESULT if (out / n).exists() and not (keep and n == "checkpoint")]
+                if names:
+                    prev.mkdir()
+                    for n in names:
+                        os.replace(out / n, prev / n)
+                _pending[out.resolve()] = keep
+        except OSError as e:
+            err = f"--out {str(out)!r}: {e.strerror or e}"
+    err = comm.bcast(err, root=0)
+    if err:
+        raise ConfigError(err)
+
+
+def settle_output_dir(out: Path, refused: bool) -> None:
+    """End DIR's transaction (rank 0; no collective: it runs on the way out of any error).
+
+    Args:
+        out: DIR.
+        refused: the job ended by an input error: remove what it wrote and move the previous result back;
+            otherwise the previous result is deleted. Nothing happens if DIR was not prepared by this process.
+    """
+    key = Path(out).resolve()
+    if key not in _pending:
+        return
+    kept = _pending.pop(key)
+    prev = key / PREVIOUS
+    with contextlib.suppress(OSError):
+        if refused:
+            for n in RESULT:
+                if n == "checkpoint" and kept:
+                    continue
+                _remove(key / n)
+                if (prev / n).exists():
+                    os.replace(prev / n, key / n)
+        _remove(prev)
