@@ -148,7 +148,7 @@ def test_free_energy_of_the_uniform_state_converges_at_order_2():
     assert abs(fit_order(hs, errs) - 2.0) < 0.25, errs
 
 
-def _growth(refine: int, beta: float, factor: float, tau: float = 0.5, T: float = 0.25) -> float:
+def _growth(refine: int, beta: float, factor: float, tau: float = 0.5, T: float = 0.1) -> float:
     """The measured rate of Y_10 about the uniform state (USA, amplitude 1e-3) at K = factor·τβ/i_1(β)."""
     comm = MPI.COMM_WORLD
     kc = tau * beta / sp.spherical_in(1, beta)
