@@ -1,13 +1,13 @@
 """The ``transport`` job on the sphere (``tokens.domain = "sphere"``, theory §9; interface.md).
 
-The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by
-one allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver
-(``"flow"``) is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample:
-``solver``, ``kernel``, mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and
-``harmonics`` (power per degree ℓ = 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``,
-``solve_cpu_s``; DG also ``noise`` and, unnormalised, ``free_energy_t``: E(μ) of theory §10 at the output depths);
-``tokens.noise`` τ > 0 takes DG0 with the Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png``
-(Mollweide views of μ_t at up to four depths, clusters marked).
+The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by one
+allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver (``"flow"``)
+is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample: ``solver``, ``kernel``,
+mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and ``harmonics`` (power per degree ℓ =
+0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise`` and, unnormalised,
+``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0 with the
+Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``fields/mu_0.bp`` (μ_t on the sphere at the output
+depths) and ``plots/sphere_0.png`` (Mollweide views of μ_t at up to four depths, clusters marked).
 """
 
 from __future__ import annotations
