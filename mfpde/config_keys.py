@@ -42,7 +42,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "data.amplitude": da.kind in ("circle_noise", "sphere_noise"),
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
         "tokens.solver": circle, "tokens.labels": flow, "tokens.rtol": flow, "tokens.beta": False,
-        "tokens.noise": t.domain == "circle" and not flow,
+        "tokens.noise": (t.domain == "circle" and not flow) or sphere,  # sphere: continuation reads it at any solver
         "tokens.degree": not flow, "tokens.cfl": not flow, "depth.spacing": circle,
         "depth.decades": circle and d.spacing == "log",
         "heads.a": h.family == "value", "heads.box": not h.mesh, "heads.cells": not h.mesh,
@@ -55,8 +55,8 @@ def in_use(cfg: Config, key: str) -> bool:
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
     }
-    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle)
-    return rules.get(key, not key.startswith("continuation.") or (t.domain == "circle" and t.noise > 0))
+    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere)
+    return rules.get(key, not key.startswith("continuation.") or (circle and t.noise > 0))
 
 
 def _toml_value(v: Any) -> str:

@@ -59,6 +59,11 @@ def test_resolved_config_has_only_the_keys_in_use_and_loads_back():
     assert {"tokens.domain", "tokens.attention", "tokens.cells"} <= keys, keys
     assert not keys & {"tokens.box", "tokens.cell", "data.mean", "data.classes"}, keys
     assert to_toml(from_dict(tomllib.loads(text))) == text
+    # noisy tokens on the sphere: the written config keeps τ (transport) and [continuation] (continuation)
+    noisy = mfpde.load_config(str(ROOT / "demos" / "noisy_sphere.toml"))
+    text = to_toml(noisy)
+    assert {"tokens.noise", "tokens.degree", "continuation.start", "continuation.points"} <= _keys(text), text
+    assert from_dict(tomllib.loads(text)).tokens.noise == noisy.tokens.noise == 1.0
 
 
 def _file_data(tempdir: Path) -> Path:

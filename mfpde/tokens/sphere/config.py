@@ -5,9 +5,9 @@ triangles), DG of ``tokens.degree`` 0..3, ``tokens.attention`` "softmax" or "unn
 scalar family, whose a is the inverse temperature β (``tokens.beta = β`` is the single head (β, 1)); the data
 are ``sphere_modes`` (μ_0 = 1/4π + Σ amplitude·Y_ℓm, real orthonormal Y_ℓm) or ``sphere_noise`` (a seeded random
 start); the model is weight-tied. ``tokens.solver`` is "dg" (cells) or "flow" (the flow map on a spherical
-quadrature of μ_0 with ``tokens.labels`` nodes at tolerance ``tokens.rtol``). ``tokens.noise`` τ ≥ 0 is read by
-``mfpde continuation`` only (the zonal stationary states of noisy tokens); ``mfpde transport`` refuses τ > 0 on
-the sphere (:func:`mfpde.tokens.sphere.job.transport_job`). Errors name the key
+quadrature of μ_0 with ``tokens.labels`` nodes at tolerance ``tokens.rtol``). ``tokens.noise`` τ ≥ 0: ``mfpde
+continuation`` computes the zonal stationary states of noisy tokens; ``mfpde transport`` takes τ > 0 with DG0 only
+(:func:`mfpde.tokens.sphere.job.transport_job` refuses other degrees and the flow solver). Errors name the key
 (:class:`~mfpde.errors.ConfigError`, exit 2).
 """
 
@@ -67,7 +67,7 @@ def check(cfg: Any) -> None:
     f = Found()
     f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
-    # noisy tokens on the sphere: their stationary states (``mfpde continuation``); transport refuses τ > 0
+    # noisy tokens: transport with DG0 only (checked by the transport job: continuation takes any degree)
     f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}")
     if t.solver == "flow":
         f.need(LABELS_RANGE[0] <= t.labels <= LABELS_RANGE[1], "tokens.labels",

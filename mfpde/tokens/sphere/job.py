@@ -1,12 +1,13 @@
 """The ``transport`` job on the sphere (``tokens.domain = "sphere"``, theory §9; interface.md).
 
-The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by
-one allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver
-(``"flow"``) is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample:
-``solver``, ``kernel``, mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and
-``harmonics`` (power per degree ℓ = 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``,
-``solve_cpu_s``); ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png``
-(Mollweide views of μ_t at up to four depths, clusters marked).
+The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by one
+allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver (``"flow"``)
+is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample: ``solver``, ``kernel``,
+mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and ``harmonics`` (power per degree ℓ =
+0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise`` and, unnormalised,
+``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0 with the
+Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``fields/mu_0.bp`` (μ_t on the sphere at the output
+depths) and ``plots/sphere_0.png`` (Mollweide views of μ_t at up to four depths, clusters marked).
 """
 
 from __future__ import annotations
@@ -115,13 +116,13 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         The report (also in ``DIR/report.json``).
 
     Raises:
-        ConfigError: ``tokens.noise`` > 0 (nothing written).
+        ConfigError: ``tokens.noise`` > 0 with the flow solver or a degree other than 0 (nothing written).
         NumericalError: a failed solve (status "failed", the block up to the last good output depth).
     """
     t = cfg.tokens
-    if t.noise > 0:
-        raise ConfigError(f"tokens.noise: {t.noise:g} > 0: transport on the sphere is noiseless (noisy tokens on the "
-                          "sphere: their stationary states by mfpde continuation)")
+    if t.noise > 0 and (t.solver != "dg" or t.degree != 0):
+        raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 on the "
+                          f"sphere (finite volumes with the Scharfetter–Gummel flux), got {t.solver!r}, {t.degree}")
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
@@ -200,7 +201,13 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
     mesh = icosphere(comm, t.refine, geometry_order(t.degree))
     betas, cs = sphere_heads(cfg)
     cap = min(growth_step_cap(float(b), t.attention, float(c)) for b, c in zip(betas, cs, strict=True))
-    op = SphereDG(mesh, t.degree, vel, t.cfl, max_dt=cap)
+    if t.noise > 0:  # DG0 with the Scharfetter–Gummel flux (theory §10)
+        from mfpde.tokens.sphere.noise import NoisySphereFV
+
+        op: SphereDG = NoisySphereFV(mesh, vel, t.noise, t.cfl, max_dt=cap)
+    else:
+        op = SphereDG(mesh, t.degree, vel, t.cfl, max_dt=cap)
+    energy: list[float] | None = [] if t.attention == "unnormalised" else None  # E(μ) of theory §10 (USA)
     mu0 = op.project(initial_density(cfg))
     mu0.x.array[:] /= op.mass(mu0)  # a probability on the mesh (the faceted sphere's area is below 4π: O(h²))
     depths = output_depths(cfg)
@@ -227,6 +234,10 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
             found = cell_clusters(centres, means, radius) if comm.rank == 0 else None
             count, at = comm.bcast(found, root=0)
             series.add(depth, power, count, at, (centres, means) if comm.rank == 0 else None)
+            if energy is not None:
+                from mfpde.tokens.sphere.noise import free_energy
+
+                energy.append(free_energy(op, mu, (betas, cs), t.noise))
             if writer is not None:
                 f.x.array[:] = mu.x.array
                 writer.write(depth)
@@ -247,6 +258,7 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
              "cells": 20 * 4**t.refine, "degree": t.degree, "mass_0": rep.mass_0, "mass_T": rep.mass_T,
              "mass_error": rep.mass_error,
              "min_density": rep.min_density, "substeps": rep.substeps, "limited_cells": rep.limited_cells,
+             "noise": t.noise, **({"free_energy_t": energy} if energy is not None else {}),
              **series.block(L, rep.solve_cpu_s)}
     return block, (series.snap_t, series.snaps, series.snap_centres)
 

@@ -89,3 +89,34 @@ def test_the_report_does_not_depend_on_the_ranks(tempdir, solver):
     pw, pa = np.array(world["harmonics"]["power"]), np.array(alone["harmonics"]["power"])
     assert np.abs(pw - pa).max() <= 1e-12 * pa.max()
     assert abs(world["mass_T"] - alone["mass_T"]) <= 1e-13
+
+
+@pytest.mark.ranks
+def test_noisy_transport_reports_a_decreasing_free_energy_on_any_ranks(tempdir):
+    """``tokens.noise`` > 0 (DG0, the Scharfetter–Gummel flux): ``noise`` and ``free_energy_t`` at every output depth,
+    E decreasing (K = 1 below the fold: the flow relaxes to the uniform state), μ ≥ 0, the mass to round-off, and
+    the same numbers on COMM_WORLD and COMM_SELF to the round-off of the reordered sums."""
+    from roundoff import conservation, reordered
+
+    cfg = C.load("demos/noisy_sphere.toml", ["tokens.refine=1", "depth.T=0.5", "depth.steps=4", "output.every=1",
+                                             "output.fields=false", "output.plots=false"])
+    comm = MPI.COMM_WORLD
+    world = transport_job(cfg, tempdir / "world", comm)["samples"][0]
+    alone = transport_job(cfg, tempdir / f"self{comm.rank}", MPI.COMM_SELF)["samples"][0]
+    E = np.array(world["free_energy_t"])
+    assert world["noise"] == 1.0 and world["degree"] == 0 and len(E) == len(world["t"]) == 5
+    assert np.all(np.diff(E) < 0) and world["min_density"] >= 0
+    assert world["mass_error"] <= conservation(3 * world["substeps"], 40, 80), world["mass_error"]
+    assert world["substeps"] == alone["substeps"]
+    # E's terms: the entropy (≤ τ(|E| + 1)) and the interaction (≤ (K/2β) e^β): their sums reordered, per sub-step
+    scale = 2 * (np.abs(E).max() + 1.0) + math.exp(3.0) / 6.0
+    assert np.abs(E - np.array(alone["free_energy_t"])).max() <= 3 * world["substeps"] * reordered(240, scale)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("override", ["tokens.degree=1", "tokens.solver='flow'"])
+def test_noise_needs_dg0(tempdir, override):
+    """Noise with DG1 or the flow solver: exit 2, one line naming tokens.noise, nothing written."""
+    out = tempdir / "o"
+    assert main(["transport", "demos/noisy_sphere.toml", "--out", str(out), "--quiet", "--set", override]) == 2
+    assert not (out / "report.json").exists()

@@ -119,10 +119,11 @@ def test_cli_continuation_on_the_sphere(tmp_path):
 
 
 @serial
-def test_transport_on_the_sphere_refuses_noise(tmp_path):
-    """Noise is read by the continuation only: transport exits 2 naming tokens.noise, one line, nothing written."""
+def test_transport_on_the_sphere_refuses_noise_with_dg1(tmp_path):
+    """Noise in transport is DG0's (the continuation takes any degree): DG1 exits 2 naming tokens.noise, one line,
+    nothing written."""
     args = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "noisy_sphere.toml"), "--out",
-            str(tmp_path / "o"), "--quiet"]
+            str(tmp_path / "o"), "--quiet", "--set", "tokens.degree=1"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "tokens.noise" in r.stderr, r.stderr
     assert not (tmp_path / "o" / "report.json").exists()
