@@ -87,7 +87,7 @@ class GibbsProblem:
         return np.asarray(u, dtype=float).reshape(self.n_layers, self.n_theta)
 
     def heads_c(self, u: Array) -> Array:
-        """c per block, shape (L, N_a): c_k = Σ_{a(θ_i) = a_k} m_i ρ_i v(θ_i)."""
+        """The reduced heads per block, shape (L, N_a): c_k = Σ_{a(θ_i) = a_k} m_i ρ_i v(θ_i)."""
         c = np.zeros((self.n_layers, self.n_a))
         for k, r in enumerate(self.blocks(u)):
             np.add.at(c[k], self.inv, self.mass * r * self.v)
@@ -130,7 +130,7 @@ class GibbsProblem:
 
     # -- the Gibbs measure and the residual ---------------------------------------------------------------------
     def log_gibbs(self, phi: Array, lam: float) -> Array:
-        """log p per block (L, N_θ), p ∝ e^{−Φ/λ} with Σ m p = 1, in the log domain (no underflow)."""
+        """The log-Gibbs density log p per block (L, N_θ), p ∝ e^{−Φ/λ}, Σ m p = 1, in the log domain (no underflow)."""
         e = -(phi - phi.min(axis=1, keepdims=True)) / lam
         return e - np.log(np.exp(e) @ self.mass)[:, None]
 
@@ -193,7 +193,8 @@ class GibbsProblem:
         """ā = ∫ v dρ averaged over the blocks (the value mean: the order parameter of the diagram)."""
         return float(np.mean(self.blocks(u) @ (self.mass * self.v)))
 
-    def stability(self, u: Array, lam: float, count: int = 2, solver: str = "slepc") -> tuple[Array, bool]:
+    def stability(self, u: Array, lam: float, count: int = 2, solver: str = "slepc"
+                  ) -> tuple[npt.NDArray[np.complex128], bool]:
         """(the ``count`` leading eigenvalues of −∂F/∂ρ (complex), stable?) (module docstring)."""
         from mfpde.continuation import leading_eigenpairs, linearly_stable
 

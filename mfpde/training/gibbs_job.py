@@ -114,7 +114,7 @@ def gibbs_branches(P: GibbsProblem, start: float, stop: float, ctl: StepControl,
                     "stopped": f"Newton found no fixed point at λ = continuation.start = {start:g}"}
         e = np.zeros(P.m + 1)
         e[-1] = 1.0 if stop > start else -1.0
-        todo = [(x0, tangent(P, x0, e, W), "fixed point at λ = %.6g" % start)]
+        todo = [(x0, tangent(P, x0, e, W), f"fixed point at λ = {start:.6g}")]
         while todo:
             x, t, origin = todo.pop(0)
             br = continue_branch(P, newton, x, t, W, ctl)

@@ -37,7 +37,10 @@ from mpi4py import MPI
 
 import numpy as np
 
+from mfpde.config import Config
+from mfpde.continuation import Branch
 from mfpde.exact import shallow_fixed_point
+from mfpde.training.gibbs import GibbsProblem
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
 from mfpde.verify.registry import Outcome, register
 
@@ -50,7 +53,7 @@ K_SHALLOW = M0[0] * (1 + A_FIXED * S0[0])
 ORDER_MIN = 1.8
 
 
-def _config(lam: float, steps: int = 1):  # type: ignore[no-untyped-def]
+def _config(lam: float, steps: int = 1) -> Config:
     from mfpde.verify.shallow import TOKEN_BOX
 
     return gaussian_config("value", 1, (1.0,), "shallow", "entropic", lam, LAM2, DS, steps, "lie", token_cells=120,
@@ -64,10 +67,9 @@ def _moments(w: np.ndarray, v: np.ndarray) -> tuple[float, float]:
     return mean, float(w @ (v - mean) ** 2 / w.sum())
 
 
-def continued_branch(comm: MPI.Comm = MPI.COMM_WORLD):  # type: ignore[no-untyped-def]
+def continued_branch(comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[GibbsProblem, Branch]:
     """(the GibbsProblem, the branch from LAM_START to LAM_STOP: mfpde.continuation.Branch). Collective."""
     from mfpde.continuation import Newton, StepControl, continue_branch, tangent
-    from mfpde.training.gibbs import GibbsProblem
     from mfpde.training.gibbs_job import _start
     from mfpde.training.problem import CoupledProblem
 
@@ -106,7 +108,7 @@ def _gamma(n: int) -> float:
     return n * u / (1 - n * u)
 
 
-def _taylor_order(P, x: np.ndarray) -> float:  # type: ignore[no-untyped-def]
+def _taylor_order(P: GibbsProblem, x: np.ndarray) -> float:
     """log10 of the ratio of the Taylor remainders at ε = 10⁻² and 10⁻³ along a fixed direction (δρ, δλ)."""
     m = P.m
     u, lam = x[:m], float(x[m])

@@ -166,10 +166,17 @@ def test_cli_bad_input_is_exit_2_naming_the_key(tmp_path):
 
 
 @serial
-def test_cli_no_fixed_point_is_exit_3_with_a_failed_report(tmp_path):
+def test_cli_newton_failures_exit_0_with_a_point_and_3_without(tmp_path):
+    """SNES allowed no iteration: the damped fixed-point steps reach the start to round-off (a point: exit 0, the
+    branch ends there with the reason); with an unreachable tolerance as well no point converges: exit 3."""
     env = {**os.environ, "PETSC_OPTIONS": "-mfpde_cont_snes_max_it 0"}
+    r = _cli(tmp_path, "continuation.start=0.2", "continuation.stop=0.05", "continuation.step_min=0.01", env=env)
+    assert r.returncode == 0, r.stderr
+    (b,) = json.loads((tmp_path / "o" / "report.json").read_text())["branches"]
+    assert b["early"] and "Newton failed" in b["stopped"] and b["parameter"] == [0.2], b
+    env["PETSC_OPTIONS"] += " -mfpde_cont_snes_atol 1e-300"
     r = _cli(tmp_path, "continuation.start=0.2", "continuation.stop=0.05", env=env)
-    assert r.returncode == 3 and "no fixed point" in r.stderr, r.stderr
+    assert r.returncode == 3 and "no fixed point" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert json.loads((tmp_path / "o" / "report.json").read_text())["status"] == "failed"
 
 
