@@ -16,9 +16,9 @@ negative inside a Newton iteration, which F (linear in ρ through the reduced he
 
 Φ depends on ρ only through the reduced heads c_k = Σ_{a(θ_i) = a_k} m_i ρ_i v(θ_i) (:class:`HeadMeasure`), N_a
 numbers per block, and δR/δρ(θ_i) = v(θ_i) D(a(θ_i)), D = ∂R/∂c from the forward solve and the discrete adjoint
-(:meth:`Objective.gradient`). So the Jacobian is exact up to the Hessian H = ∂D/∂c ((L·N_a)², by central
-differences of the adjoint gradient in c: 2·L·N_a forward + adjoint solves; exact to round-off where R is quadratic
-in c, the single layer):
+(:meth:`Objective.gradient`). So the Jacobian is exact up to the Hessian H = ∂D/∂c ((L·N_a)², by forward
+differences of the adjoint gradient in c: L·N_a forward + adjoint solves; exact to round-off where R is quadratic
+in c, the single layer, and to ~1e-7 elsewhere, which leaves Newton's convergence quadratic to that factor):
 
     ∂F/∂ρ = I + λ⁻¹ (diag p − p (m p)ᵀ) ∂Φ/∂ρ,   ∂Φ/∂ρ = diag(v) Pᵀ H P diag(m v),   ∂F/∂λ = −p (Φ − ⟨Φ⟩_p)/λ²,
 
@@ -43,9 +43,11 @@ from mfpde.training.problem import CoupledProblem
 __all__ = ["FD_STEP", "GibbsProblem", "gibbs_residual_norm"]
 
 Array = npt.NDArray[np.float64]
-#: The central-difference step of H = ∂D/∂c, relative to max(1, |c|): the truncation error O(h²) ≈ 1e-10 and the
-#: round-off ε|D|/h ≈ 1e-11 balance (for the single layer D is affine in c and only the round-off remains).
-FD_STEP = 1e-5
+#: The forward-difference step of H = ∂D/∂c, relative to max(1, |c|): truncation O(h) ≈ 1e-7 against round-off
+#: ε|D|/h ≈ 2e-9 (for the single layer D is affine in c and only the round-off remains).
+FD_STEP = 1e-7
+#: Reduced heads c whose (R, D, H) are kept (the branch's points are revisited for their stability).
+CACHE = 512
 
 
 class GibbsProblem:
@@ -78,8 +80,7 @@ class GibbsProblem:
         self.a_keys, self.inv = np.unique(np.round(a, 12), return_inverse=True)
         self.n_a = len(self.a_keys)
         self.evaluations = 0
-        self._phi: tuple[bytes, Array, float] | None = None
-        self._hess: tuple[bytes, Array] | None = None
+        self._cache: dict[bytes, dict[str, object]] = {}
 
     # -- the map ρ ↦ c ↦ (R, D) ↦ Φ -----------------------------------------------------------------------------
     def blocks(self, u: Array) -> Array:
@@ -93,28 +94,40 @@ class GibbsProblem:
             np.add.at(c[k], self.inv, self.mass * r * self.v)
         return c
 
-    def _gradient(self, c: Array) -> tuple[float, Array]:
-        """(R, D = ∂R/∂c (L, N_a)) at the reduced heads c (one forward + adjoint pass over the samples)."""
+    def _solve(self, c: Array) -> tuple[float, Array]:
+        """(R, D = ∂R/∂c (L, N_a)) at the reduced heads c: one forward + adjoint pass over the samples."""
         heads = [HeadMeasure(self.a_keys.copy(), ck.copy()) for ck in c]
         g = self.cp.objective.gradient(heads)
         self.evaluations += 1
         return float(g.risk), np.stack([np.asarray(d, dtype=float) for d in g.D])
 
-    def potential(self, u: Array) -> tuple[Array, float]:
-        """(Φ = δR/δρ + (λ₂/2)|θ|² per block (L, N_θ), R) at ρ = u (cached for the last c)."""
-        c = self.heads_c(u)
+    def _gradient(self, c: Array) -> tuple[float, Array]:
+        """:meth:`_solve`, cached by c."""
+        entry = self._entry(c)
+        if "D" not in entry:
+            entry["risk"], entry["D"] = self._solve(c)
+        return entry["risk"], entry["D"]  # type: ignore[return-value]
+
+    def _entry(self, c: Array) -> dict[str, object]:
         key = c.tobytes()
-        if self._phi is None or self._phi[0] != key:
-            risk, D = self._gradient(c)
-            self._phi = (key, self.v[None, :] * D[:, self.inv] + self.conf[None, :], risk)
-        return self._phi[1], self._phi[2]
+        if key not in self._cache:
+            if len(self._cache) >= CACHE:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = {}
+        return self._cache[key]
+
+    def potential(self, u: Array) -> tuple[Array, float]:
+        """(Φ = δR/δρ + (λ₂/2)|θ|² per block (L, N_θ), R) at ρ = u."""
+        risk, D = self._gradient(self.heads_c(u))
+        return self.v[None, :] * D[:, self.inv] + self.conf[None, :], risk
 
     def hessian(self, u: Array) -> Array:
-        """H = ∂D/∂c, shape (L·N_a, L·N_a), by central differences (cached for the last c)."""
+        """H = ∂D/∂c, shape (L·N_a, L·N_a), by forward differences (cached)."""
         c = self.heads_c(u)
-        key = c.tobytes()
-        if self._hess is not None and self._hess[0] == key:
-            return self._hess[1]
+        D0 = self._gradient(c)[1].ravel()
+        entry = self._entry(c)
+        if "H" in entry:
+            return entry["H"]  # type: ignore[return-value]
         h = self.fd_step * max(1.0, float(np.abs(c).max()))
         n = self.n_layers * self.n_a
         H = np.zeros((n, n))
@@ -122,10 +135,8 @@ class GibbsProblem:
         for j in range(n):
             e = np.zeros(n)
             e[j] = h
-            Dp = self._gradient((flat + e).reshape(c.shape))[1].ravel()
-            Dm = self._gradient((flat - e).reshape(c.shape))[1].ravel()
-            H[:, j] = (Dp - Dm) / (2 * h)
-        self._hess = (key, H)
+            H[:, j] = (self._solve((flat + e).reshape(c.shape))[1].ravel() - D0) / h
+        entry["H"] = H
         return H
 
     # -- the Gibbs measure and the residual ---------------------------------------------------------------------
