@@ -8,7 +8,7 @@ At every point: λ, the certificate λ KL(ρ ‖ p_ρ), the risk, the free energ
 block, ā = ∫ v dρ (the order parameter), the residual, the leading eigenvalues of −∂F/∂ρ and the stable flag.
 
 Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations``; docs/continuation.md) and
-``plots/bifurcation.png`` (ā and R against λ).
+``plots/bifurcation.png`` (ā, the variance of ρ and R against λ).
 """
 
 from __future__ import annotations
@@ -173,17 +173,21 @@ def gibbs_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[s
 
 
 def gibbs_plot(path: Path, report: dict[str, Any]) -> None:
-    """ā = ∫ v dρ and the risk against λ (rank 0): stable solid, unstable dashed, folds (×), branch points (○)."""
+    """ā = ∫ v dρ, the variance of ρ and the risk against λ (rank 0): stable solid, unstable dashed, folds (×),
+    branch points (○)."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9.6, 4.0))
-    axes = fig.subplots(1, 2)
-    for ax, key, label in ((axes[0], "order_parameter", "ā = ∫ v dρ"), (axes[1], "risk", "risk R(ρ)")):
+    fig = Figure(figsize=(12.8, 4.0), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, key, label in ((axes[0], "order_parameter", "ā = ∫ v dρ"),
+                           (axes[1], "variance", "variance of ρ (trace, mean over blocks)"),
+                           (axes[2], "risk", "risk R(ρ)")):
         for i, b in enumerate(report["branches"]):
-            lam, y, st = np.array(b["parameter"]), np.array(b[key]), np.array(b["stable"])
+            lam, st = np.array(b["parameter"]), np.array(b["stable"])
+            y = np.array([np.mean(x) for x in b[key]]) if key == "variance" else np.array(b[key])
             for j in range(len(lam) - 1):
                 ax.plot(lam[j:j + 2], y[j:j + 2], color=f"C{i}", ls="-" if st[j] and st[j + 1] else "--")
             ax.plot([], [], color=f"C{i}", label=b["origin"])
