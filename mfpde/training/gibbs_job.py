@@ -173,8 +173,10 @@ def gibbs_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[s
 
 
 def gibbs_plot(path: Path, report: dict[str, Any]) -> None:
-    """ā = ∫ v dρ, the variance of ρ and the risk against λ (rank 0): stable solid, unstable dashed, folds (×),
-    branch points (○)."""
+    """ā = ∫ v dρ, the variance of ρ and the risk against λ (rank 0).
+
+    Stable solid, unstable dashed, folds (×) and branch points (○) marked.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
