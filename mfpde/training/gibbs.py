@@ -37,6 +37,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.errors import NumericalError
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 
@@ -57,7 +58,9 @@ class GibbsProblem:
     ``cp`` (the token solves) and returns the same arrays on every rank.
 
     Args:
-        cp: the coupled problem (its ρ and training.lambda are not used: ρ and λ are the arguments).
+        cp: the coupled problem (its ρ and training.lambda are not used: ρ and λ are the arguments). A token solve
+            that fails (:class:`NumericalError`, on every rank) makes F and its Jacobian NaN there, which Newton
+            treats as not converging; the reason is kept in ``last_failure``.
         fd_step: the relative step of the central differences of ∂R/∂c.
 
     Attributes:
@@ -80,6 +83,8 @@ class GibbsProblem:
         self.a_keys, self.inv = np.unique(np.round(a, 12), return_inverse=True)
         self.n_a = len(self.a_keys)
         self.evaluations = 0
+        #: The last token solve's failure ("" if none): F is NaN there, and Newton fails on it.
+        self.last_failure = ""
         self._cache: dict[bytes, dict[str, object]] = {}
 
     # -- the map ρ ↦ c ↦ (R, D) ↦ Φ -----------------------------------------------------------------------------
@@ -97,8 +102,12 @@ class GibbsProblem:
     def _solve(self, c: Array) -> tuple[float, Array]:
         """(R, D = ∂R/∂c (L, N_a)) at the reduced heads c: one forward + adjoint pass over the samples."""
         heads = [HeadMeasure(self.a_keys.copy(), ck.copy()) for ck in c]
-        g = self.cp.objective.gradient(heads)
         self.evaluations += 1
+        try:
+            g = self.cp.objective.gradient(heads)
+        except NumericalError as e:  # on every rank: the token solve failed at this ρ (mass leaving Ω, ...)
+            self.last_failure = str(e)
+            return math.nan, np.full((self.n_layers, self.n_a), math.nan)
         return float(g.risk), np.stack([np.asarray(d, dtype=float) for d in g.D])
 
     def _gradient(self, c: Array) -> tuple[float, Array]:
@@ -206,10 +215,16 @@ class GibbsProblem:
 
     def stability(self, u: Array, lam: float, count: int = 2, solver: str = "slepc"
                   ) -> tuple[npt.NDArray[np.complex128], bool]:
-        """(the ``count`` leading eigenvalues of −∂F/∂ρ (complex), stable?) (module docstring)."""
+        """(the ``count`` leading eigenvalues of −∂F/∂ρ (complex), stable?) (module docstring).
+
+        (NaN, False) where the Jacobian is not finite (a token solve failed).
+        """
         from mfpde.continuation import leading_eigenpairs, linearly_stable
 
-        vals, _ = leading_eigenpairs(-self.jacobian(u, lam)[0], min(count, self.m), solver)
+        J = self.jacobian(u, lam)[0]
+        if not np.all(np.isfinite(J)):  # a token solve of ∂D/∂c failed: unknown, not stable
+            return np.full(1, complex(math.nan)), False
+        vals, _ = leading_eigenpairs(-J, min(count, self.m), solver)
         return vals, linearly_stable(vals)
 
     def inner_weights(self) -> Array:

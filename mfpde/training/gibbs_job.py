@@ -67,6 +67,10 @@ def check_gibbs(cfg: Config) -> None:
             raise ConfigError(f"{key}: {msg}")
 
 
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def _block(P: GibbsProblem, br: Branch, origin: str, solver: str) -> dict[str, Any]:
     rows: dict[str, list[Any]] = {k: [] for k in ("certificate", "risk", "free_energy", "mean", "variance",
                                                   "order_parameter", "residual", "leading_eigenvalue", "stable",
@@ -77,7 +81,7 @@ def _block(P: GibbsProblem, br: Branch, origin: str, solver: str) -> dict[str, A
         mean, var = P.moments(u)
         for k, v in (("certificate", P.certificate(u, lam)), ("risk", R), ("free_energy", F),
                      ("mean", mean.tolist()), ("variance", var.tolist()), ("order_parameter", P.order_parameter(u)),
-                     ("residual", gibbs_residual_norm(P, u, lam)), ("leading_eigenvalue", float(vals[0].real)),
+                     ("residual", gibbs_residual_norm(P, u, lam)), ("leading_eigenvalue", _finite(float(vals[0].real))),
                      ("stable", ok), ("min_rho", float(np.min(u)))):
             rows[k].append(v)
     return {"origin": origin, "parameter": list(br.K), **rows, "stopped": br.stopped, "early": br.early}
@@ -111,13 +115,18 @@ def gibbs_branches(P: GibbsProblem, start: float, stop: float, ctl: StepControl,
         x0 = _start(P, newton, start)
         if x0 is None:
             return {"branches": [], "bifurcations": [], "newton_iterations": newton.its,
-                    "stopped": f"Newton found no fixed point at λ = continuation.start = {start:g}"}
+                    "stopped": f"Newton found no fixed point at λ = continuation.start = {start:g}"
+                    + (f" (a token solve failed: {P.last_failure})" if P.last_failure else "")}
         e = np.zeros(P.m + 1)
         e[-1] = 1.0 if stop > start else -1.0
         todo = [(x0, tangent(P, x0, e, W), f"fixed point at λ = {start:.6g}")]
         while todo:
             x, t, origin = todo.pop(0)
-            br = continue_branch(P, newton, x, t, W, ctl)
+            P.last_failure = ""
+            with np.errstate(all="ignore"):  # NaN where a token solve failed: Newton fails there, the branch ends
+                br = continue_branch(P, newton, x, t, W, ctl)
+            if br.early and P.last_failure:
+                br.stopped += f" (a token solve failed on the way: {P.last_failure})"
             i = len(branches)
             for ev in br.events:
                 bifs.append({"kind": ev.kind, "parameter": ev.K, "mode": None, "branch": i,

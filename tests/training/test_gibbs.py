@@ -118,6 +118,28 @@ def test_a_newton_failure_ends_the_branch_at_its_last_converged_point():
     assert min(b["parameter"]) >= 0.08
 
 
+def test_a_failing_token_solve_is_a_newton_failure_not_an_exit(monkeypatch):
+    """From the 30th forward + adjoint pass on every token solve fails (NumericalError, as tokens leaving Ω): the
+    branch keeps its converged points and ends early with that reason, where the error used to end the job."""
+    from mfpde.errors import NumericalError
+
+    P = _shallow(30)
+    real = P.cp.objective.gradient
+    calls = [0]
+
+    def gradient(heads, *args, **kw):
+        calls[0] += 1
+        if calls[0] >= 30:
+            raise NumericalError("mass leaving the token domain (planted)")
+        return real(heads, *args, **kw)
+
+    monkeypatch.setattr(P.cp.objective, "gradient", gradient)
+    out = gibbs_branches(P, 0.2, 0.02, StepControl(0.02, 1e-3, 0.02, 0.02, 0.2, 100), "scipy")
+    (b,) = out["branches"]
+    assert b["early"] and "planted" in b["stopped"] and len(b["parameter"]) >= 2, b["stopped"]
+    assert all(math.isfinite(v[0]) for v in b["variance"])
+
+
 def _cli(tmp_path: Path, *sets: str, env: dict | None = None) -> subprocess.CompletedProcess:
     args = [sys.executable, "-m", "mfpde", "continuation", str(DEMO), "--out", str(tmp_path / "o"), "--quiet"]
     for s in sets:
