@@ -162,6 +162,14 @@ def test_cli_on_the_demo_writes_the_branch_and_the_diagram(tmp_path):
     assert 'parameter = "lambda"' in (tmp_path / "o" / "config.toml").read_text()
 
 
+def test_the_deep_demo_is_a_valid_lambda_continuation_config():
+    from mfpde.api import load_config
+
+    cfg = load_config(DEMO.parent / "gibbs_deep.toml")
+    check_gibbs(cfg)
+    assert cfg.depth.model == "weight-tied" and cfg.heads.family == "scalar"
+
+
 @pytest.mark.parametrize("sets,key", [
     (("continuation.start=-0.1",), "continuation.start"), (("continuation.stop=-0.1",), "continuation.stop"),
     (("continuation.stop=1.0",), "continuation.stop"), (("training.regularization='tikhonov'",),
