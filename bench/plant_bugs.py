@@ -114,6 +114,13 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/flow.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",
         ["circle_flow_map"], "the kernel's Fourier series cut at half the terms the Bessel decay needs"),
+    "gibbs_missing_inverse_lambda": (
+        "mfpde/training/gibbs.py", "e = -(phi - phi.min(axis=1, keepdims=True)) / lam",
+        "e = -(phi - phi.min(axis=1, keepdims=True))",
+        ["gibbs_fixed_point_branch"], "the proximal Gibbs measure p_ρ ∝ e^{−Φ} without the factor 1/λ"),
+    "gibbs_jacobian_sign": (
+        "mfpde/training/gibbs.py", "] += Pi @ dphi / lam", "] -= Pi @ dphi / lam",
+        ["gibbs_fixed_point_branch"], "the sign of the risk's term in ∂(ρ − p_ρ)/∂ρ (Newton still converges, slowly)"),
     "sphere_velocity_not_tangent": (
         "mfpde/tokens/sphere/velocity.py", "            out[s:s + self.chunk] = tangent(xb, num)",
         "            out[s:s + self.chunk] = num",

@@ -55,8 +55,10 @@ def in_use(cfg: Config, key: str) -> bool:
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
     }
-    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere)
-    return rules.get(key, not key.startswith("continuation.") or (circle and t.noise > 0))
+    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere; λ of
+    # training: no points)
+    gibbs = box and cfg.continuation.parameter == "lambda" and key != "continuation.points"
+    return rules.get(key, not key.startswith("continuation.") or (circle and t.noise > 0) or gibbs)
 
 
 def _toml_value(v: Any) -> str:

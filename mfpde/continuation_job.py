@@ -45,8 +45,9 @@ __all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", 
 Stationary = CircleStationary | SphereStationary
 
 logger = logging.getLogger(__name__)
-#: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a).
-PARAMETERS = ("coupling",)
+#: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a) of noisy tokens, and the
+#: entropic regularisation λ of training (:mod:`mfpde.training.gibbs_job`).
+PARAMETERS = ("coupling", "lambda")
 #: The amplitude ρ of the curvature probes (:func:`curvature`).
 PROBE = 1e-2
 #: A bifurcating branch with |dK/da| above this at its branch point is transcritical: a symmetric (pitchfork)
@@ -66,6 +67,8 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     rules = (
         (c.parameter in PARAMETERS, "continuation.parameter", f"must be one of {list(PARAMETERS)}, got "
          f"{c.parameter!r}"),
+        (c.parameter != "lambda", "continuation.parameter", "'lambda' continues the training problem (a run "
+         f"config: tokens.domain = 'box', heads.init a Gaussian); got tokens.domain = {t.domain!r}"),
         (t.domain in ("circle", "sphere"), "tokens.domain", f"continuation needs 'circle' or 'sphere' (noisy "
          f"tokens), got {t.domain!r}"),
         (t.attention == "unnormalised", "tokens.attention", "continuation needs 'unnormalised' (the gradient flow "
@@ -179,10 +182,16 @@ noisy_circle_branches = noisy_branches
 def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
     """Validate, continue the branches (replicated on every rank), write the report and the diagram.
 
+    ``continuation.parameter = "lambda"`` on a training config: :func:`mfpde.training.gibbs_job.gibbs_job`.
+
     Raises:
         ConfigError: invalid input (nothing written). NumericalError: no branch beyond its first point (the report
         has status "failed" and what was computed).
     """
+    if cfg.continuation.parameter == "lambda" and cfg.tokens.domain == "box":
+        from mfpde.training.gibbs_job import gibbs_job
+
+        return gibbs_job(cfg, out, comm)
     beta, tau = check_continuation(cfg)
     c = cfg.continuation
     prepare_output_dir(out, comm)

@@ -62,6 +62,7 @@ def _load_checks() -> None:
         conservation,
         deep,
         free_energy,
+        gibbs,
         noise,
         particles,
         reach,
