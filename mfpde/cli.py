@@ -58,14 +58,15 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", parents=[common], help="coupled training (the main job)")
     r.add_argument("config", nargs="?", default=None,
                    help="config TOML (default: the embedded digits problem, mfpde/defaults/run.toml)")
-    r.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    r.add_argument("--overwrite", action="store_true", help="replace a finished run in --out (refused otherwise)")
+    once = r.add_mutually_exclusive_group()  # continue a run or replace it, not both
+    once.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    once.add_argument("--overwrite", action="store_true", help="replace a finished run in --out (refused otherwise)")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     t = sub.add_parser("transport", parents=[common], help="forward token transport for the initial ρ")
     t.add_argument("config", help="config TOML")
     t.add_argument("--quiet", action="store_true", help="no progress output")
     c = sub.add_parser("continuation", parents=[common], help="stationary states and their branches against a "
-                       "parameter (noisy tokens on the circle)")
+                       "parameter (noisy tokens on the circle or the sphere; Gibbs fixed points of training in λ)")
     c.add_argument("config", help="config TOML with a [continuation] section")
     c.add_argument("--quiet", action="store_true", help="no progress output")
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")

@@ -223,14 +223,14 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (lo.readout != "linear" or not dim_ok or len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}"),
         (lo.loss == "squared", "loss.loss", "only 'squared' is supported"),
         (tr.regularization in ("entropic", "tikhonov"), "training.regularization", "'entropic' or 'tikhonov'"),
-        (tr.lam >= 0, "training.lambda", "must be >= 0"),
-        (tr.regularization == "tikhonov" or tr.lam != 0, "training.lambda", "must be > 0 for entropic"),
-        (tr.lambda2 >= 0, "training.lambda2", "must be >= 0"),
-        (tr.ds > 0, "training.ds", "must be > 0"),
-        (tr.steps >= 0, "training.steps", "must be >= 0"),
+        (tr.lam >= 0, "training.lambda", f"must be > 0 (entropic) or >= 0 (tikhonov), got {tr.lam:g}"),
+        (tr.regularization == "tikhonov" or tr.lam != 0, "training.lambda", "must be > 0 for entropic, got 0"),
+        (tr.lambda2 >= 0, "training.lambda2", f"must be >= 0, got {tr.lambda2:g}"),
+        (tr.ds > 0, "training.ds", f"must be > 0, got {tr.ds:g}"),
+        (tr.steps >= 0, "training.steps", f"must be >= 0, got {tr.steps}"),
         (tr.splitting in ("lie", "strang"), "training.splitting", "must be 'lie' or 'strang'"),
-        (out.every >= 1, "output.every", "must be >= 1"),
-        (out.checkpoint_every >= 1, "output.checkpoint_every", "must be >= 1"),
+        (out.every >= 1, "output.every", f"must be >= 1, got {out.every}"),
+        (out.checkpoint_every >= 1, "output.checkpoint_every", f"must be >= 1, got {out.checkpoint_every}"),
     ):
         if P.clean(key, *_DEPENDS.get(key, ())):
             with P.block():

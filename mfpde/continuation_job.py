@@ -198,7 +198,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     P = (SphereStationary if cfg.tokens.domain == "sphere" else CircleStationary)(c.points, beta, tau)
     ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
-    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d points; K_c = %s = %.10g",
+    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d collocation points; K_c = %s = %.10g",
                 P.domain, beta, tau, c.start, c.stop, c.points,
                 "τβ/i_1(β)" if P.domain == "sphere" else "τβ/I_1(β)", P.threshold(1))
     t0, c0 = time.perf_counter(), time.process_time()

@@ -503,3 +503,12 @@ def test_run_on_a_domain_of_its_own_names_the_domain(tempdir, capfd, demo):
             f"mfpde: error: tokens.domain: {Path(demo).stem!r} is solved by `mfpde transport` (and `mfpde "
             "continuation`) only; `mfpde run` trains on a box"], err
     assert not (tempdir / "out" / "report.json").exists()
+
+
+def test_resume_and_overwrite_together_are_refused(capfd):
+    """``--resume --overwrite`` silently resumed: the two are alternatives (exit 2 naming both)."""
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--resume", "--overwrite", "--out", "unused"])
+    assert e.value.code == 2
+    err = capfd.readouterr().err
+    assert "--overwrite" in err and "--resume" in err and "not allowed" in err
