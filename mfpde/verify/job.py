@@ -63,6 +63,7 @@ def _load_checks() -> None:
         deep,
         free_energy,
         noise,
+        noise_energy,
         particles,
         reach,
         shallow,
