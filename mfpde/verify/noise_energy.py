@@ -139,7 +139,7 @@ def _dg_run(n: int, deadline: float) -> tuple[float, float, float, float]:
     rep = NoisyCircleTransport(mesh, NOISE, "unnormalised").solve(
         mu0, heads, DEPTH, OUTPUTS, lambda _k, _t, mu: E.append(free_energy(mesh, mu, heads, NOISE)), deadline)
     mu = rep.mu_T
-    a1 = abs(float(np.sum(mesh.weights(mu)[:, 0] * np.exp(1j * mesh.nodes[:, 0]))))
+    a1 = float(abs(np.sum(mesh.weights(mu)[:, 0] * np.exp(1j * mesh.nodes[:, 0]))))
     ent = abs(NOISE * float(np.sum(mesh.weights(mu * np.log(np.where(mu > 0, mu, 1.0))))))
     inter = COUPLING / (2 * BETA) * interaction(mesh, mu, BETA)
     return a1, E[-1], energy_rise(np.array(E)), 2 * n * EPS * (ent + abs(inter))
