@@ -1,5 +1,6 @@
-"""The figures and the threshold table of docs/phase_transitions.md: noisy tokens (USA, one head β, coupling K,
-noise τ = 1) on the circle and the sphere.
+"""The figures and the threshold table of docs/phase_transitions.md.
+
+Noisy tokens (USA, one head β, coupling K, noise τ = 1) on the circle and the sphere:
 
 * bifurcation diagrams by the continuation (the code of ``mfpde continuation``): circle β = 2 < β* and β = 4 > β*,
   sphere β = 1 < β* and β = 3 > β*;

@@ -63,7 +63,7 @@ BUDGET_S = 240.0
 STATE_ORDER, STATE_BAND, ENERGY_ORDER_MIN = 2.0, 0.3, 3.5
 
 
-def _kernel_hat(N: int, beta: float) -> Array:
+def _kernel_hat(N: int, beta: float) -> npt.NDArray[np.complex128]:
     h = 2 * math.pi / N
     return np.fft.rfft(h * np.exp(beta * np.cos(h * np.arange(N))))
 
@@ -83,7 +83,9 @@ def stationary_fixed_point(points: int, beta: float, coupling: float, noise: flo
 
     Args:
         points: N equispaced angles θ_i = 2πi/N.
-        beta, coupling, noise: β > 0, K > 0, τ > 0 (κ = K/(τβ)).
+        beta: β > 0.
+        coupling: K > 0.
+        noise: τ > 0 (κ = K/(τβ)).
         mu0: the start (N,), default (1 + 0.3 cos θ)/2π.
         tol: stop when max |μ_{j+1} − μ_j| ≤ tol.
         max_it: at most this many iterations.
@@ -146,8 +148,11 @@ def _dg_run(n: int, deadline: float) -> tuple[float, float, float, float]:
 
 
 def _newton(ref: Array) -> tuple[float, float, float, float]:
-    """(mfpde's Newton state's residual under the reference map, its bound, its distance to the reference at
-    NEWTON_POINTS, that distance's bound), from the reference's state interpolated (FFT) to NEWTON_POINTS."""
+    """Newton's state against the reference: (residual, its bound, distance, its bound).
+
+    mfpde's Newton from the reference's state interpolated (FFT) to NEWTON_POINTS: its residual under the reference's
+    map and the bound, its distance to the reference iterated at NEWTON_POINTS and that bound.
+    """
     from mfpde.continuation import Newton
     from mfpde.tokens.circle.stationary import CircleStationary
 
