@@ -50,8 +50,10 @@ def draw(ax, part: dict, title: str) -> None:
     """Order parameter against K: stable solid, unstable dashed, bifurcations ○, folds ×."""
     for i, b in enumerate(part["branches"]):
         K, r, st = np.array(b["parameter"]), np.array(b["order_parameter"]), np.array(b["stable"])
-        for j in range(len(K) - 1):
-            ax.plot(K[j:j + 2], r[j:j + 2], color=f"C{i}", ls="-" if st[j] and st[j + 1] else "--")
+        seg = st[:-1] & st[1:]  # a segment is stable when both its ends are
+        cuts = [0, *(np.flatnonzero(seg[1:] != seg[:-1]) + 1), len(seg)]
+        for a, z in zip(cuts[:-1], cuts[1:], strict=True):  # one polyline per run: the dashes stay visible
+            ax.plot(K[a:z + 1], r[a:z + 1], color=f"C{i}", ls="-" if seg[a] else "--")
         ax.plot([], [], color=f"C{i}", label=b["origin"])
     for e in part["bifurcations"]:
         ax.plot(e["parameter"], e.get("order_parameter", 0.0), "x" if e["kind"] == "fold" else "o", color="k",
@@ -123,8 +125,8 @@ def main() -> int:
     FIG.mkdir(parents=True, exist_ok=True)
     result: dict = {}
     c0 = time.process_time()
-    circ = {2.0: branches("circle", 2.0, 0.8, 2.5, 63), 4.0: branches("circle", 4.0, 0.2, 1.0, 63)}
-    sph = {1.0: branches("sphere", 1.0, 2.0, 4.0, 40), 3.0: branches("sphere", 3.0, 0.8, 2.0, 40)}
+    circ = {2.0: branches("circle", 2.0, 0.8, 2.5, 127), 4.0: branches("circle", 4.0, 0.2, 1.0, 127)}
+    sph = {1.0: branches("sphere", 1.0, 2.0, 4.0, 96), 3.0: branches("sphere", 3.0, 0.8, 2.0, 96)}
     result["continuation_cpu_s"] = time.process_time() - c0
     for name, parts, lab in (("circle", circ, "|μ̂₁|"), ("sphere", sph, "|∫ x dμ| (zonal states)")):
         fig = Figure(figsize=(10, 4))
