@@ -16,7 +16,7 @@ Writes docs/figures/phase_*.png and out/phase_diagrams.json, prints the table. R
 
     python bench/phase_diagrams.py [--quick]
 
-About 4 minutes on one core (--quick: a coarser sweep, about 1 minute).
+About 11 CPU minutes, most of it the sweep (--quick: a coarser and shorter sweep, about 4).
 """
 
 from __future__ import annotations
