@@ -16,7 +16,7 @@ Writes docs/figures/phase_*.png and out/phase_diagrams.json, prints the table. R
 
     python bench/phase_diagrams.py [--quick]
 
-About 11 CPU minutes, most of it the sweep (--quick: a coarser and shorter sweep, about 4).
+About 10 CPU minutes, most of it the sweep (--quick: a coarser and shorter sweep, about 4).
 """
 
 from __future__ import annotations
