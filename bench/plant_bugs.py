@@ -229,6 +229,12 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "vals = np.delete(vals, len(vals) - 1)",
         ["tests/tokens/sphere/test_sphere_stationary.py::test_azimuthal_second_variation"],
         "the rotations' zero mode kept in the non-zonal stability of a one-cluster state (a spurious marginal mode)"),
+    "noisy_sg_bernoulli_sign": (
+        "mfpde/tokens/circle/noise.py", "P = ue * self.mesh.h / self.noise", "P = -ue * self.mesh.h / self.noise",
+        ["noisy_free_energy"], "the Scharfetter–Gummel flux's Bernoulli argument with the wrong sign (drift reversed)"),
+    "noisy_free_energy_factor": (
+        "mfpde/tokens/circle/noise.py", "e -= float(c) / (2 * float(beta))", "e -= float(c) / float(beta)",
+        ["noisy_free_energy"], "the free energy's interaction term without its factor 1/2"),
     "sphere_dg_frozen_velocity": (
         "mfpde/tokens/sphere/dg.py", "            self.vel.update(self.nodes.x, self.nodes.masses(w))\n",
         "            if not hasattr(self, '_frozen'):\n"

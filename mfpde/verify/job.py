@@ -64,6 +64,7 @@ def _load_checks() -> None:
         free_energy,
         gibbs,
         noise,
+        noise_energy,
         particles,
         reach,
         shallow,

@@ -134,3 +134,30 @@ def test_a_first_step_too_long_for_the_noise_names_tokens_noise(tmp_path):
     cfg = C.load("demos/noisy_circle.toml", ["tokens.beta=300.0", "output.fields=false", "output.plots=false"])
     with pytest.raises(StepTooLong, match=r"^tokens\.beta: depth step 1"):  # the drift's: still β
         transport_job(cfg, tmp_path / "b")
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.8])
+def test_fixed_point_reference_contracts_at_k_over_kc(ratio):
+    """The verify reference (Picard on μ = exp(κG∗μ)/Z, numpy FFT) about the uniform state contracts at exactly
+    κ I_1(β) = K/K_c, K_c = τβ/I_1(β) (theory §10): it reproduces the threshold, and converges to 1/2π below it."""
+    from mfpde.verify.noise_energy import stationary_fixed_point
+
+    beta, tau = 1.7, 0.6
+    kc = tau * beta / sp.iv(1, beta)
+    mu, its, rho = stationary_fixed_point(63, beta, ratio * kc, tau, tol=1e-14)
+    assert np.abs(mu - 1 / (2 * math.pi)).max() < 1e-13
+    # the rate is a ratio of successive changes ≥ 1e4 ε max μ, each with round-off ≈ ε max μ: relative 2e-4
+    assert rho == pytest.approx(ratio, rel=2e-4), (rho, its)
+
+
+def test_fixed_point_reference_above_kc_is_a_cluster_with_lower_free_energy():
+    """Above K_c the reference's state is not uniform (|μ̂₁| > 0) and its free energy is below the uniform state's."""
+    from mfpde.verify.noise_energy import reference_free_energy, stationary_fixed_point
+
+    beta, tau = 2.0, 1.0
+    kc = tau * beta / sp.iv(1, beta)
+    mu, _, rho = stationary_fixed_point(63, beta, 1.5 * kc, tau)
+    th = 2 * math.pi * np.arange(63) / 63
+    assert abs(np.mean(mu * np.exp(1j * th))) * 2 * math.pi > 0.3 and 0 < rho < 1
+    uniform = np.full(63, 1 / (2 * math.pi))
+    assert reference_free_energy(mu, beta, 1.5 * kc, tau)[0] < reference_free_energy(uniform, beta, 1.5 * kc, tau)[0]
