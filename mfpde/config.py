@@ -13,13 +13,14 @@ import difflib
 import math
 import re
 import tomllib
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mfpde.config_rules import Problems, check_applies, check_input_file, check_training
+from mfpde.config_rules import Problems, check_applies, check_input_file, check_training, parse_size
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -62,6 +63,13 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool) is not (tp is bool) or not isinstance(value, tp):
             raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a ' + tp.__name__}, got {value!r}")
         return check_integer(key, value) if tp is int else value
+    if origin is types.UnionType:  # the first alternative that takes the value (str | int: a size or a word)
+        for alt in typing.get_args(tp):
+            try:
+                return _check_type(key, value, alt)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {' or '.join(a.__name__ for a in typing.get_args(tp))}, got {value!r}")
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
@@ -235,6 +243,9 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         if P.clean(key, *_DEPENDS.get(key, ())):
             with P.block():
                 _require(ok, key, msg)
+    if P.clean("training.tape_memory"):
+        with P.block():
+            parse_size(tr.tape_memory)
     if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
         with P.block():
             check_training(cfg)

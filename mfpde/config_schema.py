@@ -115,6 +115,7 @@ class Training:
     ds: float = 0.05
     steps: int = 200
     splitting: str = "lie"
+    tape_memory: str | int = "auto"  # bytes per rank for the adjoint's tape (a size string, or "auto")
 
 
 @dataclass(frozen=True)

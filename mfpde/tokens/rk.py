@@ -288,7 +288,7 @@ class SingleRow:
 
 
 def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: Any, step_no: int, t: float,
-               tape: list[TapedStep] | None = None, layer: int = 0, budget: Any = None
+               tape: Any = None, layer: int = 0, budget: Any = None
                ) -> tuple[Any, Array, npt.NDArray[np.int64]]:
     """One depth step of size dt by equal CFL sub-steps of ``table``, per row (theory §1.3, positivity).
 
@@ -305,7 +305,9 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         heads: the head measure of this step.
         step_no: the index of the depth step (0-based, for messages).
         t: its starting depth (for messages).
-        tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows).
+        tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows): a list, or a
+            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``
+            and ``mark(state)``, called with the whole state before each sub-step).
         layer: the layer block recorded on the tape.
         budget: as in :func:`step`.
 
@@ -341,7 +343,7 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
 
 
 def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float, nsub: npt.NDArray[np.int64],
-              heads: Any, layer: int, tape: list[TapedStep] | None, budget: Any) -> tuple[Any, Array, Any]:
+              heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
     """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows)."""
     v = u.copy()
     outflow, broken = np.zeros(len(nsub)), np.zeros(len(nsub), bool)
@@ -355,6 +357,8 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
             if broken.any():
                 return v, outflow, broken
         spend(len(idx))
+        if tape is not None and hasattr(tape, "mark"):  # a checkpointed tape: the whole state before the sub-step
+            tape.mark(v)
         new, o, taped = step(table, op, rows, op.step_size(h), heads, vel, tape is not None, budget)
         if tape is not None:
             assert taped is not None

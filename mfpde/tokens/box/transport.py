@@ -55,7 +55,7 @@ from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.box.quadrature import TokenQuadrature
 from mfpde.tokens.box.readout import Readout
-from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, Tape
+from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, Tape
 from mfpde.tokens.box.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.box.velocity import VelocityLinearization, VelocityOperator
 from mfpde.tokens.limiter import LimiterRecord, limit
@@ -231,7 +231,7 @@ class TokenTransport(PetscOwner):
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: Tape | None = None, outflow_tol: float = math.inf) -> TransportReport:
+              tape: Tape | CheckpointedTape | None = None, outflow_tol: float = math.inf) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -243,7 +243,8 @@ class TokenTransport(PetscOwner):
             steps: number of depth steps.
             g: readout for ŷ.
             callback: called as callback(step, t, u) after every depth step.
-            tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint.
+            tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint; a
+                :class:`~mfpde.tokens.box.tape.CheckpointedTape` keeps them within its budget.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 
         The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.box.shallow.solve_shallow`.
@@ -267,7 +268,7 @@ class TokenTransport(PetscOwner):
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
             new, out, nsub = rk.depth_step(rk.SSP_RK3, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
-                                           self.budget if tape is not None else None)
+                                           self.budget if isinstance(tape, list) else None)
             u.x.array[:] = new
             outflow += float(out[0])
             nsub_total += int(nsub[0])
