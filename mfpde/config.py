@@ -40,6 +40,7 @@ from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 from mfpde.tokens.domains import DOMAINS, check_domain, data_kinds
+from mfpde.tokens.rk import DEPTH_SCHEMES
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
@@ -210,6 +211,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}"),
         (d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
          "must be 'weight-tied', 'depth-indexed' or 'shallow'"),
+        (d.scheme in DEPTH_SCHEMES, "depth.scheme", f"one of {', '.join(DEPTH_SCHEMES)}, got {d.scheme!r}"),
         (d.layers >= 1 and d.steps % max(d.layers, 1) == 0, "depth.layers",
          f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}"),
         (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),

@@ -50,6 +50,7 @@ class Depth:
     decades: float = 6.0  # spacing "log": the decades of depth the output depths span below T
     model: str = "weight-tied"
     layers: int = 1
+    scheme: str = "ssp_rk3"  # the box transport's depth integrator (mfpde.tokens.rk.DEPTH_SCHEMES)
 
 
 #: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).

@@ -30,7 +30,7 @@ from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.tape import CheckpointedTape, tape_budget
 from mfpde.tokens.box.transport import SampleOperator, Tape, TransportReport
-from mfpde.tokens.rk import SSP_RK3, SubstepOperator
+from mfpde.tokens.rk import SubstepOperator
 
 __all__ = ["BATCH_SAMPLES", "Objective", "Snapshots", "ntk_gram"]
 
@@ -201,7 +201,7 @@ class Objective:
         """A tape for one forward solve within ``training.tape_memory`` (the single layer's one step: a list)."""
         if self.pb.shallow:
             return []
-        return CheckpointedTape(self.tape_memory, op, state_bytes, SSP_RK3.stages, self.tokens.comm)
+        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm)
 
     def _count(self, tape: Tape | CheckpointedTape | None) -> None:
         """Add a reversed tape's cost to :attr:`tape_stats`."""

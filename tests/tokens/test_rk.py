@@ -83,8 +83,11 @@ def test_butcher_order_conditions(table):
         conds.append(b @ c - 0.5)
     if table.order >= 3:
         conds += [b @ c**2 - 1 / 3, b @ (A @ c) - 1 / 6]
+    if table.order >= 4:
+        conds += [b @ c**3 - 1 / 4, b @ (c * (A @ c)) - 1 / 8, b @ (A @ c**2) - 1 / 12, b @ (A @ (A @ c)) - 1 / 24]
     assert np.max(np.abs(conds)) < 1e-15 * 8
-    assert table.ssp_coefficient == pytest.approx(1.0)
+    # the SSP coefficients of the literature: 1 (Euler, Heun, Shu–Osher), 2 (SSP(4,3)), 6 (SSP(10,4))
+    assert table.ssp_coefficient == pytest.approx({"ssp_rk3_4": 2.0, "ssp_rk4_10": 6.0}.get(table.name, 1.0))
 
 
 def test_malformed_table_is_refused():

@@ -169,7 +169,7 @@ class BatchTransport:
         min_mu = U.min(axis=1)
         for k in range(steps):
             hk, layer = heads[k // per_layer], k // per_layer
-            U[:], out, nsub = rk.depth_step(rk.SSP_RK3, self, U, dt, hk, k, k * dt, tape, layer,
+            U[:], out, nsub = rk.depth_step(self.tokens.scheme, self, U, dt, hk, k, k * dt, tape, layer,
                                             self.budget if isinstance(tape, list) else None)
             outflow += out
             nsub_total += nsub

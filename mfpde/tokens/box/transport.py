@@ -14,7 +14,9 @@ Design, and why:
   k = 0 is the upwind finite-volume scheme (first order, positive); k = 1 is second order.
 * **SSP Runge–Kutta 3** (Shu–Osher) in depth: a convex combination of forward-Euler steps, so the
   positivity of each Euler step carries over. The step is sub-cycled automatically so that
-  Δt · (outflow of the cell)/|cell| ≤ ``cfl`` (for k = 1, half of it: the Zhang–Shu condition for P1).
+  Δt · (outflow of the cell)/|cell| ≤ ``cfl`` (for k = 1, half of it: the Zhang–Shu condition for P1), times the
+  SSP coefficient of the scheme (``depth.scheme``: SSP(4,3) and SSP(10,4) take 2× and 6× the step of SSP-RK3 with
+  4/3 and 10/3 of its stages; :mod:`mfpde.tokens.rk`).
 * **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
   polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
   untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
@@ -114,6 +116,7 @@ class TokenTransport(PetscOwner):
         self.comm = msh.comm
         self.degree = degree
         self.cfl = cfl * (1.0 if degree == 0 else 0.5)
+        self.scheme = rk.SSP_RK3  # the depth integrator (``depth.scheme``: :data:`mfpde.tokens.rk.DEPTH_SCHEMES`)
         self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
         self.Q = self.W if degree == 0 else dolfinx.fem.functionspace(msh, ("DG", 0))
         self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
@@ -267,7 +270,7 @@ class TokenTransport(PetscOwner):
         for k in range(steps):
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
-            new, out, nsub = rk.depth_step(rk.SSP_RK3, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
+            new, out, nsub = rk.depth_step(self.scheme, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
                                            self.budget if isinstance(tape, list) else None)
             u.x.array[:] = new
             outflow += float(out[0])
