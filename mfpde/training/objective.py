@@ -94,6 +94,7 @@ class Objective:
         """
         cfg = self.pb.cfg
         if self.pb.shallow:
+            assert not isinstance(tape, CheckpointedTape)  # one step: :meth:`_tape` gives a list
             return solve_shallow(self.tokens, u, heads[0], cfg.depth.T, self.pb.g, tape)
         return self.tokens.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, tape=tape,
                                  outflow_tol=cfg.tokens.outflow_tol, callback=self._keeper(keep))
@@ -185,6 +186,7 @@ class Objective:
                     mus[j].append(bt.gathered(Uk[j]))
         tape = self._tape(bt, U.nbytes) if taped else None
         if self.pb.shallow:
+            assert not isinstance(tape, CheckpointedTape)
             reps = bt.solve_shallow(U, heads[0], cfg.depth.T, self.pb.g, tape=tape)
         else:
             reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
