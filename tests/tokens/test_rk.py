@@ -163,3 +163,51 @@ def test_depth_step_refuses_a_vanishing_cfl_step(dtmax):
     with pytest.raises(StepTooLong, match="depth step 1 .* CFL sub-steps at t = 0") as info:
         rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 0, 0.0)
     assert isinstance(info.value, ConfigError) and not isinstance(info.value, NumericalError)
+
+
+class GrowingFlow(LinearFlow):
+    """LinearFlow whose CFL bound shrinks as |u| grows: a depth step that breaks and is redone with more sub-steps."""
+
+    def velocity(self, state, heads, linearize):
+        return (float(heads[0]), float(np.abs(state).max()))
+
+    def rate(self, state, vel):
+        return super().rate(state, vel[0])
+
+    def max_stable_dt(self, vel):
+        return np.full(1, 0.05 / vel[1])
+
+
+def test_checkpointed_tape_replays_redone_depth_steps():
+    """Depth steps redone with twice the sub-steps (del tape[n:]) and checkpoints thinned (k doubled): the reverse
+    pass through the CheckpointedTape's replayed segments equals the list tape's bit for bit."""
+    from mpi4py import MPI
+
+    from mfpde.tokens.box.tape import CheckpointedTape, reverse
+
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((5, 5))
+    op, u0, p = GrowingFlow(A + 2 * np.eye(5), rng.standard_normal(5)), rng.standard_normal(5), rng.standard_normal(5)
+    c = np.array([1.0])
+    class Redone(list):  # a list tape that counts the sub-steps forgotten by redone depth steps
+        forgotten = 0
+
+        def __delitem__(self, key):
+            Redone.forgotten += len(self) - key.start
+            super().__delitem__(key)
+
+    out = []
+    for tape in (Redone(), CheckpointedTape(6 * u0.nbytes, op, u0.nbytes, 3, MPI.COMM_SELF)):
+        u, nsubs = u0.copy(), []
+        for k in range(4):
+            u, _, nsub = rk.depth_step(rk.SSP_RK3, op, u, 0.1, c, k, 0.1 * k, tape=tape)
+            nsubs.append(int(nsub[0]))
+        q, g = p.copy(), np.zeros(1)
+        for st in reverse(tape):
+            q, gc = rk.step_transpose(op, st, q)
+            g += gc
+        out.append((u, q, g, nsubs, len(tape)))
+    assert np.array_equal(out[0][0], out[1][0]) and out[0][3] == out[1][3] and out[0][4] == out[1][4]
+    assert Redone.forgotten > 0, out[0][3]  # a depth step was redone with more sub-steps
+    assert tape.every >= 2 and tape.segments >= 2, (tape.every, tape.segments)
+    assert np.array_equal(out[0][1], out[1][1]) and np.array_equal(out[0][2], out[1][2])
