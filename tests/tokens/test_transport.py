@@ -147,7 +147,7 @@ def test_ssp_schemes_positive_at_their_larger_step(degree, bounds, cells, mean, 
         tt.scheme = rk.SCHEMES[name]
         mins = []
         u = _mu0(tt, mean, cov)
-        rep = tt.solve(u, INWARD, 1.0, 2, callback=lambda k, t, u: mins.append(tt.min_density(u)))
+        rep = tt.solve(u, INWARD, 1.0, 2, callback=lambda k, t, u, tt=tt, mins=mins: mins.append(tt.min_density(u)))
         assert min(mins) >= 0.0 and rep.min_density >= 0.0, (name, min(mins))
         assert abs(rep.mass_T + rep.outflow - rep.mass_0) <= _mass_roundoff(tt, rep), name
         subs[name] = rep.substeps
