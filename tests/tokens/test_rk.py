@@ -197,7 +197,7 @@ def test_checkpointed_tape_replays_redone_depth_steps():
             super().__delitem__(key)
 
     out = []
-    for tape in (Redone(), CheckpointedTape(6 * u0.nbytes, op, u0.nbytes, 3, MPI.COMM_SELF)):
+    for tape in (Redone(), CheckpointedTape(24 * u0.nbytes, op, u0.nbytes, 3, MPI.COMM_SELF)):
         u, nsubs = u0.copy(), []
         for k in range(4):
             u, _, nsub = rk.depth_step(rk.SSP_RK3, op, u, 0.1, c, k, 0.1 * k, tape=tape)
@@ -211,3 +211,20 @@ def test_checkpointed_tape_replays_redone_depth_steps():
     assert Redone.forgotten > 0, out[0][3]  # a depth step was redone with more sub-steps
     assert tape.every >= 2 and tape.segments >= 2, (tape.every, tape.segments)
     assert np.array_equal(out[0][1], out[1][1]) and np.array_equal(out[0][2], out[1][2])
+
+
+def test_checkpointed_tape_refuses_a_budget_below_its_checkpoints():
+    """A budget that holds one state and one sub-step's stages but not the checkpoints of the sub-steps taken and a
+    segment's stage states (half the budget each, about 2 √(n s) states): exit 2's ConfigError, naming the key and
+    the bytes needed, during the forward pass."""
+    from mpi4py import MPI
+
+    from mfpde.errors import ConfigError
+    from mfpde.tokens.box.tape import CheckpointedTape
+
+    rng = np.random.default_rng(4)
+    op, u = GrowingFlow(rng.standard_normal((5, 5)) + 2 * np.eye(5), rng.standard_normal(5)), rng.standard_normal(5)
+    with pytest.raises(ConfigError, match=r"training.tape_memory: 240 bytes cannot hold the checkpoints .* at least"):
+        tape = CheckpointedTape(6 * u.nbytes, op, u.nbytes, 3, MPI.COMM_SELF)  # 4 states pass the first check
+        for k in range(4):
+            u, _, _ = rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), k, 0.1 * k, tape=tape)

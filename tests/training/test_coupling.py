@@ -378,7 +378,7 @@ def test_checkpointed_gradient_taylor():
     from mfpde.params.theta import first_variation_values
 
     cfg = C.load(DEEP, ["tokens.cells=[12, 12]", "heads.cells=[6, 6]", "depth.steps=4", "data.samples=3",
-                        "data.test_samples=2", "training.tape_memory='20kB'"])
+                        "data.test_samples=2", "training.tape_memory='100kB'"])
     pb = CoupledProblem(cfg, MPI.COMM_SELF)
     heads = pb.heads()
     g0 = pb.gradient(heads)

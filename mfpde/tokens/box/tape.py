@@ -91,7 +91,9 @@ class CheckpointedTape:
         comm: the ranks that step together (their decisions agree: sizes are the maximum over them).
 
     Raises:
-        ConfigError: ``training.tape_memory`` cannot hold a checkpoint and one sub-step's stage states.
+        ConfigError: ``training.tape_memory`` cannot hold a checkpoint and one sub-step's stage states (here), or
+            (:meth:`mark`) the checkpoints of the sub-steps so far and one segment's stage states, half the budget
+            each: about 2 √(n s) states for n sub-steps of s stages.
 
     Attributes:
         every: the checkpoint interval k in sub-steps (doubled when the checkpoints outgrow half the budget).
@@ -100,7 +102,7 @@ class CheckpointedTape:
     """
 
     def __init__(self, budget: int, op: SubstepOperator, state_bytes: int, stages: int, comm: MPI.Comm) -> None:
-        self.budget, self.op, self.comm = budget, op, comm
+        self.budget, self.op, self.comm, self.stages = budget, op, comm, stages
         self.C = comm.allreduce(int(state_bytes), op=MPI.MAX)
         need = self.C * (1 + stages)
         if budget < need:
@@ -138,6 +140,11 @@ class CheckpointedTape:
             return
         if (len(self.checkpoints) + 1) * self.C > self.budget // 2 and len(self.checkpoints) > 1:
             self.every *= 2  # thin out: keep every other checkpoint
+            if self.every * self.stages * self.C > self.budget // 2:  # a segment's stage states would not fit
+                need = int(2 * math.sqrt(m * self.stages) * self.C)  # min over k of (m/k + k s) C
+                raise ConfigError(f"training.tape_memory: {self.budget} bytes cannot hold the checkpoints of the "
+                                  f"depth solve: at least {need} bytes per rank for its {m} sub-steps so far "
+                                  f"(states of {self.C} bytes); raise it or leave it \"auto\"")
             self.checkpoints = {j: s for j, s in self.checkpoints.items() if j % self.every == 0}
             if m % self.every:
                 return
