@@ -13,13 +13,14 @@ import difflib
 import math
 import re
 import tomllib
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mfpde.config_rules import Problems, check_applies, check_input_file, check_training
+from mfpde.config_rules import Problems, check_applies, check_input_file, check_training, parse_size
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -39,6 +40,7 @@ from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
 from mfpde.tokens.domains import DOMAINS, check_domain, data_kinds
+from mfpde.tokens.rk import DEPTH_SCHEMES
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
@@ -62,6 +64,13 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool) is not (tp is bool) or not isinstance(value, tp):
             raise ConfigError(f"{key}: expected {'an integer' if tp is int else 'a ' + tp.__name__}, got {value!r}")
         return check_integer(key, value) if tp is int else value
+    if origin is types.UnionType:  # the first alternative that takes the value (str | int: a size or a word)
+        for alt in typing.get_args(tp):
+            try:
+                return _check_type(key, value, alt)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: expected {' or '.join(a.__name__ for a in typing.get_args(tp))}, got {value!r}")
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
@@ -202,6 +211,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (d.steps >= 1, "depth.steps", f"must be >= 1, got {d.steps}"),
         (d.model in ("weight-tied", "depth-indexed", "shallow"), "depth.model",
          "must be 'weight-tied', 'depth-indexed' or 'shallow'"),
+        (d.scheme in DEPTH_SCHEMES, "depth.scheme", f"one of {', '.join(DEPTH_SCHEMES)}, got {d.scheme!r}"),
         (d.layers >= 1 and d.steps % max(d.layers, 1) == 0, "depth.layers",
          f"must be >= 1 and divide depth.steps={d.steps}, got {d.layers}"),
         (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),
@@ -235,6 +245,9 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         if P.clean(key, *_DEPENDS.get(key, ())):
             with P.block():
                 _require(ok, key, msg)
+    if P.clean("training.tape_memory"):
+        with P.block():
+            parse_size(tr.tape_memory)
     if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
         with P.block():
             check_training(cfg)

@@ -8,6 +8,7 @@
   meaningless or its numbers are not representable (derived in its docstring and in docs/config.md).
 * :func:`token_space_fingerprint`: what identifies the token space Ω and its density space (a checkpoint holds
   it, as it holds Θ's points, so that a resume on other token cells is refused).
+* :func:`parse_size`: a size in bytes (``training.tape_memory``: ``536870912``, ``"512MiB"``, ``"2GB"``, ``"auto"``).
 * :func:`check_applies`: a key given in the config that the problem does not use (``data.samples`` with
   ``data.split``, ``heads.a`` with the scalar family, ``tokens.box`` on the circle) is refused, with why.
 
@@ -21,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import sys
 import typing
@@ -31,7 +33,7 @@ from mfpde.config_schema import Training
 from mfpde.errors import ConfigError, ConfigErrors
 
 __all__ = ["LN_TINY", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies", "check_input_file", "check_training",
-           "risk_bound", "token_space_fingerprint"]
+           "parse_size", "risk_bound", "token_space_fingerprint"]
 
 #: ln of the smallest normal double: e^{−x} underflows (to a subnormal, then 0) for x beyond it.
 LN_TINY = -math.log(sys.float_info.min)
@@ -265,3 +267,26 @@ def token_space_fingerprint(cfg: Any) -> str:
             mesh = str(t.mesh)
     return json.dumps({"domain": t.domain, "dim": t.dim, "box": None if t.mesh else t.box, "cells": t.cells,
                        "cell": t.cell, "degree": t.degree, "mesh": mesh}, sort_keys=True)
+
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(value: str | int, key: str = "training.tape_memory") -> int | None:
+    """Bytes of a size: an integer, or a string such as ``"512MiB"``, ``"2GB"``, ``"1e9"``; None for ``"auto"``.
+
+    Raises:
+        ConfigError: naming ``key``: not a size, or not positive.
+    """
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return None
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", str(value))
+    try:
+        n = float(m.group(1)) * _UNITS[m.group(2).lower()] if m else math.nan
+    except (ValueError, KeyError):
+        n = math.nan
+    if not (math.isfinite(n) and n >= 1):
+        raise ConfigError(f"{key}: expected a positive size in bytes (e.g. 536870912, \"512MiB\", \"2GB\") or "
+                          f"\"auto\", got {value!r}")
+    return int(n)

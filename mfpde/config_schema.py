@@ -50,6 +50,7 @@ class Depth:
     decades: float = 6.0  # spacing "log": the decades of depth the output depths span below T
     model: str = "weight-tied"
     layers: int = 1
+    scheme: str = "ssp_rk3"  # the box transport's depth integrator (mfpde.tokens.rk.DEPTH_SCHEMES)
 
 
 #: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).
@@ -115,6 +116,7 @@ class Training:
     ds: float = 0.05
     steps: int = 200
     splitting: str = "lie"
+    tape_memory: str | int = "auto"  # bytes per rank for the adjoint's tape (a size string, or "auto")
 
 
 @dataclass(frozen=True)

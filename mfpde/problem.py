@@ -32,6 +32,7 @@ from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import Sample, fill_density, load_samples
 from mfpde.tokens.box.readout import Readout, readout_function
 from mfpde.tokens.box.transport import TokenTransport
+from mfpde.tokens.rk import SCHEMES
 
 __all__ = ["Problem", "SampleGroups", "build"]
 
@@ -165,6 +166,7 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     groups = SampleGroups(comm, min(comm.size, len(train)) if split_samples else 1, split=split_samples)
     tokens = TokenTransport(make_domain(groups.tcomm, t.dim, t.mesh, t.box, t.cells, t.cell), t.degree, t.cfl,
                             cfg.petsc.token)
+    tokens.scheme = SCHEMES[cfg.depth.scheme]
     u = dolfinx.fem.Function(tokens.W)
     with groups.collective_failure(ConfigError):
         for samples, which in ((train, "sample"), (test, "held-out sample")):

@@ -135,6 +135,9 @@ CASES = [
     ("run", ["heads.a=0.7"], "heads.a: does not apply"),
     ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
                    "data.modes=[[1, 0.1, 0.0]]", "tokens.box=[[-1.0, 1.0]]"], "tokens.box: does not apply"),
+    # a tape budget that cannot hold a checkpoint of the depth solve, or that is no size
+    ("run", ["training.tape_memory=1000"], "training.tape_memory: 1000 bytes cannot hold"),
+    ("run", ["training.tape_memory='lots'"], "training.tape_memory: expected a positive size"),
     ("run", ["petsc.param={pc_type = 'bork'}"], "petsc.param"),
     ("run", ["petsc.param={ksp_tpye = 'cg'}"], "ksp_tpye"),
     ("run", ["training.regularization='tikhonov'", "petsc.param={pc_type = 'bork'}"], "petsc.param"),

@@ -13,7 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import bench_continuation  # noqa: E402
+import bench_depth_scheme  # noqa: E402
 import bench_langevin  # noqa: E402
+import bench_memory  # noqa: E402
 import bench_particles  # noqa: E402
 import bench_run  # noqa: E402
 import bench_threads  # noqa: E402
@@ -113,3 +115,22 @@ def test_bench_continuation_shrunk():
     assert bench_continuation.exact_fit_bias(41)["rel_error"] < 2e-3
     p = bench_continuation.particles(200, 0, 0.2, 0.2, 0.05)
     assert np.isfinite(p["cpu_s"]) and len(p["r2"]) == len(bench_continuation.GRID)
+
+
+def test_bench_memory_shrunk():
+    """bench_memory on 8² and 12² token cells (2 depth steps): peaks of fresh processes, a tape report from `run`,
+    and the growth per token dof from them."""
+    root = Path(bench_memory.__file__).resolve().parents[1]
+    rows = [bench_memory.measure(root, n, kind, ["depth.steps=2", "heads.cells=[6, 6]"])
+            for n in (8, 12) for kind in ("run", "gradient")]
+    assert all(r["peak_bytes"] > 10 * 2**20 for r in rows), rows  # a Python with dolfinx: tens of MB at least
+    run = [r for r in rows if r["kind"] == "run"]
+    assert all(r["tape"]["substeps"] >= 2 and r["tape"]["segments"] == 0 for r in run), run  # the whole tape fits
+    assert np.isfinite(bench_memory.per_dof(rows, "gradient"))
+
+
+def test_bench_depth_scheme_shrunk():
+    """bench_depth_scheme.measure on 8² cells: a finite risk within the schemes' round-off and order of each other."""
+    a, b = (bench_depth_scheme.measure(8, s, 1) for s in ("ssp_rk3", "ssp_rk4_10"))
+    assert a["substeps"] >= 8 and b["substeps"] >= 8 and a["gradient_cpu_s"] > 0
+    assert np.isfinite(a["risk"]) and abs(a["risk"] - b["risk"]) < 1e-3 * abs(a["risk"])

@@ -36,7 +36,8 @@ import numpy.typing as npt
 from mfpde.budget import spend
 from mfpde.tokens.stepping import MAX_SUBSTEPS, first_step_error, substeps_error
 
-__all__ = ["FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "DepthAdjoint", "DepthOperator", "ShuOsher",
+__all__ = ["DEPTH_SCHEMES", "FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "SSP_RK3_4", "SSP_RK4_10", "DepthAdjoint",
+           "DepthOperator", "ShuOsher",
            "SingleRow", "SubstepOperator", "TapedStep", "depth_step", "step", "step_transpose"]
 
 Array = npt.NDArray[np.float64]
@@ -104,8 +105,20 @@ SSP_RK2 = ShuOsher("ssp_rk2", 2, ((1.0,), (0.5, 0.5)), ((1.0,), (0.0, 0.5)))
 #: Shu–Osher's third-order SSP scheme, the depth integrator of the transport solvers, SSP coefficient 1.
 SSP_RK3 = ShuOsher("ssp_rk3", 3, ((1.0,), (0.75, 0.25), (1.0 / 3.0, 0.0, 2.0 / 3.0)),
                    ((1.0,), (0.0, 0.25), (0.0, 0.0, 2.0 / 3.0)))
+#: SSP(4,3) (Kraaijevanger 1991; Ketcheson, SIAM J. Sci. Comput. 30, 2008): order 3, SSP coefficient 2 over 4 stages.
+SSP_RK3_4 = ShuOsher("ssp_rk3_4", 3, ((1.0,), (0.0, 1.0), (2.0 / 3.0, 0.0, 1.0 / 3.0), (0.0, 0.0, 0.0, 1.0)),
+                     ((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0 / 6.0), (0.0, 0.0, 0.0, 0.5)))
+_A10 = tuple((*(0.0,) * i, 1.0) for i in range(10))  # y_i = y_{i−1} + h/6 F(y_{i−1}) but for stages 5 and 10
+_B10 = tuple((*(0.0,) * i, 1.0 / 6.0) for i in range(10))
+#: Ketcheson's SSP(10,4) (SIAM J. Sci. Comput. 30, 2008, low-storage form): order 4, SSP coefficient 6 over 10 stages.
+SSP_RK4_10 = ShuOsher("ssp_rk4_10", 4,
+                      (*_A10[:4], (0.6, 0.0, 0.0, 0.0, 0.4), *_A10[5:9], (0.04, 0.0, 0.0, 0.0, 0.36, *(0.0,) * 4, 0.6)),
+                      (*_B10[:4], (0.0, 0.0, 0.0, 0.0, 0.4 / 6.0), *_B10[5:9],
+                       (0.0, 0.0, 0.0, 0.0, 0.06, *(0.0,) * 4, 0.1)))
 #: The schemes by name.
-SCHEMES = {s.name: s for s in (FORWARD_EULER, SSP_RK2, SSP_RK3)}
+SCHEMES = {s.name: s for s in (FORWARD_EULER, SSP_RK2, SSP_RK3, SSP_RK3_4, SSP_RK4_10)}
+#: The depth integrators of the token transport (``depth.scheme``): SSP, order ≥ 3.
+DEPTH_SCHEMES = ("ssp_rk3", "ssp_rk3_4", "ssp_rk4_10")
 
 
 class DepthOperator(Protocol):
@@ -288,11 +301,12 @@ class SingleRow:
 
 
 def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: Any, step_no: int, t: float,
-               tape: list[TapedStep] | None = None, layer: int = 0, budget: Any = None
+               tape: Any = None, layer: int = 0, budget: Any = None
                ) -> tuple[Any, Array, npt.NDArray[np.int64]]:
     """One depth step of size dt by equal CFL sub-steps of ``table``, per row (theory §1.3, positivity).
 
-    Each row takes n_s = ⌈dt / Δt_max⌉ equal sub-steps, Δt_max from the velocity at the start of the depth
+    Each row takes n_s = ⌈dt / (C Δt_max)⌉ equal sub-steps (C: the table's SSP coefficient, Δt_max: the positive
+    forward-Euler step), Δt_max from the velocity at the start of the depth
     step; where the velocity grows within the depth step beyond the CFL bound (checked before every later
     sub-step), the row's depth step is redone with twice as many. Equal sub-steps keep the step size locally
     constant in ρ, so the discrete adjoint sees a differentiable map.
@@ -305,7 +319,9 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         heads: the head measure of this step.
         step_no: the index of the depth step (0-based, for messages).
         t: its starting depth (for messages).
-        tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows).
+        tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows): a list, or a
+            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``
+            and ``mark(state)``, called with the whole state before each sub-step).
         layer: the layer block recorded on the tape.
         budget: as in :func:`step`.
 
@@ -319,7 +335,8 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
     """
     n0 = len(tape) if tape is not None else 0
     vel = op.velocity(u, heads, tape is not None)
-    need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)  # in floats: a tiny CFL step must not wrap an int64
+    ssp = table.ssp_coefficient  # a step of C × the Euler bound is positive (1 for SSP-RK3: the same floats)
+    need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)  # in floats: a tiny CFL step must not wrap an int64
     if not np.all(need <= MAX_SUBSTEPS):
         if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
             cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
@@ -341,7 +358,7 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
 
 
 def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float, nsub: npt.NDArray[np.int64],
-              heads: Any, layer: int, tape: list[TapedStep] | None, budget: Any) -> tuple[Any, Array, Any]:
+              heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
     """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows)."""
     v = u.copy()
     outflow, broken = np.zeros(len(nsub)), np.zeros(len(nsub), bool)
@@ -351,10 +368,12 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         rows = op.take(v, idx)
         if j > 0:
             vel = op.velocity(rows, heads, tape is not None)
-            broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)
+            broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * (1 + 1e-9)
             if broken.any():
                 return v, outflow, broken
         spend(len(idx))
+        if tape is not None and hasattr(tape, "mark"):  # a checkpointed tape: the whole state before the sub-step
+            tape.mark(v)
         new, o, taped = step(table, op, rows, op.step_size(h), heads, vel, tape is not None, budget)
         if tape is not None:
             assert taped is not None

@@ -272,6 +272,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             bar.close()
     report = run_report(cp, history, status, step, time.perf_counter() - t0)
     report["final"]["token_outflow"] = outflow
+    report["tape"] = cp.objective.tape_stats  # rank 0's samples, the last training step
     if outflow > OUTFLOW_WARN:
         report["warnings"].append(f"tokens.box: up to {outflow:.3g} of a sample's token mass left Ω (the largest over "
                                   "the training samples at the last step): enlarge tokens.box")

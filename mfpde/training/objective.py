@@ -28,8 +28,9 @@ from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.shallow import solve_shallow
-from mfpde.tokens.box.transport import Tape, TransportReport
-from mfpde.tokens.rk import TapedStep
+from mfpde.tokens.box.tape import CheckpointedTape, tape_budget
+from mfpde.tokens.box.transport import SampleOperator, Tape, TransportReport
+from mfpde.tokens.rk import SubstepOperator
 
 __all__ = ["BATCH_SAMPLES", "Objective", "Snapshots", "ntk_gram"]
 
@@ -63,6 +64,10 @@ class Objective:
         #: The largest fraction of ∫μ_0 that left Ω over the samples of the last :meth:`gradient` or :meth:`predict`.
         self.max_outflow = 0.0
         self._outflow = 0.0
+        #: Bytes per rank the adjoint's tape may hold (``training.tape_memory``; :mod:`mfpde.tokens.box.tape`).
+        self.tape_memory = tape_budget(pb.cfg.training.tape_memory, pb.comm)
+        #: What the tapes of the last gradient cost (:meth:`CheckpointedTape.stats`, summed over batches; peak bytes).
+        self.tape_stats: dict[str, int] = {}
 
     def _initial(self, sample: Sample, u: dolfinx.fem.Function) -> None:
         """Set u to μ_0 of the sample (:func:`~mfpde.tokens.box.data.fill_density`), kept after the first time.
@@ -81,7 +86,7 @@ class Objective:
         if (len(self._mu0) + 1) * size <= MU0_CACHE_BYTES:
             self._mu0[id(sample)] = (sample, u.x.array.copy())
 
-    def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
+    def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | CheckpointedTape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
         """μ_0 ↦ μ_T in place for ρ given per layer block (theory §1.3 (F), or the shallow layer of §2).
 
@@ -89,6 +94,7 @@ class Objective:
         """
         cfg = self.pb.cfg
         if self.pb.shallow:
+            assert not isinstance(tape, CheckpointedTape)  # one step: :meth:`_tape` gives a list
             return solve_shallow(self.tokens, u, heads[0], cfg.depth.T, self.pb.g, tape)
         return self.tokens.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, tape=tape,
                                  outflow_tol=cfg.tokens.outflow_tol, callback=self._keeper(keep))
@@ -134,6 +140,8 @@ class Objective:
         """
         tokens = self.tokens
         n_a = [len(h.a) for h in heads]
+        if taped:
+            self.tape_stats = {}
         mine = self.groups.mine(samples)
         size = BATCH_SAMPLES if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
@@ -151,12 +159,13 @@ class Objective:
                     pass
             for i, u in zip(chunk, us, strict=True):
                 mus = [tokens.quad.gather(u)] if i in snapshot else None
-                tape: Tape | None = [] if taped else None
+                tape = self._tape(SampleOperator(tokens), u.x.array.nbytes) if taped else None
                 rep = self.forward(u, heads, tape, mus)
                 self._outflow = max(self._outflow, rep.outflow / rep.mass_0 if rep.mass_0 > 0 else 0.0)
                 dy = np.zeros((0, 0))
                 if tape is not None:
                     _, dyhat_dc = self.adjoint.backward(tape, self.dyhat, self.pb.n_layers)
+                    self._count(tape)
                     dy = np.stack([g if len(g) else np.zeros(k) for g, k in zip(dyhat_dc, n_a, strict=True)])
                 yield i, rep.yhat, mus, dy, u
 
@@ -175,18 +184,34 @@ class Objective:
             if k == half:
                 for j in keep:
                     mus[j].append(bt.gathered(Uk[j]))
-        tape: list[TapedStep] | None = [] if taped else None
+        tape = self._tape(bt, U.nbytes) if taped else None
         if self.pb.shallow:
+            assert not isinstance(tape, CheckpointedTape)
             reps = bt.solve_shallow(U, heads[0], cfg.depth.T, self.pb.g, tape=tape)
         else:
             reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
                             outflow_tol=cfg.tokens.outflow_tol)
         D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
+        self._count(tape)
         for j, (i, u) in enumerate(zip(chunk, us, strict=True)):
             u.x.array[:] = U[j]
             self._outflow = max(self._outflow, reps[j].outflow / reps[j].mass_0 if reps[j].mass_0 > 0 else 0.0)
             dy = np.stack([Dk[j] for Dk in D]) if D else np.zeros((0, 0))
             yield i, reps[j].yhat, mus.get(j), dy, u
+
+    def _tape(self, op: SubstepOperator, state_bytes: int) -> Tape | CheckpointedTape:
+        """A tape for one forward solve within ``training.tape_memory`` (the single layer's one step: a list)."""
+        if self.pb.shallow:
+            return []
+        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm)
+
+    def _count(self, tape: Tape | CheckpointedTape | None) -> None:
+        """Add a reversed tape's cost to :attr:`tape_stats`."""
+        if isinstance(tape, CheckpointedTape):
+            for k, v in tape.stats().items():
+                self.tape_stats[k] = max(self.tape_stats.get(k, 0), v) if k in ("tape_bytes", "budget_bytes",
+                                                                              "checkpoint_every") else (
+                    self.tape_stats.get(k, 0) + v)
 
     def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
                 tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Array:

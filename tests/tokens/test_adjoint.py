@@ -128,3 +128,29 @@ def test_taped_linearisation_is_the_stage_state(d, degree, monkeypatch):
         p0, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
         out.append((p0, D[0]))
     assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+@pytest.mark.parametrize("d,degree", [(1, 1), (2, 0)])
+def test_checkpointed_tape_is_bit_identical(d, degree):
+    """The reverse pass through a CheckpointedTape whose budget holds a few states (checkpoints every k-th sub-step,
+    k doubled as they outgrow half the budget, each segment replayed) returns bit for bit the costate and ∂R/∂c of
+    the whole tape (the replay repeats the forward's operations: recorded step sizes and rows, the same limiter
+    inputs); on a distributed token mesh the ranks take the same decisions (sizes are their maximum)."""
+    from mfpde.tokens.box.tape import CheckpointedTape
+    from mfpde.tokens.box.transport import SampleOperator
+
+    tt, th = _setup(d, degree, 12)
+    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+    g, y = readout_function("mean"), 1.0
+    state = tt.comm.allreduce(dolfinx.fem.Function(tt.W).x.array.nbytes, op=MPI.MAX)
+    out = []
+    for budget in (2**40, 12 * state):  # everything; 6 states for the checkpoints, 6 for a segment of 2 sub-steps
+        tape = CheckpointedTape(budget, SampleOperator(tt), state, 3, tt.comm)
+        _, yh, heads = _risk(tt, th, rho, g, y, d, tape, steps=8)
+        p0, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
+        out.append((p0, D[0], tape.stats()))
+    whole, ckpt = out[0][2], out[1][2]
+    assert whole["segments"] == 0 and whole["checkpoint_every"] == 0, whole
+    assert ckpt["checkpoint_every"] >= 2 and ckpt["segments"] >= 2, ckpt  # thinned, and more than one segment
+    assert ckpt["recomputed_substeps"] == ckpt["substeps"] == whole["substeps"] >= 8, ckpt
+    assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])

@@ -83,8 +83,11 @@ def test_butcher_order_conditions(table):
         conds.append(b @ c - 0.5)
     if table.order >= 3:
         conds += [b @ c**2 - 1 / 3, b @ (A @ c) - 1 / 6]
+    if table.order >= 4:
+        conds += [b @ c**3 - 1 / 4, b @ (c * (A @ c)) - 1 / 8, b @ (A @ c**2) - 1 / 12, b @ (A @ (A @ c)) - 1 / 24]
     assert np.max(np.abs(conds)) < 1e-15 * 8
-    assert table.ssp_coefficient == pytest.approx(1.0)
+    # the SSP coefficients of the literature: 1 (Euler, Heun, Shu–Osher), 2 (SSP(4,3)), 6 (SSP(10,4))
+    assert table.ssp_coefficient == pytest.approx({"ssp_rk3_4": 2.0, "ssp_rk4_10": 6.0}.get(table.name, 1.0))
 
 
 def test_malformed_table_is_refused():
@@ -160,3 +163,68 @@ def test_depth_step_refuses_a_vanishing_cfl_step(dtmax):
     with pytest.raises(StepTooLong, match="depth step 1 .* CFL sub-steps at t = 0") as info:
         rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 0, 0.0)
     assert isinstance(info.value, ConfigError) and not isinstance(info.value, NumericalError)
+
+
+class GrowingFlow(LinearFlow):
+    """LinearFlow whose CFL bound shrinks as |u| grows: a depth step that breaks and is redone with more sub-steps."""
+
+    def velocity(self, state, heads, linearize):
+        return (float(heads[0]), float(np.abs(state).max()))
+
+    def rate(self, state, vel):
+        return super().rate(state, vel[0])
+
+    def max_stable_dt(self, vel):
+        return np.full(1, 0.05 / vel[1])
+
+
+def test_checkpointed_tape_replays_redone_depth_steps():
+    """Depth steps redone with twice the sub-steps (del tape[n:]) and checkpoints thinned (k doubled): the reverse
+    pass through the CheckpointedTape's replayed segments equals the list tape's bit for bit."""
+    from mpi4py import MPI
+
+    from mfpde.tokens.box.tape import CheckpointedTape, reverse
+
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((5, 5))
+    op, u0, p = GrowingFlow(A + 2 * np.eye(5), rng.standard_normal(5)), rng.standard_normal(5), rng.standard_normal(5)
+    c = np.array([1.0])
+    class Redone(list):  # a list tape that counts the sub-steps forgotten by redone depth steps
+        forgotten = 0
+
+        def __delitem__(self, key):
+            Redone.forgotten += len(self) - key.start
+            super().__delitem__(key)
+
+    out = []
+    for tape in (Redone(), CheckpointedTape(24 * u0.nbytes, op, u0.nbytes, 3, MPI.COMM_SELF)):
+        u, nsubs = u0.copy(), []
+        for k in range(4):
+            u, _, nsub = rk.depth_step(rk.SSP_RK3, op, u, 0.1, c, k, 0.1 * k, tape=tape)
+            nsubs.append(int(nsub[0]))
+        q, g = p.copy(), np.zeros(1)
+        for st in reverse(tape):
+            q, gc = rk.step_transpose(op, st, q)
+            g += gc
+        out.append((u, q, g, nsubs, len(tape)))
+    assert np.array_equal(out[0][0], out[1][0]) and out[0][3] == out[1][3] and out[0][4] == out[1][4]
+    assert Redone.forgotten > 0, out[0][3]  # a depth step was redone with more sub-steps
+    assert tape.every >= 2 and tape.segments >= 2, (tape.every, tape.segments)
+    assert np.array_equal(out[0][1], out[1][1]) and np.array_equal(out[0][2], out[1][2])
+
+
+def test_checkpointed_tape_refuses_a_budget_below_its_checkpoints():
+    """A budget that holds one state and one sub-step's stages but not the checkpoints of the sub-steps taken and a
+    segment's stage states (half the budget each, about 2 √(n s) states): exit 2's ConfigError, naming the key and
+    the bytes needed, during the forward pass."""
+    from mpi4py import MPI
+
+    from mfpde.errors import ConfigError
+    from mfpde.tokens.box.tape import CheckpointedTape
+
+    rng = np.random.default_rng(4)
+    op, u = GrowingFlow(rng.standard_normal((5, 5)) + 2 * np.eye(5), rng.standard_normal(5)), rng.standard_normal(5)
+    with pytest.raises(ConfigError, match=r"training.tape_memory: 240 bytes cannot hold the checkpoints .* at least"):
+        tape = CheckpointedTape(6 * u.nbytes, op, u.nbytes, 3, MPI.COMM_SELF)  # 4 states pass the first check
+        for k in range(4):
+            u, _, _ = rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), k, 0.1 * k, tape=tape)

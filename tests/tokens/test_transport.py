@@ -134,6 +134,29 @@ def test_mass_conserved_and_positive(degree, bounds, cells, cell, mean, cov, ste
 
 
 @pytest.mark.parametrize("degree", [0, 1])
+@pytest.mark.parametrize(("bounds", "cells", "mean", "cov"), [
+    ([[-4.0, 4.0]], [80], [0.2], [[0.25]]), ([[-4.0, 4.0]] * 2, [16, 16], M0_2D, S0_2D)], ids=["d1", "d2"])
+def test_ssp_schemes_positive_at_their_larger_step(degree, bounds, cells, mean, cov):
+    """depth.scheme: SSP(4,3) and SSP(10,4) take C = 2 and 6 times the positive Euler step (two depth steps, so
+    that the CFL bound sets the sub-steps) and keep μ_h ≥ 0 (the limiter's guarantee for DG1) and the mass."""
+    from mfpde.tokens import rk
+
+    subs = {}
+    for name in rk.DEPTH_SCHEMES:
+        tt = TokenTransport(box(MPI.COMM_WORLD, bounds, cells), degree)
+        tt.scheme = rk.SCHEMES[name]
+        mins = []
+        u = _mu0(tt, mean, cov)
+        rep = tt.solve(u, INWARD, 1.0, 2, callback=lambda k, t, u, tt=tt, mins=mins: mins.append(tt.min_density(u)))
+        assert min(mins) >= 0.0 and rep.min_density >= 0.0, (name, min(mins))
+        assert abs(rep.mass_T + rep.outflow - rep.mass_0) <= _mass_roundoff(tt, rep), name
+        subs[name] = rep.substeps
+    # ⌈dt/(C Δt)⌉ per depth step: at most ⌈n/C⌉ + 1 where SSP-RK3 takes n (the velocity differs slightly)
+    assert subs["ssp_rk3"] >= 6, subs
+    assert subs["ssp_rk3_4"] <= subs["ssp_rk3"] / 2 + 2 and subs["ssp_rk4_10"] <= subs["ssp_rk3"] / 6 + 2, subs
+
+
+@pytest.mark.parametrize("degree", [0, 1])
 @pytest.mark.parametrize("d", [1, 2])
 def test_outflow_accounting(degree, d):
     """Expanding heads push a Gaussian near the boundary out of Ω: mass_T + outflow = mass_0 to round-off."""

@@ -43,6 +43,7 @@ import ufl
 from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.readout import Readout
+from mfpde.tokens.box.tape import CheckpointedTape, reverse
 from mfpde.tokens.box.transport import Tape, TokenTransport
 from mfpde.tokens.box.velocity import VelocityLinearization
 from mfpde.tokens.limiter import LimiterRecord, limit_transpose
@@ -113,11 +114,12 @@ class DiscreteAdjoint:
         np.add.at(out_local, tokens.quad.local_dofs, tokens.quad.local_m * gw[self.local_pos])
         return out + out_local[:n], gc
 
-    def backward(self, tape: Tape, p_T: Array, n_layers: int) -> tuple[Array, list[Array]]:
+    def backward(self, tape: Tape | CheckpointedTape, p_T: Array, n_layers: int) -> tuple[Array, list[Array]]:
         """Run the reverse pass.
 
         Args:
-            tape: from ``TokenTransport.solve(..., tape=tape)`` or ``solve_shallow(..., tape=tape)``.
+            tape: from ``TokenTransport.solve(..., tape=tape)`` or ``solve_shallow(..., tape=tape)`` (a
+                :class:`~mfpde.tokens.box.tape.CheckpointedTape` replays its segments here).
             p_T: the costate at depth T, ∂R/∂μ_T on the owned DG dofs, shape (n_owned,).
             n_layers: number of layer blocks.
 
@@ -128,7 +130,7 @@ class DiscreteAdjoint:
         """
         dR_dc: list[Array | None] = [None] * n_layers
         p = p_T.copy()
-        for step in reversed(tape):
+        for step in reverse(tape):
             p, gc = rk.step_transpose(self, step, p)
             prev = dR_dc[step.layer]
             dR_dc[step.layer] = gc if prev is None else prev + gc

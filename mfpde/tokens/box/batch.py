@@ -36,7 +36,7 @@ from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, active_heads
 from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.separable import TensorSoftmax
-from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES
+from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, reverse
 from mfpde.tokens.box.transport import TokenTransport, TransportReport
 from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
 
@@ -153,7 +153,7 @@ class BatchTransport:
     # -- forward ------------------------------------------------------------------------------------
     def solve(self, U: Array, heads: list[HeadMeasure], T: float, steps: int, g: Readout | None = None,
               callback: Callable[[int, float, Array], None] | None = None,
-              tape: list[rk.TapedStep] | None = None,
+              tape: list[rk.TapedStep] | CheckpointedTape | None = None,
               outflow_tol: float = math.inf) -> list[TransportReport]:
         """Transport the rows of U (μ_0 of each sample, DG0 values, shape (S, n_cells)) to μ_T, in place.
 
@@ -169,8 +169,8 @@ class BatchTransport:
         min_mu = U.min(axis=1)
         for k in range(steps):
             hk, layer = heads[k // per_layer], k // per_layer
-            U[:], out, nsub = rk.depth_step(rk.SSP_RK3, self, U, dt, hk, k, k * dt, tape, layer,
-                                            self.budget if tape is not None else None)
+            U[:], out, nsub = rk.depth_step(self.tokens.scheme, self, U, dt, hk, k, k * dt, tape, layer,
+                                            self.budget if isinstance(tape, list) else None)
             outflow += out
             nsub_total += nsub
             t = (k + 1) * dt
@@ -229,7 +229,7 @@ class BatchTransport:
         r[:, self.cells] += self.tokens.quad.local_m * gW.reshape(S, -1)[:, self.cell_grid]
         return r, gc
 
-    def backward(self, tape: list[rk.TapedStep], P_T: Array, n_layers: int, n_a: list[int]
+    def backward(self, tape: list[rk.TapedStep] | CheckpointedTape, P_T: Array, n_layers: int, n_a: list[int]
                  ) -> tuple[Array, list[Array]]:
         """The reverse pass (the batched :meth:`~mfpde.tokens.box.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
 
@@ -244,7 +244,7 @@ class BatchTransport:
         """
         P = P_T.copy()
         D = [np.zeros((len(P), k)) for k in n_a]
-        for st in reversed(tape):
+        for st in reverse(tape):
             rows = np.arange(len(P)) if st.idx is None else st.idx
             P[rows], gc = rk.step_transpose(self, st, P[rows])
             D[st.layer][rows] += gc

@@ -14,7 +14,9 @@ Design, and why:
   k = 0 is the upwind finite-volume scheme (first order, positive); k = 1 is second order.
 * **SSP Runge–Kutta 3** (Shu–Osher) in depth: a convex combination of forward-Euler steps, so the
   positivity of each Euler step carries over. The step is sub-cycled automatically so that
-  Δt · (outflow of the cell)/|cell| ≤ ``cfl`` (for k = 1, half of it: the Zhang–Shu condition for P1).
+  Δt · (outflow of the cell)/|cell| ≤ ``cfl`` (for k = 1, half of it: the Zhang–Shu condition for P1), times the
+  SSP coefficient of the scheme (``depth.scheme``: SSP(4,3) and SSP(10,4) take 2× and 6× the step of SSP-RK3 with
+  4/3 and 10/3 of its stages; :mod:`mfpde.tokens.rk`).
 * **Positivity limiter for k = 1** (Zhang & Shu, J. Comput. Phys. 229, 2010): after each stage the
   polynomial on each cell is scaled toward its cell mean until its nodal minimum is ≥ 0. Cell means are
   untouched, so mass is conserved; for P1/Q1 the nodal minimum is the minimum over the cell.
@@ -55,7 +57,7 @@ from mfpde.tokens import rk
 from mfpde.tokens.attention import HeadMeasure, TensorGrid
 from mfpde.tokens.box.quadrature import TokenQuadrature
 from mfpde.tokens.box.readout import Readout
-from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, Tape
+from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, Tape
 from mfpde.tokens.box.upwind import FACET_QUADRATURE_DEGREE, UpwindFiniteVolume
 from mfpde.tokens.box.velocity import VelocityLinearization, VelocityOperator
 from mfpde.tokens.limiter import LimiterRecord, limit
@@ -114,6 +116,7 @@ class TokenTransport(PetscOwner):
         self.comm = msh.comm
         self.degree = degree
         self.cfl = cfl * (1.0 if degree == 0 else 0.5)
+        self.scheme = rk.SSP_RK3  # the depth integrator (``depth.scheme``: :data:`mfpde.tokens.rk.DEPTH_SCHEMES`)
         self.W = dolfinx.fem.functionspace(msh, ("DG", degree))
         self.Q = self.W if degree == 0 else dolfinx.fem.functionspace(msh, ("DG", 0))
         self.u = dolfinx.fem.Function(self.W, name="mu")  # state being evaluated by the forms
@@ -231,7 +234,7 @@ class TokenTransport(PetscOwner):
     def solve(self, u: dolfinx.fem.Function, heads: HeadMeasure | list[HeadMeasure] | Callable[[float], HeadMeasure],
               T: float, steps: int,
               g: Readout | None = None, callback: Callable[[int, float, dolfinx.fem.Function], None] | None = None,
-              tape: Tape | None = None, outflow_tol: float = math.inf) -> TransportReport:
+              tape: Tape | CheckpointedTape | None = None, outflow_tol: float = math.inf) -> TransportReport:
         """Transport u = μ_0 to μ_T in place through ``steps`` depth steps (sub-cycled for the CFL).
 
         Args:
@@ -243,7 +246,8 @@ class TokenTransport(PetscOwner):
             steps: number of depth steps.
             g: readout for ŷ.
             callback: called as callback(step, t, u) after every depth step.
-            tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint.
+            tape: if given, every sub-step is appended (:class:`~mfpde.tokens.rk.TapedStep`) for the adjoint; a
+                :class:`~mfpde.tokens.box.tape.CheckpointedTape` keeps them within its budget.
             outflow_tol: stop when more than this fraction of ∫μ_0 has left Ω (interface: exit status 3).
 
         The single-layer (shallow) model is another forward map: :func:`mfpde.tokens.box.shallow.solve_shallow`.
@@ -266,8 +270,8 @@ class TokenTransport(PetscOwner):
         for k in range(steps):
             layer = layers[k // per_layer]
             hk = layer(k * dt) if callable(layer) else layer
-            new, out, nsub = rk.depth_step(rk.SSP_RK3, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
-                                           self.budget if tape is not None else None)
+            new, out, nsub = rk.depth_step(self.scheme, op, u.x.array, dt, hk, k, k * dt, tape, k // per_layer,
+                                           self.budget if isinstance(tape, list) else None)
             u.x.array[:] = new
             outflow += float(out[0])
             nsub_total += int(nsub[0])
