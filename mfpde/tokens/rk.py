@@ -336,7 +336,8 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
     n0 = len(tape) if tape is not None else 0
     vel = op.velocity(u, heads, tape is not None)
     ssp = table.ssp_coefficient  # a step of C × the Euler bound is positive (1 for SSP-RK3: the same floats)
-    need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)  # in floats: a tiny CFL step must not wrap an int64
+    with np.errstate(divide="ignore"):  # a vanishing CFL step: need = inf, refused below
+        need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)  # in floats: no int64 wrap
     if not np.all(need <= MAX_SUBSTEPS):
         if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
             cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
