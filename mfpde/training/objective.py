@@ -26,7 +26,7 @@ from mfpde.problem import Problem
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
-from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.data import Sample, initial_measures
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.transport import Tape, TransportReport
 from mfpde.tokens.rk import TapedStep
@@ -42,9 +42,6 @@ Snapshots = dict[int, tuple[Array, ...]]
 #: sample from 1 to 10 samples and 10–45% more from 16 to 32; what a batch saves is the per-stage work shared by
 #: its samples (on 16×16 cells chunks of 10 are 2× faster than one sample at a time).
 BATCH_SAMPLES = 8
-#: Bytes per rank of initial densities μ_0 kept by :class:`Objective` (one array per sample after its first solve:
-#: setting μ_0 by interpolation costs more than the single-layer model's solve).
-MU0_CACHE_BYTES = 512 * 2**20
 
 
 class Objective:
@@ -59,27 +56,32 @@ class Objective:
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
         self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) else None
-        self._mu0: dict[int, tuple[Sample, Array]] = {}
+        #: μ_0 of this group's samples per split as :func:`~mfpde.problem.build` filled them (list, row of sample i)
+        self._mu0 = {id(s): (s, {i: j for j, i in enumerate(pb.groups.mine(s))}, pb.mu0[k])
+                     for k, s in (("train", pb.train), ("test", pb.test)) if k in pb.mu0}
+        self._pool: list[dolfinx.fem.Function] = []  # the Functions a batch's μ are set in (made once)
         #: The largest fraction of ∫μ_0 that left Ω over the samples of the last :meth:`gradient` or :meth:`predict`.
         self.max_outflow = 0.0
         self._outflow = 0.0
 
-    def _initial(self, sample: Sample, u: dolfinx.fem.Function) -> None:
-        """Set u to μ_0 of the sample (:func:`~mfpde.tokens.box.data.fill_density`), kept after the first time.
+    def _initial(self, samples: list[Sample], chunk: list[int]) -> list[dolfinx.fem.Function]:
+        """Functions set to μ_0 of ``samples[i]`` for i in chunk (this group's), one per sample, reused by each batch.
 
-        The input measures never change, and interpolating them costs more than the single-layer model's
-        solve. Collective over the token group when filled; whether a sample is kept depends only on global
-        sizes and on how many are kept, so the ranks of a group agree.
+        The densities of the problem's training and held-out samples come from the stacks
+        :func:`~mfpde.problem.build` filled (:attr:`mfpde.problem.Problem.mu0`); other samples, or a split too
+        large to keep, are filled for the chunk (:func:`~mfpde.tokens.box.data.initial_measures`, collective over
+        the token group).
         """
-        hit = self._mu0.get(id(sample))
-        if hit is not None and hit[0] is sample:
-            u.x.array[:] = hit[1]
-            return
-        fill_density(sample, u, self.tokens.mass)
-        imap = u.function_space.dofmap.index_map
-        size = 8 * imap.size_global * u.function_space.dofmap.index_map_bs
-        if (len(self._mu0) + 1) * size <= MU0_CACHE_BYTES:
-            self._mu0[id(sample)] = (sample, u.x.array.copy())
+        hit = self._mu0.get(id(samples))
+        if hit is not None and hit[0] is samples:
+            U = hit[2][[hit[1][i] for i in chunk]]
+        else:
+            U = initial_measures([samples[i] for i in chunk], self.tokens.W)
+        while len(self._pool) < len(chunk):
+            self._pool.append(dolfinx.fem.Function(self.tokens.W, name="mu_T"))
+        for u, row in zip(self._pool, U, strict=False):
+            u.x.array[:] = row
+        return self._pool[:len(chunk)]
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
@@ -138,11 +140,7 @@ class Objective:
         size = BATCH_SAMPLES if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
         for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
-            us = []
-            for i in chunk:
-                u = dolfinx.fem.Function(tokens.W, name="mu_T")
-                self._initial(samples[i], u)
-                us.append(u)
+            us = self._initial(samples, chunk)
             if self.batch is not None:
                 try:  # the batch is solved before anything is yielded: a decline leaves ``us`` as filled
                     yield from self._batched(chunk, us, heads, taped, snapshot, n_a)
