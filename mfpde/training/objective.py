@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
-from mfpde.fields import FieldWriter
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
+from mfpde.sample_fields import write_sample_fields
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
@@ -37,12 +37,15 @@ Array = npt.NDArray[np.float64]
 #: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
 #: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
 Snapshots = dict[int, tuple[Array, ...]]
-#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most. Measured on
-#: ``demos/digits_deep.toml`` (DG0, 32×32 cells, 17 heads, one thread): the softmax and its VJP cost the same per
-#: sample from 1 to 10 samples and 10–45% more from 16 to 32; what a batch saves is the per-stage work shared by
-#: its samples (on 16×16 cells chunks of 10 are 2× faster than one sample at a time).
-BATCH_SAMPLES = 8
-
+#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most; None: as many as
+#: :data:`BATCH_BYTES` holds (:meth:`Objective.batch_size`).
+BATCH_SAMPLES: int | None = None
+#: Bytes per rank a batch's taped forward may take (estimate :meth:`Objective.batch_size`). Measured on
+#: ``demos/digits_deep.toml`` (DG0, 17 heads, one thread): the larger the batch the faster (16×16 cells, 60 images:
+#: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient; 32×32 cells, 20 images: batches of 4, 8, 20 took 4.5,
+#: 2.7, 2.2 s), the tape growing with it (3.4 MB a sample on 16×16 cells); the default's single layer (16×16 cells,
+#: one head) then advances all its 287 training images at once (3.7 s instead of 6.1 s for 40 training steps).
+BATCH_BYTES = 256 * 2**20
 
 class Objective:
     """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.problem.Problem`.
@@ -83,6 +86,21 @@ class Objective:
             u.x.array[:] = row
         return self._pool[:len(chunk)]
 
+    def batch_size(self, n_a: list[int]) -> int:
+        """Samples per batch: :data:`BATCH_SAMPLES` if set, else as many as :data:`BATCH_BYTES` holds (at least 1).
+
+        A sample's taped forward is estimated as 32 n_local (1 + N_a) (3 K + 1) bytes: K depth steps of three SSP
+        stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the largest
+        number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells, 17 heads,
+        8 depth steps. Depends on global sizes only: the ranks of a group agree.
+        """
+        if BATCH_SAMPLES is not None:
+            return BATCH_SAMPLES
+        steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
+        n_local = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
+        per = 32 * n_local * (1 + max(n_a, default=0)) * (3 * steps + 1)
+        return max(1, BATCH_BYTES // per)
+
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
         """μ_0 ↦ μ_T in place for ρ given per layer block (theory §1.3 (F), or the shallow layer of §2).
@@ -116,14 +134,20 @@ class Objective:
                 keep.append(self.tokens.quad.gather(u))
         return callback
 
-    def _output(self, i: int, mus: list[Array] | None, u: dolfinx.fem.Function, fields: Path | None, tag: str,
+    def _output(self, i: int, mus: list[Array] | None, u: dolfinx.fem.Function, kept: dict[int, Array] | None,
                 snapshots: Snapshots | None, snapshot: Container[int]) -> None:
-        """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_t for plots if i is wanted."""
-        if fields is not None:
-            with FieldWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
-                w.write(self.pb.cfg.depth.T)
+        """Keep μ_T of sample i for the fields (in ``kept``) and μ_t for plots if i is wanted."""
+        if kept is not None:
+            kept[i] = u.x.array.copy()
         if snapshots is not None and i in snapshot and mus is not None:
             snapshots[i] = (*mus, self.tokens.quad.gather(u))
+
+    def _write_fields(self, fields: Path | None, tag: str, n: int, kept: dict[int, Array]) -> None:
+        """Write μ_T of the n samples into ``fields/mu_T_<tag>.bp`` (sample i at "time" i). Collective."""
+        if fields is not None:
+            with self.groups.collective_failure():  # a full disk in the writing group: ConfigError on every rank
+                write_sample_fields(self.groups, self.tokens.W, fields / f"mu_T{'_' + tag if tag else ''}.bp", n,
+                                    kept)
 
     def _solves(self, samples: list[Sample], heads: list[HeadMeasure], taped: bool, snapshot: Container[int]
                 ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
@@ -137,7 +161,7 @@ class Objective:
         tokens = self.tokens
         n_a = [len(h.a) for h in heads]
         mine = self.groups.mine(samples)
-        size = BATCH_SAMPLES if self.batch is not None else 1
+        size = self.batch_size(n_a) if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
         for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
             us = self._initial(samples, chunk)
@@ -193,8 +217,9 @@ class Objective:
         Args:
             samples: the input measures.
             heads: ρ per layer block, reduced.
-            fields: if given, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX).
-            tag: the file-name tag of the fields.
+            fields: if given, μ_T of every sample is written to ``fields/mu_T_<tag>.bp`` (VTX, sample i at
+                "time" i: :func:`mfpde.sample_fields.write_sample_fields`).
+            tag: the file-name tag of the fields (the split: ``train``, ``test``).
             snapshots: where μ_t at :attr:`snapshot_depths` (gathered quadrature weights) of the samples in
                 ``snapshot`` are stored, on this rank's group (see :meth:`gather_snapshots`).
             snapshot: the indices of the samples to keep snapshots of.
@@ -204,10 +229,12 @@ class Objective:
         """
         y = np.zeros(len(samples))
         self._outflow = 0.0
+        kept: dict[int, Array] = {}
         with self.groups.collective_failure():
             for i, yhat, mus, _, u in self._solves(samples, heads, False, snapshot):
                 y[i] = yhat if self.groups.tcomm.rank == 0 else 0.0
-                self._output(i, mus, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, kept if fields is not None else None, snapshots, snapshot)
+        self._write_fields(fields, tag, len(samples), kept)
         self.max_outflow = self.pb.comm.allreduce(self._outflow, op=MPI.MAX)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
@@ -235,6 +262,7 @@ class Objective:
         D = [np.zeros(len(h.a)) for h in heads]
         Dy = [np.zeros((n, len(h.a))) for h in heads] if per_sample else None
         self._outflow = 0.0
+        kept: dict[int, Array] = {}
         with self.groups.collective_failure():
             for i, yi, mus, dy, u in self._solves(pb.train, heads, True, snapshot):
                 r = yi - pb.train[i].target
@@ -245,7 +273,8 @@ class Objective:
                             D[k] += r * dy[k] / n
                             if Dy is not None:
                                 Dy[k][i] = dy[k]
-                self._output(i, mus, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, kept if fields is not None else None, snapshots, snapshot)
+        self._write_fields(fields, tag, n, kept)
         comm = pb.comm
         self.max_outflow = comm.allreduce(self._outflow, op=MPI.MAX)
         yhat = comm.allreduce(yhat, op=MPI.SUM)
