@@ -16,8 +16,9 @@ through ``PYTHONPATH``; the same malloc settings as ``mfpde`` sets for itself), 
 the speed-ups of the training throughput against it.
 
 With ``--baseline REV`` the script first compares the CPU time (user + system of the process and its children,
-one BLAS thread) of the default at ``--steps`` training steps (40 and 300) with the baseline's, the two codes
-run alternately ``--repeat`` times (a load that comes and goes biases neither; the least CPU of each kept),
+one BLAS thread) of the default at ``--steps`` training steps (40 and 300) with the baseline's, both on the same
+config (``--config``, default this tree's embedded default: the baseline's own may be another problem), the two
+codes run alternately ``--repeat`` times (a load that comes and goes biases neither; the least CPU of each kept),
 each run's final risk compared (relative difference), the start-up CPU (``import mfpde.cli`` and the CLI's
 imports in a fresh process) of both, and a profile of the shortest run of each (``bench/profile_run.py``:
 where the CPU time goes, by category).
@@ -34,6 +35,7 @@ import csv
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,16 +110,16 @@ def startup(tree: Path) -> float:
     return _cpu([sys.executable, "-c", code], _env(tree), tree)
 
 
-def profile(tree: Path, steps: int) -> dict[str, float]:
+def profile(tree: Path, steps: int, config: str) -> dict[str, float]:
     """``bench/profile_run.py`` of the code in tree: CPU seconds by category."""
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "profile_run.py"), "--set", f"training.steps={steps}"],
-                         env=_env(tree), cwd=tree, check=True, capture_output=True, text=True)
+    cmd = [sys.executable, str(ROOT / "bench" / "profile_run.py"), config, "--set", f"training.steps={steps}"]
+    out = subprocess.run(cmd, env=_env(tree), cwd=tree, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(base: Path, name: str, steps: list[int], repeat: int, config: str | None) -> dict:
+def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -> dict:
     """The CPU comparison against the baseline tree (see the module), printed as markdown tables."""
-    res: dict = {"baseline": name, "runs": [], "startup": {}}
+    res: dict = {"baseline": name, "config": config, "runs": [], "startup": {}}
     for _ in range(repeat):
         for code, tree in ((name, base), ("tree", ROOT)):
             res["startup"].setdefault(code, []).append(startup(tree))
@@ -133,7 +135,7 @@ def compare(base: Path, name: str, steps: list[int], repeat: int, config: str | 
         print(f"| {n} | {cb:.2f} | {ct:.2f} | {ct / cb:.2f} ({cb / ct:.1f}× faster) | {diff:.1e} |")
     sb, st = (min(res["startup"][c]) for c in (name, "tree"))
     print(f"\nstart-up (CPU of `import mfpde.cli, mfpde.training.driver`): {name} {sb:.2f} s, this tree {st:.2f} s")
-    res["profile"] = {code: profile(tree, min(steps)) for code, tree in ((name, base), ("tree", ROOT))}
+    res["profile"] = {code: profile(tree, min(steps), config) for code, tree in ((name, base), ("tree", ROOT))}
     cats = list(dict.fromkeys([*res["profile"][name], *res["profile"]["tree"]]))
     print(f"\nwhere the CPU goes, {min(steps)} training steps (bench/profile_run.py):\n\n"
           f"| | {name} [s] | this tree [s] |\n|---|---|---|")
@@ -161,7 +163,11 @@ def main() -> None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
                            check=True)
             try:
-                comparison = compare(base, args.baseline, args.steps, args.repeat, args.config)
+                config = args.config  # default: this tree's embedded default, for both codes (the same problem)
+                if config is None:
+                    config = str(Path(tmp) / "default.toml")
+                    shutil.copy(ROOT / "mfpde" / "defaults" / "run.toml", config)
+                comparison = compare(base, args.baseline, args.steps, args.repeat, config)
                 if args.ranks:
                     rows.append(run(1, False, args.overrides, args.config, base))
             finally:

@@ -6,7 +6,7 @@ seconds of process CPU time, user + system) and each sample's Python stack is as
 (:data:`CATEGORIES`, outermost frame first) that one of its frames matches; samples no category claims are
 "other". Time spent in C code (PETSc, numpy, ADIOS2) is charged to the Python frame that called it.
 
-Run: ``python bench/profile_run.py [--out DIR] [--set KEY=VALUE ...]``, or with ``PYTHONPATH`` pointing at
+Run: ``python bench/profile_run.py [CONFIG] [--out DIR] [--set KEY=VALUE ...]``, or with ``PYTHONPATH`` pointing at
 another tree to profile that code. Prints a markdown table and one JSON line (``{"category": seconds, ...}``)
 as its last line; :mod:`bench_run` runs it for the current tree and the baseline.
 """
@@ -53,6 +53,7 @@ def _category(frame: FrameType | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config", nargs="?", default=None, help="config TOML (default: the embedded default)")
     parser.add_argument("--out", default=None, help="output directory (default: a temporary one)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--interval", type=float, default=0.002, help="seconds of CPU time between samples")
@@ -69,7 +70,8 @@ def main() -> None:
         from mfpde.cli import main as cli_main  # the CLI's own imports are sampled as well
 
         sets = [x for o in args.overrides for x in ("--set", o)]
-        rc = cli_main(["run", "--quiet", "--out", args.out or f"{tmp}/out", *sets])
+        rc = cli_main(["run", *([args.config] if args.config else []), "--quiet", "--out", args.out or f"{tmp}/out",
+                       *sets])
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
     cpu = time.process_time() - c0
     if rc:
