@@ -40,12 +40,13 @@ Snapshots = dict[int, tuple[Array, ...]]
 #: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most; None: as many as
 #: :data:`BATCH_BYTES` holds (:meth:`Objective.batch_size`).
 BATCH_SAMPLES: int | None = None
-#: Bytes per rank a batch's taped forward may take (estimate :meth:`Objective.batch_size`). Measured on
-#: ``demos/digits_deep.toml`` (DG0, 17 heads, one thread): the larger the batch the faster (16×16 cells, 60 images:
-#: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient; 32×32 cells, 20 images: batches of 4, 8, 20 took 4.5,
-#: 2.7, 2.2 s), the tape growing with it (3.4 MB a sample on 16×16 cells); the default's single layer (16×16 cells,
-#: one head) then advances all its 287 training images at once (3.7 s instead of 6.1 s for 40 training steps).
-BATCH_BYTES = 256 * 2**20
+#: Bytes per rank a batch's taped forward may take (estimate :meth:`Objective.batch_size`): about 9 samples of
+#: ``demos/digits_deep.toml`` (DG0 on 32×32 cells, 17 heads, 8 depth steps; batches of about 10 were measured best
+#: there on an idle machine, docs/benchmarks.md), 36 on 16×16 cells, and all 287 training images of the default's
+#: single layer (16×16 cells, one head: 40 training steps took 3.7 s of CPU instead of 6.1 s in batches of 8,
+#: the same risk to the last bit). On a loaded machine larger batches of the deep model were faster still
+#: (16×16 cells, 60 images: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient), at 3.4 MB of tape a sample.
+BATCH_BYTES = 128 * 2**20
 
 class Objective:
     """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.problem.Problem`.

@@ -206,3 +206,36 @@ def test_shallow_reports_equal_per_sample():
         assert np.allclose(reps[j].mean_T, rep.mean_T, rtol=0, atol=tol)
         assert abs(reps[j].yhat - rep.yhat) <= tol * max(abs(rep.yhat), 1.0)
     assert min(r.min_density for r in reps) < 0  # the explicit layer is not positivity preserving at this T
+
+
+def test_batch_size_from_the_memory_budget(monkeypatch):
+    """Without BATCH_SAMPLES a batch holds as many samples as BATCH_BYTES allows by the tape estimate 32 n (1 + N_a)
+    (3 K + 1) bytes a sample: the single layer (K = 1) of a small problem advances all its training samples in one
+    batched solve; a budget below one sample's estimate gives batches of one; BATCH_SAMPLES overrides the budget."""
+    cfg = C.load(DEEP, [*SMALL, 'depth.model="shallow"'])
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    obj, heads = cp.objective, cp.heads()
+    assert obj.batch is not None
+    n_a = [len(h.a) for h in heads]
+    per = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * 4
+    assert obj.batch_size(n_a) == objective_module.BATCH_BYTES // per >= len(cp.problem.train)
+    rows: list[int] = []
+    real = obj.batch.solve_shallow
+
+    def counting(U, *args, **kwargs):
+        rows.append(len(U))
+        return real(U, *args, **kwargs)
+
+    monkeypatch.setattr(obj.batch, "solve_shallow", counting)
+    g = obj.gradient(heads)
+    assert rows == [len(cp.problem.train)]  # one batch
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", per - 1)
+    assert obj.batch_size(n_a) == 1
+    rows.clear()
+    assert obj.gradient(heads).risk == g.risk and rows == [1] * len(cp.problem.train)
+    monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
+    assert obj.batch_size(n_a) == 3
+    deep = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF).objective  # K depth steps: a larger estimate
+    monkeypatch.setattr(objective_module, "BATCH_SAMPLES", None)
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", 2 * 32 * 144 * 3 * (3 * cfg.depth.steps + 1))
+    assert deep.batch_size([2, 2]) == 2
