@@ -112,7 +112,8 @@ class Problem:
         g: the readout, points (N, d) → (N,) (theory §2).
         mu0: per split (``"train"``, ``"test"``), the densities μ_0 of this group's samples
             (:meth:`SampleGroups.mine`, in that order), stacked, shape (n_mine, n_local); a split whose stack
-            exceeds :data:`~mfpde.tokens.box.data.MU0_CACHE_BYTES` is not kept.
+            exceeds :data:`~mfpde.tokens.box.data.MU0_CACHE_BYTES` is not kept; kept for a run only
+            (``split_samples``).
     """
 
     cfg: Config
@@ -176,7 +177,7 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
             mine = groups.mine(samples)
             # global sizes: the ranks of a group agree on what is kept (filling is collective over the group)
             row = 8 * tokens.W.dofmap.index_map.size_global
-            keep = row * (len(mine) + sum(len(U) for U in mu0.values())) <= MU0_CACHE_BYTES
+            keep = split_samples and row * (len(mine) + sum(len(U) for U in mu0.values())) <= MU0_CACHE_BYTES
             per = max(1, MU0_CACHE_BYTES // 8 // max(row, 1))  # rows filled at a time when not kept
             parts, step = [], max(len(mine) if keep else per, 1)
             for j in range(0, len(mine), step):

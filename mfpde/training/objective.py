@@ -48,6 +48,7 @@ BATCH_SAMPLES: int | None = None
 #: (16×16 cells, 60 images: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient), at 3.4 MB of tape a sample.
 BATCH_BYTES = 128 * 2**20
 
+
 class Objective:
     """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.problem.Problem`.
 
