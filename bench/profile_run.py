@@ -29,7 +29,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("plots", ("mfpde/plots.py:", "mfpde/plot_loss.py:", "mfpde/plot_layout.py:")),
     ("μ_T fields (.bp)", ("objective.py:_output", "objective.py:_write_fields", "mfpde/sample_fields.py:")),
     ("initial measures μ_0", ("objective.py:_initial", "mfpde/tokens/box/data.py:fill_density",
-                              "objective.py:initial_measures", "mfpde/tokens/box/initial.py:")),
+                              "mfpde/tokens/box/data.py:initial_measures")),
     ("training: forward + adjoint", ("objective.py:_solves",)),
     ("NTK, report, held-out accuracy", ("driver.py:_final_outputs", "records.py:history_row")),
     ("ρ step (Fokker–Planck)", ("splitting.py:step",)),
