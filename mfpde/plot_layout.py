@@ -25,7 +25,7 @@ def _col(history: list[dict[str, float]], key: str) -> Array | None:
 
 
 def _figure(width: float, height: float) -> Figure:
-    """A figure of that size in inches, outside pyplot (no figure manager; ``_save`` closes it all the same)."""
+    """A figure of that size in inches, outside pyplot (no figure manager: nothing to close)."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height))

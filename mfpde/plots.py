@@ -240,18 +240,17 @@ def tokens_figure(series: TokenSeries) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> None:
-    """Write the figure to path via a temporary file, fsync and a rename (atomic), then close it."""
-    import matplotlib.pyplot as plt
+    """Write the figure to path via a temporary file, fsync and a rename (atomic).
 
+    The figures are made outside pyplot (:func:`mfpde.plot_layout._figure`): nothing to close, and pyplot (its
+    style library read at import) is not imported.
+    """
     tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            fig.savefig(f, format="png", dpi=100, pil_kwargs={"compress_level": 1})  # zlib level 6: 30 ms more
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
+    with open(tmp, "wb") as f:
+        fig.savefig(f, format="png", dpi=100, pil_kwargs={"compress_level": 1})  # zlib level 6: 30 ms more
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], rho: RhoSeries | None,

@@ -16,11 +16,12 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
-import dolfinx.fem
+import numpy as np
+import numpy.typing as npt
 
 from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
@@ -29,7 +30,7 @@ from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
 from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
 from mfpde.tokens.attention import HeadMeasure
-from mfpde.tokens.box.data import Sample, fill_density, load_samples
+from mfpde.tokens.box.data import MU0_CACHE_BYTES, Sample, initial_measures, load_samples
 from mfpde.tokens.box.readout import Readout, readout_function
 from mfpde.tokens.box.transport import TokenTransport
 from mfpde.tokens.rk import SCHEMES
@@ -110,6 +111,10 @@ class Problem:
         heads0: the reduced initial head distribution ρ₀ (theory §1.3: V depends on ρ only through it).
         train, test: the samples (test is empty except for classification data).
         g: the readout, points (N, d) → (N,) (theory §2).
+        mu0: per split (``"train"``, ``"test"``), the densities μ_0 of this group's samples
+            (:meth:`SampleGroups.mine`, in that order), stacked, shape (n_mine, n_local); a split whose stack
+            exceeds :data:`~mfpde.tokens.box.data.MU0_CACHE_BYTES` is not kept; kept for a run only
+            (``split_samples``).
     """
 
     cfg: Config
@@ -122,6 +127,7 @@ class Problem:
     train: list[Sample]
     test: list[Sample]
     g: Readout
+    mu0: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     @property
     def shallow(self) -> bool:
@@ -167,14 +173,22 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     tokens = TokenTransport(make_domain(groups.tcomm, t.dim, t.mesh, t.box, t.cells, t.cell), t.degree, t.cfl,
                             cfg.petsc.token)
     tokens.scheme = SCHEMES[cfg.depth.scheme]
-    u = dolfinx.fem.Function(tokens.W)
-    with groups.collective_failure(ConfigError):
-        for samples, which in ((train, "sample"), (test, "held-out sample")):
-            for i in groups.mine(samples):
-                try:
-                    fill_density(samples[i], u, tokens.mass)
-                except ConfigError as e:  # say which sample
-                    raise ConfigError(f"{e} ({which} {i})") from None
+    mu0: dict[str, npt.NDArray[np.float64]] = {}
+    with groups.collective_failure(ConfigError):  # every sample filled once: bad data is an input error here
+        for split, samples, which in (("train", train, "sample"), ("test", test, "held-out sample")):
+            mine = groups.mine(samples)
+            # global sizes: the ranks of a group agree on what is kept (filling is collective over the group)
+            row = 8 * tokens.W.dofmap.index_map.size_global
+            keep = split_samples and row * (len(mine) + sum(len(U) for U in mu0.values())) <= MU0_CACHE_BYTES
+            per = max(1, MU0_CACHE_BYTES // 8 // max(row, 1))  # rows filled at a time when not kept
+            parts, step = [], max(len(mine) if keep else per, 1)
+            for j in range(0, len(mine), step):
+                idx = mine[j:j + step]
+                U = initial_measures([samples[i] for i in idx], tokens.W, [f"{which} {i}" for i in idx])
+                if keep:
+                    parts.append(U)
+            if keep:
+                mu0[split] = np.concatenate(parts) if parts else np.zeros((0, len(tokens.m)))
     if h.init["kind"] == "gaussian":
         theta = theta_space(comm, cfg, family)
         heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
@@ -182,4 +196,4 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
         theta = None
         heads0 = dirac_heads(family, h.init["points"], h.init["weights"])
     g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
-    return Problem(cfg, comm, groups, tokens, family, theta, heads0, train, test, g)
+    return Problem(cfg, comm, groups, tokens, family, theta, heads0, train, test, g, mu0)

@@ -337,3 +337,17 @@ def test_a_bad_blas_thread_count_is_refused(value):
     for ok, limit in (("default", None), ("3", 3), ("", None)):
         with blas_threads(env={"MFPDE_BLAS_THREADS": ok}) as got:
             assert got == limit, ok
+
+
+@pytest.mark.serial
+def test_start_up_leaves_heavy_modules_unimported():
+    """What ``mfpde run`` imports before its set-up leaves out the modules only some paths need (each a tenth of a
+    second or more of every run's start-up): scipy.stats (:mod:`mfpde.limits`, Gaussian box masses), scipy.fft and
+    scipy.special (:func:`mfpde.tokens.attention.chebyshev_coefficients` beyond 64 nodes), scipy.interpolate and
+    matplotlib (the plots, drawn at the end), scikit-learn (the digits are read from its data file)."""
+    heavy = ["scipy.stats", "scipy.fft", "scipy.special", "scipy.interpolate", "matplotlib", "sklearn"]
+    code = ("import sys, mfpde.cli, mfpde.training.driver, mfpde.tokens.job; "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

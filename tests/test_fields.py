@@ -98,8 +98,9 @@ def test_run_fields_hold_each_cell_once(tempdir, capfd):
 
 def _check_run(tempdir: Path) -> None:
     report = json.loads((tempdir / "report.json").read_text())
-    for i in range(2):
-        (vals, ncells), = _read(tempdir / "fields" / f"mu_T_train_{i}.bp", "mu_T")
+    snaps = _read(tempdir / "fields" / "mu_T_train.bp", "mu_T")  # one step per training sample
+    assert len(snaps) == 2
+    for i, (vals, ncells) in enumerate(snaps):
         assert len(vals) == 64 and ncells == 64, (i, len(vals), ncells)
         # digits in the unit square inside [-1, 1]²: cells of area 1/16; ∫μ_T = 1 − outflow ≥ 1 − outflow_tol
         assert 1.0 - 1e-2 - sum_error(64) <= vals.sum() / 16 <= 1.0 + sum_error(64, 2.0), vals.sum() / 16

@@ -38,7 +38,6 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-import scipy.fft
 
 from mfpde.tokens.box.substitution import substituted_values
 
@@ -186,6 +185,8 @@ def chebyshev_coefficients(values: Array, n: int) -> Array:
     """
     if n <= 64:
         return _dct_matrix(n) @ values
+    import scipy.fft  # only here: with scipy.special, a tenth of a second of every run's start-up
+
     coef = scipy.fft.dct(values, type=1, axis=0) / n
     coef[[0, -1]] *= 0.5
     return coef

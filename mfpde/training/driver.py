@@ -221,7 +221,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             snaps: Snapshots = {}
             keep = plot_samples(cp) if oc.plots and output else []  # μ_t of the last output step: for the plots
             if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
-                grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train_",
+                grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train",
                                              snapshots=snaps, snapshot=keep)
             else:
                 grad = cp.objective.gradient(heads, snapshots=snaps, snapshot=keep)

@@ -20,13 +20,13 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
-from mfpde.fields import FieldWriter
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
+from mfpde.sample_fields import write_sample_fields
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
-from mfpde.tokens.box.data import Sample, fill_density
+from mfpde.tokens.box.data import Sample, initial_measures
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.tape import CheckpointedTape, tape_budget
 from mfpde.tokens.box.transport import SampleOperator, Tape, TransportReport
@@ -38,14 +38,16 @@ Array = npt.NDArray[np.float64]
 #: μ_t of a few samples at :attr:`Objective.snapshot_depths` (μ_0, μ_{T/2}, μ_T) as global quadrature
 #: weights m_i μ_t(x_i), each shape (N_y,), for plots; keyed by sample index.
 Snapshots = dict[int, tuple[Array, ...]]
-#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most. Measured on
-#: ``demos/digits_deep.toml`` (DG0, 32×32 cells, 17 heads, one thread): the softmax and its VJP cost the same per
-#: sample from 1 to 10 samples and 10–45% more from 16 to 32; what a batch saves is the per-stage work shared by
-#: its samples (on 16×16 cells chunks of 10 are 2× faster than one sample at a time).
-BATCH_SAMPLES = 8
-#: Bytes per rank of initial densities μ_0 kept by :class:`Objective` (one array per sample after its first solve:
-#: setting μ_0 by interpolation costs more than the single-layer model's solve).
-MU0_CACHE_BYTES = 512 * 2**20
+#: Samples advanced together by the batched solver (:mod:`mfpde.tokens.box.batch`), at most; None: as many as
+#: :data:`BATCH_BYTES` holds (:meth:`Objective.batch_size`).
+BATCH_SAMPLES: int | None = None
+#: Bytes per rank a batch's taped forward may take (estimate :meth:`Objective.batch_size`): about 9 samples of
+#: ``demos/digits_deep.toml`` (DG0 on 32×32 cells, 17 heads, 8 depth steps; batches of about 10 were measured best
+#: there on an idle machine, docs/benchmarks.md), 36 on 16×16 cells, and all 287 training images of the default's
+#: single layer (16×16 cells, one head: 40 training steps took 3.7 s of CPU instead of 6.1 s in batches of 8,
+#: the same risk to the last bit). On a loaded machine larger batches of the deep model were faster still
+#: (16×16 cells, 60 images: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient), at 3.4 MB of tape a sample.
+BATCH_BYTES = 128 * 2**20
 
 
 class Objective:
@@ -60,7 +62,10 @@ class Objective:
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
         self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) else None
-        self._mu0: dict[int, tuple[Sample, Array]] = {}
+        #: μ_0 of this group's samples per split as :func:`~mfpde.problem.build` filled them (list, row of sample i)
+        self._mu0 = {id(s): (s, {i: j for j, i in enumerate(pb.groups.mine(s))}, pb.mu0[k])
+                     for k, s in (("train", pb.train), ("test", pb.test)) if k in pb.mu0}
+        self._pool: list[dolfinx.fem.Function] = []  # the Functions a batch's μ are set in (made once)
         #: The largest fraction of ∫μ_0 that left Ω over the samples of the last :meth:`gradient` or :meth:`predict`.
         self.max_outflow = 0.0
         self._outflow = 0.0
@@ -69,22 +74,39 @@ class Objective:
         #: What the tapes of the last gradient cost (:meth:`CheckpointedTape.stats`, summed over batches; peak bytes).
         self.tape_stats: dict[str, int] = {}
 
-    def _initial(self, sample: Sample, u: dolfinx.fem.Function) -> None:
-        """Set u to μ_0 of the sample (:func:`~mfpde.tokens.box.data.fill_density`), kept after the first time.
+    def _initial(self, samples: list[Sample], chunk: list[int]) -> list[dolfinx.fem.Function]:
+        """Functions set to μ_0 of ``samples[i]`` for i in chunk (this group's), one per sample, reused by each batch.
 
-        The input measures never change, and interpolating them costs more than the single-layer model's
-        solve. Collective over the token group when filled; whether a sample is kept depends only on global
-        sizes and on how many are kept, so the ranks of a group agree.
+        The densities of the problem's training and held-out samples come from the stacks
+        :func:`~mfpde.problem.build` filled (:attr:`mfpde.problem.Problem.mu0`); other samples, or a split too
+        large to keep, are filled for the chunk (:func:`~mfpde.tokens.box.data.initial_measures`, collective over
+        the token group).
         """
-        hit = self._mu0.get(id(sample))
-        if hit is not None and hit[0] is sample:
-            u.x.array[:] = hit[1]
-            return
-        fill_density(sample, u, self.tokens.mass)
-        imap = u.function_space.dofmap.index_map
-        size = 8 * imap.size_global * u.function_space.dofmap.index_map_bs
-        if (len(self._mu0) + 1) * size <= MU0_CACHE_BYTES:
-            self._mu0[id(sample)] = (sample, u.x.array.copy())
+        hit = self._mu0.get(id(samples))
+        if hit is not None and hit[0] is samples:
+            U = hit[2][[hit[1][i] for i in chunk]]
+        else:
+            U = initial_measures([samples[i] for i in chunk], self.tokens.W)
+        while len(self._pool) < len(chunk):
+            self._pool.append(dolfinx.fem.Function(self.tokens.W, name="mu_T"))
+        for u, row in zip(self._pool, U, strict=False):
+            u.x.array[:] = row
+        return self._pool[:len(chunk)]
+
+    def batch_size(self, n_a: list[int]) -> int:
+        """Samples per batch: :data:`BATCH_SAMPLES` if set, else as many as :data:`BATCH_BYTES` holds (at least 1).
+
+        A sample's taped forward is estimated as 32 n_local (1 + N_a) (3 K + 1) bytes: K depth steps of three SSP
+        stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the largest
+        number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells, 17 heads,
+        8 depth steps. Depends on global sizes only: the ranks of a group agree.
+        """
+        if BATCH_SAMPLES is not None:
+            return BATCH_SAMPLES
+        steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
+        n_local = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
+        per = 32 * n_local * (1 + max(n_a, default=0)) * (3 * steps + 1)
+        return max(1, BATCH_BYTES // per)
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | CheckpointedTape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
@@ -120,14 +142,20 @@ class Objective:
                 keep.append(self.tokens.quad.gather(u))
         return callback
 
-    def _output(self, i: int, mus: list[Array] | None, u: dolfinx.fem.Function, fields: Path | None, tag: str,
+    def _output(self, i: int, mus: list[Array] | None, u: dolfinx.fem.Function, kept: dict[int, Array] | None,
                 snapshots: Snapshots | None, snapshot: Container[int]) -> None:
-        """Write μ_T of sample i (``fields/mu_T_<tag><i>.bp``) and keep μ_t for plots if i is wanted."""
-        if fields is not None:
-            with FieldWriter(self.groups.tcomm, fields / f"mu_T_{tag}{i}.bp", [u]) as w:
-                w.write(self.pb.cfg.depth.T)
+        """Keep μ_T of sample i for the fields (in ``kept``) and μ_t for plots if i is wanted."""
+        if kept is not None:
+            kept[i] = u.x.array.copy()
         if snapshots is not None and i in snapshot and mus is not None:
             snapshots[i] = (*mus, self.tokens.quad.gather(u))
+
+    def _write_fields(self, fields: Path | None, tag: str, n: int, kept: dict[int, Array]) -> None:
+        """Write μ_T of the n samples into ``fields/mu_T_<tag>.bp`` (sample i at "time" i). Collective."""
+        if fields is not None:
+            with self.groups.collective_failure():  # a full disk in the writing group: ConfigError on every rank
+                write_sample_fields(self.groups, self.tokens.W, fields / f"mu_T{'_' + tag if tag else ''}.bp", n,
+                                    kept)
 
     def _solves(self, samples: list[Sample], heads: list[HeadMeasure], taped: bool, snapshot: Container[int]
                 ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
@@ -143,14 +171,10 @@ class Objective:
         if taped:
             self.tape_stats = {}
         mine = self.groups.mine(samples)
-        size = BATCH_SAMPLES if self.batch is not None else 1
+        size = self.batch_size(n_a) if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
         for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
-            us = []
-            for i in chunk:
-                u = dolfinx.fem.Function(tokens.W, name="mu_T")
-                self._initial(samples[i], u)
-                us.append(u)
+            us = self._initial(samples, chunk)
             if self.batch is not None:
                 try:  # the batch is solved before anything is yielded: a decline leaves ``us`` as filled
                     yield from self._batched(chunk, us, heads, taped, snapshot, n_a)
@@ -220,8 +244,9 @@ class Objective:
         Args:
             samples: the input measures.
             heads: ρ per layer block, reduced.
-            fields: if given, μ_T of sample i is written to ``fields/mu_T_<tag><i>.bp`` (VTX).
-            tag: the file-name tag of the fields.
+            fields: if given, μ_T of every sample is written to ``fields/mu_T_<tag>.bp`` (VTX, sample i at
+                "time" i: :func:`mfpde.sample_fields.write_sample_fields`).
+            tag: the file-name tag of the fields (the split: ``train``, ``test``).
             snapshots: where μ_t at :attr:`snapshot_depths` (gathered quadrature weights) of the samples in
                 ``snapshot`` are stored, on this rank's group (see :meth:`gather_snapshots`).
             snapshot: the indices of the samples to keep snapshots of.
@@ -231,10 +256,12 @@ class Objective:
         """
         y = np.zeros(len(samples))
         self._outflow = 0.0
+        kept: dict[int, Array] = {}
         with self.groups.collective_failure():
             for i, yhat, mus, _, u in self._solves(samples, heads, False, snapshot):
                 y[i] = yhat if self.groups.tcomm.rank == 0 else 0.0
-                self._output(i, mus, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, kept if fields is not None else None, snapshots, snapshot)
+        self._write_fields(fields, tag, len(samples), kept)
         self.max_outflow = self.pb.comm.allreduce(self._outflow, op=MPI.MAX)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
@@ -262,6 +289,7 @@ class Objective:
         D = [np.zeros(len(h.a)) for h in heads]
         Dy = [np.zeros((n, len(h.a))) for h in heads] if per_sample else None
         self._outflow = 0.0
+        kept: dict[int, Array] = {}
         with self.groups.collective_failure():
             for i, yi, mus, dy, u in self._solves(pb.train, heads, True, snapshot):
                 r = yi - pb.train[i].target
@@ -272,7 +300,8 @@ class Objective:
                             D[k] += r * dy[k] / n
                             if Dy is not None:
                                 Dy[k][i] = dy[k]
-                self._output(i, mus, u, fields, tag, snapshots, snapshot)
+                self._output(i, mus, u, kept if fields is not None else None, snapshots, snapshot)
+        self._write_fields(fields, tag, n, kept)
         comm = pb.comm
         self.max_outflow = comm.allreduce(self._outflow, op=MPI.MAX)
         yhat = comm.allreduce(yhat, op=MPI.SUM)

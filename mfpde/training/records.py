@@ -243,7 +243,7 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
     """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective.
 
     With ``test_fields`` (the last row of a run) the held-out samples' μ_T are written there as well
-    (``mu_T_test_<i>.bp``): the final outputs take the held-out accuracy from this row instead of solving again.
+    (``mu_T_test.bp``): the final outputs take the held-out accuracy from this row instead of solving again.
     ``test_yhat``, if given, receives ŷ of the held-out samples under ``"test"`` (shape (n_test,)).
     """
     st = cp.state
@@ -261,7 +261,7 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
         row["train_accuracy"] = float(np.mean(np.sign(grad.yhat) == np.sign(y)))
         if pb.test:
             yt = np.array([smp.target for smp in pb.test])
-            yh = cp.objective.predict(pb.test, cp.heads(), test_fields, tag="test_")
+            yh = cp.objective.predict(pb.test, cp.heads(), test_fields, tag="test")
             if test_yhat is not None:
                 test_yhat["test"] = yh
             row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))

@@ -249,7 +249,7 @@ def write_predictions(out: Path, targets: dict[str, np.ndarray], yhat0: dict[str
                       yhat: dict[str, np.ndarray], comm: MPI.Comm) -> None:
     """Write ``predictions.csv``: ``sample, split, target, yhat_initial, yhat_final`` (ŷ of ρ₀ and of ρ_S).
 
-    ``sample`` is the index within its split (that of ``fields/mu_T_<split>_<sample>.bp``); 17 significant digits.
+    ``sample`` is the index within its split (its "time" in ``fields/mu_T_<split>.bp``); 17 significant digits.
     """
     buf = io.StringIO()
     w = csv.writer(buf)

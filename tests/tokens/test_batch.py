@@ -124,26 +124,53 @@ def test_declined_batch_falls_back_to_per_sample():
 
 
 def test_initial_densities_are_kept(monkeypatch):
-    """μ_0 of a sample is interpolated once (Objective keeps it): a second prediction fills nothing and gives the
-    same ŷ bit for bit; with no budget (MU0_CACHE_BYTES = 0) every solve fills again, with the same ŷ."""
-    calls = []
-    real = objective_module.fill_density
+    """μ_0 of every sample is filled once, by build (one stack per split): predictions fill nothing more and give the
+    same ŷ bit for bit; with no budget (MU0_CACHE_BYTES = 0) nothing is kept and every solve fills its samples again,
+    with the same ŷ."""
+    import mfpde.problem as problem_module
 
-    def counting(*args):
-        calls.append(1)
-        return real(*args)
+    rows = []
+    real = objective_module.initial_measures
 
-    monkeypatch.setattr(objective_module, "fill_density", counting)
+    def counting(samples, *args):
+        rows.append(len(samples))
+        return real(samples, *args)
+
+    monkeypatch.setattr(objective_module, "initial_measures", counting)
     cfg = C.load(DEEP, SMALL)
-    for budget, fills in ((objective_module.MU0_CACHE_BYTES, 1), (0, 2)):
-        monkeypatch.setattr(objective_module, "MU0_CACHE_BYTES", budget)
+    ys = []
+    for budget, fills in ((problem_module.MU0_CACHE_BYTES, 0), (0, 2)):
+        monkeypatch.setattr(problem_module, "MU0_CACHE_BYTES", budget)
         cp = CoupledProblem(cfg, MPI.COMM_SELF)
+        assert sorted(cp.problem.mu0) == (["test", "train"] if budget else [])
         heads, test = cp.heads(), cp.problem.test
-        calls.clear()
+        rows.clear()
         y0 = cp.objective.predict(test, heads)
         y1 = cp.objective.predict(test, heads)
-        assert len(calls) == fills * len(test), (budget, len(calls))
+        assert sum(rows) == fills * len(test), (budget, rows)
         assert np.array_equal(y0, y1)
+        ys.append(y0)
+    assert np.array_equal(*ys)
+
+
+def test_stacked_initial_measures_equal_fill_density():
+    """The stacked fill (one space, one evaluation of the pixels) gives each image's, Gaussian's and point cloud's
+    μ_0 bit for bit as fill_density does one sample at a time, on DG0 and DG1."""
+    from mfpde.tokens.box.data import Sample, fill_density, initial_measures
+
+    rng = np.random.default_rng(3)
+    samples = [Sample("image", {"image": rng.integers(0, 17, (8, 8)).astype(float), "origin": (-0.5, -0.5)}, 1.0)
+               for _ in range(3)]
+    samples += [Sample("gaussian", {"mean": np.array([0.1, -0.2]), "cov": 0.1 * np.eye(2)}, 0.0),
+                Sample("points", {"points": rng.uniform(-0.9, 0.9, (5, 2)), "weights": np.ones(5)}, 0.0)]
+    for degree in (0, 1):
+        cfg = C.load(DEEP, [*SMALL, f"tokens.degree={degree}"])
+        tokens = CoupledProblem(cfg, MPI.COMM_SELF).problem.tokens
+        U = initial_measures(samples, tokens.W)
+        for j, s in enumerate(samples):
+            u = dolfinx.fem.Function(tokens.W)
+            fill_density(s, u, tokens.mass)
+            assert np.array_equal(U[j], u.x.array), (degree, s.kind)
 
 
 def test_shallow_reports_equal_per_sample():
@@ -195,3 +222,36 @@ def test_checkpointed_batch_gradient_is_bit_identical():
     assert g1.risk == g0.risk and np.array_equal(g1.yhat, g0.yhat)
     assert g0.Dy is not None and g1.Dy is not None
     assert all(np.array_equal(a, b) for a, b in zip(g1.D + g1.Dy, g0.D + g0.Dy, strict=True))
+
+
+def test_batch_size_from_the_memory_budget(monkeypatch):
+    """Without BATCH_SAMPLES a batch holds as many samples as BATCH_BYTES allows by the tape estimate 32 n (1 + N_a)
+    (3 K + 1) bytes a sample: the single layer (K = 1) of a small problem advances all its training samples in one
+    batched solve; a budget below one sample's estimate gives batches of one; BATCH_SAMPLES overrides the budget."""
+    cfg = C.load(DEEP, [*SMALL, 'depth.model="shallow"'])
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    obj, heads = cp.objective, cp.heads()
+    assert obj.batch is not None
+    n_a = [len(h.a) for h in heads]
+    per = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * 4
+    assert obj.batch_size(n_a) == objective_module.BATCH_BYTES // per >= len(cp.problem.train)
+    rows: list[int] = []
+    real = obj.batch.solve_shallow
+
+    def counting(U, *args, **kwargs):
+        rows.append(len(U))
+        return real(U, *args, **kwargs)
+
+    monkeypatch.setattr(obj.batch, "solve_shallow", counting)
+    g = obj.gradient(heads)
+    assert rows == [len(cp.problem.train)]  # one batch
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", per - 1)
+    assert obj.batch_size(n_a) == 1
+    rows.clear()
+    assert obj.gradient(heads).risk == g.risk and rows == [1] * len(cp.problem.train)
+    monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
+    assert obj.batch_size(n_a) == 3
+    deep = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF).objective  # K depth steps: a larger estimate
+    monkeypatch.setattr(objective_module, "BATCH_SAMPLES", None)
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", 2 * 32 * 144 * 3 * (3 * cfg.depth.steps + 1))
+    assert deep.batch_size([2, 2]) == 2

@@ -103,7 +103,7 @@ def test_run_default_small(tempdir):
     for f in ("plots/loss.png", "plots/rho.png", "plots/tokens.png", "config.toml", "checkpoint/state.npz"):
         assert (tempdir / f).exists(), f
     assert (tempdir / "fields" / "rho.bp").is_dir()
-    assert (tempdir / "fields" / "mu_T_train_0.bp").is_dir() and (tempdir / "fields" / "mu_T_test_3.bp").is_dir()
+    assert (tempdir / "fields" / "mu_T_train.bp").is_dir() and (tempdir / "fields" / "mu_T_test.bp").is_dir()
 
 
 def test_final_accuracy_is_the_last_rows_and_the_predictions(tempdir, monkeypatch):

@@ -13,6 +13,7 @@ Each sample is turned into a DG density on the token mesh with mass 1 (theory §
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import dolfinx.fem
 import dolfinx.geometry
 import numpy as np
 import numpy.typing as npt
+from dolfinx import cpp as _cpp
 
 from mfpde.config import Config
 from mfpde.errors import ConfigError
@@ -126,13 +128,93 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
     return [Sample("points", {"points": p, "weights": w}, float(y)) for p, w, y in zip(pts, wts, tgt, strict=True)], []
 
 
-def _normalise(u: dolfinx.fem.Function, mass: float, what: str) -> None:
-    if not (np.isfinite(mass) and mass > 0):
-        raise ConfigError(f"{what}: the input density has no mass on the token domain")
-    u.x.array[:] /= mass
+#: Bytes per rank of initial densities μ_0 kept for the whole run (:class:`mfpde.problem.Problem` ``mu0``, one
+#: stacked array per split; beyond it each solve fills its batch again: interpolating costs more than the
+#: single-layer model's solve).
+MU0_CACHE_BYTES = 512 * 2**20
 
 
-def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
+def _cell_values(sample: Sample, x: Array) -> Array:
+    """The DG0 values of an image sample at the cell midpoints x, shape (3, n_cells) → (n_cells,)."""
+    img = np.asarray(sample.params["image"], dtype=float)
+    x0, y0 = sample.params.get("origin", (0.0, 0.0))
+    xs, ys = x[0] - x0, x[1] - y0
+    inside = (xs >= 0) & (xs <= 1) & (ys >= 0) & (ys <= 1)
+    j = np.clip(np.floor(8 * xs).astype(int), 0, 7)
+    i = np.clip(np.floor(8 * (1 - ys)).astype(int), 0, 7)
+    return np.where(inside, img[i, j], 0.0)  # zero outside the unit square
+
+
+def initial_measures(samples: list[Sample], W: dolfinx.fem.FunctionSpace, names: list[str] | None = None) -> Array:
+    """The densities μ_0 of the samples with mass 1 on the DG space W, stacked (one space, one work function).
+
+    The same numbers as :func:`fill_density` for each sample with the lumped mass of W (bit for bit): images are
+    evaluated at the DG0 cell midpoints (``interpolation_coords``, computed once), then interpolated into W;
+    Gaussians are interpolated into W; point clouds are deposited. The masses are one reduction over W's ranks.
+    Collective over W's communicator.
+
+    Args:
+        samples: the input measures (any mix of kinds).
+        W: a DG space on the token mesh.
+        names: a name per sample for error messages (default ``sample <index>``).
+
+    Returns:
+        The local dofs (owned and ghost) of every μ_0, shape (len(samples), n_local).
+
+    Raises:
+        ConfigError: a measure has no mass on Ω, or a point lies outside Ω (the first such sample, named).
+    """
+    msh = W.mesh
+    tdim = msh.topology.dim
+    Q = W if W.element.basix_element.degree == 0 else dolfinx.fem.functionspace(msh, ("DG", 0))
+    u, u0 = dolfinx.fem.Function(W), dolfinx.fem.Function(Q)
+    imap = msh.topology.index_map(tdim)
+    cells = np.arange(imap.size_local + imap.num_ghosts, dtype=np.int32)
+    x = None
+    U = np.empty((len(samples), len(u.x.array)))
+    names = names or [f"sample {i}" for i in range(len(samples))]
+    for k, sample in enumerate(samples):
+        try:
+            if sample.kind == "gaussian":
+                u.interpolate(_gaussian(sample, msh.geometry.dim))
+                U[k] = u.x.array
+                continue
+            if sample.kind == "image":
+                if x is None:  # what Function.interpolate evaluates a callable at
+                    x = _cpp.fem.interpolation_coords(Q.element._cpp_object, msh.geometry._cpp_object, cells)
+                u0._cpp_object.interpolate_f(np.asarray(_cell_values(sample, x), dtype=np.float64), cells)
+            else:
+                _deposit(u0, sample.params["points"], sample.params["weights"])
+        except ConfigError as e:
+            raise ConfigError(f"{e} ({names[k]})") from None
+        if Q is W:
+            U[k] = u0.x.array
+        else:
+            u.interpolate(u0)
+            U[k] = u.x.array
+    m, n = lumped_mass(W), W.dofmap.index_map.size_local
+    local = np.array([float(m[:n] @ U[k, :n]) for k in range(len(U))])  # per row: the dot of TokenTransport.mass
+    mass = np.empty_like(local)
+    msh.comm.Allreduce(local, mass, op=MPI.SUM)
+    for k, sample in enumerate(samples):
+        if not (np.isfinite(mass[k]) and mass[k] > 0):
+            raise ConfigError(f"data ({sample.kind}): the input density has no mass on the token domain "
+                              f"({names[k]})")
+    U /= mass[:, None]
+    return U
+
+
+def _gaussian(sample: Sample, d: int) -> Callable[[Array], Array]:
+    m, prec = sample.params["mean"], np.linalg.inv(sample.params["cov"])
+
+    def density(x: Array) -> Array:
+        xc = x[:d] - m[:, None]
+        return np.exp(-0.5 * np.einsum("in,ij,jn->n", xc, prec, xc))
+    return density
+
+
+def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of: Callable[[dolfinx.fem.Function], float]
+                 ) -> None:
     """Set the DG function u to the density of ``sample`` with mass 1.
 
     Args:
@@ -144,37 +226,20 @@ def fill_density(sample: Sample, u: dolfinx.fem.Function, mass_of) -> None:
         ConfigError: the measure has no mass on Ω, or a point lies outside Ω.
     """
     W = u.function_space
-    msh = W.mesh
-    d = msh.geometry.dim
-    Q = dolfinx.fem.functionspace(msh, ("DG", 0))
+    Q = dolfinx.fem.functionspace(W.mesh, ("DG", 0))
     u0 = dolfinx.fem.Function(Q)
     if sample.kind == "gaussian":
-        m, prec = sample.params["mean"], np.linalg.inv(sample.params["cov"])
-
-        def density(x: Array) -> Array:
-            xc = x[:d] - m[:, None]
-            return np.exp(-0.5 * np.einsum("in,ij,jn->n", xc, prec, xc))
-
-        u.interpolate(density)
-        _normalise(u, mass_of(u), "data (gaussian)")
-        return
-    if sample.kind == "image":
-        img = np.asarray(sample.params["image"], dtype=float)
-
-        x0, y0 = sample.params.get("origin", (0.0, 0.0))
-
-        def pixels(x: Array) -> Array:
-            xs, ys = x[0] - x0, x[1] - y0
-            inside = (xs >= 0) & (xs <= 1) & (ys >= 0) & (ys <= 1)
-            j = np.clip(np.floor(8 * xs).astype(int), 0, 7)
-            i = np.clip(np.floor(8 * (1 - ys)).astype(int), 0, 7)
-            return np.where(inside, img[i, j], 0.0)  # zero outside the unit square
-
-        u0.interpolate(pixels)  # DG0: evaluated at cell midpoints
+        u.interpolate(_gaussian(sample, W.mesh.geometry.dim))
     else:
-        _deposit(u0, sample.params["points"], sample.params["weights"])
-    u.interpolate(u0)
-    _normalise(u, mass_of(u), f"data ({sample.kind})")
+        if sample.kind == "image":
+            u0.interpolate(lambda x: _cell_values(sample, x))  # DG0: evaluated at cell midpoints
+        else:
+            _deposit(u0, sample.params["points"], sample.params["weights"])
+        u.interpolate(u0)
+    mass = mass_of(u)
+    if not (np.isfinite(mass) and mass > 0):
+        raise ConfigError(f"data ({sample.kind}): the input density has no mass on the token domain")
+    u.x.array[:] /= mass
 
 
 def _deposit(u0: dolfinx.fem.Function, points: Array, weights: Array) -> None:
