@@ -9,6 +9,7 @@
 * :func:`token_space_fingerprint`: what identifies the token space Ω and its density space (a checkpoint holds
   it, as it holds Θ's points, so that a resume on other token cells is refused).
 * :func:`parse_size`: a size in bytes (``training.tape_memory``: ``536870912``, ``"512MiB"``, ``"2GB"``, ``"auto"``).
+* :func:`continuation_range_rules`: the ``[continuation]`` range and step control of every continuation.
 * :func:`check_applies`: a key given in the config that the problem does not use (``data.samples`` with
   ``data.split``, ``heads.a`` with the scalar family, ``tokens.box`` on the circle) is refused, with why.
 
@@ -32,8 +33,9 @@ from typing import Any
 from mfpde.config_schema import Training
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["LN_TINY", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies", "check_input_file", "check_training",
-           "parse_size", "risk_bound", "token_space_fingerprint"]
+__all__ = ["LN_TINY", "MAX_BRANCH_POINTS", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies",
+           "check_input_file", "check_training", "continuation_range_rules", "parse_size", "risk_bound",
+           "token_space_fingerprint"]
 
 #: ln of the smallest normal double: e^{−x} underflows (to a subnormal, then 0) for x beyond it.
 LN_TINY = -math.log(sys.float_info.min)
@@ -290,3 +292,28 @@ def parse_size(value: str | int, key: str = "training.tape_memory") -> int | Non
         raise ConfigError(f"{key}: expected a positive size in bytes (e.g. 536870912, \"512MiB\", \"2GB\") or "
                           f"\"auto\", got {value!r}")
     return int(n)
+
+
+#: The most points a branch may take (``continuation.max_points``).
+MAX_BRANCH_POINTS = 100_000
+
+
+def continuation_range_rules(c: Any, what: str) -> list[tuple[bool, str, str]]:
+    """The rules every continuation's ``[continuation]`` range and step control obey: (ok, key, message) each.
+
+    Args:
+        c: the ``[continuation]`` section (``start``, ``stop``, ``step``, ``step_min``, ``step_max``,
+            ``max_points``).
+        what: the parameter's name in the messages ("coupling" with symbol K, or "λ").
+    """
+    sym = "K" if what == "coupling" else what
+    return [
+        (math.isfinite(c.start) and c.start > 0, "continuation.start", f"must be a {what} > 0, got {c.start:g}"),
+        (math.isfinite(c.stop) and c.stop > 0, "continuation.stop", f"must be a {what} > 0 (the range may not "
+         f"cross {sym} = 0), got {c.stop:g}"),
+        (c.start != c.stop, "continuation.stop", f"must differ from continuation.start = {c.start:g}"),
+        (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
+         f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
+        (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
+    ]
+

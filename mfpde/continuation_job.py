@@ -32,6 +32,7 @@ import numpy as np
 from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
+from mfpde.config_rules import continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
@@ -54,7 +55,7 @@ PROBE = 1e-2
 #: branch has K(ρ) = K(−ρ), its measured slope (K(ρ) − K(−ρ))/2ρ is the Newton tolerance over ρ, ≈ 1e-10.
 TRANSCRITICAL = 1e-6
 #: The most collocation points (dense N × N matrices) and branch points.
-MAX_POINTS_N, MAX_BRANCH_POINTS = 1023, 100_000
+MAX_POINTS_N = 1023
 
 
 def check_continuation(cfg: Config) -> tuple[float, float]:
@@ -76,13 +77,7 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
         (t.noise > 0 and math.isfinite(t.noise), "tokens.noise", f"continuation needs τ > 0, got {t.noise:g}"),
         (h.init.get("kind") == "diracs" and len(h.init.get("points", [])) == 1, "heads.init",
          "continuation needs a single Dirac head [[β, K]] (tokens.beta = β sets it)"),
-        (math.isfinite(c.start) and c.start > 0, "continuation.start", f"must be a coupling > 0, got {c.start:g}"),
-        (math.isfinite(c.stop) and c.stop > 0, "continuation.stop", f"must be a coupling > 0 (the range may not "
-         f"cross K = 0), got {c.stop:g}"),
-        (c.start != c.stop, "continuation.stop", f"must differ from continuation.start = {c.start:g}"),
-        (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
-         f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
-        (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
+        *continuation_range_rules(c, "coupling"),
         (9 <= c.points <= MAX_POINTS_N and (c.points % 2 == 1 or t.domain == "sphere"), "continuation.points",
          f"must be {'' if t.domain == 'sphere' else 'odd '}in 9..{MAX_POINTS_N}, got {c.points}"),
     )

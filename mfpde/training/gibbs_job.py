@@ -26,7 +26,15 @@ import numpy as np
 from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
-from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch, tangent
+from mfpde.config_rules import continuation_range_rules
+from mfpde.continuation import (
+    Branch,
+    Newton,
+    StepControl,
+    branch_direction,
+    continue_branch,
+    tangent,
+)
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
 from mfpde.training.gibbs import GibbsProblem, gibbs_residual_norm
@@ -38,7 +46,6 @@ logger = logging.getLogger(__name__)
 MAX_UNKNOWNS, MAX_SWITCHES = 3000, 2
 #: Damped fixed-point steps before the first Newton solve, and how many times they are repeated if it fails.
 PICARD_STEPS, PICARD_ROUNDS = 20, 5
-MAX_BRANCH_POINTS = 100_000
 
 
 def check_gibbs(cfg: Config) -> None:
@@ -54,13 +61,7 @@ def check_gibbs(cfg: Config) -> None:
          f"'lambda' continues the training problem (a run config: tokens.domain = 'box', heads.init a Gaussian); "
          f"got tokens.domain = {t.domain!r}, heads.init.kind = {h.init.get('kind')!r}"),
         (tr.regularization == "entropic", "training.regularization", "continuation in λ needs 'entropic'"),
-        (math.isfinite(c.start) and c.start > 0, "continuation.start", f"must be a λ > 0, got {c.start:g}"),
-        (math.isfinite(c.stop) and c.stop > 0, "continuation.stop", f"must be a λ > 0 (the range may not cross "
-         f"λ = 0), got {c.stop:g}"),
-        (c.start != c.stop, "continuation.stop", f"must differ from continuation.start = {c.start:g}"),
-        (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
-         f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
-        (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
+        *continuation_range_rules(c, "λ"),
     )
     for ok, key, msg in rules:
         if not ok:
