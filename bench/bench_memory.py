@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import baseline_tree  # noqa: E402
+
 ROOT = HERE.parent
 CONFIG = ROOT / "demos" / "digits_deep.toml"
 BASE = ["data.samples=8", "data.test_samples=8", "output.plots=false", "output.fields=false"]
@@ -114,24 +117,15 @@ def main() -> None:
         print(json.dumps(_child(Path.cwd(), json.loads(args.child[0]), Path(args.child[1]))))
         return
     rows: dict[str, list[dict]] = {"now": [], "before": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        base = None
-        if args.baseline != "none":
-            base = Path(tmp) / "baseline"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
-                           check=True)
-        try:
-            for n in args.cells:
-                for kind in args.kinds:
-                    for label, tree, extra in (("now", ROOT, args.set), ("before", base, [])):
-                        if tree is None:
-                            continue
-                        r = measure(tree, n, kind, extra)
-                        rows[label].append(r)
-                        print(json.dumps({"version": label, **{k: v for k, v in r.items() if k != "tree"}}), flush=True)
-        finally:
-            if base is not None:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True)
+    with baseline_tree(args.baseline) as base:
+        for n in args.cells:
+            for kind in args.kinds:
+                for label, tree, extra in (("now", ROOT, args.set), ("before", base, [])):
+                    if tree is None:
+                        continue
+                    r = measure(tree, n, kind, extra)
+                    rows[label].append(r)
+                    print(json.dumps({"version": label, **{k: v for k, v in r.items() if k != "tree"}}), flush=True)
     print(f"\n| n × n cells | {' | '.join(f'{k} MB' for k in args.kinds)} | run CPU s | tape (run): segments, "
           f"recomputed / sub-steps, peak MB |")
     print("|---|" + "---|" * (len(args.kinds) + 2))

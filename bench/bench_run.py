@@ -42,6 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import baseline_tree  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -158,20 +161,15 @@ def main() -> None:
     rows: list[dict] = []
     comparison = None
     if args.baseline:
-        with tempfile.TemporaryDirectory() as tmp:
-            base = Path(tmp) / args.baseline
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
-                           check=True)
-            try:
-                config = args.config  # default: this tree's embedded default, for both codes (the same problem)
-                if config is None:
-                    config = str(Path(tmp) / "default.toml")
-                    shutil.copy(ROOT / "mfpde" / "defaults" / "run.toml", config)
-                comparison = compare(base, args.baseline, args.steps, args.repeat, config)
-                if args.ranks:
-                    rows.append(run(1, False, args.overrides, args.config, base))
-            finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True)
+        with tempfile.TemporaryDirectory() as tmp, baseline_tree(args.baseline) as base:
+            assert base is not None
+            config = args.config  # default: this tree's embedded default, for both codes (the same problem)
+            if config is None:
+                config = str(Path(tmp) / "default.toml")
+                shutil.copy(ROOT / "mfpde" / "defaults" / "run.toml", config)
+            comparison = compare(base, args.baseline, args.steps, args.repeat, config)
+            if args.ranks:
+                rows.append(run(1, False, args.overrides, args.config, base))
     if not args.ranks:
         _write(rows, comparison)
         return

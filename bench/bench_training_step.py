@@ -31,12 +31,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from baseline import baseline_tree  # noqa: E402
+
 ROOT = HERE.parent
 
 GAUSSIAN_1D = ['data.kind="gaussian"', "data.mean=[[0.3]]", "data.cov=[[[0.25]]]", "data.target=[1.0]",
@@ -142,26 +144,17 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        base = None
-        if args.baseline != "none":
-            base = Path(tmp) / "baseline"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), args.baseline],
-                           check=True)
-        try:
-            for case in args.cases:
-                now = _run(ROOT, case, args.repeat)
-                row = {"case": case, "now": now}
-                if base is not None:
-                    before = _run(base, case, args.baseline_repeat)
-                    d_now, d_before = (__import__("numpy").array(r["dR_dc"]) for r in (now, before))
-                    row |= {"before": before, "speedup": before["gradient_s"] / now["gradient_s"],
-                            "max_rel_diff_dR_dc": float(abs(d_now - d_before).max() / abs(d_before).max())}
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k not in ("now", "before")}), flush=True)
-        finally:
+    with baseline_tree(args.baseline) as base:
+        for case in args.cases:
+            now = _run(ROOT, case, args.repeat)
+            row = {"case": case, "now": now}
             if base is not None:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=True)
+                before = _run(base, case, args.baseline_repeat)
+                d_now, d_before = (__import__("numpy").array(r["dR_dc"]) for r in (now, before))
+                row |= {"before": before, "speedup": before["gradient_s"] / now["gradient_s"],
+                        "max_rel_diff_dR_dc": float(abs(d_now - d_before).max() / abs(d_before).max())}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("now", "before")}), flush=True)
     print(f"\n| case | samples | N_a | forward (s) | gradient (s) | gradient / forward | images/s | peak numpy MB "
           f"(per token dof) | before: gradient (s), gradient / forward ({args.baseline}) | speed-up | ∂R/∂c agree to |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
