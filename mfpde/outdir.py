@@ -7,12 +7,14 @@
 
 * the input refused after the directory was prepared but before anything was computed
   (:class:`~mfpde.errors.InputRefused`, exit 2: e.g. a first depth step that would need more CFL sub-steps than
-  allowed, at the input's own velocity): what the refused run wrote is removed and the previous result is moved
+  allowed, at the input's own velocity), or a job that ends without a result of its own (no ``report.json``, no
+  checkpoint: a signal or a crash before either): what it wrote is removed and the previous result is moved
   back, as it was;
 * anything else (success, a numerical failure with its last good state, an interruption with its checkpoint, a
   full disk with the steps written so far): the previous result is deleted.
 
-A job killed outright leaves ``.mfpde-previous/`` behind; the next job in DIR removes it. Only rank 0 touches the
+A job killed outright leaves ``.mfpde-previous/`` behind with its own partial output in DIR; the next job in DIR
+removes that output and keeps ``.mfpde-previous/`` as the previous result. Only rank 0 touches the
 file system; the others agree on its outcome.
 """
 
@@ -32,7 +34,7 @@ __all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_output_dir"]
 #: The folder of DIR where the previous result waits until the new job ends.
 PREVIOUS = ".mfpde-previous"
 #: The files and folders of DIR that make a result.
-RESULT = ("report.json", "history.csv", "config.toml", "fields", "plots", "checkpoint")
+RESULT = ("report.json", "history.csv", "predictions.csv", "config.toml", "fields", "plots", "checkpoint")
 #: The directories prepared by this process (rank 0) and not yet settled: DIR → resumed (its checkpoint kept).
 _pending: dict[Path, bool] = {}
 
@@ -68,9 +70,11 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
                     err = f"--out {str(out)!r}: {str(out / sub)!r} is not a directory (move it away)"
             if not err:
                 prev = out / PREVIOUS
-                _remove(prev)  # left by a job that was killed outright
                 names = [n for n in RESULT if (out / n).exists() and not (keep and n == "checkpoint")]
-                if names:
+                if prev.exists():  # a job killed outright: DIR holds its partial output, prev the result before it
+                    for n in names:
+                        _remove(out / n)
+                elif names:
                     prev.mkdir()
                     for n in names:
                         os.replace(out / n, prev / n)
@@ -87,16 +91,19 @@ def settle_output_dir(out: Path, refused: bool) -> None:
 
     Args:
         out: DIR.
-        refused: the job ended by an input error: remove what it wrote and move the previous result back;
-            otherwise the previous result is deleted. Nothing happens if DIR was not prepared by this process.
+        refused: the job's input was refused after the start (:class:`~mfpde.errors.InputRefused`). Then, and
+            whenever the job leaves no result of its own (no ``report.json`` and no ``checkpoint/state.npz``: a
+            signal or a crash before either was written), what it wrote is removed and the previous result moved
+            back; otherwise the previous result is deleted. Nothing happens if this process did not prepare DIR.
     """
     key = Path(out).resolve()
     if key not in _pending:
         return
     kept = _pending.pop(key)
     prev = key / PREVIOUS
+    result = (key / "report.json").exists() or (key / "checkpoint" / "state.npz").exists()
     with contextlib.suppress(OSError):
-        if refused:
+        if refused or not result:
             for n in RESULT:
                 if n == "checkpoint" and kept:
                     continue

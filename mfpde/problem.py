@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.config import Config
-from mfpde.errors import ConfigError, NumericalError
+from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
@@ -86,16 +86,16 @@ class SampleGroups:
         Groups solve independently; a failure in one must not leave the others waiting in the next
         reduction. The first message (by rank) is kept.
         """
-        msg, config = "", False
+        msg, kind = "", 0  # 0: ``error``; 1: ConfigError; 2: InputRefused (DIR is restored: mfpde.outdir)
         try:
             yield
         except ConfigError as e:  # an input error found by a solve (a first depth step too long): exit 2 everywhere
-            msg, config = str(e), True
+            msg, kind = str(e), 2 if isinstance(e, InputRefused) else 1
         except error as e:
             msg = str(e)
-        got = [(c, m) for c, m in self.comm.allgather((config, msg)) if m]
+        got = [(k, m) for k, m in self.comm.allgather((kind, msg)) if m]
         if got:
-            raise (ConfigError if got[0][0] else error)(got[0][1])
+            raise (error, ConfigError, InputRefused)[got[0][0]](got[0][1])
 
 
 @dataclass

@@ -383,3 +383,51 @@ def test_a_refused_first_step_loses_nothing(tempdir, capfd):
     if comm.rank == 0:
         assert not (out / ".mfpde-previous").exists()
         assert json.loads((out / "report.json").read_text())["samples"][0]["t"][-1] == pytest.approx(0.05)
+
+
+@pytest.mark.serial  # the file operations of rank 0 alone
+def test_output_dir_transaction(tempdir):
+    """mfpde.outdir: a job that ends without a result of its own (a signal or a crash before its report or first
+    checkpoint) puts the previous result back; one with a report replaces it; after a job killed outright (its
+    partial output in DIR, the result before it in .mfpde-previous/) the next job keeps the older result."""
+    from mfpde.outdir import PREVIOUS, prepare_output_dir, settle_output_dir
+
+    out = tempdir / "out"
+    (out / "fields").mkdir(parents=True)
+    (out / "report.json").write_text("old")
+    (out / "predictions.csv").write_text("old")
+    (out / "fields" / "mu.bp").write_text("old")
+    before = _tree(out)
+    prepare_output_dir(out, MPI.COMM_SELF)
+    assert _tree(out) == {f"{PREVIOUS}/{k}": v for k, v in before.items()}
+    (out / "config.toml").write_text("new")  # a job interrupted before its report
+    (out / "plots").mkdir()
+    settle_output_dir(out, refused=False)
+    assert _tree(out) == before and not (out / PREVIOUS).exists()
+    prepare_output_dir(out, MPI.COMM_SELF)  # a job that writes its report
+    (out / "report.json").write_text("new")
+    settle_output_dir(out, refused=False)
+    assert _tree(out) == {"report.json": b"new"}
+    prepare_output_dir(out, MPI.COMM_SELF)  # killed outright after writing some fields: nothing settles
+    (out / "fields").mkdir()
+    (out / "fields" / "partial.bp").write_text("partial")
+    prepare_output_dir(out, MPI.COMM_SELF)  # the next job (refused)
+    settle_output_dir(out, refused=True)
+    assert _tree(out) == {"report.json": b"new"}
+
+
+def test_a_refused_overwrite_keeps_the_finished_run(tempdir, capfd):
+    """``run --overwrite`` refused at its first depth step (tokens.cfl too small: more CFL sub-steps than allowed
+    at the input's own velocity): the refusal crossed the rank groups as a plain ConfigError, so the finished run
+    in DIR was deleted and a header-only history.csv and an empty fields/rho.bp were left. Now DIR is as it was."""
+    comm = MPI.COMM_WORLD
+    out = tempdir / "out"
+    args = ["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=1"])]
+    assert main(args) == 0
+    before = _tree(out) if comm.rank == 0 else {}
+    capfd.readouterr()
+    assert main([*args, "--overwrite", "--set", "tokens.cfl=1e-9"]) == 2
+    err = capfd.readouterr().err
+    if comm.rank == 0:
+        assert "tokens.cfl" in err, err
+        assert _tree(out) == before and not (out / ".mfpde-previous").exists()

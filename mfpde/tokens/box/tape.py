@@ -30,7 +30,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.config_rules import parse_size
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, InputRefused
 from mfpde.tokens.rk import SubstepOperator, TapedStep, step
 
 __all__ = ["TAPE_BUDGET_BYTES", "CheckpointedTape", "Tape", "TapedStep", "reverse", "tape_budget"]
@@ -106,7 +106,7 @@ class CheckpointedTape:
         self.C = comm.allreduce(int(state_bytes), op=MPI.MAX)
         need = self.C * (1 + stages)
         if budget < need:
-            raise ConfigError(f"training.tape_memory: {budget} bytes cannot hold the tape's checkpoints: at least "
+            raise InputRefused(f"training.tape_memory: {budget} bytes cannot hold the tape's checkpoints: at least "
                               f"{need} bytes per rank (one state and one sub-step's {stages} stage states of "
                               f"{self.C} bytes); raise it or leave it \"auto\"")
         self.records: list[TapedStep] = []  # per sub-step: table, h, heads, layer, idx (no states, no velocities)
