@@ -13,6 +13,7 @@ Writes into DIR: ``config.toml``, ``report.json`` (``branches``, ``bifurcations`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -26,7 +27,7 @@ import numpy as np
 from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
-from mfpde.config_rules import continuation_range_rules
+from mfpde.config_rules import check_training, continuation_range_rules
 from mfpde.continuation import (
     Branch,
     Newton,
@@ -66,6 +67,14 @@ def check_gibbs(cfg: Config) -> None:
     for ok, key, msg in rules:
         if not ok:
             raise ConfigError(f"{key}: {msg}")
+    for key in ("start", "stop"):  # each end within the λ that training itself accepts (config_rules.check_training)
+        trial = dataclasses.replace(cfg, training=dataclasses.replace(tr, lam=getattr(c, key)))
+        try:
+            check_training(trial)
+        except ConfigError as e:
+            why = str(e).removeprefix("training.lambda: ")
+            raise ConfigError(f"continuation.{key}: λ = {getattr(c, key):g} is outside the λ training accepts: {why}"
+                              ) from None
 
 
 def _finite(x: float) -> float | None:

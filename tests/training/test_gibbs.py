@@ -174,7 +174,12 @@ def test_the_deep_demo_is_a_valid_lambda_continuation_config():
     (("continuation.start=-0.1",), "continuation.start"), (("continuation.stop=-0.1",), "continuation.stop"),
     (("continuation.stop=1.0",), "continuation.stop"), (("training.regularization='tikhonov'",),
                                                           "training.regularization"),
-    (("continuation.step=1.0",), "continuation.step"), (("continuation.max_points=1",), "continuation.max_points")])
+    (("continuation.step=1.0",), "continuation.step"), (("continuation.max_points=1",), "continuation.max_points"),
+    # ends beyond the λ training accepts: 1e300 overflowed (exit 1), 1e-10 stepped to λ < 0 and 1e-20 ended "ok"
+    # with one point (the Gibbs density underflows on Θ)
+    (("continuation.start=1e300",), "continuation.start: .* entropy decides"),
+    (("continuation.start=1e-10",), "continuation.start: .* underflows"),
+    (("continuation.stop=1e-20",), "continuation.stop: .* underflows")])
 def test_bad_input_names_the_key(sets, key):
     from mfpde.api import load_config
     from mfpde.errors import ConfigError
