@@ -32,7 +32,7 @@ import numpy as np
 from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
-from mfpde.config_rules import continuation_range_rules
+from mfpde.config_rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import prepare_output_dir, write_atomic, write_report
@@ -87,6 +87,15 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     beta = float(h.init["points"][0][0])
     if not 0 < beta <= 700:
         raise ConfigError(f"tokens.beta: continuation needs β (heads.init's a) in (0, 700], got {beta:g}")
+    # the stationary density ∝ exp((K/τβ) e^{β cos} ∗ μ) spans e^{span} over the domain (μ of mass 1): past the
+    # double range it is 0 on part of it, and the uniform branch's linearisation overflows
+    k_max = max(c.start, c.stop)
+    span = k_max * 2.0 * math.sinh(beta) / (t.noise * beta)
+    if not span <= LN_TINY:
+        key = "continuation.stop" if c.stop >= c.start else "continuation.start"
+        raise ConfigError(f"{key}: K (e^β − e^−β)/(τβ) = {span:.3g} > {LN_TINY:.0f} at K = {k_max:g} (β = {beta:g}, "
+                          f"τ = {t.noise:g}): the stationary density would underflow to 0 on part of the "
+                          f"{t.domain}; lower K or β, or raise tokens.noise")
     return beta, float(t.noise)
 
 

@@ -180,6 +180,21 @@ def test_the_demo_is_a_valid_continuation_config():
     assert check_continuation(C.load("demos/noisy_circle.toml")) == (4.0, 1.0)
 
 
+@pytest.mark.parametrize("demo", ["noisy_circle", "noisy_sphere"])
+@pytest.mark.parametrize("override,key", [
+    ("tokens.beta=700.0", "continuation.stop"), ("tokens.noise=1e-300", "continuation.stop"),
+    ("continuation.start=1e300", "continuation.start")])
+def test_a_stationary_density_beyond_the_double_range_is_refused(demo, override, key):
+    """K (e^β − e^−β)/(τβ) > 708: the Gibbs density underflows on part of the domain. These ended "ok" with the
+    order parameter 1 on the "uniform" branch (circle) or in a traceback of scipy's eigh (sphere, β = 700)."""
+    from mfpde import config as C
+    from mfpde.continuation_job import check_continuation
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"^{key}: .*underflow"):
+        check_continuation(C.load(f"demos/{demo}.toml", [override]))
+
+
 @serial
 def test_a_newton_failure_ends_its_branch_with_a_reason(tmp_path):
     """SNES allowed no iteration: the uniform branch (exact at every K) is computed, the bifurcating ones stop at their
@@ -261,3 +276,16 @@ def test_a_zero_pivot_is_a_newton_failure_not_a_traceback():
     a[-1] = 1.0
     with Newton(_Singular(), m) as nw:
         assert nw.solve(np.ones(m + 1), a, 1.0) is None
+
+
+def test_a_linearisation_that_overflowed_is_a_numerical_error():
+    """A non-finite linearisation reached SLEPc (SystemError from EPS.destroy) or scipy's eig (ValueError): exit 1.
+    Now a NumericalError (exit 3); SLEPc's non-convergence falls back to the dense reference."""
+    from mfpde.continuation import leading_eigenpairs
+    from mfpde.errors import NumericalError
+
+    L = -np.eye(5)
+    L[1, 2] = np.inf
+    for solver in ("slepc", "scipy"):
+        with pytest.raises(NumericalError, match="not finite"):
+            leading_eigenpairs(L, 2, solver)
