@@ -431,3 +431,13 @@ def test_a_refused_overwrite_keeps_the_finished_run(tempdir, capfd):
     if comm.rank == 0:
         assert "tokens.cfl" in err, err
         assert _tree(out) == before and not (out / ".mfpde-previous").exists()
+
+
+def test_resume_with_another_tape_budget(tempdir):
+    """A run refused mid-way by its tape budget could not be continued with a larger one (--resume refused every key
+    but training.steps and output.*): the budget changes memory, not results, and may now change."""
+    out = tempdir / "out"
+    first = ["training.steps=2", "training.tape_memory='64MiB'"]
+    assert main(["run", DEEP, "--out", str(out), "--quiet", *_args(first)]) == 0
+    assert main(["run", DEEP, "--out", str(out), "--quiet", "--resume",
+                 *_args(["training.tape_memory='128MiB'"])]) == 0

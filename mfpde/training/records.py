@@ -72,13 +72,14 @@ class Resumed(NamedTuple):
 
 
 #: Config sections and keys that a resumed run may change: how long it trains and what it writes.
-RESUME_MAY_CHANGE = ("training.steps", "output.")
+RESUME_MAY_CHANGE = ("training.steps", "training.tape_memory", "output.")  # the tape: memory, not results
 
 
 def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> int | None:
     """Refuse a ``--resume`` whose config differs from the interrupted run's ``DIR/config.toml`` (collective).
 
-    Only ``training.steps`` and ``output.*`` may change: a resumed run continues the same trajectory, and any
+    Only ``training.steps``, ``training.tape_memory`` (the gradient is bit-identical at any budget) and ``output.*``
+    may change: a resumed run continues the same trajectory, and any
     other key (the model, the meshes, λ, the data) would join two different problems into one history.
 
     Returns:
@@ -102,7 +103,7 @@ def check_resume_config(new_toml: str, out: Path, comm: MPI.Comm) -> int | None:
                     continue
                 if old.get(key) != new.get(key):
                     err = (f"--resume: {key} = {new.get(key)!r} differs from the interrupted run's {old.get(key)!r} "
-                           f"({str(old_path)!r}); only training.steps and output.* may change")
+                           f"({str(old_path)!r}); only training.steps, training.tape_memory and output.* may change")
     err, steps = comm.bcast((err, steps), root=0)
     if err:
         raise ConfigError(err)
