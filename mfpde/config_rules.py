@@ -118,7 +118,7 @@ def check_input_file(key: str, path: str | Path, what: str = "file") -> None:
 
 
 #: The key whose value makes the keys of a section's rule in :func:`check_applies` not apply.
-_DECIDED_BY = {"data": "data.split", "heads": "heads.family", "tokens": "tokens.domain"}
+_DECIDED_BY = {"data": "data.split", "heads": "heads.family", "tokens": "tokens.domain", "depth": "depth.model"}
 
 
 def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = frozenset()) -> None:  # cfg: a Config
@@ -151,6 +151,8 @@ def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = fr
           for k in ("box", "cell", "cells", "mesh", "dim")),
         ("tokens", "refine", t.domain != "sphere", "tokens.refine sizes the sphere's mesh (tokens.domain = "
          "'sphere')"),
+        ("depth", "scheme", t.domain != "box" or cfg.depth.model == "shallow", "depth.scheme steps the box's deep "
+         "models (the shallow model is one layer; the circle and the sphere step by SSP-RK3)"),
     )
     found = [f"{sec}.{key}: does not apply: {why}" for sec, key, unused, why in rules
              if unused and isinstance(raw.get(sec), dict) and key in raw[sec]

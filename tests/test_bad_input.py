@@ -133,6 +133,9 @@ CASES = [
     # keys that do not apply, dropped without a word
     ("run", ["data.split=0.5", "data.samples=3"], "data.samples: does not apply"),
     ("run", ["heads.a=0.7"], "heads.a: does not apply"),
+    ("run", ["depth.model='shallow'", "depth.scheme='ssp_rk4_10'"], "depth.scheme: does not apply"),
+    ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
+                   "data.modes=[[1, 0.1, 0.0]]", "depth.scheme='ssp_rk4_10'"], "depth.scheme: does not apply"),
     ("transport", ["tokens.domain='circle'", "tokens.cells=[64]", "data.kind='circle_modes'",
                    "data.modes=[[1, 0.1, 0.0]]", "tokens.box=[[-1.0, 1.0]]"], "tokens.box: does not apply"),
     # a tape budget that cannot hold a checkpoint of the depth solve, or that is no size
