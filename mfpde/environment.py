@@ -42,7 +42,7 @@ from types import TracebackType
 
 from mpi4py import MPI
 
-from mfpde.errors import ConfigError, InputRefused
+from mfpde.errors import ConfigError
 
 __all__ = ["JIT_QUIET_FLAGS", "OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
            "private_caches", "repair_jit_cache"]
@@ -263,7 +263,7 @@ class OutputLock:
         if self.held and self.comm.rank == 0:
             from mfpde.outdir import settle_output_dir
 
-            settle_output_dir(self.path.parent, isinstance(exc, InputRefused))
+            settle_output_dir(self.path.parent, exc)
         if self.held and self.comm.rank == 0 and self._fd >= 0:
             self.path.unlink(missing_ok=True)  # while still held: a job that opened it retries (samestat)
             os.close(self._fd)

@@ -7,9 +7,8 @@
 
 * the input refused after the directory was prepared but before anything was computed
   (:class:`~mfpde.errors.InputRefused`, exit 2: e.g. a first depth step that would need more CFL sub-steps than
-  allowed, at the input's own velocity), or a job that ends without a result of its own (no ``report.json``, no
-  checkpoint: a signal or a crash before either): what it wrote is removed and the previous result is moved
-  back, as it was;
+  allowed, at the input's own velocity), or a job ended by a signal or a crash without a result of its own (no
+  ``report.json``, no checkpoint): what it wrote is removed and the previous result is moved back, as it was;
 * anything else (success, a numerical failure with its last good state, an interruption with its checkpoint, a
   full disk with the steps written so far): the previous result is deleted.
 
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, InputRefused, NumericalError
 
 __all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_output_dir"]
 
@@ -86,15 +85,17 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
         raise ConfigError(err)
 
 
-def settle_output_dir(out: Path, refused: bool) -> None:
+def settle_output_dir(out: Path, exc: BaseException | None) -> None:
     """End DIR's transaction (rank 0; no collective: it runs on the way out of any error).
 
     Args:
         out: DIR.
-        refused: the job's input was refused after the start (:class:`~mfpde.errors.InputRefused`). Then, and
-            whenever the job leaves no result of its own (no ``report.json`` and no ``checkpoint/state.npz``: a
-            signal or a crash before either was written), what it wrote is removed and the previous result moved
-            back; otherwise the previous result is deleted. Nothing happens if this process did not prepare DIR.
+        exc: how the job ended: None (done), or the exception that ended it. The previous result is moved back
+            (and what the job wrote removed) on an :class:`~mfpde.errors.InputRefused`, and on a signal or a crash
+            (any exception but a :class:`~mfpde.errors.ConfigError` or :class:`~mfpde.errors.NumericalError`,
+            which keep their last good state: a full disk keeps the steps written) that left no result of its
+            own (no ``report.json``, no ``checkpoint/state.npz``); otherwise the previous result is deleted.
+            Nothing happens if this process did not prepare DIR.
     """
     key = Path(out).resolve()
     if key not in _pending:
@@ -102,8 +103,9 @@ def settle_output_dir(out: Path, refused: bool) -> None:
     kept = _pending.pop(key)
     prev = key / PREVIOUS
     result = (key / "report.json").exists() or (key / "checkpoint" / "state.npz").exists()
+    kept_state = exc is None or (isinstance(exc, ConfigError | NumericalError) and not isinstance(exc, InputRefused))
     with contextlib.suppress(OSError):
-        if refused or not result:
+        if isinstance(exc, InputRefused) or not (result or kept_state):
             for n in RESULT:
                 if n == "checkpoint" and kept:
                     continue

@@ -390,6 +390,7 @@ def test_output_dir_transaction(tempdir):
     """mfpde.outdir: a job that ends without a result of its own (a signal or a crash before its report or first
     checkpoint) puts the previous result back; one with a report replaces it; after a job killed outright (its
     partial output in DIR, the result before it in .mfpde-previous/) the next job keeps the older result."""
+    from mfpde.errors import ConfigError, InputRefused
     from mfpde.outdir import PREVIOUS, prepare_output_dir, settle_output_dir
 
     out = tempdir / "out"
@@ -402,18 +403,23 @@ def test_output_dir_transaction(tempdir):
     assert _tree(out) == {f"{PREVIOUS}/{k}": v for k, v in before.items()}
     (out / "config.toml").write_text("new")  # a job interrupted before its report
     (out / "plots").mkdir()
-    settle_output_dir(out, refused=False)
+    settle_output_dir(out, KeyboardInterrupt())
     assert _tree(out) == before and not (out / PREVIOUS).exists()
     prepare_output_dir(out, MPI.COMM_SELF)  # a job that writes its report
     (out / "report.json").write_text("new")
-    settle_output_dir(out, refused=False)
+    settle_output_dir(out, None)
     assert _tree(out) == {"report.json": b"new"}
     prepare_output_dir(out, MPI.COMM_SELF)  # killed outright after writing some fields: nothing settles
     (out / "fields").mkdir()
     (out / "fields" / "partial.bp").write_text("partial")
     prepare_output_dir(out, MPI.COMM_SELF)  # the next job (refused)
-    settle_output_dir(out, refused=True)
+    settle_output_dir(out, InputRefused("refused"))
     assert _tree(out) == {"report.json": b"new"}
+    prepare_output_dir(out, MPI.COMM_SELF)  # a full disk (ConfigError) with no report: the steps written stay
+    (out / "fields").mkdir()
+    (out / "fields" / "steps.bp").write_text("written")
+    settle_output_dir(out, ConfigError("full disk"))
+    assert _tree(out) == {"fields/steps.bp": b"written"}
 
 
 def test_a_refused_overwrite_keeps_the_finished_run(tempdir, capfd):
