@@ -185,7 +185,7 @@ def check_noisy_free_energy(quick: bool) -> Outcome:
     self_err = float(np.abs(ref[::2] - half).max())
     E_ref = reference_free_energy(ref, BETA, COUPLING, NOISE)[0]
     h_ref = 2 * math.pi / REF_POINTS
-    a_ref = abs(float(h_ref * np.sum(ref * np.exp(1j * h_ref * np.arange(REF_POINTS)))))
+    a_ref = abs(complex(h_ref * np.sum(ref * np.exp(1j * h_ref * np.arange(REF_POINTS)))))  # |μ̂₁|, the modulus
     cells = [16, 32] if quick else [32, 64, 128]
     runs = [_dg_run(n, deadline) for n in cells]
     hs = [2 * math.pi / n for n in cells]
