@@ -35,7 +35,8 @@ from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.circle.stationary import CircleStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 

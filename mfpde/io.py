@@ -34,7 +34,6 @@ import numpy as np
 
 from mfpde.bp5 import Layout, check_bp5, check_data_extent
 from mfpde.errors import ConfigError
-from mfpde.outdir import prepare_output_dir  # noqa: F401  (its home is mfpde.outdir)
 
 logger = logging.getLogger(__name__)
 

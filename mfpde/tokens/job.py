@@ -23,7 +23,8 @@ from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.plots import TokenSeries, plot_run
 from mfpde.problem import Problem, build
 from mfpde.tokens.box.data import fill_density

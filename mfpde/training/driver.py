@@ -32,7 +32,8 @@ from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldWriter
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.box.adjoint import Gradient
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem

@@ -37,7 +37,8 @@ from mfpde.continuation import (
     tangent,
 )
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.training.gibbs import GibbsProblem, gibbs_residual_norm
 
 __all__ = ["MAX_UNKNOWNS", "check_gibbs", "gibbs_branches", "gibbs_job"]

@@ -22,7 +22,8 @@ from mpi4py import MPI
 from mfpde import __version__
 from mfpde.budget import step_budget
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import prepare_output_dir, write_report
+from mfpde.io import write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 

@@ -30,7 +30,8 @@ from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (

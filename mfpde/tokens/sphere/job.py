@@ -25,7 +25,8 @@ import numpy as np
 from mfpde import __version__
 from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import prepare_output_dir, write_atomic, write_report
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.circle.diag import merge_times
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
