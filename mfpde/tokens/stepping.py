@@ -15,8 +15,8 @@ import numpy.typing as npt
 from mfpde.errors import InputRefused, NumericalError
 from mfpde.tokens.box.readout import Readout
 
-__all__ = ["MAX_SUBSTEPS", "StepTooLong", "cfl_step", "check_depth_step", "first_step_error", "quadrature_moments",
-           "substeps_error"]
+__all__ = ["MAX_SUBSTEPS", "StepTooLong", "batch_moments", "cfl_step", "check_depth_step", "first_step_error",
+           "quadrature_moments", "substeps_error"]
 
 Array = npt.NDArray[np.float64]
 
@@ -34,12 +34,24 @@ def quadrature_moments(wts: Array, x: Array, g: Readout | None = None) -> tuple[
 
     Moments are of the normalised measure μ/∫μ; ∫ g dμ is not normalised (theory §2: ŷ = ∫ g dμ_T).
     """
-    mass = wts.sum()
-    mean = (wts @ x) / mass
-    xc = x - mean
-    cov = (xc * wts[:, None]).T @ xc / mass
-    yhat = float(wts @ g(x)) if g is not None else math.nan
-    return float(mass), mean, cov, yhat
+    mass, mean, cov, yhat = batch_moments(wts[None], x, g(x) if g is not None else None)
+    return float(mass[0]), mean[0], cov[0], float(yhat[0])
+
+
+def batch_moments(W: Array, x: Array, gx: Array | None = None) -> tuple[Array, Array, Array, Array]:
+    """:func:`quadrature_moments` of S measures at once: mass (S,), mean (S, d), covariance (S, d, d), ∫ g dμ (S,).
+
+    Args:
+        W: quadrature weights, one measure per row, shape (S, N).
+        x: the nodes, shape (N, d).
+        gx: the readout at the nodes, shape (N,); None gives NaN for ∫ g dμ.
+    """
+    mass = W.sum(axis=1)
+    mean = (W @ x) / mass[:, None]
+    xc = x[None] - mean[:, None]  # centred nodes, (S, N, d): no cancellation in the covariance
+    cov = np.einsum("sn,sni,snj->sij", W, xc, xc) / mass[:, None, None]
+    yhat = W @ gx if gx is not None else np.full(len(W), math.nan)
+    return mass, mean, cov, yhat
 
 
 def cfl_step(ratio: Array, cfl: float) -> Array:

@@ -38,7 +38,7 @@ from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.separable import TensorSoftmax
 from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, reverse
 from mfpde.tokens.box.transport import TokenTransport, TransportReport
-from mfpde.tokens.stepping import cfl_step, check_depth_step, quadrature_moments
+from mfpde.tokens.stepping import batch_moments, cfl_step, check_depth_step
 
 __all__ = ["BatchDeclined", "BatchTransport", "BatchVelocity", "batchable"]
 
@@ -181,8 +181,7 @@ class BatchTransport:
             min_mu = np.minimum(min_mu, U.min(axis=1))
             if callback is not None:
                 callback(k + 1, t, U)
-        return [self._report(U[s], float(mass0[s]), float(outflow[s]), float(min_mu[s]), int(nsub_total[s]), g)
-                for s in range(len(U))]
+        return self._reports(U, mass0, outflow, min_mu, nsub_total, g)
 
     def solve_shallow(self, U: Array, heads: HeadMeasure, T: float, g: Readout | None = None,
                       tape: list[rk.TapedStep] | None = None) -> list[TransportReport]:
@@ -205,12 +204,16 @@ class BatchTransport:
             tape.append(taped)
         if not np.all(np.isfinite(U)):
             raise NumericalError("non-finite token density in the shallow layer")
-        return [self._report(U[s], float(mass0[s]), float(r[s]), float(U[s].min()), 1, g) for s in range(len(U))]
+        return self._reports(U, mass0, r, U.min(axis=1), np.ones(len(U), np.int64), g)
 
-    def _report(self, u: Array, mass0: float, outflow: float, min_mu: float, nsub: int, g: Readout | None
-                ) -> TransportReport:
-        mass, mean, cov, yhat = quadrature_moments(self.gathered(u), self.tokens.quad.points, g)
-        return TransportReport(mass0, mass, outflow, min_mu, mean.tolist(), cov.tolist(), yhat, nsub)
+    def _reports(self, U: Array, mass0: Array, outflow: Array, min_mu: Array, nsub: Array, g: Readout | None
+                 ) -> list[TransportReport]:
+        """One report per row of U (as :meth:`TokenTransport.solve` reports it), the moments in stacked products."""
+        x = self.tokens.quad.points
+        mass, mean, cov, yhat = batch_moments(self.weights(U)[:, self.tokens.quad.order], x,
+                                              g(x) if g is not None else None)
+        return [TransportReport(float(mass0[s]), float(mass[s]), float(outflow[s]), float(min_mu[s]), mean[s].tolist(),
+                                cov[s].tolist(), float(yhat[s]), int(nsub[s])) for s in range(len(U))]
 
     # -- the discrete adjoint -------------------------------------------------------------------------
     def _Ft(self, v: Array, heads: HeadMeasure, P: Array, lin: BatchVelocity | None
