@@ -12,6 +12,7 @@ status "interrupted"); 1 a bug.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -310,6 +311,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from mfpde.tokens.job import transport_job  # imports dolfinx: after private_caches
     from mfpde.training.driver import run_job
 
+    gc.freeze()  # the modules imported so far live for the whole job: the cycle collector skips them from now on
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
     if args.command == "verify":

@@ -142,6 +142,24 @@ class FieldWriter:
         self._bytes = 2 * int(comm.allreduce(local, op=MPI.SUM)) + RESERVE_BYTES  # values, geometry, cells
         _room(self.path, RESERVE_BYTES, comm)
         self._writer = dolfinx.io.VTXWriter(comm, path, [g for _, g in self._pairs])
+        self._reserved = 0  # writes whose room :meth:`reserve` checked at once
+
+    def reserve(self, writes: int) -> None:
+        """Check the room for the next ``writes`` writes at once (a burst: one probe instead of one per write).
+
+        Raises:
+            ConfigError: on every rank, there is no room for them (the writer is then abandoned).
+        """
+        self._check(writes * self._bytes)
+        self._reserved = writes
+
+    def _check(self, nbytes: int) -> None:
+        try:
+            _room(self.path, nbytes, self.comm)
+        except Exception:
+            self.closed = True
+            _ABANDONED.append(self)
+            raise
 
     def write(self, t: float) -> None:
         """Copy the fields onto the owned cells and write them at time t.
@@ -152,12 +170,10 @@ class FieldWriter:
         for f, g in self._pairs:
             g.interpolate(f, cells0=self._cells0, cells1=self._cells1)
             g.x.scatter_forward()
-        try:
-            _room(self.path, self._bytes, self.comm)
-        except Exception:
-            self.closed = True
-            _ABANDONED.append(self)
-            raise
+        if self._reserved:
+            self._reserved -= 1
+        else:
+            self._check(self._bytes)
         self._writer.write(t)
 
     def close(self) -> None:

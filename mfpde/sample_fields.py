@@ -70,6 +70,7 @@ def write_sample_fields(groups: SampleGroups, V: dolfinx.fem.FunctionSpace, path
     if not first:
         return
     with FieldWriter(groups.tcomm, path, [u]) as w:
+        w.reserve(n)
         for i in range(n):
             u.x.array[:] = rows[i]
             w.write(float(i))
