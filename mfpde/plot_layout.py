@@ -5,6 +5,7 @@ Imports nothing of mfpde and no solver, as the plots.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,9 +47,14 @@ def _outer_ticks(ax: Axes, x: bool, y: bool, nbins: int = 4) -> None:
 
 
 def _log_minor(ax: Axes) -> None:
-    """Over more than 1.5 decades (minor ticks unlabelled), minor ticks and grid lines at 2 and 5 × 10^k only."""
+    """A log y axis: labels in plain text (:func:`_log_labels`).
+
+    Over more than 1.5 decades (minor ticks unlabelled),
+    minor ticks and grid lines at 2 and 5 × 10^k only.
+    """
     from matplotlib.ticker import LogLocator
 
+    _log_labels(ax)
     lo, hi = ax.get_ylim()
     if lo > 0 and hi / lo > 10**1.5:
         ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
@@ -60,3 +66,21 @@ def _aspect(points: Array) -> float:
     return float(np.clip(ext[1] / ext[0], 0.5, 2.0)) if ext[0] > 0 and ext[1] > 0 else 1.0
 
 
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _log_labels(ax: Axes) -> None:
+    """Tick labels of a log y axis as 10⁻³, 2×10⁻³ in plain text (matplotlib's default builds them in mathtext)."""
+    from matplotlib.ticker import LogFormatter
+
+    class Pow10(LogFormatter):
+        def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+            e = math.floor(math.log10(x) + 1e-9)
+            m = x / 10.0**e
+            power = "10" + str(e).translate(_SUPERSCRIPT)
+            return power if abs(m - 1.0) < 1e-9 else f"{m:g}×{power}"
+
+    ax.yaxis.set_major_formatter(Pow10())
+    ax.yaxis.set_minor_formatter(Pow10(labelOnlyBase=False))

@@ -314,3 +314,20 @@ def test_rho_figure_one_dimensional_heads_on_one_axis():
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert labels == ["ρ_s, s = 0", "ρ_s, s = 1", "ρ_s, s = 3", "ρ_s, s = 4", "Gibbs p_ρ ∝ exp(−Φ/λ), s = 4"], labels
     plt.close(fig)
+
+
+def test_log_axis_labels_are_plain_text_powers_of_ten():
+    """A log axis of the run's figures labels its decades 10⁻³ … in plain text (no mathtext to lay out)."""
+    from mfpde.plot_layout import _figure, _log_minor, _place
+
+    fig = _figure(4.0, 3.0)
+    ax = _place(fig, 0.8, 0.5, 3.0, 2.2)
+    ax.semilogy([0.0, 1.0], [1e-4, 1.0])
+    _log_minor(ax)
+    fig.canvas.draw()
+    lo, hi = ax.get_ylim()
+    shown = [t.get_text() for t, v in zip(ax.yaxis.get_majorticklabels(), ax.yaxis.get_majorticklocs(), strict=True)
+             if lo <= v <= hi]
+    sup = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    assert shown == ["10" + str(k).translate(sup) for k in range(-4, 1)]
+    assert not any("$" in t.get_text() for t in ax.yaxis.get_minorticklabels())
