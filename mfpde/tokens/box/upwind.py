@@ -35,7 +35,6 @@ import dolfinx.fem
 import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse
 
 __all__ = ["FACET_QUADRATURE_DEGREE", "UpwindFiniteVolume"]
 
@@ -114,27 +113,35 @@ class UpwindFiniteVolume:
         self.d = d
         self.n_local = ncell
         self.n_vertices = len(v2dof)
-        # The scatters facet → cell and facet Gauss point → vertex as sparse matrices (one product serves a
-        # batch of samples): A_L, A_R (n_local, n_facets) pick each facet's left / right cell (A_R: interior).
-        cols = np.arange(nf)
-        self._AL = scipy.sparse.csr_array((np.ones(nf), (self.left, cols)), shape=(ncell, nf))
-        self._AR = scipy.sparse.csr_array((np.ones(int(self.interior.sum())), (self.right[self.interior],
-                                                                               cols[self.interior])), shape=(ncell, nf))
-        self._div = (self._AR - self._AL).tocsr()
-        # B (n_vertices d, n_facets n_q): B[v d + j, f n_q + q] = λ_{q,v} |f| n_{f,j}, so that the normal fluxes
-        # at the facet Gauss points are Bᵀ V and J_Vᵀ takes B (one sparse product for a batch, both ways).
-        nq, nv = self.lam.shape
-        rows = (self.verts[:, None, :, None] * d + np.arange(d)[None, None, None, :])  # (f, q, v, j)
-        vals = self.lam[None, :, :, None] * self.nA[:, None, None, :]
-        cols = np.broadcast_to(np.arange(nf * nq).reshape(nf, nq, 1, 1), vals.shape)
-        self._B = scipy.sparse.csr_array((vals.ravel(), (np.broadcast_to(rows, vals.shape).ravel(), cols.ravel())),
-                                         shape=(self.n_vertices * d, nf * nq))
-        self._Bt = self._B.T.tocsr()
+        self.n_cells = ncell
+        inner = np.flatnonzero(self.interior)
+        #: Where each entry of a facet array is added: "left"/"right" (cells of all / the interior facets' values),
+        #: "vertices" (the blocked P1 dofs of (f, vertex of f, component)); and the batch's flat indices per size.
+        self._targets: dict[str, tuple[Index, Index | None, int]] = {
+            "left": (self.left, None, ncell), "right": (self.right[inner], inner, ncell),
+            "vertices": ((self.verts[:, :, None] * d + np.arange(d)).ravel(), None, self.n_vertices * d)}
+        self._flat: dict[tuple[str, int], Index] = {}
+        #: λ_{q,v} |f| n_{f,j} as (n_facets, n_q, (vertex, component) of f): the normal flux's weights
+        self._lam_nA = (self.lam[None, :, :, None] * self.nA[:, None, None, :]).reshape(nf, len(self.wq), -1)
 
-    @staticmethod
-    def _scatter(A: Any, x: Array) -> Array:
-        """A x along the last axis of x (shape (..., n_facets) → (..., rows of A))."""
-        return A @ x if x.ndim == 1 else (A @ x.reshape(-1, x.shape[-1]).T).T.reshape(*x.shape[:-1], -1)
+    def _add_at(self, target: str, vals: Array) -> Array:
+        """out[..., idx[m]] += vals[..., m] for the indices of ``target``, shape ((S,) n): one ``np.bincount``."""
+        idx, pick, n = self._targets[target]
+        if pick is not None:
+            vals = vals[..., pick]
+        if vals.ndim == 1:
+            return np.bincount(idx, vals, minlength=n)
+        S = len(vals)
+        flat = self._flat.get((target, S))
+        if flat is None:  # a batch size's indices, made once (a run has a few batch sizes)
+            if len(self._flat) > 16:
+                self._flat.clear()
+            flat = self._flat[target, S] = (np.arange(S)[:, None] * n + idx[None, :]).ravel()
+        return np.bincount(flat, vals.reshape(S, -1).ravel(), minlength=S * n).reshape(S, n)
+
+    def _to_cells(self, left: Array, right: Array) -> Array:
+        """Σ over facets f of left_f into the cell L(f) plus right_f into R(f) (interior f), shape ((S,) n_cells)."""
+        return self._add_at("left", left) + self._add_at("right", right)
 
     def normal_flux(self, V: Array) -> Array:
         """|f| V(x_q)·n_f at every facet Gauss point for the P1 velocity V (blocked, shape ((S,) n_vertices d)).
@@ -142,7 +149,13 @@ class UpwindFiniteVolume:
         Returns:
             shape ((S,) n_facets, n_q).
         """
-        return self._scatter(self._Bt, V).reshape(*V.shape[:-1], -1, len(self.wq))
+        return np.einsum("...fk,fqk->...fq", V[..., self._targets["vertices"][0].reshape(len(self.nA), -1)],
+                         self._lam_nA)
+
+    def _to_vertices(self, y: Array) -> Array:
+        """The transpose of :meth:`normal_flux`: y ((S,) n_facets, n_q) at the Gauss points → ((S,) n_vertices d)."""
+        z = (y @ self.lam)[..., None] * self.nA[:, None, :]  # ((S,) n_facets, vertices of f, d)
+        return self._add_at("vertices", z.reshape(*z.shape[:-3], -1))
 
     def _split(self, F: Array) -> tuple[Array, Array]:
         """(F_f⁺, F_f⁻): the Gauss sums of the positive and negative parts, shape ((S,) n_facets) each."""
@@ -157,14 +170,14 @@ class UpwindFiniteVolume:
         Fp, Fm = self._split(F)
         inner = self.interior
         phi = Fp * u[..., self.left] + np.where(inner, Fm * u[..., self.right], 0.0)
-        out += self._scatter(self._div, phi)
+        out += self._to_cells(-phi, phi)
         rate = phi[..., ~inner].sum(axis=-1)
         return float(rate) if u.ndim == 1 else rate
 
     def cell_outflow(self, F: Array) -> Array:
         """Σ over each local cell's facets of the flux leaving it, shape ((S,) n_local) (ghost cells: partial sums)."""
         Fp, Fm = self._split(F)
-        return self._scatter(self._AL, Fp) - self._scatter(self._AR, Fm)
+        return self._to_cells(Fp, -Fm)
 
     def transpose(self, u: Array, z: Array, F: Array, gu: Array, gV: Array) -> None:
         """Add J_uᵀ z to ``gu`` (shape ((S,) n_local)) and J_Vᵀ z to ``gV`` (shape ((S,) n_vertices d)).
@@ -175,8 +188,8 @@ class UpwindFiniteVolume:
         right = np.where(inner, self.right, self.left)  # a valid index on ∂Ω (masked below)
         dz = np.where(inner, z[..., right] - z[..., self.left], -z[..., self.left])
         Fp, Fm = self._split(F)
-        gu += self._scatter(self._AL, Fp * dz) + self._scatter(self._AR, Fm * dz)
+        gu += self._to_cells(Fp * dz, Fm * dz)
         s = np.sign(F)
         dphi = (0.5 * (1.0 + s) * u[..., self.left, None]
                 + np.where(inner[:, None], 0.5 * (1.0 - s) * u[..., right, None], 0.0))
-        gV += self._scatter(self._B, (dphi * self.wq * dz[..., None]).reshape(*dz.shape[:-1], -1))
+        gV += self._to_vertices(dphi * self.wq * dz[..., None])
