@@ -19,7 +19,8 @@ With ``--baseline REV`` the script first compares the CPU time (user + system of
 one BLAS thread) of the default at ``--steps`` training steps (40 and 300) with the baseline's, both on the same
 config (``--config``, default this tree's embedded default: the baseline's own may be another problem), the two
 codes run alternately ``--repeat`` times (a load that comes and goes biases neither; the least CPU of each kept),
-each run's final risk compared (relative difference), the start-up CPU (``import mfpde.cli`` and the CLI's
+each run's final risk compared (relative difference; both trees' bytecode compiled first, as an installed package
+has it), the start-up CPU (``import mfpde.cli`` and the CLI's
 imports in a fresh process) of both, and a profile of the shortest run of each (``bench/profile_run.py``:
 where the CPU time goes, by category).
 
@@ -123,6 +124,8 @@ def profile(tree: Path, steps: int, config: str) -> dict[str, float]:
 def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -> dict:
     """The CPU comparison against the baseline tree (see the module), printed as markdown tables."""
     res: dict = {"baseline": name, "config": config, "runs": [], "startup": {}}
+    for tree in (base, ROOT):  # bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE would compile
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "mfpde")], check=True)  # every run)
     for _ in range(repeat):
         for code, tree in ((name, base), ("tree", ROOT)):
             res["startup"].setdefault(code, []).append(startup(tree))
