@@ -30,10 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.linalg
 
-from mfpde.errors import NumericalError
-
-__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch",
-           "leading_eigenpairs", "linearly_stable"]
+__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch"]
 
 Array = npt.NDArray[np.float64]
 #: The Illinois iteration stops when the bracket in Δs is this small (relative to the step) or after LOCATE_ITS.
@@ -57,7 +54,8 @@ class Problem(Protocol):
 class StepControl:
     """Δs: initial, least (a correction failing below it ends the branch), largest; the parameter range; points.
 
-    ``lo``, ``hi``: the branch ends when K leaves [lo, hi]; ``max_points``: at most this many points.
+    ``lo``, ``hi``: the branch ends at the end of [lo, hi] it reaches; ``max_points``: at most this many points;
+    ``name``: the parameter's symbol in messages.
     """
 
     ds: float
@@ -66,6 +64,7 @@ class StepControl:
     lo: float
     hi: float
     max_points: int
+    name: str = "K"
 
 
 @dataclass
@@ -279,14 +278,14 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
     its0 = newton.its
     while len(br.K) < ctl.max_points:
         if time.process_time() > deadline:
-            br.stopped, br.early = f"CPU budget exhausted at K = {x[m]:.10g}", True
+            br.stopped, br.early = f"CPU budget exhausted at {ctl.name} = {x[m]:.10g}", True
             break
         y = _correct(newton, x, t, ds, W)
         if y is None:
             ds *= 0.5
             if ds < ctl.ds_min:
                 br.stopped, br.early = (f"Newton failed at step size {ds:.3g} < continuation.step_min after "
-                                        f"K = {x[m]:.10g}"), True
+                                        f"{ctl.name} = {x[m]:.10g}"), True
                 break
             continue
         det1 = _det(problem, y)
@@ -310,15 +309,21 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                 br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K), t.copy()))
                 br.u.append(z[:m].copy())
                 br.K.append(float(z[m]))
+        if not ctl.lo <= y[m] <= ctl.hi:  # the last point: the branch at the range's end, K held there
+            end = ctl.hi if y[m] > ctl.hi else ctl.lo
+            z = newton.solve(x + (end - x[m]) / (y[m] - x[m]) * (y - x), np.eye(m + 1)[m], end)
+            br.u += [z[:m].copy()] if z is not None else []
+            br.K += [end] if z is not None else []
+            br.stopped = f"{ctl.name} reached the end {end:g} of the range" if z is not None else (
+                f"the step after {ctl.name} = {x[m]:.10g} left the range [{ctl.lo:g}, {ctl.hi:g}]")
+            break
         pending = y if singular else None
         x, t, det0 = y, t_new, det0 if singular else det1
         br.u.append(x[:m].copy())
         br.K.append(float(x[m]))
-        if not ctl.lo <= x[m] <= ctl.hi:
-            br.stopped = f"K = {x[m]:.10g} left the range [{ctl.lo:g}, {ctl.hi:g}]"
-            break
         if resolved is not None and not resolved(x[:m]):
-            br.stopped, br.early = f"the state at K = {x[m]:.10g} is not resolved by the collocation points", True
+            br.stopped = f"the state at {ctl.name} = {x[m]:.10g} is not resolved by the collocation points"
+            br.early = True
             break
         its = newton.its - its0
         its0 = newton.its
@@ -327,74 +332,3 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
         br.stopped = f"continuation.max_points = {ctl.max_points} reached"
     br.newton_its = newton.its
     return br
-
-
-def leading_eigenpairs(L: Array, count: int, solver: str = "slepc"
-                       ) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
-    """The ``count`` eigenpairs of largest real part of a dense linearisation L (n, n), sorted by decreasing real part.
-
-    ``solver``: "slepc" (slepc4py's Krylov–Schur on COMM_SELF, replicated on each rank) or "scipy" (the dense
-    reference, scipy.linalg.eig). Returns (eigenvalues (count,), eigenvectors (n, count)), complex. Where SLEPc
-    does not converge all ``count`` pairs (seen at n ≈ 1000 with clustered spectra) the dense reference answers.
-
-    Raises:
-        NumericalError: L is not finite (the linearisation overflowed).
-    """
-    if not np.all(np.isfinite(L)):
-        raise NumericalError("the linearisation is not finite (its entries overflowed): stability is undefined")
-    if solver == "slepc":
-        try:
-            return _slepc_leading(L, count)
-        except ArithmeticError:
-            pass
-    return _scipy_leading(L, count)
-
-
-def linearly_stable(vals: npt.NDArray[np.complex128]) -> bool:
-    """Whether every real part is < 0 up to 1e-9 times the largest |eigenvalue|.
-
-    The tolerance is the eigensolver's round-off: at a branch point the leading eigenvalue is 0 in exact arithmetic.
-    """
-    return bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
-
-
-def _scipy_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
-    vals, vecs = scipy.linalg.eig(L)
-    order = np.argsort(-vals.real, kind="stable")[:count]
-    return vals[order], vecs[:, order]
-
-
-def _slepc_leading(L: Array, count: int) -> tuple[npt.NDArray[np.complex128], npt.NDArray[np.complex128]]:
-    """The ``count`` eigenpairs of largest real part of the dense L by SLEPc (COMM_SELF: replicated on each rank)."""
-    from petsc4py import PETSc
-
-    from slepc4py import SLEPc
-
-    n = L.shape[0]
-    A = PETSc.Mat().createDense((n, n), array=np.array(L, dtype=PETSc.ScalarType),  # type: ignore[arg-type]
-                                comm=PETSc.COMM_SELF)
-    A.assemble()
-    eps = SLEPc.EPS().create(PETSc.COMM_SELF)
-    try:
-        eps.setOperators(A)
-        eps.setProblemType(SLEPc.EPS.ProblemType.NHEP)
-        eps.setWhichEigenpairs(SLEPc.EPS.Which.LARGEST_REAL)
-        eps.setDimensions(nev=min(count, n), ncv=min(n, max(2 * count + 1, 20)))
-        eps.setTolerances(1e-12, 1000)
-        eps.setOptionsPrefix("mfpde_cont_eps_")
-        eps.setFromOptions()
-        eps.solve()
-        nconv = eps.getConverged()
-        if nconv < min(count, n):
-            raise ArithmeticError(f"SLEPc converged {nconv} of {count} eigenpairs")
-        vals = np.zeros(min(count, nconv), complex)
-        vecs = np.zeros((n, len(vals)), complex)
-        vr, vi = A.createVecs()  # type: ignore[misc]
-        for i in range(len(vals)):
-            vals[i] = eps.getEigenpair(i, vr, vi)
-            vecs[:, i] = vr.getArray() + 1j * vi.getArray()
-        order = np.argsort(-vals.real, kind="stable")
-        return vals[order], vecs[:, order]
-    finally:
-        eps.destroy()
-        A.destroy()

@@ -281,11 +281,24 @@ def test_a_zero_pivot_is_a_newton_failure_not_a_traceback():
 def test_a_linearisation_that_overflowed_is_a_numerical_error():
     """A non-finite linearisation reached SLEPc (SystemError from EPS.destroy) or scipy's eig (ValueError): exit 1.
     Now a NumericalError (exit 3); SLEPc's non-convergence falls back to the dense reference."""
-    from mfpde.continuation import leading_eigenpairs
     from mfpde.errors import NumericalError
+    from mfpde.stability import leading_eigenpairs
 
     L = -np.eye(5)
     L[1, 2] = np.inf
     for solver in ("slepc", "scipy"):
         with pytest.raises(NumericalError, match="not finite"):
             leading_eigenpairs(L, 2, solver)
+
+
+def test_a_branch_that_reaches_the_range_end_ends_on_it():
+    """The last point of a branch leaving [start, stop] is the state at the end itself (the parameter held there),
+    not the overshooting step: the uniform branch, density 1/2π, sits at K = stop exactly."""
+    res = _branches(1.0, 0.5, 2.5)
+    uniform = [b for b in res["branches"] if b["origin"] == "uniform"]
+    assert uniform and all(min(b["parameter"]) >= 0.5 and max(b["parameter"]) <= 2.5 for b in res["branches"])
+    ends = [b for b in res["branches"] if "reached the end" in b["stopped"]]
+    assert ends, [b["stopped"] for b in res["branches"]]
+    for b in ends:
+        assert b["parameter"][-1] in (0.5, 2.5), b["parameter"][-3:]
+    assert any(b["parameter"][-1] == 2.5 and b["order_parameter"][-1] < 1e-10 for b in uniform)

@@ -219,7 +219,7 @@ class GibbsProblem:
 
         (NaN, False) where the Jacobian is not finite (a token solve failed).
         """
-        from mfpde.continuation import leading_eigenpairs, linearly_stable
+        from mfpde.stability import leading_eigenpairs, linearly_stable
 
         J = self.jacobian(u, lam)[0]
         if not np.all(np.isfinite(J)):  # a token solve of ∂D/∂c failed: unknown, not stable

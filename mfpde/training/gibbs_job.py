@@ -168,7 +168,7 @@ def gibbs_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[s
                           f"{MAX_UNKNOWNS}; got {P.m}")
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
-    ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
+    ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points, "λ")
     logger.info("continuation in λ of the Gibbs fixed points ρ = p_ρ: %s model, %d block(s) of %d Θ nodes, %d "
                 "distinct a; λ from %g to %g", cfg.depth.model, P.n_layers, P.n_theta, P.n_a, c.start, c.stop)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -32,7 +32,7 @@ import numpy.typing as npt
 import scipy.linalg
 import scipy.special
 
-from mfpde.continuation import leading_eigenpairs, linearly_stable
+from mfpde.stability import leading_eigenpairs, linearly_stable
 
 __all__ = ["CircleStationary"]
 

@@ -35,7 +35,7 @@ import numpy.typing as npt
 import scipy.special
 from numpy.polynomial import legendre
 
-from mfpde.continuation import leading_eigenpairs, linearly_stable
+from mfpde.stability import leading_eigenpairs, linearly_stable
 
 __all__ = ["SphereStationary"]
 
