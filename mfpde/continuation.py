@@ -311,10 +311,10 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                 br.K.append(float(z[m]))
         if not ctl.lo <= y[m] <= ctl.hi:  # the last point: the branch at the range's end, K held there
             end = ctl.hi if y[m] > ctl.hi else ctl.lo
-            z = newton.solve(x + (end - x[m]) / (y[m] - x[m]) * (y - x), np.eye(m + 1)[m], end)
-            br.u += [z[:m].copy()] if z is not None else []
-            br.K += [end] if z is not None else []
-            br.stopped = f"{ctl.name} reached the end {end:g} of the range" if z is not None else (
+            last = newton.solve(x + (end - x[m]) / (y[m] - x[m]) * (y - x), np.eye(m + 1)[m], end)
+            br.u += [last[:m].copy()] if last is not None else []
+            br.K += [end] if last is not None else []
+            br.stopped = f"{ctl.name} reached the end {end:g} of the range" if last is not None else (
                 f"the step after {ctl.name} = {x[m]:.10g} left the range [{ctl.lo:g}, {ctl.hi:g}]")
             break
         pending = y if singular else None

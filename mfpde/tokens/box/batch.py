@@ -206,8 +206,8 @@ class BatchTransport:
             raise NumericalError("non-finite token density in the shallow layer")
         return self._reports(U, mass0, r, U.min(axis=1), np.ones(len(U), np.int64), g)
 
-    def _reports(self, U: Array, mass0: Array, outflow: Array, min_mu: Array, nsub: Array, g: Readout | None
-                 ) -> list[TransportReport]:
+    def _reports(self, U: Array, mass0: Array, outflow: Array, min_mu: Array, nsub: npt.NDArray[np.int64],
+                 g: Readout | None) -> list[TransportReport]:
         """One report per row of U (as :meth:`TokenTransport.solve` reports it), the moments in stacked products."""
         x = self.tokens.quad.points
         mass, mean, cov, yhat = batch_moments(self.weights(U)[:, self.tokens.quad.order], x,
