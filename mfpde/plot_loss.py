@@ -63,10 +63,11 @@ def _gap_panel(ax: Axes, s: np.ndarray, F: np.ndarray, cert: np.ndarray, rate: d
     good = cert > 0
     ax.semilogy(s[good], cert[good], "^-", ms=3, color="C4", label="certificate λ·KL(ρ_s ‖ p_ρs)  (≥ F − F*)")
     c = rate.get("fitted")
-    if c is not None and math.isfinite(c) and win.any():
-        s0 = s[win][0]
-        ax.semilogy(s[win], gap[win][0] * np.exp(-c * (s[win] - s0)), "--", color="C2",
-                    label=f"fitted rate: e^(−{c:.3g} s)")
+    fit = win & (gap > 1e-14 * max(1.0, abs(F[-1])))  # the rows the rate was fitted to (certified_fit)
+    if c is not None and math.isfinite(c) and fit.any():
+        s0 = s[fit][0]  # the fitted line: its least-squares level for that slope, not through the first row
+        level = float(np.exp(np.mean(np.log(gap[fit]) + c * (s[fit] - s0))))
+        ax.semilogy(s[fit], level * np.exp(-c * (s[fit] - s0)), "--", color="C2", label=f"fitted rate: e^(−{c:.3g} s)")
     ax.set_xlabel("training time s (non-dimensional)")
     ax.set_ylabel("F − F* (non-dimensional, log)")
     ax.set_title("free-energy gap", y=1.0, fontsize=8)
