@@ -132,7 +132,8 @@ def slope(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray
     return (Ks[0] - Ks[1]) / (2 * PROBE)
 
 
-def _block(P: Stationary, br: Branch, origin: str, solver: str) -> dict[str, Any]:
+def _block(P: Stationary, br: Branch, origin: str, solver: str, k: int = 1) -> dict[str, Any]:
+    """The report's block of a branch of mode k (the uniform branch: k = 1, its amplitude 0)."""
     lead, stable = [], []
     for u, K in zip(br.u, br.K, strict=True):
         vals, ok = P.stability(u, K, 2, solver)
@@ -140,6 +141,7 @@ def _block(P: Stationary, br: Branch, origin: str, solver: str) -> dict[str, Any
         stable.append(ok)
     return {"origin": origin, "parameter": list(br.K), "order_parameter": [P.order_parameter(u) for u in br.u],
             "free_energy": [P.free_energy(u, K) for u, K in zip(br.u, br.K, strict=True)],
+            "mode": k, "amplitude": [abs(float(P.amplitude(k) @ u)) for u in br.u],
             "leading_eigenvalue": lead, "stable": stable, "stopped": br.stopped, "early": br.early}
 
 
@@ -174,8 +176,9 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                 br = continue_branch(P, newton, x, sign * d, W, ctl, P.resolved, deadline)
                 for f in (e for e in br.events if e.kind == "fold"):
                     bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
-                                 "order_parameter": P.order_parameter(f.u)})
-                branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver))
+                                 "order_parameter": P.order_parameter(f.u),
+                                 "amplitude": abs(float(P.amplitude(k) @ f.u))})
+                branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver, k))
         its = newton.its
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
 
@@ -227,9 +230,10 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
-    """The order parameter against K (rank 0): stable solid, unstable dashed, folds (×), bifurcations (○) marked.
+    """Each branch's amplitude against K (rank 0): stable solid, unstable dashed, folds (×), bifurcations (○).
 
-    The order parameter is |μ̂_1| on the circle, |∫ x dμ| on the sphere.
+    The amplitude of a branch of mode k is |∫ μ cos kθ dθ| on the circle (k = 1: the order parameter |μ̂₁|),
+    |∫ μ P_k dσ| on the sphere (k = 1: |∫ x dμ|): a mode-2 branch does not lie on the uniform branch's axis.
     """
     import matplotlib
 
@@ -239,13 +243,13 @@ def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.add_subplot()
     for i, b in enumerate(report["branches"]):
-        K, r, st = np.array(b["parameter"]), np.array(b["order_parameter"]), np.array(b["stable"])
+        K, r, st = np.array(b["parameter"]), np.array(b["amplitude"]), np.array(b["stable"])
         colour = f"C{i}"
         for j in range(len(K) - 1):
             ax.plot(K[j : j + 2], r[j : j + 2], color=colour, ls="-" if st[j] and st[j + 1] else "--")
         ax.plot([], [], color=colour, label=b["origin"])
     for e in report["bifurcations"]:
-        r = e.get("order_parameter", 0.0)
+        r = e.get("amplitude", 0.0)
         ax.plot(e["parameter"], r, "x" if e["kind"] == "fold" else "o", color="k", ms=7, mfc="none")
     ax.plot([], [], "o", color="k", mfc="none", label="bifurcation")
     ax.plot([], [], "x", color="k", label="fold")
@@ -253,7 +257,8 @@ def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
     ax.plot([], [], "k--", label="unstable")
     ax.set_xlabel("coupling K")
     sphere = report["domain"] == "sphere"
-    ax.set_ylabel("order parameter |∫ x dμ| (zonal states)" if sphere else "order parameter |μ̂₁|")
+    ax.set_ylabel("amplitude |∫ μ Pₖ dσ| of the branch's degree k" if sphere
+                  else "amplitude |∫ μ cos kθ dθ| of the branch's mode k")
     ax.set_title(f"noisy tokens on the {report['domain']}: β = {report['beta']:g}, τ = {report['noise']:g}")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -302,3 +302,16 @@ def test_a_branch_that_reaches_the_range_end_ends_on_it():
     for b in ends:
         assert b["parameter"][-1] in (0.5, 2.5), b["parameter"][-3:]
     assert any(b["parameter"][-1] == 2.5 and b["order_parameter"][-1] < 1e-10 for b in uniform)
+
+
+def test_each_branch_carries_the_amplitude_of_its_own_mode():
+    """A mode-2 branch has |μ̂₁| = 0 (two antipodal clusters) but a growing |∫ μ cos 2θ dθ|: the amplitude the
+    diagram draws; on a mode-1 branch of even states the amplitude is the order parameter |μ̂₁|."""
+    res = _branches(4.0, 0.2, 1.0)
+    by_mode = {b["mode"]: b for b in res["branches"] if b["origin"] != "uniform"}
+    assert set(by_mode) >= {1, 2}
+    one, two = by_mode[1], by_mode[2]
+    np.testing.assert_allclose(one["amplitude"], one["order_parameter"], rtol=1e-12, atol=1e-14)
+    assert max(two["order_parameter"]) < 1e-10 and max(two["amplitude"]) > 0.1  # off the axis
+    uniform = next(b for b in res["branches"] if b["origin"] == "uniform")
+    assert max(uniform["amplitude"]) < 1e-12
