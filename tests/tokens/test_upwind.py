@@ -78,7 +78,7 @@ def test_facet_arrays_equal_the_forms(kind: str) -> None:
     work = dolfinx.fem.Function(tokens.W)
 
     # Σ|terms| per entry: the facet terms with their absolute values
-    Fabs = np.abs(F) @ fv.wq
+    Fabs = fv.wq @ np.abs(F)  # F: (n_q, n_facets)
     phi_abs = Fabs * (np.abs(u[fv.left]) + np.where(fv.interior, np.abs(u[fv.right]), 0.0))
     inner = fv.interior
     scale = _reverse(np.bincount(fv.left, phi_abs, minlength=fv.n_local)

@@ -115,14 +115,19 @@ class UpwindFiniteVolume:
         self.n_vertices = len(v2dof)
         self.n_cells = ncell
         inner = np.flatnonzero(self.interior)
+        nvf = self.verts.shape[1]
         #: Where each entry of a facet array is added: "left"/"right" (cells of all / the interior facets' values),
-        #: "vertices" (the blocked P1 dofs of (f, vertex of f, component)); and the batch's flat indices per size.
+        #: "vertices" (the blocked P1 dofs of (vertex of f, component, f)); and the batch's flat indices per size.
+        vdofs = self.verts.T[:, None, :] * d + np.arange(d)[None, :, None]  # (vertices of f, d, n_facets)
         self._targets: dict[str, tuple[Index, Index | None, int]] = {
             "left": (self.left, None, ncell), "right": (self.right[inner], inner, ncell),
-            "vertices": ((self.verts[:, :, None] * d + np.arange(d)).ravel(), None, self.n_vertices * d)}
+            "vertices": (vdofs.ravel(), None, self.n_vertices * d)}
         self._flat: dict[tuple[str, int], Index] = {}
-        #: λ_{q,v} |f| n_{f,j} as (n_facets, n_q, (vertex, component) of f): the normal flux's weights
-        self._lam_nA = (self.lam[None, :, :, None] * self.nA[:, None, None, :]).reshape(nf, len(self.wq), -1)
+        #: λ_{q,v} |f| n_{f,j}, shape (n_q, vertices of f × d, n_facets): the normal flux's weights
+        self._w = (self.lam[:, :, None, None] * self.nA.T[None, None, :, :]).reshape(len(self.wq), nvf * d, nf)
+        self._vdofs = vdofs.reshape(nvf * d, nf)
+        self._right_or_left = np.where(self.interior, self.right, self.left)  # a valid index on ∂Ω (masked)
+        self._inner = self.interior.astype(float)
 
     def _add_at(self, target: str, vals: Array) -> Array:
         """out[..., idx[m]] += vals[..., m] for the indices of ``target``, shape ((S,) n): one ``np.bincount``."""
@@ -147,19 +152,25 @@ class UpwindFiniteVolume:
         """|f| V(x_q)·n_f at every facet Gauss point for the P1 velocity V (blocked, shape ((S,) n_vertices d)).
 
         Returns:
-            shape ((S,) n_facets, n_q).
+            shape ((S,) n_q, n_facets): the facets last, so that every product below runs along them.
         """
-        return np.einsum("...fk,fqk->...fq", V[..., self._targets["vertices"][0].reshape(len(self.nA), -1)],
-                         self._lam_nA)
+        G = V[..., self._vdofs]  # ((S,) vertices of f × d, n_facets)
+        F = np.empty((*V.shape[:-1], *self._w[:, 0].shape))
+        for q, wq in enumerate(self._w):
+            F[..., q, :] = sum(wq[k] * G[..., k, :] for k in range(len(wq)))
+        return F
 
     def _to_vertices(self, y: Array) -> Array:
-        """The transpose of :meth:`normal_flux`: y ((S,) n_facets, n_q) at the Gauss points → ((S,) n_vertices d)."""
-        z = (y @ self.lam)[..., None] * self.nA[:, None, :]  # ((S,) n_facets, vertices of f, d)
-        return self._add_at("vertices", z.reshape(*z.shape[:-3], -1))
+        """The transpose of :meth:`normal_flux`: y ((S,) n_q, n_facets) at the Gauss points → ((S,) n_vertices d)."""
+        z = np.stack([sum(wq[k] * y[..., q, :] for q, wq in enumerate(self._w)) for k in range(self._w.shape[1])],
+                     axis=-2)  # ((S,) vertices of f × d, n_facets)
+        return self._add_at("vertices", z.reshape(*z.shape[:-2], -1))
 
     def _split(self, F: Array) -> tuple[Array, Array]:
         """(F_f⁺, F_f⁻): the Gauss sums of the positive and negative parts, shape ((S,) n_facets) each."""
-        return np.maximum(F, 0.0) @ self.wq, np.minimum(F, 0.0) @ self.wq
+        Fp = sum(w * np.maximum(F[..., q, :], 0.0) for q, w in enumerate(self.wq))
+        Fm = sum(w * np.minimum(F[..., q, :], 0.0) for q, w in enumerate(self.wq))
+        return np.asarray(Fp), np.asarray(Fm)
 
     def rate(self, u: Array, F: Array, out: Array) -> Any:
         """Add L(u, V) to ``out`` (local dofs, shape ((S,) n_local)); return the outflow rate Σ_{∂Ω} F⁺ u_L (owned).
@@ -184,12 +195,13 @@ class UpwindFiniteVolume:
 
         ``u`` and ``z`` hold the values of the local cells, ghosts up to date; F from :meth:`normal_flux`.
         """
-        inner = self.interior
-        right = np.where(inner, self.right, self.left)  # a valid index on ∂Ω (masked below)
-        dz = np.where(inner, z[..., right] - z[..., self.left], -z[..., self.left])
+        right, inner = self._right_or_left, self._inner
+        zl, ul = z[..., self.left], u[..., self.left]
+        dz = z[..., right] * inner - zl  # −z_L on ∂Ω
         Fp, Fm = self._split(F)
         gu += self._to_cells(Fp * dz, Fm * dz)
-        s = np.sign(F)
-        dphi = (0.5 * (1.0 + s) * u[..., self.left, None]
-                + np.where(inner[:, None], 0.5 * (1.0 - s) * u[..., right, None], 0.0))
-        gV += self._to_vertices(dphi * self.wq * dz[..., None])
+        ur = u[..., right] * inner  # u_R, 0 on ∂Ω
+        # ½(1 + sgn F) u_L + ½(1 − sgn F) u_R at each Gauss point, times w_q Δz
+        y = np.stack([(ur + 0.5 * (1.0 + np.sign(F[..., q, :])) * (ul - ur)) * (w * dz) for q, w in enumerate(self.wq)],
+                     axis=-2)
+        gV += self._to_vertices(y)
