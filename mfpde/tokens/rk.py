@@ -205,6 +205,8 @@ def step(table: ShuOsher, op: DepthOperator, u: Any, h: Any, heads: Any, vel0: A
     y: Any = None
     for i in range(1, s + 1):
         Fj, rj = op.rate(ys[i - 1], vels[i - 1])
+        if not keep:
+            vels[i - 1] = None  # untaped: the stage's velocity (its softmax factors) is spent
         F.append(Fj)
         R.append(rj * _outflow_h(h, rj))
         y, out_i = None, 0.0
@@ -320,8 +322,9 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         step_no: the index of the depth step (0-based, for messages).
         t: its starting depth (for messages).
         tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows): a list, or a
-            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``
-            and ``mark(state)``, called with the whole state before each sub-step).
+            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``,
+            ``mark(state)``, called with the whole state before each sub-step, and ``forecast(step_no, n_s)``,
+            called with the largest n_s of the rows before the depth step's sub-steps).
         layer: the layer block recorded on the tape.
         budget: as in :func:`step`.
 
@@ -347,6 +350,8 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         raise substeps_error(step_no + 1, t)
     nsub = np.maximum(1, need).astype(np.int64)
     while True:
+        if tape is not None and hasattr(tape, "forecast"):  # the sub-steps still to come, for the tape's plan
+            tape.forecast(step_no, int(nsub.max()))
         v, outflow, broken = _substeps(table, op, u, vel, dt, nsub, heads, layer, tape, budget)
         if not broken.any():
             return v, outflow, nsub

@@ -227,7 +227,8 @@ class Objective:
         """A tape for one forward solve within ``training.tape_memory`` (the single layer's one step: a list)."""
         if self.pb.shallow:
             return []
-        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm)
+        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm,
+                                self.pb.cfg.depth.steps)
 
     def _count(self, tape: Tape | CheckpointedTape | None) -> None:
         """Add a reversed tape's cost to :attr:`tape_stats`."""

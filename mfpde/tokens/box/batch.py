@@ -95,6 +95,8 @@ class BatchTransport:
     def velocity(self, U: Array, heads: HeadMeasure, linearize: bool) -> BatchVelocity:
         """V[μ; ρ] at the P1 vertices for every row of U, shape (S, n_vertices d), and its softmax factors.
 
+        The factors (3 N_a values per vertex and row, the larger part) only with ``linearize``, for the tape.
+
         Raises:
             BatchDeclined: a row without mass, or heads without shared factors (solve those samples one by one).
         """
@@ -110,7 +112,7 @@ class BatchTransport:
         assert self.vel.grid is not None and self.tokens.quad.grid_axes is not None
         ts = TensorSoftmax(self.vel.grid, self.tokens.quad.grid_axes, Wg.reshape(S, *self.grid_shape), a, f)
         V = ts.velocity(c)[self.vertex]  # (S, n_vertices, d)
-        return V.reshape(S, -1), ts
+        return V.reshape(S, -1), ts if linearize else None  # untaped: the factors are not kept
 
     def rate(self, U: Array, vel: BatchVelocity) -> tuple[Array, Array]:
         """dU/dt = M⁻¹ L(U, V) per row and the outflow rate of each, shapes (S, n) and (S,)."""
