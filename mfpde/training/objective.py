@@ -48,6 +48,11 @@ BATCH_SAMPLES: int | None = None
 #: the same risk to the last bit). On a loaded machine larger batches of the deep model were faster still
 #: (16×16 cells, 60 images: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient), at 3.4 MB of tape a sample.
 BATCH_BYTES = 128 * 2**20
+#: Bytes per P1 velocity vertex and per (1 + N_a) of a sample in an untaped batch (:meth:`Objective.batch_size`):
+#: the stage under way keeps one set of softmax moments (3 N_a values a vertex) while the product making the next
+#: needs 2 N_a more; measured (tracemalloc, ``demos/digits_deep.toml``, 17 heads) 95 values a vertex a sample on
+#: 64×64 cells and 100 on 128×128, 5.6 (1 + N_a).
+UNTAPED_BYTES_PER_VERTEX_HEAD = 8 * 6
 
 
 class Objective:
@@ -93,19 +98,24 @@ class Objective:
             u.x.array[:] = row
         return self._pool[:len(chunk)]
 
-    def batch_size(self, n_a: list[int]) -> int:
+    def batch_size(self, n_a: list[int], taped: bool = True) -> int:
         """Samples per batch: :data:`BATCH_SAMPLES` if set, else as many as :data:`BATCH_BYTES` holds (at least 1).
 
-        A sample's taped forward is estimated as 32 n_local (1 + N_a) (3 K + 1) bytes: K depth steps of three SSP
-        stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the largest
-        number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells, 17 heads,
-        8 depth steps. Depends on global sizes only: the ranks of a group agree.
+        A sample's taped forward is estimated as 32 n (1 + N_a) (3 K + 1) bytes (n token dofs): K depth steps of
+        three SSP stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the
+        largest number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells,
+        17 heads, 8 depth steps. An untaped forward keeps no tape: :data:`UNTAPED_BYTES_PER_VERTEX_HEAD` (1 + N_a)
+        bytes per velocity vertex a sample, whatever K. Depends on global sizes only: the ranks of a group agree.
         """
         if BATCH_SAMPLES is not None:
             return BATCH_SAMPLES
-        steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
-        n_local = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
-        per = 32 * n_local * (1 + max(n_a, default=0)) * (3 * steps + 1)
+        heads = 1 + max(n_a, default=0)
+        if taped:
+            steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
+            n_dofs = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
+            per = 32 * n_dofs * heads * (3 * steps + 1)
+        else:
+            per = UNTAPED_BYTES_PER_VERTEX_HEAD * self.tokens.velocity.x.shape[0] * heads
         return max(1, BATCH_BYTES // per)
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | CheckpointedTape | None = None,
@@ -171,7 +181,7 @@ class Objective:
         if taped:
             self.tape_stats = {}
         mine = self.groups.mine(samples)
-        size = self.batch_size(n_a) if self.batch is not None else 1
+        size = self.batch_size(n_a, taped) if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
         for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
             us = self._initial(samples, chunk)

@@ -255,3 +255,36 @@ def test_batch_size_from_the_memory_budget(monkeypatch):
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", None)
     monkeypatch.setattr(objective_module, "BATCH_BYTES", 2 * 32 * 144 * 3 * (3 * cfg.depth.steps + 1))
     assert deep.batch_size([2, 2]) == 2
+
+
+def test_untaped_batch_from_its_own_footprint(monkeypatch):
+    """Predictions (no tape) are batched by their own footprint, UNTAPED_BYTES_PER_VERTEX_HEAD (1 + N_a) bytes per
+    velocity vertex a sample, not by the tape's 32 n (1 + N_a) (3 K + 1): with a BATCH_BYTES below one sample's
+    tape the gradient advances the samples one by one while the predictions of the same samples are one batch;
+    the predictions of the batch equal the per-sample ones to round-off, and the untaped batch keeps no softmax
+    factors."""
+    cp = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF)
+    obj, heads = cp.objective, cp.heads()
+    assert obj.batch is not None
+    n_a = [len(h.a) for h in heads]
+    taped = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * (3 * cp.problem.cfg.depth.steps + 1)
+    untaped = objective_module.UNTAPED_BYTES_PER_VERTEX_HEAD * obj.tokens.velocity.x.shape[0] * (1 + max(n_a))
+    train = cp.problem.train
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", max(taped - 1, len(train) * untaped))
+    assert obj.batch_size(n_a) == 1 and obj.batch_size(n_a, taped=False) >= len(train), (taped, untaped)
+    rows: list[int] = []
+    real = obj.batch.solve
+
+    def counting(U, *args, **kwargs):
+        rows.append(len(U))
+        return real(U, *args, **kwargs)
+
+    monkeypatch.setattr(obj.batch, "solve", counting)
+    g = obj.gradient(heads)
+    assert rows == [1] * len(train), rows
+    rows.clear()
+    y = obj.predict(train, heads)
+    assert rows == [len(train)], rows
+    assert np.allclose(y, g.yhat, rtol=1e-12, atol=0), np.abs(y - g.yhat).max()
+    U = np.stack([u.x.array for u in obj._initial(train, list(range(len(train))))])
+    assert obj.batch.velocity(U, heads[0], False)[1] is None and obj.batch.velocity(U, heads[0], True)[1] is not None
