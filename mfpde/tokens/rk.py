@@ -352,7 +352,8 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
     while True:
         if tape is not None and hasattr(tape, "forecast"):  # the sub-steps still to come, for the tape's plan
             tape.forecast(step_no, int(nsub.max()))
-        v, outflow, broken = _substeps(table, op, u, vel, dt, nsub, heads, layer, tape, budget)
+        first, vel = [vel], None  # handed over: _substeps drops it after the first round (memory: a stage's factors)
+        v, outflow, broken = _substeps(table, op, u, first, dt, nsub, heads, layer, tape, budget)
         if not broken.any():
             return v, outflow, nsub
         nsub[broken] *= 2
@@ -363,9 +364,14 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         vel = op.velocity(u, heads, tape is not None)
 
 
-def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float, nsub: npt.NDArray[np.int64],
-              heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
-    """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows)."""
+def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, first: list[Any], dt: float,
+              nsub: npt.NDArray[np.int64], heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
+    """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows).
+
+    ``first`` holds the velocity at u (taken out: no velocity outlives the round that uses it here, nor a taped
+    step its hand-over to the tape).
+    """
+    vel, taped = first.pop(), None
     v = u.copy()
     outflow, broken = np.zeros(len(nsub)), np.zeros(len(nsub), bool)
     for j in range(int(nsub.max())):
@@ -373,6 +379,7 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         h = dt / nsub[idx]
         rows = op.take(v, idx)
         if j > 0:
+            vel = None  # the last round's, spent
             vel = op.velocity(rows, heads, tape is not None)
             broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * (1 + 1e-9)
             if broken.any():
@@ -384,6 +391,7 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         if tape is not None:
             assert taped is not None
             tape.append(replace(taped, layer=layer, idx=idx))
+            taped = None  # the tape's now (a checkpointed tape may keep none of it)
         v = op.put(v, idx, new)
         outflow[idx] += o
     return v, outflow, broken
