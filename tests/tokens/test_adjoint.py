@@ -158,10 +158,11 @@ def test_checkpointed_tape_is_bit_identical(d, degree):
 
 def test_checkpoint_interval_minimises_the_tape_memory():
     """CheckpointedTape.segment(n, C, T): the k ≥ 1 with the least ⌈n/k⌉ C + k T (n sub-steps, states of C bytes,
-    taped sub-steps of T bytes) over every k from 1 to n."""
+    taped sub-steps of T bytes) over every k from 1 to n (it searches only up to 2 √(n C / T) + 2 + C / T)."""
     from mfpde.tokens.box.tape import CheckpointedTape
 
-    for n, C, T in [(1, 8, 100), (27, 131072, 20_000_000), (151, 1000, 10), (64, 1, 1), (100, 50, 3), (9, 7, 7)]:
+    for n, C, T in [(1, 8, 100), (27, 131072, 20_000_000), (151, 1000, 10), (64, 1, 1), (100, 50, 3), (9, 7, 7),
+                    (500, 3, 1000), (2000, 1000, 3), (300, 40, 1)]:
         k = CheckpointedTape.segment(n, C, T)
         cost = [-(-n // j) * C + j * T for j in range(1, n + 1)]
         assert 1 <= k and -(-n // k) * C + k * T == min(cost), (n, C, T, k, min(cost))

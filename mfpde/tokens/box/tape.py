@@ -176,10 +176,12 @@ class CheckpointedTape:
     def segment(n: int, C: int, T: int) -> int:
         """The checkpoint interval k in 1..n that minimises ⌈n/k⌉ C + k T (the smallest such k).
 
-        n sub-steps, states of C bytes, taped sub-steps of T bytes: k ≈ √(n C / T), the checkpoints' memory and
-        one segment's balanced.
+        n sub-steps, states of C bytes, taped sub-steps of T bytes: k ≈ r = √(n C / T), the checkpoints' memory and
+        one segment's balanced. Searched over k ≤ 2r + 2 + C/T: beyond, k T alone exceeds the cost at ⌈r⌉.
         """
-        k = np.arange(1, max(n, 1) + 1, dtype=np.int64)
+        T = max(T, 1)
+        r = math.sqrt(n * C / T)
+        k = np.arange(1, max(1, min(n, math.ceil(2 * r + 2 + C / T))) + 1, dtype=np.int64)
         return int(np.argmin(-(-n // k) * C + k * T)) + 1
 
     def _plan(self) -> None:
