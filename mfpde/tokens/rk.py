@@ -205,6 +205,8 @@ def step(table: ShuOsher, op: DepthOperator, u: Any, h: Any, heads: Any, vel0: A
     y: Any = None
     for i in range(1, s + 1):
         Fj, rj = op.rate(ys[i - 1], vels[i - 1])
+        if not keep:
+            vels[i - 1] = None  # untaped: the stage's velocity (its softmax factors) is spent
         F.append(Fj)
         R.append(rj * _outflow_h(h, rj))
         y, out_i = None, 0.0
@@ -320,8 +322,9 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         step_no: the index of the depth step (0-based, for messages).
         t: its starting depth (for messages).
         tape: if given, every sub-step is appended as a :class:`TapedStep` (``idx``: its rows): a list, or a
-            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``
-            and ``mark(state)``, called with the whole state before each sub-step).
+            checkpointed tape (:class:`~mfpde.tokens.box.tape.CheckpointedTape`: ``len``, ``append``, ``del tape[n:]``,
+            ``mark(state)``, called with the whole state before each sub-step, and ``forecast(step_no, n_s)``,
+            called with the largest n_s of the rows before the depth step's sub-steps).
         layer: the layer block recorded on the tape.
         budget: as in :func:`step`.
 
@@ -347,7 +350,10 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         raise substeps_error(step_no + 1, t)
     nsub = np.maximum(1, need).astype(np.int64)
     while True:
-        v, outflow, broken = _substeps(table, op, u, vel, dt, nsub, heads, layer, tape, budget)
+        if tape is not None and hasattr(tape, "forecast"):  # the sub-steps still to come, for the tape's plan
+            tape.forecast(step_no, int(nsub.max()))
+        first, vel = [vel], None  # handed over: _substeps drops it after the first round (memory: a stage's factors)
+        v, outflow, broken = _substeps(table, op, u, first, dt, nsub, heads, layer, tape, budget)
         if not broken.any():
             return v, outflow, nsub
         nsub[broken] *= 2
@@ -358,9 +364,14 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         vel = op.velocity(u, heads, tape is not None)
 
 
-def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float, nsub: npt.NDArray[np.int64],
-              heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
-    """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows)."""
+def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, first: list[Any], dt: float,
+              nsub: npt.NDArray[np.int64], heads: Any, layer: int, tape: Any, budget: Any) -> tuple[Any, Array, Any]:
+    """nsub[r] sub-steps of size dt/nsub[r] for every row r, in rounds; (state, outflow, broken rows).
+
+    ``first`` holds the velocity at u (taken out: no velocity outlives the round that uses it here, nor a taped
+    step its hand-over to the tape).
+    """
+    vel, taped = first.pop(), None
     v = u.copy()
     outflow, broken = np.zeros(len(nsub)), np.zeros(len(nsub), bool)
     for j in range(int(nsub.max())):
@@ -368,6 +379,7 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         h = dt / nsub[idx]
         rows = op.take(v, idx)
         if j > 0:
+            vel = None  # the last round's, spent
             vel = op.velocity(rows, heads, tape is not None)
             broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * (1 + 1e-9)
             if broken.any():
@@ -379,6 +391,7 @@ def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, vel: Any, dt: float,
         if tape is not None:
             assert taped is not None
             tape.append(replace(taped, layer=layer, idx=idx))
+            taped = None  # the tape's now (a checkpointed tape may keep none of it)
         v = op.put(v, idx, new)
         outflow[idx] += o
     return v, outflow, broken

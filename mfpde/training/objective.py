@@ -25,7 +25,7 @@ from mfpde.problem import Problem
 from mfpde.sample_fields import write_sample_fields
 from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
-from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
+from mfpde.tokens.box.batch import UNTAPED_CHUNK_BYTES, BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.box.data import Sample, initial_measures
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.tape import CheckpointedTape, tape_budget
@@ -48,6 +48,11 @@ BATCH_SAMPLES: int | None = None
 #: the same risk to the last bit). On a loaded machine larger batches of the deep model were faster still
 #: (16×16 cells, 60 images: batches of 8, 30, 60 took 2.9, 2.4, 1.4 s a gradient), at 3.4 MB of tape a sample.
 BATCH_BYTES = 128 * 2**20
+#: Bytes per P1 velocity vertex of a sample in an untaped batch (:meth:`Objective.batch_size`): the stage states,
+#: rates and facet fluxes (measured with tracemalloc on ``demos/digits_deep.toml``, 128×128 cells: 22 values a
+#: vertex a sample) and one head's moments (5 values); the moments of the other heads are summed by chunks of at
+#: most :data:`~mfpde.tokens.box.batch.UNTAPED_CHUNK_BYTES` whatever the batch.
+UNTAPED_BYTES_PER_VERTEX = 8 * 30
 
 
 class Objective:
@@ -93,20 +98,25 @@ class Objective:
             u.x.array[:] = row
         return self._pool[:len(chunk)]
 
-    def batch_size(self, n_a: list[int]) -> int:
+    def batch_size(self, n_a: list[int], taped: bool = True) -> int:
         """Samples per batch: :data:`BATCH_SAMPLES` if set, else as many as :data:`BATCH_BYTES` holds (at least 1).
 
-        A sample's taped forward is estimated as 32 n_local (1 + N_a) (3 K + 1) bytes: K depth steps of three SSP
-        stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the largest
-        number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells, 17 heads,
-        8 depth steps. Depends on global sizes only: the ranks of a group agree.
+        A sample's taped forward is estimated as 32 n (1 + N_a) (3 K + 1) bytes (n token dofs): K depth steps of
+        three SSP stages (one for the single layer), each keeping arrays of the state's size per head (N_a: the
+        largest number of heads of a layer block); measured 3.4 MB against the estimate's 3.7 MB on 16×16 cells,
+        17 heads, 8 depth steps. An untaped forward keeps no tape: :data:`UNTAPED_BYTES_PER_VERTEX_HEAD` (1 + N_a)
+        bytes per velocity vertex a sample (whatever K and N_a) against :data:`BATCH_BYTES` less the chunk of
+        head moments :data:`~mfpde.tokens.box.batch.UNTAPED_CHUNK_BYTES`. Depends on global sizes only: the ranks
+        of a group agree.
         """
         if BATCH_SAMPLES is not None:
             return BATCH_SAMPLES
+        if not taped:
+            per = UNTAPED_BYTES_PER_VERTEX * self.tokens.velocity.x.shape[0]
+            return max(1, (BATCH_BYTES - UNTAPED_CHUNK_BYTES) // per)
         steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
-        n_local = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
-        per = 32 * n_local * (1 + max(n_a, default=0)) * (3 * steps + 1)
-        return max(1, BATCH_BYTES // per)
+        n_dofs = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
+        return max(1, BATCH_BYTES // (32 * n_dofs * (1 + max(n_a, default=0)) * (3 * steps + 1)))
 
     def forward(self, u: dolfinx.fem.Function, heads: list[HeadMeasure], tape: Tape | CheckpointedTape | None = None,
                 keep: list[Array] | None = None) -> TransportReport:
@@ -171,7 +181,7 @@ class Objective:
         if taped:
             self.tape_stats = {}
         mine = self.groups.mine(samples)
-        size = self.batch_size(n_a) if self.batch is not None else 1
+        size = self.batch_size(n_a, taped) if self.batch is not None else 1
         n_chunks = -(-len(mine) // size)  # chunks of even sizes: 10 samples are 5 + 5, not 8 + 2
         for chunk in (mine[j * len(mine) // n_chunks: (j + 1) * len(mine) // n_chunks] for j in range(n_chunks)):
             us = self._initial(samples, chunk)
@@ -227,7 +237,8 @@ class Objective:
         """A tape for one forward solve within ``training.tape_memory`` (the single layer's one step: a list)."""
         if self.pb.shallow:
             return []
-        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm)
+        return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm,
+                                self.pb.cfg.depth.steps)
 
     def _count(self, tape: Tape | CheckpointedTape | None) -> None:
         """Add a reversed tape's cost to :attr:`tape_stats`."""

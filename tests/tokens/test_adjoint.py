@@ -154,3 +154,43 @@ def test_checkpointed_tape_is_bit_identical(d, degree):
     assert ckpt["checkpoint_every"] >= 2 and ckpt["segments"] >= 2, ckpt  # thinned, and more than one segment
     assert ckpt["recomputed_substeps"] == ckpt["substeps"] == whole["substeps"] >= 8, ckpt
     assert np.array_equal(out[0][0], out[1][0]) and np.array_equal(out[0][1], out[1][1])
+
+
+def test_checkpoint_interval_minimises_the_tape_memory():
+    """CheckpointedTape.segment(n, C, T): the k ≥ 1 with the least ⌈n/k⌉ C + k T (n sub-steps, states of C bytes,
+    taped sub-steps of T bytes) over every k from 1 to n (it searches only up to 2 √(n C / T) + 2 + C / T)."""
+    from mfpde.tokens.box.tape import CheckpointedTape
+
+    for n, C, T in [(1, 8, 100), (27, 131072, 20_000_000), (151, 1000, 10), (64, 1, 1), (100, 50, 3), (9, 7, 7),
+                    (500, 3, 1000), (2000, 1000, 3), (300, 40, 1)]:
+        k = CheckpointedTape.segment(n, C, T)
+        cost = [-(-n // j) * C + j * T for j in range(1, n + 1)]
+        assert 1 <= k and -(-n // k) * C + k * T == min(cost), (n, C, T, k, min(cost))
+
+
+def test_forecast_checkpoints_from_the_start_bit_identical():
+    """A depth solve whose whole tape would outgrow the budget: from the forecast (sub-steps of the first depth step
+    times the depth steps) the tape checkpoints from the first sub-step every k = √(n C / T) sub-steps, so its peak
+    is the least ⌈n/k⌉ C + k T (plus one state), far below the budget it used to fill; the costate and ∂R/∂c equal
+    the whole tape's bit for bit."""
+    from mfpde.tokens.box.tape import CheckpointedTape
+    from mfpde.tokens.box.transport import SampleOperator
+
+    tt, th = _setup(2, 0, 12)
+    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+    g, y, steps = readout_function("mean"), 1.0, 8
+    state = tt.comm.allreduce(dolfinx.fem.Function(tt.W).x.array.nbytes, op=MPI.MAX)
+    out = []
+    budget = 2**40
+    for _ in range(2):
+        tape = CheckpointedTape(budget, SampleOperator(tt), state, 3, tt.comm, depth_steps=steps)
+        _, yh, _ = _risk(tt, th, rho, g, y, 2, tape, steps=steps)
+        p0, D = DiscreteAdjoint(tt).backward(tape, (yh - y) * dyhat_dmu(tt, g), 1)
+        out.append((p0, D[0], tape.stats(), tape.T))
+        budget = out[0][2]["tape_bytes"] - 1  # the whole tape does not fit
+    (p_whole, d_whole, whole, T), (p_ck, d_ck, ckpt, _) = out
+    n = whole["substeps"]
+    least = min(-(-n // k) * state + k * T for k in range(1, n + 1))
+    assert whole["segments"] == 0 and ckpt["recomputed_substeps"] == n == ckpt["substeps"], (whole, ckpt)
+    assert ckpt["tape_bytes"] <= least + state < budget / 2, (ckpt, least, budget)
+    assert np.array_equal(p_whole, p_ck) and np.array_equal(d_whole, d_ck)

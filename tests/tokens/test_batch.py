@@ -255,3 +255,44 @@ def test_batch_size_from_the_memory_budget(monkeypatch):
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", None)
     monkeypatch.setattr(objective_module, "BATCH_BYTES", 2 * 32 * 144 * 3 * (3 * cfg.depth.steps + 1))
     assert deep.batch_size([2, 2]) == 2
+
+
+def test_untaped_batch_from_its_own_footprint(monkeypatch):
+    """Predictions (no tape) are batched by their own footprint, UNTAPED_BYTES_PER_VERTEX bytes per velocity vertex a
+    sample against BATCH_BYTES less the chunk of head moments, not by the tape's 32 n (1 + N_a) (3 K + 1): with a
+    BATCH_BYTES below one sample's tape the gradient advances the samples one by one while the predictions of the
+    same samples are one batch, equal to the gradient's ŷ to round-off; the untaped batch keeps no softmax
+    factors, and its heads summed in chunks of one give the same velocity to round-off."""
+    from mfpde.tokens.box import batch as batch_module
+
+    cp = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF)
+    obj, heads = cp.objective, cp.heads()
+    assert obj.batch is not None
+    n_a = [len(h.a) for h in heads]
+    taped = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * (3 * cp.problem.cfg.depth.steps + 1)
+    untaped = objective_module.UNTAPED_BYTES_PER_VERTEX * obj.tokens.velocity.x.shape[0]
+    train = cp.problem.train
+    monkeypatch.setattr(objective_module, "UNTAPED_CHUNK_BYTES", untaped)  # not the 16 MiB of a large mesh
+    monkeypatch.setattr(objective_module, "BATCH_BYTES", max(taped - 1, (len(train) + 1) * untaped))
+    assert obj.batch_size(n_a) == 1 and obj.batch_size(n_a, taped=False) >= len(train), (taped, untaped)
+    rows: list[int] = []
+    real = obj.batch.solve
+
+    def counting(U, *args, **kwargs):
+        rows.append(len(U))
+        return real(U, *args, **kwargs)
+
+    monkeypatch.setattr(obj.batch, "solve", counting)
+    g = obj.gradient(heads)
+    assert rows == [1] * len(train), rows
+    rows.clear()
+    y = obj.predict(train, heads)
+    assert rows == [len(train)], rows
+    assert np.allclose(y, g.yhat, rtol=1e-12, atol=0), np.abs(y - g.yhat).max()
+    U = np.stack([u.x.array for u in obj._initial(train, list(range(len(train))))])
+    V, ts = obj.batch.velocity(U, heads[0], False)
+    V1, ts1 = obj.batch.velocity(U, heads[0], True)
+    assert ts is None and ts1 is not None and len(heads[0].a) > 1
+    monkeypatch.setattr(batch_module, "UNTAPED_CHUNK_BYTES", 1)  # one head a chunk
+    Vc, _ = obj.batch.velocity(U, heads[0], False)
+    assert np.allclose(Vc, V1, rtol=1e-12, atol=1e-14 * np.abs(V1).max()) and np.allclose(V, V1, rtol=1e-12, atol=0)

@@ -228,3 +228,34 @@ def test_checkpointed_tape_refuses_a_budget_below_its_checkpoints():
         tape = CheckpointedTape(6 * u.nbytes, op, u.nbytes, 3, MPI.COMM_SELF)  # 4 states pass the first check
         for k in range(4):
             u, _, _ = rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), k, 0.1 * k, tape=tape)
+
+
+def test_untaped_step_keeps_one_stage_velocity():
+    """An untaped step holds the velocity of one stage at a time (each is spent by its rate: the softmax factors of
+    every head, the larger part of a stage, are not kept until the step ends); a taped step keeps all of them.
+    Counted: the velocities alive while the last stage's is made."""
+    import weakref
+
+    class Vel:
+        def __init__(self, c):
+            self.c = c
+
+    class Counting(LinearFlow):
+        live: list = []  # weak references to the velocities handed out
+
+        def velocity(self, state, heads, linearize):
+            v = Vel(float(heads[0]))
+            alive = sum(r() is not None for r in self.live)
+            self.most = max(getattr(self, "most", 0), alive)  # velocities alive while a new one is made
+            self.live.append(weakref.ref(v))
+            return v
+
+        def rate(self, state, vel):
+            return super().rate(state, vel.c)
+
+    op0, u = _flow()
+    for keep, most in ((False, 1), (True, 2)):  # the first stage's is the caller's (an argument of step)
+        op = Counting(op0.A, op0.b)
+        op.live = []
+        rk.step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), op.velocity(u, np.array([1.0]), keep), keep)
+        assert op.most == most, (keep, op.most)

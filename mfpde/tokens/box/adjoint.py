@@ -134,6 +134,7 @@ class DiscreteAdjoint:
             p, gc = rk.step_transpose(self, step, p)
             prev = dR_dc[step.layer]
             dR_dc[step.layer] = gc if prev is None else prev + gc
+            del step  # let a checkpointed tape's next replay go without this step's linearisation alive
         return p, [g if g is not None else np.zeros(0) for g in dR_dc]
 
     def rate_transpose(self, state: Array, heads: HeadMeasure, vel: VelocityLinearization | None, costate: Array

@@ -57,6 +57,10 @@ def batchable(tokens: TokenTransport) -> bool:
             and tokens.quad.grid_axes is not None and tokens.fv is not None)
 
 
+#: Bytes the moments of the heads of one untaped velocity may take (:meth:`BatchTransport.velocity`: chunks of
+#: heads beyond; about 5 values a velocity grid point, head and row while the products run).
+UNTAPED_CHUNK_BYTES = 16 * 2**20
+
 #: The batched velocity: the field at the P1 vertices (S, n_vertices d) and its softmax factors (None: no heads).
 BatchVelocity = tuple[Array, TensorSoftmax | None]
 
@@ -95,6 +99,9 @@ class BatchTransport:
     def velocity(self, U: Array, heads: HeadMeasure, linearize: bool) -> BatchVelocity:
         """V[μ; ρ] at the P1 vertices for every row of U, shape (S, n_vertices d), and its softmax factors.
 
+        The factors (3 N_a values per vertex and row, the larger part) only with ``linearize``, for the tape;
+        without, the heads are summed by chunks whose moments take at most :data:`UNTAPED_CHUNK_BYTES`.
+
         Raises:
             BatchDeclined: a row without mass, or heads without shared factors (solve those samples one by one).
         """
@@ -108,9 +115,20 @@ class BatchTransport:
         if f is None or not np.all(Wg.sum(axis=1) > 0):
             raise BatchDeclined("no shared separable factors for these heads" if f is None else "a row without mass")
         assert self.vel.grid is not None and self.tokens.quad.grid_axes is not None
-        ts = TensorSoftmax(self.vel.grid, self.tokens.quad.grid_axes, Wg.reshape(S, *self.grid_shape), a, f)
-        V = ts.velocity(c)[self.vertex]  # (S, n_vertices, d)
-        return V.reshape(S, -1), ts
+        Wg = Wg.reshape(S, *self.grid_shape)
+        if linearize:
+            ts = TensorSoftmax(self.vel.grid, self.tokens.quad.grid_axes, Wg, a, f)
+            return ts.velocity(c)[self.vertex].reshape(S, -1), ts  # V (S, n_vertices, d) blocked
+        # untaped: V = Σ_k c_k m_k by chunks of heads, the moments of one chunk at a time (not kept)
+        per_head = 5 * 8 * S * int(np.prod(self.vgrid_shape))  # Z̃, m and the left products while they run
+        chunk = max(1, UNTAPED_CHUNK_BYTES // per_head)
+        V = None
+        for lo in range(0, len(a), chunk):
+            part = TensorSoftmax(self.vel.grid, self.tokens.quad.grid_axes, Wg, a[lo:lo + chunk],
+                                 f.part(lo, lo + chunk)).velocity(c[lo:lo + chunk])
+            V = part if V is None else np.add(V, part, out=V)
+        assert V is not None
+        return V[self.vertex].reshape(S, -1), None
 
     def rate(self, U: Array, vel: BatchVelocity) -> tuple[Array, Array]:
         """dU/dt = M⁻¹ L(U, V) per row and the outflow rate of each, shapes (S, n) and (S,)."""
@@ -251,6 +269,7 @@ class BatchTransport:
             rows = np.arange(len(P)) if st.idx is None else st.idx
             P[rows], gc = rk.step_transpose(self, st, P[rows])
             D[st.layer][rows] += gc
+            del st  # let a checkpointed tape's next replay go without this step's linearisation alive
         return P, D
 
     def rate_transpose(self, state: Array, heads: HeadMeasure, vel: BatchVelocity | None, costate: Array

@@ -86,6 +86,11 @@ class SeparableFactors:
         return SeparableFactors(np.asarray(a, dtype=np.float64), tuple(E), tuple(shifts),
                                 tuple(e * y for e, y in zip(E, yg.axes, strict=True)))
 
+    def part(self, lo: int, hi: int) -> SeparableFactors:
+        """The factors of heads lo..hi−1 (views, no copy)."""
+        return SeparableFactors(self.a[lo:hi], tuple(e[lo:hi] for e in self.E), tuple(s[lo:hi] for s in self.shift),
+                                tuple(e[lo:hi] for e in self.Ey))
+
     def take(self, a: Array) -> SeparableFactors | None:
         """The factors of a subset a of the heads (sorted), or None if some a is not among them."""
         if len(a) == len(self.a) and np.array_equal(a, self.a):

@@ -13,8 +13,11 @@ checkpoint with these records before transposing it. The replay runs the same op
 forward pass (the CFL sub-step counts and the rows of each round are the recorded ones, not decided again; the
 limiter sees the same states), so the gradient is bit for bit that of the whole tape. With one level of uniform
 checkpoints every sub-step is replayed once whatever k is: the cost is one more forward solve, and k only trades
-the checkpoints' memory (n/k states) against one segment's (k sub-steps); k is the largest segment that half the
-budget holds. Everything is non-dimensional except the bytes.
+the checkpoints' memory (n/k states of C bytes) against one segment's (k taped sub-steps of T bytes), so k is the
+one that minimises (n/k) C + k T: k = √(n C / T) (rounded, at least 1). The solver's forecast of n (the sub-steps
+of the depth step under way times the depth steps left, :meth:`CheckpointedTape.forecast`) decides before the
+first sub-step whether the whole tape fits; without one the tape is kept whole until it outgrows the budget.
+Everything is non-dimensional except the bytes.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class CheckpointedTape:
         state_bytes: bytes of one whole state on this rank.
         stages: the stages of the scheme.
         comm: the ranks that step together (their decisions agree: sizes are the maximum over them).
+        depth_steps: the depth steps of the forward solve, for :meth:`forecast` (0: no forecast).
 
     Raises:
         ConfigError: ``training.tape_memory`` cannot hold a checkpoint and one sub-step's stage states (here), or
@@ -96,13 +100,16 @@ class CheckpointedTape:
             each: about 2 √(n s) states for n sub-steps of s stages.
 
     Attributes:
-        every: the checkpoint interval k in sub-steps (doubled when the checkpoints outgrow half the budget).
+        every: the checkpoint interval k in sub-steps, √(n C / T) for the n sub-steps expected (doubled when the
+            checkpoints outgrow half the budget).
+        expected: the sub-steps the last :meth:`forecast` expects in all (0: none yet).
         segments: segments replayed by the last reverse pass; recomputed: sub-steps replayed.
         peak_bytes: the largest estimated size of the tape (kept steps and checkpoints) so far, in bytes.
     """
 
-    def __init__(self, budget: int, op: SubstepOperator, state_bytes: int, stages: int, comm: MPI.Comm) -> None:
-        self.budget, self.op, self.comm, self.stages = budget, op, comm, stages
+    def __init__(self, budget: int, op: SubstepOperator, state_bytes: int, stages: int, comm: MPI.Comm,
+                 depth_steps: int = 0) -> None:
+        self.budget, self.op, self.comm, self.stages, self.depth_steps = budget, op, comm, stages, depth_steps
         self.C = comm.allreduce(int(state_bytes), op=MPI.MAX)
         need = self.C * (1 + stages)
         if budget < need:
@@ -114,6 +121,7 @@ class CheckpointedTape:
         self.full: list[TapedStep] | None = []  # every taped sub-step, while the budget holds them
         self.T = 0  # estimated bytes of one taped sub-step (the first, over the ranks), set by the first append
         self.every = 1
+        self.expected = 0
         self.segments = self.recomputed = 0
         self.peak_bytes = 0
 
@@ -151,17 +159,52 @@ class CheckpointedTape:
         self.checkpoints[m] = state.copy()
         self.peak_bytes = max(self.peak_bytes, self._bytes())
 
+    def forecast(self, step_no: int, substeps: int) -> None:
+        """Before the sub-steps of depth step ``step_no`` (0-based): ``substeps`` each for the depth steps left.
+
+        Called by :func:`~mfpde.tokens.rk.depth_step` with the largest sub-step count of the rows (the same on
+        every rank). Where the sub-steps so far and those expected will not fit whole, the tape checkpoints from
+        here on instead of filling the budget first.
+        """
+        if self.depth_steps <= 0:
+            return
+        self.expected = len(self.records) + substeps * max(1, self.depth_steps - step_no)
+        if self.T:
+            self._plan()
+
+    @staticmethod
+    def segment(n: int, C: int, T: int) -> int:
+        """The checkpoint interval k in 1..n that minimises ⌈n/k⌉ C + k T (the smallest such k).
+
+        n sub-steps, states of C bytes, taped sub-steps of T bytes: k ≈ r = √(n C / T), the checkpoints' memory and
+        one segment's balanced. Searched over k ≤ 2r + 2 + C/T: beyond, k T alone exceeds the cost at ⌈r⌉.
+        """
+        T = max(T, 1)
+        r = math.sqrt(n * C / T)
+        k = np.arange(1, max(1, min(n, math.ceil(2 * r + 2 + C / T))) + 1, dtype=np.int64)
+        return int(np.argmin(-(-n // k) * C + k * T)) + 1
+
+    def _plan(self) -> None:
+        """Give up the whole tape where the sub-steps expected will not fit; k from the sub-steps expected."""
+        if self.full is None or self.expected * (self.T + self.C) <= self.budget:
+            return
+        self.full = None  # from now on: checkpoints (those kept so far stay: segments run between any two)
+        self.every = self.segment(self.expected, self.C, self.T)
+
     def append(self, taped: TapedStep) -> None:
-        """Record a sub-step; keep it whole while the budget holds every sub-step so far."""
+        """Record a sub-step; keep it whole while the budget holds every sub-step so far (and those forecast)."""
         if not self.records:
             self.T = self.comm.allreduce(nbytes(taped.states) + nbytes(taped.vel) + nbytes(taped.limiter),
                                          op=MPI.MAX)
-            self.every = max(1, (self.budget // 2) // max(self.T, 1))
+            # checkpoints for the case the whole tape outgrows the budget: at least budget / T sub-steps then
+            self.every = self.segment(max(self.expected, self.budget // max(self.T, 1)), self.C, self.T)
         self.records.append(TapedStep(taped.table, taped.h, taped.heads, (), (), (), taped.layer, taped.idx))
         if self.full is not None:
             self.full.append(taped)
             if self._bytes() > self.budget:
                 self.full = None  # from now on: checkpoints, replayed in reverse
+            else:
+                self._plan()
         self.peak_bytes = max(self.peak_bytes, self._bytes())
 
     @property
