@@ -227,10 +227,12 @@ class Objective:
                             outflow_tol=cfg.tokens.outflow_tol)
         D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
         self._count(tape)
+        # ∂ŷ/∂c of the batch as (S, layers, N_a) once (one view a sample) where the layer blocks' head counts agree
+        DY = np.stack(D, axis=1) if D and len({Dk.shape for Dk in D}) == 1 else None
         for j, (i, u) in enumerate(zip(chunk, us, strict=True)):
             u.x.array[:] = U[j]
             self._outflow = max(self._outflow, reps[j].outflow / reps[j].mass_0 if reps[j].mass_0 > 0 else 0.0)
-            dy = np.stack([Dk[j] for Dk in D]) if D else np.zeros((0, 0))
+            dy = DY[j] if DY is not None else (np.stack([Dk[j] for Dk in D]) if D else np.zeros((0, 0)))
             yield i, reps[j].yhat, mus.get(j), dy, u
 
     def _tape(self, op: SubstepOperator, state_bytes: int) -> Tape | CheckpointedTape:
