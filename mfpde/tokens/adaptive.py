@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import scipy.integrate
-from scipy.integrate._ivp.rk import rk_step
 
 __all__ = ["DOP853PI", "record_reached"]
 
@@ -31,12 +30,32 @@ class DOP853PI(scipy.integrate.DOP853):
 
     alpha, beta, safety, fmin, fmax = 0.7 / 8, 0.4 / 8, 0.9, 0.2, 5.0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, fun: Callable[[float, Any], Any], *args: Any, controlled: int | None = None,
+                 absolute: bool = False, **kwargs: Any) -> None:
+        super().__init__(fun, *args, **kwargs)
+        self._rhs = fun  # called directly by the steps: it must return an array (n,) of y's dtype
         self._err_prev = 1.0
+        self._nc = self.n if controlled is None else int(controlled)
+        self._scale = (np.asarray(self.atol, float) * np.ones(self._nc)) if absolute else None
 
     t: float
     y: Any
+    A: Any
+    B: Any
+    C: Any
+    K: Any
+
+    def _rk_step(self, t: float, y: Any, h: float) -> tuple[Any, Any]:
+        """One step of the Runge–Kutta pair (scipy's ``rk_step``, the stages' sums as one product each)."""
+        K, hA, fun = self.K, h * self.A, self._rhs
+        K[0] = self.f
+        for s in range(1, len(self.C)):
+            K[s] = fun(t + self.C[s] * h, y + hA[s, :s] @ K[:s])
+        y_new = y + (h * self.B) @ K[:-1]
+        K[-1] = f_new = fun(t + h, y_new)
+        self.nfev += len(self.C)
+        return y_new, f_new
+
     f: Any
     h_abs: float
 
@@ -53,9 +72,11 @@ class DOP853PI(scipy.integrate.DOP853):
                 t_new = self.t_bound
             h = t_new - t
             h_abs = abs(h)
-            y_new, f_new = rk_step(self.fun, t, y, self.f, h, self.A, self.B, self.C, self.K)
-            scale = self.atol + np.maximum(np.abs(y), np.abs(y_new)) * self.rtol
-            err = float(self._estimate_error_norm(self.K, h, scale))
+            y_new, f_new = self._rk_step(t, y, h)
+            nc = self._nc
+            scale = (self._scale if self._scale is not None
+                     else self.atol + np.maximum(np.abs(y[:nc]), np.abs(y_new[:nc])) * self.rtol)
+            err = float(self._estimate_error_norm(self.K[:, :nc], h, scale))
             if not np.isfinite(err):  # a non-finite stage: shrink as for a large error
                 h_abs *= self.fmin
                 rejected = True
