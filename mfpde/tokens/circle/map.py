@@ -26,6 +26,7 @@ __all__ = ["CDF_POINTS", "HERMITE_TAIL", "Labels", "cdf_from_map", "cdf_linear",
            "hermite_map", "modes_cdf", "modes_density", "modes_labels", "noise_labels"]
 
 Array = npt.NDArray[np.float64]
+CArray = npt.NDArray[np.complex128]
 #: The angles θ_j = 2πj/CDF_POINTS at which the CDF of μ_t is reported.
 CDF_POINTS = 1024
 #: The spectral tail of the Hermite interpolant above which the map counts as unresolved (measured: 1e-2 where
@@ -113,7 +114,7 @@ def noise_labels(cells: Array, M: int) -> Labels:
     return Labels(x, -np.log(np.asarray(cells, float)[j] / cum[-1]), smooth=False)
 
 
-def _hermite_coefficients(X: Array, D: Array) -> tuple[Array, Array, float]:
+def _hermite_coefficients(X: Array, D: Array) -> tuple[CArray, CArray, float]:
     """(c_k (k = 0..M−1), c_{k−M}, the spectral tail) of the trigonometric Hermite interpolant (:func:`hermite_map`)."""
     M = len(X)
     v = (np.arange(M) + 0.5) / M
@@ -128,7 +129,7 @@ def _hermite_coefficients(X: Array, D: Array) -> tuple[Array, Array, float]:
     return ck, cm, tail
 
 
-def _hermite_grid(ck: Array, cm: Array, U: int) -> tuple[Array, Array]:
+def _hermite_grid(ck: CArray, cm: CArray, U: int) -> tuple[Array, Array]:
     """The map and its derivative at v = (i + ½·U/M)/U (U,) from the coefficients of :func:`_hermite_coefficients`."""
     M = len(ck)
     # p is real, so c_{−f} = conj(c_f) (f = 1..M−1) and one real inverse FFT of the frequencies 0..M suffices; the
@@ -223,7 +224,7 @@ def cdf_from_map(X: Array, L: Array, theta: Array | None = None) -> tuple[Array,
     if tail > HERMITE_TAIL:  # decided before the grid is evaluated
         return None
     Xf, Xd = _hermite_grid(ck, cm, U)
-    if not np.all(Xd > 0) or not np.all(np.diff(Xf) > 0):
+    if not (Xd > 0).all() or not (Xf[1:] > Xf[:-1]).all():
         return None
     return _invert(Xf, Xd, 0.5 / M, th), tail
 
