@@ -10,6 +10,7 @@ The series is cut at the first K with I_K(β)/I₀(β) < 1e-17 (:func:`series_le
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ import scipy.special
 __all__ = ["SERIES_CUT", "FourierForce", "series_length"]
 
 Array = npt.NDArray[np.float64]
+CArray = npt.NDArray[np.complex128]
 #: The series is cut where I_k(β)/I₀(β) falls below this (double round-off, with a margin).
 SERIES_CUT = 1e-17
 
@@ -98,6 +100,7 @@ class FourierForce:
         self._CS_sa1 = np.empty_like(self._C_sa1)
         self.nfev = 0
         self._E = np.empty((self.K, M), complex)
+        self._Er, self._Ei = self._E[0].real, self._E[0].imag
         self._w = np.full(M, 1.0 / M, complex)
         self._blocks = []
         n = 1
@@ -105,6 +108,9 @@ class FourierForce:
             m = min(n, self.K - n)
             self._blocks.append((self._E[:m], self._E[n - 1], self._E[n : n + m]))
             n += m
+        #: d(X, L)/dt = (u(X), u'(X)) for the state Y = (X, L) (2M,), called as rhs(t, Y): the flow map and its
+        #: log-derivative; USA and SA with one head in one product each (a closure: the integrators' inner loop).
+        self.rhs: Callable[[float, Array], Array] = self._make_rhs()
 
     def _powers(self, X: Array) -> Array:
         """E_kj = e^{ikX_j} (K, M) in the preallocated array."""
@@ -151,33 +157,53 @@ class FourierForce:
                 du += ch * (-R[2 * H + h].real - self.beta[h] * N * uh) / Z
         return u, du
 
-    def rhs(self, _t: float, Y: Array) -> Array:
-        """d(X, L)/dt = (u(X), u'(X)) for the state Y = (X, L) (2M,): the flow map and its log-derivative."""
-        M = self.M
-        if not self.softmax:
+    def _make_rhs(self) -> Callable[[float, Array], Array]:
+        """The right-hand side d(X, L)/dt = (u(X), u'(X)) of the state Y = (X, L) (2M,) (see ``rhs``)."""
+        M, E, Er, Ei, blocks, w = self.M, self._E, self._Er, self._Ei, self._blocks, self._w
+        mult, cos, sin, conj = np.multiply, np.cos, np.sin, np.conjugate
+
+        def moments(x: Array) -> CArray:  # conj S_k, the powers E in place
             self.nfev += 1
-            E = self._powers(Y[:M])
-            np.multiply(self._C_usa, np.conj(E @ self._w), out=self._CS_usa)
-            return np.asarray((self._CS_usa @ E).imag.ravel())
-        out = np.empty(2 * M)
+            cos(x, out=Er)
+            sin(x, out=Ei)
+            for p, q, o in blocks:
+                mult(p, q, out=o)
+            return np.asarray(conj(E @ w))
+
+        if not self.softmax:
+            C, CS = self._C_usa, self._CS_usa
+
+            def usa(_t: float, Y: Array) -> Array:
+                mult(C, moments(Y[:M]), out=CS)
+                return np.asarray((CS @ E).imag.ravel())  # rows contiguous: a view, no copy
+
+            return usa
         if len(self.i0) > 1:
-            u, du = self.field(Y[:M], True)
-            out[:M], out[M:] = u, du if du is not None else 0.0
+            def heads(_t: float, Y: Array) -> Array:
+                out = np.empty(2 * M)
+                u, du = self.field(Y[:M], True)
+                out[:M], out[M:] = u, du if du is not None else 0.0
+                return out
+
+            return heads
+        C, CS, (i0, c), cb = self._C_sa1, self._CS_sa1, self.i0[0], -self.i0[0][1] * float(self.beta[0])
+
+        def sa(_t: float, Y: Array) -> Array:  # u = c N/Z, u' = (cN' − cβ N u_h)/Z with u_h = N/Z
+            mult(C, moments(Y[:M]), out=CS)
+            R = CS @ E
+            out = np.empty(2 * M)
+            uh, du = out[:M], out[M:]
+            N, Z = R[0].imag, R[1].real + i0
+            np.divide(N, Z, out=uh)
+            mult(uh, N, out=du)
+            du *= cb
+            du += R[2].real
+            du /= Z
+            if c != 1.0:
+                uh *= c
             return out
-        self.nfev += 1  # one head: u = c N/Z, u' = (cN' − cβ N u_h)/Z (u_h = N/Z), written into out in place
-        E = self._powers(Y[:M])
-        np.multiply(self._C_sa1, np.conj(E @ self._w), out=self._CS_sa1)
-        R = self._CS_sa1 @ E
-        (i0, ch), uh, du = self.i0[0], out[:M], out[M:]
-        N, Z = R[0].imag, R[1].real + i0
-        np.divide(N, Z, out=uh)
-        np.multiply(uh, N, out=du)
-        du *= -ch * self.beta[0]
-        du += R[2].real
-        du /= Z
-        if ch != 1.0:
-            uh *= ch
-        return out
+
+        return sa
 
     def velocity(self, X: Array) -> Array:
         """The velocity u at the labels (M,)."""
