@@ -95,7 +95,8 @@ def modes_labels(modes: list[list[float]], M: int) -> Labels:
         raise ValueError("the quantiles of data.modes did not converge (a density too close to 0)")
     arg = np.outer(x, k)
     arg -= kph
-    return Labels(x, -np.log((1.0 + np.cos(arg) @ a) / (2 * math.pi)), smooth=True)  # −log μ_0(x)
+    return Labels(x, -np.log((1.0 + np.cos(arg) @ a) / (2 * math.pi)),  # −log μ_0(x)
+                  smooth=True)
 
 
 def noise_labels(cells: Array, M: int) -> Labels:
