@@ -190,6 +190,10 @@ def test_step_control_on_the_positions_alone_and_uniform_around_the_circle():
                 times(lambda t, y: np.cos(y - 100.0 + t), [101.0, 102.0], absolute=True), rtol=1e-4)
     assert not same(times(lambda t, y: np.cos(y + t), [1.0, 2.0]),
                     times(lambda t, y: np.cos(y - 100.0 + t), [101.0, 102.0]), rtol=1e-4)
+    # f(t + h, y_new) is evaluated once a step is accepted: the error estimate never reads its (stale) row
+    s = DOP853PI(one, 0.0, np.array([1.0]), 5.0, rtol=1e-6, atol=1e-6)
+    s.K[-1] = np.nan
+    assert s.step() is None and s.status == "running" and np.isfinite(s.y).all() and np.isfinite(s.K[-1]).all()
 
 
 @pytest.mark.parametrize("attention", ["unnormalised", "softmax"])

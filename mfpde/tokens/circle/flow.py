@@ -186,13 +186,13 @@ class FlowMap:
             while i < len(t_out):
                 msg = solver.step()
                 stats["explicit_steps"] += 1
-                if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
+                if solver.status == "failed" or not np.isfinite(solver.y).all():
                     raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
                 i = record_reached(solver, t_out, i, lambda y: record(y[:M], y[M:]))
                 t, Y = solver.t, solver.y
                 if i >= len(t_out) or solver.status == "finished":
                     break
-                sigma = max(0.0, -float(np.min(solver.f[M:])))  # the contraction rate, from the stored rhs
+                sigma = max(0.0, -float(solver.f[M:].min()))  # the contraction rate, from the stored rhs
                 held = held + 1 if solver.step_size * sigma >= SWITCH_H_SIGMA else 0
                 if held >= SWITCH_STEPS:
                     stats["switch_t"] = float(t)
