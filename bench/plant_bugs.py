@@ -94,24 +94,24 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/dg.py", "vmin = self.mesh.cell_minima(state)", "vmin = state.min(axis=1)",
         ["circle_mass_positivity"], "the circle's positivity limiter enforced at the Gauss points only"),
     "circle_flow_uniform_labels": (
-        "mfpde/tokens/circle/map.py", "    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)",
-        "    return Labels(2 * math.pi * v, -np.log(modes_density(modes)(x)), smooth=True)",
+        "mfpde/tokens/circle/map.py", "    return Labels(x, -np.log((1.0 + np.cos(arg) @ a) / (2 * math.pi)),",
+        "    return Labels(2 * math.pi * v, -np.log((1.0 + np.cos(arg) @ a) / (2 * math.pi)),",
         ["circle_flow_map"],
         "the flow map's labels at uniform angles, not the quantiles of μ_0 (each still of mass 1/M)"),
     "circle_flow_jacobian_sign": (
-        "mfpde/tokens/circle/flow.py", "            J[np.diag_indices(M)] -= R[1].real",
+        "mfpde/tokens/circle/force.py", "            J[np.diag_indices(M)] -= R[1].real",
         "            J[np.diag_indices(M)] += R[1].real",
         ["circle_flow_map"], "a sign of the flow map's exact Jacobian (its diagonal, USA)"),
     "circle_flow_jacobian_sign_sa": (
-        "mfpde/tokens/circle/flow.py", "            JN[np.diag_indices(M)] += dN",
+        "mfpde/tokens/circle/force.py", "            JN[np.diag_indices(M)] += dN",
         "            JN[np.diag_indices(M)] -= dN", ["circle_flow_map"],
         "a sign of the flow map's exact Jacobian (its diagonal, SA: the stiff phase of the merge)"),
     "circle_flow_sa_dz_sign": (
-        "mfpde/tokens/circle/flow.py", "                dN, dZ = -R[nr + 2 * h].real, -R[nr + 2 * h + 1].imag",
-        "                dN, dZ = -R[nr + 2 * h].real, R[nr + 2 * h + 1].imag", ["circle_flow_map"],
-        "the sign of Z' in the SA derivative u' that the map's derivative rides on (found by a breaker)"),
+        "mfpde/tokens/circle/force.py", "self.i0[0], -self.i0[0][1] * float(self.beta[0])",
+        "self.i0[0], self.i0[0][1] * float(self.beta[0])", ["circle_flow_map"],
+        "the sign of Z' = βN in the SA derivative u' that the map's derivative rides on (found by a breaker)"),
     "circle_flow_series_cut": (
-        "mfpde/tokens/circle/flow.py", "        self.K = max(series_length(b) for b in a)",
+        "mfpde/tokens/circle/force.py", "        self.K = max(series_length(b) for b in a)",
         "        self.K = max(series_length(b) for b in a) // 2",
         ["circle_flow_map"], "the kernel's Fourier series cut at half the terms the Bessel decay needs"),
     "gibbs_missing_inverse_lambda": (

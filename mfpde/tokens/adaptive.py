@@ -12,12 +12,12 @@ scipy's: only ``_step_impl`` is replaced.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import scipy.integrate
-from scipy.integrate._ivp.rk import rk_step
 
 __all__ = ["DOP853PI", "record_reached"]
 
@@ -31,12 +31,50 @@ class DOP853PI(scipy.integrate.DOP853):
 
     alpha, beta, safety, fmin, fmax = 0.7 / 8, 0.4 / 8, 0.9, 0.2, 5.0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, fun: Callable[[float, Any], Any], *args: Any, controlled: int | None = None,
+                 absolute: bool = False, **kwargs: Any) -> None:
+        super().__init__(fun, *args, **kwargs)
+        self._rhs = fun  # called directly by the steps: it must return an array (n,) of y's dtype
+        self._c = [float(c) for c in self.C]
+        if self.E3[-1] != 0.0 or self.E5[-1] != 0.0:  # scipy's tableau changed: _rk_step would be wrong
+            raise RuntimeError("DOP853's error estimators weigh f(t + h, y_new), which _rk_step leaves out")
         self._err_prev = 1.0
+        self._nc = self.n if controlled is None else int(controlled)
+        self._scale = (np.asarray(self.atol, float) * np.ones(self._nc)) if absolute else None
 
     t: float
     y: Any
+    A: Any
+    B: Any
+    C: Any
+    K: Any
+    E3: Any
+    E5: Any
+
+    def _rk_step(self, t: float, y: Any, h: float) -> Any:
+        """The stages and the new state of one step: scipy's ``rk_step`` without its last evaluation.
+
+        f(t + h, y_new) is not weighed by DOP853's error estimators (E3, E5 end in 0): it is evaluated once the step
+        is accepted (:meth:`_step_impl`), and a rejected step is spared it.
+        """
+        K, hA, fun = self.K, h * self.A, self._rhs
+        K[0] = self.f
+        for s, c in enumerate(self._c[1:], start=1):
+            K[s] = fun(t + c * h, y + hA[s, :s] @ K[:s])
+        self.nfev += len(self._c) - 1
+        return y + (h * self.B) @ K[:-1]
+
+    def _estimate_error_norm(self, K: Any, h: float, scale: Any) -> float:
+        """The error norm of scipy's DOP853, |h|·‖e₅‖²/√((‖e₅‖² + ‖e₃‖²/100)·n) with e = (E·K)/scale, in fewer calls."""
+        e5 = self.E5[:-1] @ K[:-1]  # the last row, f(t + h, y_new), has weight 0 and is not computed yet
+        e5 /= scale
+        e3 = self.E3[:-1] @ K[:-1]
+        e3 /= scale
+        n5, n3 = float(e5 @ e5), float(e3 @ e3)
+        if n5 == 0.0 and n3 == 0.0:
+            return 0.0
+        return abs(h) * n5 / math.sqrt((n5 + 0.01 * n3) * len(scale))
+
     f: Any
     h_abs: float
 
@@ -53,9 +91,11 @@ class DOP853PI(scipy.integrate.DOP853):
                 t_new = self.t_bound
             h = t_new - t
             h_abs = abs(h)
-            y_new, f_new = rk_step(self.fun, t, y, self.f, h, self.A, self.B, self.C, self.K)
-            scale = self.atol + np.maximum(np.abs(y), np.abs(y_new)) * self.rtol
-            err = float(self._estimate_error_norm(self.K, h, scale))
+            y_new = self._rk_step(t, y, h)
+            nc = self._nc
+            scale = (self._scale if self._scale is not None
+                     else self.atol + np.maximum(np.abs(y[:nc]), np.abs(y_new[:nc])) * self.rtol)
+            err = float(self._estimate_error_norm(self.K[:, :nc], h, scale))
             if not np.isfinite(err):  # a non-finite stage: shrink as for a large error
                 h_abs *= self.fmin
                 rejected = True
@@ -74,7 +114,8 @@ class DOP853PI(scipy.integrate.DOP853):
         self.t = t_new
         self.y = y_new
         self.h_abs = h_abs * fac
-        self.f = f_new
+        self.K[-1] = self.f = self._rhs(t_new, y_new)  # the first stage of the next step (and dense output's)
+        self.nfev += 1
         return True, None
 
 

@@ -129,6 +129,73 @@ def test_local_hermite_reconstruction_is_fourth_order_and_monotone():
     assert np.all(np.diff(np.concatenate([F, [F[0] + 1.0]])) >= -1e-15)
 
 
+def test_cubic_inversion_converges_to_roundoff_on_a_steep_map():
+    """The CDF is the inverse of a cubic Hermite map: on coarse cells of a steep map (X' from 0.6 to 12) x(F(θ)) = θ to
+    round-off, the cubic evaluated independently in the Hermite basis (three Newton steps left 2e-11 here)."""
+    from mfpde.tokens.circle.map import _invert
+
+    U = 12
+    v = np.arange(U) / U
+    X, D = 2 * math.pi * v + 0.9 * np.sin(2 * math.pi * v), 2 * math.pi * (1 + 0.9 * np.cos(2 * math.pi * v))
+    theta = np.linspace(0.0, 2 * math.pi, 997, endpoint=False)
+    F = _invert(X, D, 0.0, theta)
+    i = np.floor(F * U).astype(int)
+    s = F * U - i
+    xa, xb = X[i % U] + 2 * math.pi * (i // U), X[(i + 1) % U] + 2 * math.pi * ((i + 1) // U)
+    da, db = D[i % U] / U, D[(i + 1) % U] / U
+    x = ((2 * s**3 - 3 * s**2 + 1) * xa + (s**3 - 2 * s**2 + s) * da + (3 * s**2 - 2 * s**3) * xb
+         + (s**3 - s**2) * db)
+    assert np.max(np.abs(x - theta)) < 64 * EPS * 2 * math.pi
+
+
+@pytest.mark.parametrize("attention", ["unnormalised", "softmax"])
+@pytest.mark.parametrize(("beta", "c"), [([9.0], [0.7]), ([3.0, 7.0], [0.3, 0.7])])
+def test_right_hand_side_of_the_map_and_its_derivative(attention, beta, c):
+    """d(X, L)/dt = (u(X), u'(X)) against the independent pairwise sums (one head: its own fused path)."""
+    X = np.sort(np.random.default_rng(5).uniform(0, 2 * math.pi, 70))
+    f = FourierForce(np.array(beta), np.array(c), attention, len(X))
+    got = f.rhs(0.0, np.concatenate([X, np.zeros(len(X))]))
+    sa = attention == "softmax"
+    u = sum(ch * dense_velocity(X, b, sa) for b, ch in zip(beta, c, strict=True))
+    du = sum(ch * dense_velocity_derivative(X, b, sa) for b, ch in zip(beta, c, strict=True))
+    assert np.max(np.abs(got[:70] - u)) < 1e-12 * np.max(np.abs(u))
+    assert np.max(np.abs(got[70:] - du)) < 1e-12 * np.max(np.abs(du))
+
+
+def test_step_control_on_the_positions_alone_and_uniform_around_the_circle():
+    """``controlled``: components past it ride along (a wild one changes no step); ``absolute``: the error scale is
+    atol alone, so a rotation of every angle by 100 changes no step (it does with the relative scale)."""
+    from mfpde.tokens.adaptive import DOP853PI
+
+    def times(fun, y0, **kw):
+        s = DOP853PI(fun, 0.0, np.asarray(y0, float), 5.0, rtol=1e-6, atol=1e-6, first_step=0.1, **kw)
+        out = []
+        while s.status == "running":
+            s.step()
+            out.append(s.t)
+        return out
+
+    def pair(_t, y):
+        return np.array([np.sin(y[0]) - 0.3 * y[0], 50 * np.cos(40 * _t)])
+
+    def one(_t, y):
+        return np.array([np.sin(y[0]) - 0.3 * y[0]])
+
+    def same(a, b, rtol=1e-9):  # the same steps, up to rounding (of the sums; of angles near 100: 1e-4)
+        return len(a) == len(b) and np.allclose(a, b, rtol=rtol, atol=0)
+
+    assert same(times(pair, [1.0, 0.0], controlled=1), times(one, [1.0]))
+    assert len(times(pair, [1.0, 0.0])) > len(times(one, [1.0]))  # the wild component drives the steps otherwise
+    assert same(times(lambda t, y: np.cos(y + t), [1.0, 2.0], absolute=True),
+                times(lambda t, y: np.cos(y - 100.0 + t), [101.0, 102.0], absolute=True), rtol=1e-4)
+    assert not same(times(lambda t, y: np.cos(y + t), [1.0, 2.0]),
+                    times(lambda t, y: np.cos(y - 100.0 + t), [101.0, 102.0]), rtol=1e-4)
+    # f(t + h, y_new) is evaluated once a step is accepted: the error estimate never reads its (stale) row
+    s = DOP853PI(one, 0.0, np.array([1.0]), 5.0, rtol=1e-6, atol=1e-6)
+    s.K[-1] = np.nan
+    assert s.step() is None and s.status == "running" and np.isfinite(s.y).all() and np.isfinite(s.K[-1]).all()
+
+
 @pytest.mark.parametrize("attention", ["unnormalised", "softmax"])
 def test_growth_rates_against_bessel(attention):
     """Modes 1..8 from ±1e-6 (odd part): spectral quadrature, so within 1e-6 of max γ at M = 48."""

@@ -14,6 +14,7 @@ back into a CDF at the angles 2πj/CDF_POINTS:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ __all__ = ["CDF_POINTS", "HERMITE_TAIL", "Labels", "cdf_from_map", "cdf_linear",
            "hermite_map", "modes_cdf", "modes_density", "modes_labels", "noise_labels"]
 
 Array = npt.NDArray[np.float64]
+CArray = npt.NDArray[np.complex128]
 #: The angles θ_j = 2πj/CDF_POINTS at which the CDF of μ_t is reported.
 CDF_POINTS = 1024
 #: The spectral tail of the Hermite interpolant above which the map counts as unresolved (measured: 1e-2 where
@@ -79,16 +81,22 @@ def modes_labels(modes: list[list[float]], M: int) -> Labels:
     k, a, ph = (np.array([m[i] for m in modes], float) for i in range(3))
     v = (np.arange(M) + 0.5) / M
     target = 2 * math.pi * v - np.sum((a / k) * np.sin(k * ph))  # 2π F_0(x) = x + Σ (a/k) sin(k(x − φ)) + const
-    x = 2 * math.pi * v
+    x, ak, kph, tol = 2 * math.pi * v, a / k, k * ph, 8 * math.pi * float(np.finfo(float).eps)
     for _ in range(60):  # Newton on 2πF_0(x) = 2πv, the modes as one (M, modes) array
-        arg = np.outer(x, k) - k * ph
-        dx = (x + np.sin(arg) @ (a / k) - target) / (1.0 + np.cos(arg) @ a)
+        arg = np.outer(x, k)
+        arg -= kph
+        dx = np.sin(arg) @ ak
+        dx += x - target
+        dx /= 1.0 + np.cos(arg) @ a  # 2π μ_0(x)
         x = x - dx
-        if float(np.max(np.abs(dx))) <= 4 * np.finfo(float).eps * 2 * math.pi:
+        if float(np.max(np.abs(dx))) <= tol:
             break
     else:
         raise ValueError("the quantiles of data.modes did not converge (a density too close to 0)")
-    return Labels(x, -np.log(modes_density(modes)(x)), smooth=True)
+    arg = np.outer(x, k)
+    arg -= kph
+    return Labels(x, -np.log((1.0 + np.cos(arg) @ a) / (2 * math.pi)),  # −log μ_0(x)
+                  smooth=True)
 
 
 def noise_labels(cells: Array, M: int) -> Labels:
@@ -107,14 +115,8 @@ def noise_labels(cells: Array, M: int) -> Labels:
     return Labels(x, -np.log(np.asarray(cells, float)[j] / cum[-1]), smooth=False)
 
 
-def hermite_map(X: Array, D: Array, U: int) -> tuple[Array, Array, float]:
-    """The quantile map and its derivative at v = (i + ½·U/M)/U, i = 0..U−1, from X and ∂_vX at the M labels.
-
-    The periodic part p(v) = X(v) − 2πv is the trigonometric polynomial of the 2M frequencies −M..M−1 that matches
-    p and p' at the M labels (a 2 × 2 solve per aliased pair of frequencies), evaluated by one inverse FFT of size
-    U ≥ 2M. Returns shapes (U,), (U,) and the tail Σ_{|k| ≥ M/2}|c_k| / Σ_k |c_k| (how much of the interpolant lives
-    in the upper half of its frequencies: small while the labels resolve the map).
-    """
+def _hermite_coefficients(X: Array, D: Array) -> tuple[CArray, CArray, float]:
+    """(c_k (k = 0..M−1), c_{k−M}, the spectral tail) of the trigonometric Hermite interpolant (:func:`hermite_map`)."""
     M = len(X)
     v = (np.arange(M) + 0.5) / M
     P = np.fft.fft(X - 2 * math.pi * v) / M
@@ -125,15 +127,45 @@ def hermite_map(X: Array, D: Array, U: int) -> tuple[Array, Array, float]:
     a, b = np.abs(ck), np.abs(cm)
     total = float(a.sum() + b.sum())
     tail = float(a[M // 2 :].sum() + b[: M - M // 2 + 1].sum()) / total if total > 0 else 0.0
+    return ck, cm, tail
+
+
+def _hermite_grid(ck: CArray, cm: CArray, U: int) -> tuple[Array, Array]:
+    """The map and its derivative at v = (i + ½·U/M)/U (U,) from the coefficients of :func:`_hermite_coefficients`."""
+    M = len(ck)
     # p is real, so c_{−f} = conj(c_f) (f = 1..M−1) and one real inverse FFT of the frequencies 0..M suffices; the
     # unpaired −M term enters as conj(c_{−M})/2 at +M
     Z = np.zeros(U // 2 + 1, complex)
-    Z[:M] = ck
-    Z[M] = np.conj(cm[0]) / 2
-    f = np.arange(U // 2 + 1)
-    p = np.fft.irfft(Z, U) * U
-    dp = np.fft.irfft(Z * (2j * math.pi) * f, U) * U
-    return p + 2 * math.pi * (np.arange(U) / U + 0.5 / M), dp + 2 * math.pi, tail
+    Z[:M] = ck * U
+    Z[M] = np.conj(cm[0]) * (U / 2)
+    Zd = np.zeros_like(Z)
+    Zd[: M + 1] = Z[: M + 1] * (2j * math.pi * np.arange(M + 1))
+    p = np.fft.irfft(Z, U)
+    p += _ramp(U)
+    p += math.pi / M
+    dp = np.fft.irfft(Zd, U)
+    dp += 2 * math.pi
+    return p, dp
+
+
+@functools.lru_cache(maxsize=8)
+def _ramp(U: int) -> Array:
+    """2πi/U, i = 0..U−1 (read-only): the linear part of the map on the grid of U points."""
+    r = 2 * math.pi * np.arange(U) / U
+    r.flags.writeable = False
+    return r
+
+
+def hermite_map(X: Array, D: Array, U: int) -> tuple[Array, Array, float]:
+    """The quantile map and its derivative at v = (i + ½·U/M)/U, i = 0..U−1, from X and ∂_vX at the M labels.
+
+    The periodic part p(v) = X(v) − 2πv is the trigonometric polynomial of the 2M frequencies −M..M−1 that matches
+    p and p' at the M labels (a 2 × 2 solve per aliased pair of frequencies), evaluated by one inverse FFT of size
+    U ≥ 2M. Returns shapes (U,), (U,) and the tail Σ_{|k| ≥ M/2}|c_k| / Σ_k |c_k| (how much of the interpolant lives
+    in the upper half of its frequencies: small while the labels resolve the map).
+    """
+    ck, cm, tail = _hermite_coefficients(X, D)
+    return (*_hermite_grid(ck, cm, U), tail)
 
 
 def _invert(Xf: Array, Xd: Array, v0: float, theta: Array) -> Array:
@@ -143,16 +175,39 @@ def _invert(Xf: Array, Xd: Array, v0: float, theta: Array) -> Array:
     Xf = np.concatenate([Xf, Xf[:1] + 2 * math.pi])
     Xd = np.concatenate([Xd, Xd[:1]]) * h
     x0 = Xf[0]
-    lifted = x0 + np.mod(theta - x0, 2 * math.pi)
-    i = np.clip(np.searchsorted(Xf, lifted, side="right") - 1, 0, U - 1)
+    lifted = theta - x0
+    turns = np.floor(lifted / (2 * math.pi))  # θ − 2π·turns lies in [x0, x0 + 2π)
+    lifted -= 2 * math.pi * turns
+    lifted += x0
+    i = np.searchsorted(Xf, lifted, side="right")
+    i -= 1
+    np.minimum(i, U - 1, out=i)  # lifted < x0 + 2π, up to its rounding
     xa, xb, da, db = Xf[i], Xf[i + 1], Xd[i], Xd[i + 1]
-    s = np.clip((lifted - xa) / np.where(xb > xa, xb - xa, 1.0), 0.0, 1.0)
-    for _ in range(3):  # from the chord's root: Newton on the cubic converges quadratically
-        s2, s3 = s * s, s * s * s
-        val = (2 * s3 - 3 * s2 + 1) * xa + (s3 - 2 * s2 + s) * da + (3 * s2 - 2 * s3) * xb + (s3 - s2) * db - lifted
-        der = (6 * s2 - 6 * s) * (xa - xb) + (3 * s2 - 4 * s + 1) * da + (3 * s2 - 2 * s) * db
-        s = np.clip(s - val / np.where(der > 0, der, 1.0), 0.0, 1.0)
-    return np.asarray(v0 + (i + s) * h - np.rint((lifted - theta) / (2 * math.pi)), dtype=float)
+    y, dx = lifted - xa, xb - xa  # the cubic on the cell, x(s) − xa = ((c3 s + c2) s + da) s, s ∈ [0, 1]
+    c2, c3 = 3 * dx - 2 * da - db, da + db - 2 * dx
+    c2d, c3d = 2 * c2, 3 * c3
+    s = np.minimum(np.maximum(y / np.where(dx > 0, dx, 1.0), 0.0), 1.0)
+    for _ in range(8):  # from the chord's root: Newton on the cubic converges quadratically (2–3 on a fine grid)
+        val = c3 * s
+        val += c2
+        val *= s
+        val += da
+        val *= s
+        val -= y
+        der = c3d * s
+        der += c2d
+        der *= s
+        der += da
+        val /= np.maximum(der, 1e-300)  # ≥ 0 on a monotone cell: a flat end takes the clipped step
+        s -= val
+        np.minimum(np.maximum(s, 0.0, out=s), 1.0, out=s)
+        if float(np.max(np.abs(val))) <= 1e-8:  # the error left is ~ step² ≤ 1e-16 of a cell: round-off
+            break
+    s += i
+    s *= h
+    s += v0
+    s += turns
+    return s
 
 
 def cdf_from_map(X: Array, L: Array, theta: Array | None = None) -> tuple[Array, float] | None:
@@ -166,8 +221,11 @@ def cdf_from_map(X: Array, L: Array, theta: Array | None = None) -> tuple[Array,
     th = _angles() if theta is None else np.asarray(theta, float)
     M = len(X)
     U = max(4 * CDF_POINTS, 8 * M)  # inversion error ≤ 3e-10 (measured, M = 48..640; 1e-12 at M = 48)
-    Xf, Xd, tail = hermite_map(X, np.exp(L), U)
-    if tail > HERMITE_TAIL or not np.all(Xd > 0) or not np.all(np.diff(Xf) > 0):
+    ck, cm, tail = _hermite_coefficients(X, np.exp(L))
+    if tail > HERMITE_TAIL:  # decided before the grid is evaluated
+        return None
+    Xf, Xd = _hermite_grid(ck, cm, U)
+    if not (Xd > 0).all() or not (Xf[1:] > Xf[:-1]).all():
         return None
     return _invert(Xf, Xd, 0.5 / M, th), tail
 
