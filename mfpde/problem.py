@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.config import Config
-from mfpde.errors import ConfigError, InputRefused, NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
@@ -86,16 +86,20 @@ class SampleGroups:
         Groups solve independently; a failure in one must not leave the others waiting in the next
         reduction. The first message (by rank) is kept.
         """
-        msg, kind = "", 0  # 0: ``error``; 1: ConfigError; 2: InputRefused (DIR is restored: mfpde.outdir)
+        msg, kind = "", error  # the class raised on every rank (pickled by name): an InputRefused restores DIR
         try:
             yield
         except ConfigError as e:  # an input error found by a solve (a first depth step too long): exit 2 everywhere
-            msg, kind = str(e), 2 if isinstance(e, InputRefused) else 1
+            msg, kind = str(e), type(e)
         except error as e:
             msg = str(e)
         got = [(k, m) for k, m in self.comm.allgather((kind, msg)) if m]
         if got:
-            raise (error, ConfigError, InputRefused)[got[0][0]](got[0][1])
+            try:
+                exc = got[0][0](got[0][1])
+            except TypeError:  # a ConfigError kind built otherwise (ConfigErrors): its message as a ConfigError
+                exc = ConfigError(got[0][1])
+            raise exc
 
 
 @dataclass

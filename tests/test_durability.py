@@ -422,20 +422,26 @@ def test_output_dir_transaction(tempdir):
     assert _tree(out) == {"fields/steps.bp": b"written"}
 
 
-def test_a_refused_overwrite_keeps_the_finished_run(tempdir, capfd):
-    """``run --overwrite`` refused at its first depth step (tokens.cfl too small: more CFL sub-steps than allowed
-    at the input's own velocity): the refusal crossed the rank groups as a plain ConfigError, so the finished run
-    in DIR was deleted and a header-only history.csv and an empty fields/rho.bp were left. Now DIR is as it was."""
+@pytest.mark.parametrize("demo,refused,key", [
+    (None, "tokens.cfl=1e-9", "tokens.cfl"),
+    # the checkpoints of value_heads' first depth solve (9 sub-steps of 1600-byte states) need 16 627 bytes
+    (ROOT / "demos" / "value_heads.toml", "training.tape_memory=12000", "training.tape_memory")])
+def test_a_refused_overwrite_keeps_the_finished_run(tempdir, capfd, demo, refused, key):
+    """``run --overwrite`` refused in its first evaluation: tokens.cfl too small (more CFL sub-steps than allowed
+    at the input's own velocity), or a tape budget that cannot hold the checkpoints of the first depth solve. The
+    refusal crossed the rank groups as a plain ConfigError, so the finished run in DIR was deleted and a
+    header-only history.csv and an empty fields/rho.bp were left. Now DIR is as it was."""
     comm = MPI.COMM_WORLD
     out = tempdir / "out"
-    args = ["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=1"])]
+    args = (["run", DEEP, "--out", str(out), "--quiet", *_args(["training.steps=1"])] if demo is None else
+            ["run", str(demo), "--out", str(out), "--quiet", "--set", "training.steps=1"])
     assert main(args) == 0
     before = _tree(out) if comm.rank == 0 else {}
     capfd.readouterr()
-    assert main([*args, "--overwrite", "--set", "tokens.cfl=1e-9"]) == 2
+    assert main([*args, "--overwrite", "--set", refused]) == 2
     err = capfd.readouterr().err
     if comm.rank == 0:
-        assert "tokens.cfl" in err, err
+        assert key in err, err
         assert _tree(out) == before and not (out / ".mfpde-previous").exists()
 
 

@@ -30,11 +30,12 @@ import numpy as np
 from mfpde import signals
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
-from mfpde.errors import ConfigError, NumericalError
+from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.box.adjoint import Gradient
+from mfpde.tokens.box.tape import TapeTooSmall
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.records import (
@@ -221,11 +222,16 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             output = step % oc.every == 0 or step == tr.steps
             snaps: Snapshots = {}
             keep = plot_samples(cp) if oc.plots and output else []  # μ_t of the last output step: for the plots
-            if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
-                grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train",
-                                             snapshots=snaps, snapshot=keep)
-            else:
-                grad = cp.objective.gradient(heads, snapshots=snaps, snapshot=keep)
+            try:
+                if step == tr.steps:  # the last evaluation also gives the final outputs of the training set
+                    grad = cp.objective.gradient(heads, per_sample=True, fields=_fields(cp, out), tag="train",
+                                                 snapshots=snaps, snapshot=keep)
+                else:
+                    grad = cp.objective.gradient(heads, snapshots=snaps, snapshot=keep)
+            except TapeTooSmall as e:  # in a fresh run's first evaluation nothing is computed yet: a refusal
+                if step == 0:
+                    raise InputRefused(str(e)) from e
+                raise
             if not np.isfinite(grad.risk) or not all(np.all(np.isfinite(d)) for d in grad.D):
                 raise NumericalError("non-finite risk or first variation")
             outflow = cp.objective.max_outflow  # of the training samples (history_row's held-out ones follow)
@@ -264,6 +270,9 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             cp.state.restore(last)
         save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
         agreed = True
+    except ConfigError:  # raised on every rank (the solves' refusals cross the rank groups): close the files first
+        agreed = True
+        raise
     finally:
         # Closing the VTX file is collective: after an unexpected exception on one rank (a bug; the CLI aborts
         # the job) the others wait in another collective, and closing here would hang this rank with them.

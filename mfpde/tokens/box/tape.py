@@ -36,7 +36,7 @@ from mfpde.config_rules import parse_size
 from mfpde.errors import ConfigError, InputRefused
 from mfpde.tokens.rk import SubstepOperator, TapedStep, step
 
-__all__ = ["TAPE_BUDGET_BYTES", "CheckpointedTape", "Tape", "TapedStep", "reverse", "tape_budget"]
+__all__ = ["TAPE_BUDGET_BYTES", "CheckpointedTape", "Tape", "TapeTooSmall", "TapedStep", "reverse", "tape_budget"]
 
 #: Memory per tape for the velocity linearisations of the stages; beyond it the reverse pass re-evaluates the
 #: velocity at the stages left without one (about one forward kernel more per stage).
@@ -66,6 +66,14 @@ def tape_budget(value: str | int, comm: MPI.Comm) -> int:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         mem = math.inf
     return int(min(AUTO_MAX_BYTES, AUTO_FRACTION * mem / per_node))
+
+
+class TapeTooSmall(ConfigError):
+    """``training.tape_memory`` cannot hold the checkpoints a depth solve needs (found while it runs). Exit 2.
+
+    Raised in the first evaluation of a run, nothing computed yet, the run turns it into
+    :class:`~mfpde.errors.InputRefused` (the output directory is restored: :mod:`mfpde.outdir`).
+    """
 
 
 def nbytes(obj: Any) -> int:
@@ -150,7 +158,7 @@ class CheckpointedTape:
             self.every *= 2  # thin out: keep every other checkpoint
             if self.every * self.stages * self.C > self.budget // 2:  # a segment's stage states would not fit
                 need = int(2 * math.sqrt(m * self.stages) * self.C)  # min over k of (m/k + k s) C
-                raise ConfigError(f"training.tape_memory: {self.budget} bytes cannot hold the checkpoints of the "
+                raise TapeTooSmall(f"training.tape_memory: {self.budget} bytes cannot hold the checkpoints of the "
                                   f"depth solve: at least {need} bytes per rank for its {m} sub-steps so far "
                                   f"(states of {self.C} bytes); raise it or leave it \"auto\"")
             self.checkpoints = {j: s for j, s in self.checkpoints.items() if j % self.every == 0}
