@@ -259,11 +259,14 @@ def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], fl
 
 
 def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: Array, ctl: StepControl,
-                    resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf) -> Branch:
-    """Follow the branch through x0 (a solution, (m+1,)) along the tangent t0 until K leaves [lo, hi] or max_points.
+                    resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf,
+                    regular_start: bool = False) -> Branch:
+    """Follow the branch through x0 (a solution, (m+1,)) along the tangent t0 to an end of [lo, hi] or max_points.
 
     t0 is taken as given (at a branch point the bordered tangent system is singular: there it is the direction of
-    :func:`branch_direction`).
+    :func:`branch_direction`). ``regular_start``: x0 is a regular point (not a branch point), so the first step is
+    watched for folds and branch points too. A step that leaves [lo, hi] is replaced by the point at the end of
+    the range (K held there by Newton), and is watched as any other.
 
     Returns:
         The branch (its first point x0), with the located folds and branch points; ``stopped`` says why it ended.
@@ -273,7 +276,7 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
     m = len(x0) - 1
     br = Branch(u=[x0[:m].copy()], K=[float(x0[m])])
     x, t = x0.copy(), t0 / math.sqrt(float(np.sum(W * t0 * t0)))
-    det0, pending = math.nan, None
+    det0, pending = _det(problem, x0) if regular_start else math.nan, None
     ds = ctl.ds
     its0 = newton.its
     while len(br.K) < ctl.max_points:
@@ -281,6 +284,8 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
             br.stopped, br.early = f"CPU budget exhausted at {ctl.name} = {x[m]:.10g}", True
             break
         y = _correct(newton, x, t, ds, W)
+        if y is not None and not math.isfinite(det1 := _det(problem, y)):
+            y = None  # the Jacobian failed there (a token solve failed): as a failed correction
         if y is None:
             ds *= 0.5
             if ds < ctl.ds_min:
@@ -288,12 +293,20 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                                         f"{ctl.name} = {x[m]:.10g}"), True
                 break
             continue
-        det1 = _det(problem, y)
+        end = None
+        if not ctl.lo <= y[m] <= ctl.hi:  # the step leaves the range: the last one, to the range's end instead
+            end = ctl.hi if y[m] > ctl.hi else ctl.lo
+            y = newton.solve(x + (end - x[m]) / (y[m] - x[m]) * (y - x), np.eye(m + 1)[m], end)
+            if y is None:
+                br.stopped = f"the step after {ctl.name} = {x[m]:.10g} left the range [{ctl.lo:g}, {ctl.hi:g}]"
+                break
+            ds = float((W * t) @ (y - x))  # its arclength, where events on it are located
+            det1 = _det(problem, y)
         # a step that lands on a branch point (to round-off: det ≈ 0, the tangent system singular) keeps the tangent
         # and the sign before it; the event is that point if the sign changes on the next step
         singular = abs(det1) <= SINGULAR * (abs(det0) if math.isfinite(det0) else 1.0)
         t_new = t.copy() if singular else tangent(problem, y, t, W)
-        if len(br.K) == 1 or singular:  # the first step from a branch point: t_K ≈ 0 and det ≈ 0 there
+        if (len(br.K) == 1 and not regular_start) or singular:  # from a branch point: t_K ≈ 0, det ≈ 0 there
             pass
         elif (t[m] > 0) != (t_new[m] > 0):
             z = _locate(newton, x, t, ds, W, _fold_test(problem, t, W), t[m], t_new[m])
@@ -309,18 +322,13 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                 br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K), t.copy()))
                 br.u.append(z[:m].copy())
                 br.K.append(float(z[m]))
-        if not ctl.lo <= y[m] <= ctl.hi:  # the last point: the branch at the range's end, K held there
-            end = ctl.hi if y[m] > ctl.hi else ctl.lo
-            last = newton.solve(x + (end - x[m]) / (y[m] - x[m]) * (y - x), np.eye(m + 1)[m], end)
-            br.u += [last[:m].copy()] if last is not None else []
-            br.K += [end] if last is not None else []
-            br.stopped = f"{ctl.name} reached the end {end:g} of the range" if last is not None else (
-                f"the step after {ctl.name} = {x[m]:.10g} left the range [{ctl.lo:g}, {ctl.hi:g}]")
-            break
         pending = y if singular else None
         x, t, det0 = y, t_new, det0 if singular else det1
         br.u.append(x[:m].copy())
         br.K.append(float(x[m]))
+        if end is not None:
+            br.stopped = f"{ctl.name} reached the end {end:g} of the range"
+            break
         if resolved is not None and not resolved(x[:m]):
             br.stopped = f"the state at {ctl.name} = {x[m]:.10g} is not resolved by the collocation points"
             br.early = True

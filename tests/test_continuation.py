@@ -315,3 +315,15 @@ def test_each_branch_carries_the_amplitude_of_its_own_mode():
     assert max(two["order_parameter"]) < 1e-10 and max(two["amplitude"]) > 0.1  # off the axis
     uniform = next(b for b in res["branches"] if b["origin"] == "uniform")
     assert max(uniform["amplitude"]) < 1e-12
+
+
+def test_a_branch_point_in_the_first_step_is_found():
+    """K_c = τβ/I_1(β) = 0.40986 (β = 4) inside the first step 0.39 → 0.44 of the uniform branch: the first step was
+    not watched (a branch's first step may start at a branch point, the uniform branch's does not), and the mode-1
+    bifurcation was missed; the step leaving the range crossed the mode-2 point 0.6228 and kept it as a point."""
+    res = _branches(4.0, 0.39, 0.6)
+    kc = 4.0 / sp.iv(1, 4.0)
+    found = [b for b in res["bifurcations"] if b["mode"] == 1 and b["kind"] != "fold"]
+    assert len(found) == 1 and abs(found[0]["parameter"] - kc) <= 1e-10, res["bifurcations"]
+    uniform = next(b for b in res["branches"] if b["origin"] == "uniform")
+    assert max(uniform["parameter"]) == 0.6 and not any(b["mode"] == 2 for b in res["bifurcations"])

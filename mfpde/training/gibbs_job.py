@@ -135,7 +135,7 @@ def gibbs_branches(P: GibbsProblem, start: float, stop: float, ctl: StepControl,
             x, t, origin = todo.pop(0)
             P.last_failure = ""
             with np.errstate(all="ignore"):  # NaN where a token solve failed: Newton fails there, the branch ends
-                br = continue_branch(P, newton, x, t, W, ctl)
+                br = continue_branch(P, newton, x, t, W, ctl, regular_start=True)
             if br.early and P.last_failure:
                 br.stopped += f" (a token solve failed on the way: {P.last_failure})"
             i = len(branches)
