@@ -50,11 +50,14 @@ def _log_minor(ax: Axes) -> None:
     """A log y axis: labels in plain text (:func:`_log_labels`).
 
     Over more than 1.5 decades (minor ticks unlabelled),
-    minor ticks and grid lines at 2 and 5 × 10^k only.
+    minor ticks and grid lines at 2 and 5 × 10^k only; data within 1% of a constant get a decade around them.
     """
     from matplotlib.ticker import LogLocator
 
     _log_labels(ax)
+    dlo, dhi = ax.dataLim.intervaly
+    if 0 < dlo <= dhi < 1.01 * dlo:  # flat data (a risk constant to round-off): matplotlib spans an ulp or so
+        ax.set_ylim(dlo / 2, dhi * 2)
     lo, hi = ax.get_ylim()
     if lo > 0 and hi / lo > 10**1.5:
         ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))

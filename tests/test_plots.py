@@ -354,3 +354,19 @@ def test_the_fitted_rate_line_is_the_least_squares_fit():
     win = (gap >= 10 * lam * kl[-1]) & (gap > 1e-14)
     slope, level = np.polyfit(s[win], np.log(gap[win]), 1)
     np.testing.assert_allclose(np.log(y), level + slope * x, rtol=0, atol=1e-12)
+
+
+def test_a_flat_risk_gets_a_readable_log_axis():
+    """A risk constant to round-off (0.5 and its predecessor): matplotlib's log axis spanned about one ulp, with no
+    readable tick and the held-out risk 0.5 outside it. Now both lines lie inside a decade around them."""
+    from mfpde.plot_loss import loss_figure
+
+    hist = [dict(step=0, s=0.0, risk=0.5, free_energy=0.5003, kl_gibbs=0.05, train_accuracy=0.51,
+                 test_accuracy=0.43, test_risk=0.5),
+            dict(step=2, s=2.0, risk=np.nextafter(0.5, 0.0), free_energy=0.5002, kl_gibbs=0.048,
+                 train_accuracy=0.51, test_accuracy=0.43, test_risk=0.5)]
+    fig = loss_figure(hist, {"fitted": None, "converged": False, "theory": 0.02}, lam=0.001, certificate=True)
+    for ax in fig.axes:
+        if ax.get_yscale() == "log":
+            lo, hi = ax.get_ylim()
+            assert hi / lo >= 2 and lo < np.nextafter(0.5, 0.0) and 0.5 < hi, (lo, hi)
