@@ -60,8 +60,8 @@ from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
 from mfpde.tokens.sphere.velocity import SphereVelocity
 
-__all__ = ["CLUSTER_ANGLE", "SWITCH_H_RHO", "SWITCH_RESET", "SWITCH_STEPS", "SphereFlow", "SphereFlowSolution", "clusters",
-           "degree_powers"]
+__all__ = ["CLUSTER_ANGLE", "SWITCH_H_RHO", "SWITCH_RESET", "SWITCH_STEPS", "SphereFlow", "SphereFlowSolution",
+           "clusters", "degree_powers"]
 
 Array = npt.NDArray[np.float64]
 #: Hairer's stiffness test for DOP853: SWITCH_STEPS accepted steps with h ρ above SWITCH_H_RHO switch, the count
