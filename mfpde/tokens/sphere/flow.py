@@ -201,7 +201,9 @@ class SphereFlow:
         cpu0 = time.process_time()
         self.nfev = 0
         xs: list[Array] = []
-        stats: dict[str, Any] = {"explicit": "DOP853 (PI step control)", "stiff": "LSODA (finite-difference Jacobian)",
+        heads = attention_heads(self.v)
+        stats: dict[str, Any] = {"explicit": "DOP853 (PI step control)", "stiff": "LSODA (finite-difference Jacobian)"
+                                 if heads is None else "LSODA (exact Jacobian of the direct sum)",
                                  "switch_t": None, "explicit_steps": 0, "stiff_steps": 0, "nfev": 0, "njev": 0,
                                  "nlu": 0}
 
@@ -256,10 +258,7 @@ class SphereFlow:
                 if time.process_time() > deadline:
                     raise fail(f"sphere flow: CPU-time budget exceeded at t = {t:.6g}")
         if i < len(t_out):
-            heads = attention_heads(self.v)
             jac = None if heads is None else (lambda _t, y: attention_jacobian(y.reshape(n, 3), m, heads))
-            if jac is not None:
-                stats["stiff"] = "LSODA (exact Jacobian of the direct sum)"
             stiff = scipy.integrate.LSODA(rhs, t, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol, jac=jac)
             while i < len(t_out):
                 msg = stiff.step()

@@ -115,7 +115,7 @@ def test_clusters_and_powers_of_point_masses():
 
 def test_the_stiff_switch_fires_and_agrees_with_the_explicit_solve(monkeypatch):
     """USA at β = 9: collapsed clusters contract at a rate ≈ e^β × their mass, so DOP853 is held by stability and
-    the solve switches to BDF; against DOP853 alone (switch disabled, rtol 100× tighter) the positions agree to
+    the solve switches to LSODA; against DOP853 alone (switch disabled, rtol 100× tighter) the positions agree to
     100 rtol (a tolerance-controlled global error on a contracting flow)."""
     import mfpde.tokens.sphere.flow as F
     from mfpde.tokens.sphere.data import noise_modes
