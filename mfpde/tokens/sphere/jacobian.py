@@ -3,7 +3,7 @@
 The flow solver (:mod:`~mfpde.tokens.sphere.flow`) integrates X ∈ R^{3n} with V_i(X) = v[Σ_k m_k δ_{x_k}](x_i),
 x_i = X_i/|X_i|, where (one Dirac head (β, c))
 
-    v_i = c P_i g_i,   g_i = Σ_k W_ik y_k,   W_ik = m_k e^{β x_i·x_k} / Z_i,   P_i = I − x_i x_iᵀ,
+    v_i = c P_i g_i,   g_i = Σ_k W_ik x_k,   W_ik = m_k e^{β x_i·x_k} / Z_i,   P_i = I − x_i x_iᵀ,
 
 Z_i = Σ_k m_k e^{β x_i·x_k} (SA) or 1 (USA). With Q_k = ∂x_k/∂X_k = P_k/|X_k| its 3 × 3 blocks are, exactly,
 
@@ -15,7 +15,9 @@ matrix and the (3n)² Jacobian itself), the memory that of the dense Jacobian, 7
 tilted kernel this is the Jacobian of the same velocity up to the kernel's own truncation (its Bessel tail,
 ≤ 1e-14 relative, or the tilted kernel's 1e-6): the stiff integrator uses it in its Newton iteration only, whose
 converged solution does not depend on it, and it costs less than the O(n² (L+1)²) of the series' own Jacobian
-(and far less than the 3n velocity evaluations of a finite-difference one).
+(and far less than the 3n velocity evaluations of a finite-difference one). Measured at USA β = 20 (harmonic
+kernel, L = 39), n = 128, 512, 2048: 5 ms, 0.19 s, 3 s a Jacobian, against 3n evaluations of the series at 3.4, 9,
+23 ms each (1.3 s, 14 s, 140 s).
 """
 
 from __future__ import annotations
