@@ -15,6 +15,7 @@
 * :mod:`~mfpde.tokens.sphere.data`: the initial data (``sphere_modes``, seeded noise), its minimum, a product
   quadrature.
 * :mod:`~mfpde.tokens.sphere.flow`: the Lagrangian solver μ_t = X_t # μ_0 on quadrature particles.
+* :mod:`~mfpde.tokens.sphere.jacobian`: the exact Jacobian of the particle velocity (the flow's stiff phase).
 * :mod:`~mfpde.tokens.sphere.diag`, :mod:`~mfpde.tokens.sphere.picture`: degree powers, clusters, the picture.
 * :mod:`~mfpde.tokens.sphere.config`, :mod:`~mfpde.tokens.sphere.job`: the domain's config rules and its
   ``transport`` job.

@@ -115,7 +115,7 @@ def test_clusters_and_powers_of_point_masses():
 
 def test_the_stiff_switch_fires_and_agrees_with_the_explicit_solve(monkeypatch):
     """USA at β = 9: collapsed clusters contract at a rate ≈ e^β × their mass, so DOP853 is held by stability and
-    the solve switches to BDF; against DOP853 alone (switch disabled, rtol 100× tighter) the positions agree to
+    the solve switches to LSODA; against DOP853 alone (switch disabled, rtol 100× tighter) the positions agree to
     100 rtol (a tolerance-controlled global error on a contracting flow)."""
     import mfpde.tokens.sphere.flow as F
     from mfpde.tokens.sphere.data import noise_modes
@@ -157,3 +157,89 @@ def test_the_deadline_stops_the_solve():
 
     with pytest.raises(NumericalError, match="budget"):
         SphereFlow(DirectVelocity(5.0, "softmax"), nodes=4).solve([[1, 0, 0.05]], 50.0, 5, deadline=0.0)
+
+
+@pytest.mark.ranks
+def test_the_ranks_agree_through_the_stiff_phase():
+    """The stiff phase's exact Jacobian is computed from the replicated particles on every rank: the solve that
+    switches (USA β = 9, as below) is that of COMM_SELF bit for bit on any number of ranks."""
+    from mfpde.tokens.sphere.data import noise_modes
+
+    modes = noise_modes(0.1, 0, 6)
+    a, b = (SphereFlow(DirectVelocity(9.0, "unnormalised", comm), nodes=6, rtol=1e-8, L=6).solve(modes, 0.5, 2)
+            for comm in (MPI.COMM_SELF, MPI.COMM_WORLD))
+    assert a.integrator["switch_t"] is not None and a.integrator["njev"] > 0
+    assert np.array_equal(a.x, b.x)
+
+
+def _taylor_slopes(V, J, X, seed=0):
+    """The observed orders of |V(X ± h d) − V(X) ∓ ... − h J d| as h halves (central and forward differences)."""
+    d = np.random.default_rng(seed).normal(size=X.size)
+    hs = 0.02 * 0.5 ** np.arange(5)
+    central = [np.linalg.norm((V(X + h * d) - V(X - h * d)) / (2 * h) - J @ d) for h in hs]
+    forward = [np.linalg.norm((V(X + h * d) - V(X)) / h - J @ d) for h in hs]
+    return [np.polyfit(np.log(hs), np.log(e), 1)[0] for e in (central, forward)]
+
+
+@pytest.mark.parametrize("attention", ["softmax", "unnormalised"])
+def test_the_jacobian_is_exact(attention):
+    """Taylor test of :func:`attention_jacobian` against the flow's own velocity V(X) = v(X/|X|) (two heads, points
+    off the sphere): the finite-difference error of an exact Jacobian falls at order 2 (central) and 1 (forward),
+    while J + δ (any error δ) leaves a floor |δ d| and the fitted order falls towards 0. The orders are fitted over
+    h = 0.02 … 0.00125, where round-off (ε |V| / h ≈ 1e-13) is far below the truncation error (≈ 1e-5)."""
+    from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
+    from mfpde.tokens.sphere.job import _HeadSum
+    from mfpde.tokens.sphere.kernel import LogDomainVelocity
+
+    rng = np.random.default_rng(3)
+    n = 30
+    X = rng.normal(size=(n, 3))
+    X *= (1 + 0.2 * rng.random(n))[:, None] / np.linalg.norm(X, axis=1, keepdims=True)
+    m = rng.random(n) / n
+    vel = _HeadSum([LogDomainVelocity(6.0, attention, c=0.7), LogDomainVelocity(2.0, attention, c=-0.4)])
+    flow = SphereFlow(vel, nodes=2)
+    heads = attention_heads(vel)
+    assert heads == [(6.0, attention, 0.7), (2.0, attention, -0.4)]
+    J = attention_jacobian(X, m, heads)
+
+    def V(y):
+        return flow.field(y.reshape(n, 3), m).ravel()
+
+    central, forward = _taylor_slopes(V, J, X.ravel())
+    assert 1.9 < central < 2.1 and 0.9 < forward < 1.1
+    wrong = J + 1e-3 * np.abs(J).max() * rng.normal(size=J.shape)
+    assert _taylor_slopes(V, wrong, X.ravel())[0] < 0.5
+
+
+def test_the_direct_jacobian_serves_the_harmonic_kernel():
+    """For the harmonic kernel the stiff phase takes the direct sum's Jacobian: the series differs from the direct
+    sum by its Bessel tail (≤ 1e-14 relative), so the Taylor test against the kernel's own velocity still shows
+    order 2. A prescribed rotation is not attention: no heads (finite differences)."""
+    from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
+    from mfpde.tokens.sphere.kernel import HarmonicVelocity
+
+    vel = HarmonicVelocity(5.0, "unnormalised")
+    flow = SphereFlow(vel, nodes=4)
+    X, m = flow.particles([[2, 1, 0.05], [3, 0, 0.03]])
+    J = attention_jacobian(X, m, attention_heads(vel))
+    central, _ = _taylor_slopes(lambda y: flow.field(y.reshape(-1, 3), m).ravel(), J, X.ravel())
+    assert 1.9 < central < 2.1
+    assert attention_heads(RotationVelocity([0, 0, 1.0])) is None
+
+
+@pytest.mark.parametrize(("pattern", "switches"), [((1.2, 0.8), True), ((1.2,) * 14 + (0.8,) * 6, False)])
+def test_a_hovering_step_switches(monkeypatch, pattern, switches):
+    """Hairer's count: a step size hovering at DOP853's boundary (h ρ = 1.2 and 0.8 times 6.1 in turn) switches
+    after 15 stiff steps (the 29th step), since only 6 non-stiff steps in a row reset the count; 14 stiff steps
+    followed by 6 non-stiff ones, again and again, never switch."""
+    import itertools
+
+    import mfpde.tokens.sphere.flow as F
+
+    ratio = itertools.cycle(pattern)
+    monkeypatch.setattr(F, "_lipschitz", lambda s: next(ratio) * F.SWITCH_H_RHO / s.step_size)
+    s = SphereFlow(RotationVelocity([0.0, 0.0, 1.0]), nodes=3, rtol=1e-10).solve([[1, 0, 0.05]], 20.0, [20.0])
+    if switches:
+        assert s.integrator["switch_t"] is not None and s.integrator["explicit_steps"] == 2 * F.SWITCH_STEPS - 1
+    else:
+        assert s.integrator["switch_t"] is None
