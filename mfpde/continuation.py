@@ -260,13 +260,15 @@ def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], fl
 
 def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: Array, ctl: StepControl,
                     resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf,
-                    regular_start: bool = False) -> Branch:
+                    regular_start: bool = False, marks: Array | None = None) -> Branch:
     """Follow the branch through x0 (a solution, (m+1,)) along the tangent t0 to an end of [lo, hi] or max_points.
 
     t0 is taken as given (at a branch point the bordered tangent system is singular: there it is the direction of
     :func:`branch_direction`). ``regular_start``: x0 is a regular point (not a branch point), so the first step is
     watched for folds and branch points too. A step that leaves [lo, hi] is replaced by the point at the end of
-    the range (K held there by Newton), and is watched as any other.
+    the range (K held there by Newton), and is watched as any other. ``marks``: parameter values of known branch
+    points (the uniform state's thresholds in closed form); a step crossing two is halved (down to ``ds_min``),
+    since the sign of det ∂F/∂u does not change across an even number of them.
 
     Returns:
         The branch (its first point x0), with the located folds and branch points; ``stopped`` says why it ended.
@@ -292,6 +294,9 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
                 br.stopped, br.early = (f"Newton failed at step size {ds:.3g} < continuation.step_min after "
                                         f"{ctl.name} = {x[m]:.10g}"), True
                 break
+            continue
+        if marks is not None and ds > ctl.ds_min and np.count_nonzero((marks - x[m]) * (marks - y[m]) < 0) > 1:
+            ds = max(0.5 * ds, ctl.ds_min)  # one branch point a step: det's sign sees an odd count only
             continue
         end = None
         if not ctl.lo <= y[m] <= ctl.hi:  # the step leaves the range: the last one, to the range's end instead

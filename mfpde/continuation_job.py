@@ -158,7 +158,9 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
         x0 = np.concatenate([P.uniform(), [start]])
         t0 = np.zeros(P.m + 1)
         t0[-1] = 1.0 if stop > start else -1.0
-        uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline, regular_start=True)
+        marks = np.array([P.threshold(k) for k in range(1, P.m)])  # the uniform state's branch points (theory §10)
+        uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline, regular_start=True,
+                              marks=marks[np.isfinite(marks)])
         branches.append(_block(P, uni, "uniform", eig_solver))
         for ev in (e for e in uni.events if e.kind == "branch_point" and ctl.lo <= e.K <= ctl.hi):
             x = np.concatenate([ev.u, [ev.K]])

@@ -327,3 +327,15 @@ def test_a_branch_point_in_the_first_step_is_found():
     assert len(found) == 1 and abs(found[0]["parameter"] - kc) <= 1e-10, res["bifurcations"]
     uniform = next(b for b in res["branches"] if b["origin"] == "uniform")
     assert max(uniform["parameter"]) == 0.6 and not any(b["mode"] == 2 for b in res["bifurcations"])
+
+
+def test_steps_that_would_cross_several_branch_points_are_shortened():
+    """The thresholds τβ/I_k(β) of modes 1..6 (β = 4, τ = 0.01: 0.0041 … 0.26) packed into the first steps of 0.05 in
+    K: det ∂F/∂u keeps its sign across an even number of them, and modes 1..4 were missed; each step now crosses at
+    most one."""
+    P = CircleStationary(127, 4.0, 0.01)
+    res = noisy_circle_branches(P, 0.001, 0.5, StepControl(0.05, 1e-6, 0.25, 0.001, 0.5, 400), eig_solver="scipy")
+    found = {b["mode"]: b["parameter"] for b in res["bifurcations"] if b["kind"] != "fold"}
+    assert set(found) >= set(range(1, 7)), sorted(found)
+    for k in range(1, 7):
+        assert abs(found[k] - P.threshold(k)) <= 1e-8 * P.threshold(k), (k, found[k], P.threshold(k))

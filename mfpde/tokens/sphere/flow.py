@@ -235,6 +235,8 @@ class SphereFlow:
             record(X0.ravel())
             i += 1
         t, y = 0.0, X0.ravel().copy()
+        comm = getattr(self.v, "comm", MPI.COMM_SELF)  # every rank of it integrates the same ODE: one decision
+        room = comm.allreduce(stiff_room(comm.size), op=MPI.MIN)
         if i < len(t_out):
             solver = DOP853PI(rhs, 0.0, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol)
             held = calm = 0
@@ -252,7 +254,11 @@ class SphereFlow:
                 else:
                     calm += 1
                     held = 0 if calm >= SWITCH_RESET else held
-                if held >= SWITCH_STEPS:
+                if held >= SWITCH_STEPS and stiff_bytes(n) > room:
+                    if stats.get("stiff_refused") is None:  # stepping on explicitly: slower, but within memory
+                        stats["stiff_refused"] = (f"stiff at t = {t:.6g}, but the dense Jacobian of {n} particles "
+                                                  f"({stiff_bytes(n) / 2**30:.3g} GiB) does not fit this node")
+                elif held >= SWITCH_STEPS:
                     stats["switch_t"] = float(t)
                     break
                 if time.process_time() > deadline:
@@ -270,6 +276,18 @@ class SphereFlow:
                 if i < len(t_out) and time.process_time() > deadline:
                     raise fail(f"sphere flow: CPU-time budget exceeded at t = {stiff.t:.6g}")
         return result(t_out)
+
+
+def stiff_bytes(n: int) -> int:
+    """Bytes of the stiff phase's dense Jacobian of n particles (3n × 3n) and LSODA's LU of it."""
+    return 2 * 8 * (3 * n) ** 2
+
+
+def stiff_room(ranks_on_node: int = 1) -> float:
+    """The bytes the stiff phase may take on a rank: half the node's memory over the ranks (each holds a copy)."""
+    from mfpde.limits import _memory_bytes
+
+    return 0.5 * _memory_bytes() / max(ranks_on_node, 1)
 
 
 def _lipschitz(solver: DOP853PI) -> float:
