@@ -130,6 +130,19 @@ def test_the_stiff_switch_fires_and_agrees_with_the_explicit_solve(monkeypatch):
     assert len(r.clusters[-1][0]) >= 2
 
 
+def test_a_stiff_phase_that_does_not_fit_in_memory_stays_explicit(monkeypatch):
+    """The stiff phase holds a dense 3n × 3n Jacobian (29 GB at 20 000 particles): where it does not fit the node
+    the solve steps on with DOP853 (slower, within memory) and says so, instead of failing to allocate it."""
+    import mfpde.tokens.sphere.flow as F
+    from mfpde.tokens.sphere.data import noise_modes
+
+    monkeypatch.setattr(F, "stiff_room", lambda ranks=1: 0.5 * F.stiff_bytes(72))  # 72 particles at nodes = 6
+    modes, ts = noise_modes(0.1, 0, 6), [0.05, 0.5, 1.0]
+    r = SphereFlow(DirectVelocity(9.0, "unnormalised"), nodes=6, rtol=1e-8, L=6).solve(modes, 1.0, ts)
+    assert r.integrator["switch_t"] is None and r.integrator["stiff_steps"] == 0
+    assert "does not fit" in r.integrator["stiff_refused"] and len(r.x) == len(ts)
+
+
 class _Broken:
     """A velocity that turns non-finite after a while (a numerical failure inside the solve)."""
 
