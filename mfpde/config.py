@@ -241,6 +241,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (tr.splitting in ("lie", "strang"), "training.splitting", "must be 'lie' or 'strang'"),
         (out.every >= 1, "output.every", f"must be >= 1, got {out.every}"),
         (out.checkpoint_every >= 1, "output.checkpoint_every", f"must be >= 1, got {out.checkpoint_every}"),
+        (out.plots_every >= 0, "output.plots_every", f"must be >= 0 (0: at the end only), got {out.plots_every}"),
     ):
         if P.clean(key, *_DEPENDS.get(key, ())):
             with P.block():

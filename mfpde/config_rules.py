@@ -314,8 +314,9 @@ def continuation_range_rules(c: Any, what: str) -> list[tuple[bool, str, str]]:
         (math.isfinite(c.stop) and c.stop > 0, "continuation.stop", f"must be a {what} > 0 (the range may not "
          f"cross {sym} = 0), got {c.stop:g}"),
         (c.start != c.stop, "continuation.stop", f"must differ from continuation.start = {c.start:g}"),
-        (0 < c.step_min <= c.step <= c.step_max, "continuation.step", "needs 0 < step_min <= step <= step_max, "
-         f"got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
+        (0 < c.step_min <= c.step <= c.step_max,
+         "continuation.step" if 0 < c.step_min <= c.step else "continuation.step_min",
+         f"needs 0 < step_min <= step <= step_max, got {c.step_min:g}, {c.step:g}, {c.step_max:g}"),
         (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
     ]
 

@@ -6,6 +6,7 @@ Imports nothing of mfpde but the layout helpers, and no solver, as :mod:`mfpde.p
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -123,7 +124,7 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
     if c is not None and informative_rate(c, s) and anchor is not None and target is not None:
         kind = str(rate.get("theory_kind", "theory"))
         target.semilogy(s, anchor * np.exp(-c * (s - s[0])), ":", lw=2, color="C3",
-                        label=f"theorem's rate: e^(−{c:.3g} s)\n({kind[:60]})")
+                        label=f"theorem's rate: e^(−{c:.3g} s)\n" + textwrap.fill(f"({kind})", 56))
         target.legend(fontsize=7, loc="best")
     ax.set_xlabel("training time s (non-dimensional)")
     ax.set_ylabel("risk R and free energy F (non-dimensional" + (", log)" if ax.get_yscale() == "log" else ")"))

@@ -96,6 +96,7 @@ CASES = [
     ("run", ["depth.model='depth-indexed'", "depth.layers=3"], "depth.layers"),
     ("run", ["depth.layers=0"], "depth.layers"),
     ("run", ["output.checkpoint_every=0"], "output.checkpoint_every"),
+    ("run", ["output.plots_every=-3"], "output.plots_every"),
     # integers beyond any size: a 4301-digit value (CPython's integer string limit: a tomllib traceback) and
     # 2**1024 (an OverflowError traceback in limits.py)
     ("transport", ["depth.steps=" + "9" * 4301], "depth.steps"),

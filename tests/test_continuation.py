@@ -167,7 +167,7 @@ def test_cli_report_and_diagram(tmp_path):
     ("continuation.parameter='lambda'", "continuation.parameter"), ("continuation.stop=0.3", "continuation.stop"),
     ("continuation.start=-1.0", "continuation.start"), ("tokens.noise=0.0", "tokens.noise"),
     ("tokens.attention='softmax'", "tokens.attention"), ("continuation.points=64", "continuation.points"),
-    ("tokens.noise=-1.0", "tokens.noise")])
+    ("tokens.noise=-1.0", "tokens.noise"), ("continuation.step_min=1.0", "continuation.step_min")])
 def test_cli_bad_input_is_exit_2_naming_the_key(tmp_path, override, key):
     r = _cli(tmp_path, override)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and key in r.stderr, r.stderr

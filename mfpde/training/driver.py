@@ -215,7 +215,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
     try:
         for step in range(step0, tr.steps + 1):
             if sig := signals.requested(comm):  # every rank stops before the same step: checkpoint and report
-                status, fail_msg = "interrupted", f"{signals.name(sig)} after {step} training steps"
+                done = f"{step} training step{'' if step == 1 else 's'}"
+                status, fail_msg = "interrupted", f"{signals.name(sig)} after {done}"
                 save_state(cp, out, step, history, rho_snaps, time.perf_counter() - t0)
                 break
             heads = cp.heads()
