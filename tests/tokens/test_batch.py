@@ -224,6 +224,19 @@ def test_checkpointed_batch_gradient_is_bit_identical():
     assert all(np.array_equal(a, b) for a, b in zip(g1.D + g1.Dy, g0.D + g0.Dy, strict=True))
 
 
+def _batch_rows(monkeypatch, batch, method: str) -> list[int]:
+    """The row counts of every call of ``batch.method`` from now on (a list filled as the calls come)."""
+    rows: list[int] = []
+    real = getattr(batch, method)
+
+    def counting(U, *args, **kwargs):
+        rows.append(len(U))
+        return real(U, *args, **kwargs)
+
+    monkeypatch.setattr(batch, method, counting)
+    return rows
+
+
 def test_batch_size_from_the_memory_budget(monkeypatch):
     """Without BATCH_SAMPLES a batch holds as many samples as BATCH_BYTES allows by the tape estimate 32 n (1 + N_a)
     (3 K + 1) bytes a sample: the single layer (K = 1) of a small problem advances all its training samples in one
@@ -235,14 +248,7 @@ def test_batch_size_from_the_memory_budget(monkeypatch):
     n_a = [len(h.a) for h in heads]
     per = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * 4
     assert obj.batch_size(n_a) == objective_module.BATCH_BYTES // per >= len(cp.problem.train)
-    rows: list[int] = []
-    real = obj.batch.solve_shallow
-
-    def counting(U, *args, **kwargs):
-        rows.append(len(U))
-        return real(U, *args, **kwargs)
-
-    monkeypatch.setattr(obj.batch, "solve_shallow", counting)
+    rows = _batch_rows(monkeypatch, obj.batch, "solve_shallow")
     g = obj.gradient(heads)
     assert rows == [len(cp.problem.train)]  # one batch
     monkeypatch.setattr(objective_module, "BATCH_BYTES", per - 1)
@@ -275,14 +281,7 @@ def test_untaped_batch_from_its_own_footprint(monkeypatch):
     monkeypatch.setattr(objective_module, "UNTAPED_CHUNK_BYTES", untaped)  # not the 16 MiB of a large mesh
     monkeypatch.setattr(objective_module, "BATCH_BYTES", max(taped - 1, (len(train) + 1) * untaped))
     assert obj.batch_size(n_a) == 1 and obj.batch_size(n_a, taped=False) >= len(train), (taped, untaped)
-    rows: list[int] = []
-    real = obj.batch.solve
-
-    def counting(U, *args, **kwargs):
-        rows.append(len(U))
-        return real(U, *args, **kwargs)
-
-    monkeypatch.setattr(obj.batch, "solve", counting)
+    rows = _batch_rows(monkeypatch, obj.batch, "solve")
     g = obj.gradient(heads)
     assert rows == [1] * len(train), rows
     rows.clear()
