@@ -49,7 +49,7 @@ def batch_moments(W: Array, x: Array, gx: Array | None = None) -> tuple[Array, A
     mass = W.sum(axis=1)
     mean = (W @ x) / mass[:, None]
     xc = x[None] - mean[:, None]  # centred nodes, (S, N, d): no cancellation in the covariance
-    cov = np.einsum("sn,sni,snj->sij", W, xc, xc) / mass[:, None, None]
+    cov = np.matmul((W[:, :, None] * xc).transpose(0, 2, 1), xc) / mass[:, None, None]
     yhat = W @ gx if gx is not None else np.full(len(W), math.nan)
     return mass, mean, cov, yhat
 

@@ -154,16 +154,11 @@ class UpwindFiniteVolume:
         Returns:
             shape ((S,) n_q, n_facets): the facets last, so that every product below runs along them.
         """
-        G = V[..., self._vdofs]  # ((S,) vertices of f × d, n_facets)
-        F = np.empty((*V.shape[:-1], *self._w[:, 0].shape))
-        for q, wq in enumerate(self._w):
-            F[..., q, :] = sum(wq[k] * G[..., k, :] for k in range(len(wq)))
-        return F
+        return np.einsum("...kf,qkf->...qf", V[..., self._vdofs], self._w)
 
     def _to_vertices(self, y: Array) -> Array:
         """The transpose of :meth:`normal_flux`: y ((S,) n_q, n_facets) at the Gauss points → ((S,) n_vertices d)."""
-        z = np.stack([sum(wq[k] * y[..., q, :] for q, wq in enumerate(self._w)) for k in range(self._w.shape[1])],
-                     axis=-2)  # ((S,) vertices of f × d, n_facets)
+        z = np.einsum("...qf,qkf->...kf", y, self._w)  # ((S,) vertices of f × d, n_facets)
         return self._add_at("vertices", z.reshape(*z.shape[:-2], -1))
 
     def _split(self, F: Array) -> tuple[Array, Array]:
@@ -202,6 +197,7 @@ class UpwindFiniteVolume:
         gu += self._to_cells(Fp * dz, Fm * dz)
         ur = u[..., right] * inner  # u_R, 0 on ∂Ω
         # ½(1 + sgn F) u_L + ½(1 − sgn F) u_R at each Gauss point, times w_q Δz
-        y = np.stack([(ur + 0.5 * (1.0 + np.sign(F[..., q, :])) * (ul - ur)) * (w * dz) for q, w in enumerate(self.wq)],
-                     axis=-2)
+        y = np.empty(F.shape)  # C order: einsum is several times slower on a strided operand
+        for q, w in enumerate(self.wq):
+            y[..., q, :] = (ur + 0.5 * (1.0 + np.sign(F[..., q, :])) * (ul - ur)) * (w * dz)
         gV += self._to_vertices(y)
