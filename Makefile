@@ -25,7 +25,7 @@ $(BIN)/mfpde: pyproject.toml
 env: $(BIN)/mfpde
 
 run: env
-	$(BIN)/mfpde run
+	$(BIN)/mfpde run --overwrite
 
 lint: env
 	$(BIN)/ruff check .
