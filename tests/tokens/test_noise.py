@@ -161,3 +161,19 @@ def test_fixed_point_reference_above_kc_is_a_cluster_with_lower_free_energy():
     assert abs(np.mean(mu * np.exp(1j * th))) * 2 * math.pi > 0.3 and 0 < rho < 1
     uniform = np.full(63, 1 / (2 * math.pi))
     assert reference_free_energy(mu, beta, 1.5 * kc, tau)[0] < reference_free_energy(uniform, beta, 1.5 * kc, tau)[0]
+
+
+@pytest.mark.parametrize("noise", [0.0, 5.0])
+def test_the_logged_substep_bounds_hold(tmp_path, noise):
+    """The DG run's up-front estimate says "at most N sub-steps": N held for noise-free runs but not with noise (the
+    Scharfetter–Gummel step, h²/(2τ + 2|u|h) per cfl, is smaller than the CFL rule's) nor with the rounding up of
+    every depth step's count (57 618 sub-steps against a logged "at most 55 614")."""
+    from mfpde.tokens.circle.job import circle_heads, dg_substep_estimate
+    from mfpde.tokens.job import transport_job
+
+    cfg = C.load("demos/noisy_circle.toml", [f"tokens.noise={noise}", "tokens.cells=[64]", "depth.T=2.0",
+                                             "depth.steps=20", "output.fields=false", "output.plots=false"])
+    s = transport_job(cfg, tmp_path / "o")["samples"][0]
+    lo, hi = dg_substep_estimate(cfg, circle_heads(cfg, MPI.COMM_SELF), CircleMesh(cfg.tokens.cells[0],
+                                                                                cfg.tokens.degree))
+    assert lo <= s["substeps"] <= hi, (lo, s["substeps"], hi)

@@ -114,7 +114,8 @@ def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tu
 
     At least the growth cap's T·Λ/:func:`~mfpde.tokens.circle.growth_cap` (Λ the fastest linear rate about the
     uniform state, :func:`~mfpde.tokens.circle.linear_rate_bound`); at most the CFL rule's at the velocity bound
-    |u| ≤ Σ_h |c_h| (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA), if that exceeds it.
+    |u| ≤ Σ_h |c_h| (SA: |N| ≤ Z) or Σ_h |c_h| e^{β_h} (USA) (with noise τ the Scharfetter–Gummel rule's,
+    h²/(2τ + 2|u|h) per cfl), if that exceeds it, plus one a depth step (each rounds its count up).
     """
     from mfpde.tokens.circle.dg import growth_cap, linear_rate_bound
 
@@ -126,7 +127,10 @@ def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tu
     else:
         umax = float(np.sum(np.abs(heads.c) * np.exp(np.minimum(np.abs(heads.a), 700.0))))
     cfl = cfg.tokens.cfl * (mesh.w_lobatto if mesh.degree else 1.0) * mesh.h
-    hi = max(lo, T * umax / cfl)
+    hi = T * umax / cfl
+    if cfg.tokens.noise > 0:  # Scharfetter–Gummel: Δt ≥ cfl h²/(τ max(B(P) + B(−P'))), B(x) ≤ 1 + max(−x, 0)
+        hi = T * (2 * cfg.tokens.noise + 2 * umax * mesh.h) / (cfg.tokens.cfl * mesh.h**2)
+    hi = max(lo, hi) + cfg.depth.steps  # every depth step rounds its count up
     big = 10**18  # a count past this is "unbounded" (β near the overflow of e^β)
 
     def count(x: float) -> int:
@@ -250,7 +254,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
     mesh = CircleMesh(t.cells[0], t.degree)
     mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)
     lo, hi = dg_substep_estimate(cfg, heads, mesh)
-    logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the CFL rule at the velocity bound)", lo, hi)
+    logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the step rule at the velocity bound)", lo, hi)
     if lo >= HINT_SUBSTEPS:
         logger.info("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
                        "labels without a CFL rule (seconds to any depth)", lo)
