@@ -278,6 +278,10 @@ def test_accuracy_against_the_better_sign_of_rho0s_readout():
     better = np.where(np.arange(90) < 80, 1.0, -1.0) * y  # 80 of 90: a gain over 71/90
     acc, warns = accuracy_block({"train": y, "test": y}, {"train": y0, "test": y0}, {"train": better, "test": better})
     assert acc["gain"]["test"] == pytest.approx(9 / 90) and warns == []
+    # nothing learned, nothing flipped (ŷ = ŷ₀): the warning says so instead of "only flipped a sign"
+    acc, warns = accuracy_block({"train": y, "test": y}, {"train": y0, "test": y0}, {"train": y0, "test": y0})
+    (w,) = warns
+    assert acc["agrees_with_flipped_initial"]["test"] == 0.0 and "gained nothing" in w and "flipped a sign" not in w
 
 
 #: How a .bp directory is damaged: (file, what is done to it). Before the checks: data.0 halved hung in ADIOS2,

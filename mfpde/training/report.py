@@ -241,7 +241,7 @@ def accuracy_block(targets: dict[str, np.ndarray], yhat0: dict[str, np.ndarray],
     if k in gain and init[k] < 0.5 and gain[k] <= 0:
         warnings.append(f"accuracy: {k} {acc[k]:.3f} from ρ₀'s {init[k]:.3f} is no better than ρ₀'s readout with its "
                         f"sign flipped ({best[k]:.3f}; the signs of ŷ agree with −ŷ₀ on {flip[k]:.1%} of the samples): "
-                        "training only flipped a sign")
+                        + ("training only flipped a sign" if flip[k] > 0.5 else "training gained nothing over it"))
     return acc, warnings
 
 
