@@ -106,6 +106,7 @@ def collective_teardown(request: pytest.FixtureRequest):
                                  f"within {MPI_TIMEOUT:g} s (a failure on one rank before a collective?): "
                                  "aborting the MPI job\n")
                 sys.stderr.flush()
+            time.sleep(1.0)  # let mpiexec forward the line: an abort tears its pipes down (lost under load once)
             comm.Abort(1)
         time.sleep(0.005)
 
