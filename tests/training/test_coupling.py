@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from configs import DEEP
 from roundoff import gamma, implicit_step
+from taylor import risk_taylor_slope
 
 from mfpde import config as C
 from mfpde.cli import main
@@ -375,8 +376,6 @@ def test_checkpointed_gradient_taylor():
     """The first variation of the deep digits model through a tape that holds a few states (training.tape_memory:
     checkpoints, each segment recomputed in the reverse pass; the batched DG0 path) passes a Taylor test: the
     remainder of R(ρ + εχ) − R(ρ) − ε⟨δR/δρ, χ⟩ falls with slope 2."""
-    from mfpde.params.theta import first_variation_values
-
     cfg = C.load(DEEP, ["tokens.cells=[12, 12]", "heads.cells=[6, 6]", "depth.steps=4", "data.samples=3",
                         "data.test_samples=2", "training.tape_memory='100kB'"])
     pb = CoupledProblem(cfg, MPI.COMM_SELF)
@@ -384,17 +383,7 @@ def test_checkpointed_gradient_taylor():
     g0 = pb.gradient(heads)
     stats = pb.objective.tape_stats
     assert stats["segments"] >= 2 and stats["recomputed_substeps"] == stats["substeps"], stats
-    th = pb.theta
-    n = th.n_owned
-    chi = np.sin(5 * th.x[:, 0]) * np.cos(3 * th.x[:, 1])
-    chi -= float(th.m[:n] @ chi[:n]) / 16.0  # Θ = [−2, 2]² has measure 16
-    dr = first_variation_values(pb.family, heads[0], g0.D[0], th.x)
-    pred = float((th.m[:n] * chi[:n] * dr[:n]).sum())
-    base = pb.rhos[0].x.array.copy()
-    eps = 0.02 / 2.0 ** np.arange(4)
-    errs = []
-    for e in eps:
-        pb.rhos[0].x.array[:] = base + e * chi
-        errs.append(abs(pb.gradient(pb.heads()).risk - g0.risk - e * pred))
-    slope = fit_order(eps, errs)
+    x = pb.theta.x
+    slope, errs = risk_taylor_slope(pb, g0, heads, np.sin(5 * x[:, 0]) * np.cos(3 * x[:, 1]), 0.02,
+                                    16.0)  # Θ = [−2, 2]² has measure 16
     assert abs(slope - 2.0) < 0.15, f"Taylor slope {slope:.3f} ({errs})"

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from roundoff import gamma
 from scipy.optimize import minimize_scalar
+from taylor import risk_taylor_slope
 
 from mfpde import config as C
 from mfpde.exact import value_yhat
-from mfpde.fitting import fit_order, fit_rate
+from mfpde.fitting import fit_rate
 from mfpde.training import CoupledProblem, run_training
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
@@ -142,23 +143,11 @@ def test_shallow_model_exponential_rate(tempdir, family):
 
 def test_shallow_model_first_variation_taylor():
     """The discrete adjoint of the shallow layer: Taylor slope 2, and R exactly quadratic in ρ (ŷ linear)."""
-    from mfpde.params.theta import first_variation_values
-
     pb = CoupledProblem(_cfg("scalar", 2, (1.0, -0.5), model="shallow"))
     heads = pb.heads()
     g0 = pb.gradient(heads)
-    n = pb.theta.n_owned
-    dr = first_variation_values(pb.family, heads[0], g0.D[0], pb.theta.x)
-    chi = np.sin(3 * pb.theta.x[:, 0] + 2 * pb.theta.x[:, 1])
-    chi -= MPI.COMM_WORLD.allreduce(float(pb.theta.m[:n] @ chi[:n]), op=MPI.SUM) / 16.0  # |Θ| = 16
-    pred = MPI.COMM_WORLD.allreduce(float((pb.theta.m[:n] * chi[:n] * dr[:n]).sum()), op=MPI.SUM)
-    base = pb.rhos[0].x.array.copy()
-    eps = 0.05 / 2.0 ** np.arange(4)
-    errs = []
-    for e in eps:
-        pb.rhos[0].x.array[:] = base + e * chi
-        errs.append(abs(pb.gradient(pb.heads()).risk - g0.risk - e * pred))
-    slope = fit_order(eps, errs)
+    x = pb.theta.x
+    slope, errs = risk_taylor_slope(pb, g0, heads, np.sin(3 * x[:, 0] + 2 * x[:, 1]), 0.05, 16.0)  # |Θ| = 16
     assert abs(slope - 2.0) < 0.05, f"Taylor slope {slope:.3f} ({errs})"
 
 
