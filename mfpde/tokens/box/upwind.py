@@ -113,7 +113,6 @@ class UpwindFiniteVolume:
         self.d = d
         self.n_local = ncell
         self.n_vertices = len(v2dof)
-        self.n_cells = ncell
         inner = np.flatnonzero(self.interior)
         nvf = self.verts.shape[1]
         #: Where each entry of a facet array is added: "left"/"right" (cells of all / the interior facets' values),
@@ -145,7 +144,7 @@ class UpwindFiniteVolume:
         return np.bincount(flat, vals.reshape(S, -1).ravel(), minlength=S * n).reshape(S, n)
 
     def _to_cells(self, left: Array, right: Array) -> Array:
-        """Σ over facets f of left_f into the cell L(f) plus right_f into R(f) (interior f), shape ((S,) n_cells)."""
+        """Σ over facets f of left_f into the cell L(f) plus right_f into R(f) (interior f), shape ((S,) n_local)."""
         return self._add_at("left", left) + self._add_at("right", right)
 
     def normal_flux(self, V: Array) -> Array:
