@@ -1,4 +1,4 @@
-"""The command line: ``mfpde run | transport | continuation | verify | --version`` (interface.md).
+"""The command line: ``mfpde run | transport | continuation | twin | verify | --version`` (interface.md).
 
 The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
 and an exit status; the jobs (:mod:`mfpde.tokens.job`, :mod:`mfpde.training.driver`) solve and write.
@@ -70,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
                        "parameter (noisy tokens on the circle or the sphere; Gibbs fixed points of training in λ)")
     c.add_argument("config", help="config TOML with a [continuation] section")
     c.add_argument("--quiet", action="store_true", help="no progress output")
+    w = sub.add_parser("twin", parents=[common], help="finite transformers (JAX) of H heads, N tokens, L layers "
+                       "trained beside the PDE: the gaps and their fitted rates")
+    w.add_argument("config", nargs="?", default=None,
+                   help="config TOML with a [twin] section (default: the embedded digits problem)")
+    w.add_argument("--pde", type=str, default=None, metavar="DIR",
+                   help="compare with this finished `mfpde run` of the same config instead of running the PDE")
+    w.add_argument("--quiet", action="store_true", help="no progress output")
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
     v.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these checks")
@@ -327,6 +334,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         with OutputLock(out, comm):
             transport_job(cfg, out, comm, progress=_progress(args.quiet, "mfpde transport"))
         return 0
+    if args.command == "twin":
+        from mfpde.twin.job import twin_job
+
+        with OutputLock(out, comm):
+            return twin_job(cfg, out, comm, pde_dir=Path(args.pde) if args.pde else None)
     if args.command == "continuation":
         from mfpde.continuation_job import continuation_job
 

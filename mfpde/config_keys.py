@@ -55,6 +55,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "loss.w": lo.readout == "linear", "loss.b": lo.readout == "linear",
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
+        "twin.layers": d.model != "shallow", "twin.lr": cfg.twin.optimizer == "adam",
     }
     # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere; λ of
     # training: no points)

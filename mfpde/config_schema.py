@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "Continuation", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens",
-           "Training"]
+           "Training", "Twin"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,24 @@ class Continuation:
 
 
 @dataclass(frozen=True)
+class Twin:
+    """``mfpde twin``: the sizes of the finite networks trained beside the PDE, and their training.
+
+    Each list is swept with the other two sizes at their largest value (tokens: the token limit itself, a
+    quadrature of μ_0, when H or L is swept).
+    """
+
+    heads: list[int] = field(default_factory=lambda: [4, 16, 64, 256])  # H, heads per layer (block)
+    tokens: list[int] = field(default_factory=lambda: [16, 64, 256])  # N, tokens per input
+    sampling: str = "iid"  # the N tokens of an input: "iid" draws from μ_0 or "quantile" (stratified) draws
+    layers: list[int] = field(default_factory=lambda: [2, 4, 8, 16])  # L (not for depth.model = "shallow")
+    seeds: int = 8  # independent networks per size (>= 2: a standard error)
+    optimizer: str = "langevin"  # "langevin" (theory §4's particle system), "sgd" (no noise) or "adam"
+    lr: float = 0.01  # optimizer "adam": its learning rate
+    trace: int = 2  # training inputs whose token clouds at depth T are compared with μ_T
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole problem. Build it with :func:`load` or :func:`from_dict`."""
 
@@ -165,6 +183,7 @@ class Config:
     output: Output = field(default_factory=Output)
     petsc: Petsc = field(default_factory=Petsc)
     continuation: Continuation = field(default_factory=Continuation)
+    twin: Twin = field(default_factory=Twin)
     source: str = ""  # where it came from (file path or "<default>"): not a TOML key
 
 

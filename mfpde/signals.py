@@ -26,7 +26,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "current_stage", "deferred", "handlers", "name",
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "current_stage", "deferred", "handlers", "name", "pending",
            "quiet_petsc", "requested", "stage"]
 
 #: The exit status of an interrupted command (0 done, 1 a bug, 2 invalid input, 3 numerical failure).
@@ -109,6 +109,11 @@ def stage(what: str) -> Iterator[None]:
 def current_stage() -> str:
     """The stage :func:`stage` named (``""`` outside any)."""
     return str(_state["stage"])
+
+
+def pending() -> int:
+    """The signal this process got under :func:`deferred` (0 if none): a local poll, no communication."""
+    return int(_state["signal"])
 
 
 def requested(comm: MPI.Comm) -> int:
