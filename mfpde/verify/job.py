@@ -76,6 +76,7 @@ def _load_checks() -> None:
         sphere_zonal,
         training,
         transport,
+        twin,
     )
 
 

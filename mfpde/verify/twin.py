@@ -1,0 +1,163 @@
+"""Checks against the autodiff twin: the finite network of theory §1.1 in JAX (:mod:`mfpde.twin`), whose gradient
+comes from ``jax.grad``, never from mfpde's adjoint (theory §12).
+
+* ``twin_gradient``: ∇_v δR/δρ of a deep (weight-tied) model from mfpde's discrete adjoint (DG1 tokens, SSP-RK3 in
+  depth) against the twin's H ∂R_H/∂v_h at the same head measure (value heads: the attention does not depend on
+  v, so one head at v̄ = ∫ v dρ is that measure's network) with the token limit (Gauss–Hermite) and L Euler
+  layers, Richardson-extrapolated in L. The bound: the PDE's own error by Richardson in h (order ≥ 1: twice the
+  change from h to h/2) plus the twin's depth error (the change from L to 2L bounds that of the extrapolation)
+  plus round-off.
+* ``twin_heads_rate``: the deep model trained by the PDE and by twins of H Langevin heads (the token limit, many
+  layers): the exponent of one seed's risk gap and of W1(heads, ρ_s) against H within 4 standard errors of
+  −1/2 (propagation of chaos, theory §5.3, §12).
+"""
+
+from __future__ import annotations
+
+import math
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde.fitting import fit_order
+from mfpde.training.problem import CoupledProblem
+from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
+from mfpde.verify.registry import Outcome, Series, register
+
+__all__ = ["pde_first_variation", "twin_first_variation"]
+
+#: The readout of these checks: g(x) = W x + B (an offset, so that a readout that drops it is caught).
+W_READ, B_READ = 1.3, 0.3
+TARGETS = (1.0, -0.5)
+
+
+def _config(cells: int, family: str = "value", **kw: object) -> object:
+    from dataclasses import replace
+
+    cfg = gaussian_config(family, 2, TARGETS, "weight-tied", token_cells=cells, token_degree=1, theta_cells=40,
+                          mean=(0.4,) if family == "value" else (0.3, 0.4), token_box=6.0, **kw)  # type: ignore[arg-type]
+    return replace(cfg, loss=replace(cfg.loss, readout="linear", w=[W_READ], b=B_READ))
+
+
+def pde_first_variation(cells: int, comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[float, float, float]:
+    """(R, ∂_v δR/δρ at A_FIXED, v̄ = ∫ v dρ₀) of the deep value model on ``cells`` token cells (mfpde's adjoint)."""
+    cp = CoupledProblem(_config(cells), comm)  # type: ignore[arg-type]
+    heads = cp.heads()
+    g = cp.gradient(heads)
+    return float(g.risk), float(g.D[0][0]), float(heads[0].abar)
+
+
+def twin_first_variation(vbar: float, layers: int, cfg: object) -> tuple[float, float]:
+    """(R_H, H ∂R_H/∂v_1) of the twin with one head at v̄, the token limit and ``layers`` Euler layers."""
+    from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.job import _spec
+    from mfpde.twin.network import make_network
+    from mfpde.twin.tokens import input_tokens
+
+    train, _ = load_samples(cfg)  # type: ignore[arg-type]
+    x, w = input_tokens(train, 0, "limit", np.random.default_rng(0))
+    net = make_network(_spec(cfg), layers)  # type: ignore[arg-type]
+    r, g = net.risk_grad(np.array([[[vbar]]]), x, w, np.array([s.target for s in train]))
+    return float(r), float(np.asarray(g)[0, 0, 0])
+
+
+@register("twin_gradient", "§3, §12 (the twin)", "JAX autodiff of the finite network (token limit, L → ∞ by "
+          "Richardson)", kind="|Δ δR/δρ|", budget_s=120.0)
+def check_twin_gradient(quick: bool) -> Outcome:
+    """|∂_v δR/δρ (adjoint, h) − H ∂R_H/∂v (twin)| within the PDE's Richardson error + the twin's depth error."""
+    comm = MPI.COMM_WORLD
+    cells = [60, 120] if quick else [60, 120, 240]
+    pde = [pde_first_variation(n, comm) for n in cells]
+    vbar = pde[-1][2]
+    L = 256
+    cfg = _config(cells[-1])
+    (r1, d1), (r2, d2), (r3, d3) = (twin_first_variation(vbar, k * L, cfg) for k in (1, 2, 4))
+    # Euler in depth: first order in 1/L; the extrapolations (2L, L) and (4L, 2L) are second order, so the
+    # latter's error is at most |their difference|/(2² − 1) (Richardson again)
+    d_tw, r_tw = 2 * d3 - d2, 2 * r3 - r2
+    tol_tw = abs(d_tw - (2 * d2 - d1)) / 3
+    d_h, d_h2 = pde[-1][1], pde[-2][1]
+    tol = 2 * abs(d_h - d_h2) + tol_tw + 64 * np.finfo(float).eps * max(abs(d_h), 1.0) * cells[-1]
+    err = abs(d_h - d_tw)
+    errs = [abs(p[1] - d_tw) for p in pde]
+    slope = fit_order([12.0 / n for n in cells], errs) if min(errs) > 0 else math.nan
+    detail = (f"adjoint δR/δρ_v on {cells} cells: {', '.join(f'{p[1]:.10g}' for p in pde)}; twin (L = {L}, {2 * L}, "
+              f"{4 * L}, extrapolated) {d_tw:.10g} (±{tol_tw:.1e}); |Δ| per mesh {', '.join(f'{e:.2e}' for e in errs)} (order {slope:.2f}); "
+              f"risk {pde[-1][0]:.10g} vs twin {r_tw:.10g}")
+    return Outcome(err, 0.0, f"≤ {tol:.2e} (PDE's + twin's Richardson errors)", bool(err <= tol), detail,
+                   [Series([12.0 / n for n in cells], errs, "h", 2.0, slope, "|adjoint − twin|")], tol)
+
+
+#: Sizes of ``twin_heads_rate`` (full; quick: the first three) and its seeds.
+RATE_HEADS, RATE_SEEDS = [4, 16, 64, 256], 8
+
+
+def _rate_config(quick: bool) -> object:
+    import tomllib
+
+    from mfpde.config import from_dict
+    from mfpde.config_keys import to_toml
+
+    cfg = gaussian_config("scalar", 2, (1.0, 0.0), "weight-tied", reg="entropic", lam=0.05, lam2=1.0, ds=0.05,
+                          steps=40 if quick else 100, token_cells=96, token_degree=1, theta_cells=32, theta_box=2.0,
+                          mean=(0.3, 0.5), var=0.1, token_box=6.0)
+    raw = tomllib.loads(to_toml(cfg))
+    raw["depth"]["steps"] = 10
+    raw["heads"].update(box=[[-2.0, 2.0], [-2.5, 2.5]], cells=[32, 40])
+    raw["output"]["every"] = 20
+    raw["twin"] = {"heads": RATE_HEADS[:3] if quick else RATE_HEADS, "layers": [8], "seeds": RATE_SEEDS}
+    return from_dict(raw)
+
+
+def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
+    """The PDE's training of ``cfg`` in memory as the twin's comparison reads it (:class:`mfpde.twin.job.PdeRun`)."""
+    from pathlib import Path
+
+    from mfpde.twin.job import PdeRun
+
+    cp = CoupledProblem(cfg, comm)  # type: ignore[arg-type]
+    tr, every = cfg.training, cfg.output.every  # type: ignore[attr-defined]
+    splitting = cp.splitting()
+    steps, risk, rho, yhat = [], [], [], np.zeros(0)
+    for step in range(tr.steps + 1):
+        heads = cp.heads()
+        g = cp.gradient(heads)
+        if step % every == 0 or step == tr.steps:
+            steps.append(step)
+            risk.append(g.risk)
+            rho.append(cp.theta.gather(cp.rhos[0]))
+            yhat = np.asarray(g.yhat)
+        if step == tr.steps:
+            break
+        cp.state.set_potentials(heads, g.D)
+        splitting.step(tr.ds)
+    nan = np.full(len(steps), np.nan)
+    return PdeRun(Path("."), np.array(steps, float), np.array(risk), nan, nan, yhat, cp.theta.points, rho, None, {})
+
+
+@register("twin_heads_rate", "§4, §5.3, §12 (propagation of chaos)", "twins of H Langevin heads trained by JAX "
+          "autodiff (token limit, 8 layers), 8 seeds", budget_s=240.0, distributed=False)
+def check_twin_heads_rate(quick: bool) -> Outcome:
+    """The exponents of one seed's risk gap and of W1(heads, ρ_s) in H within 4 standard errors of −1/2."""
+    from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.job import Size, _compare, _train_size
+
+    cfg = _rate_config(quick)
+    comm = MPI.COMM_SELF  # every rank the same: the twins' numbers do not depend on the rank
+    pde = pde_history(cfg, comm)
+    samples = load_samples(cfg)  # type: ignore[arg-type]
+    sizes = [Size("heads", H, 0, 8) for H in cfg.twin.heads]  # type: ignore[attr-defined]
+    hist = {sz.key: _train_size(cfg, sz, samples, []) for sz in sizes}  # type: ignore[arg-type]
+    exps = _compare(cfg, sizes, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]["heads"]  # type: ignore
+    worst, lines, ok, series = 0.0, [], True, []
+    for name in ("risk", "rho_w1"):
+        f = exps[name]
+        z = abs(f["slope"] + 0.5) / f["se"] if f["slope"] is not None and f["se"] else math.inf
+        ok &= z <= 4.0
+        worst = max(worst, z)
+        lines.append(f"{name}: {f['slope']:.3f} ± {f['se']:.3f} (gaps {', '.join(f'{g:.2e}' for g in f['gaps'])})")
+        series.append(Series(f["sizes"], f["gaps"], "H", -0.5, f["slope"], name))
+    f = exps["risk"]
+    return Outcome(f["slope"], -0.5, "|q + 1/2| ≤ 4 se (risk gap and W1 of the heads)", bool(ok),
+                   "; ".join(lines) + f"; worst |q + 1/2|/se = {worst:.2f}", series, 4 * f["se"])
