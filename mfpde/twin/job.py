@@ -250,6 +250,39 @@ def _read_pde(out: Path, p: int, need_fields: bool = True) -> PdeRun:
                   report)
 
 
+#: Sections of a config that do not change the PDE's training (the comparison may differ there).
+_NOT_THE_PROBLEM = ("twin", "output", "petsc")
+
+
+def _shown(table: dict[str, Any], key: str) -> str:
+    return repr(table[key]) if key in table else "(not used)"
+
+
+def _same_problem(cfg: Config, pde_dir: Path) -> None:
+    """Refuse a finished run whose config is not this one's problem (naming the first key that differs).
+
+    Raises:
+        ConfigError: no readable ``config.toml`` in ``pde_dir``, or a key of another value.
+    """
+    import tomllib
+
+    from mfpde.config_keys import to_toml
+
+    try:
+        theirs = tomllib.loads((pde_dir / "config.toml").read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--pde {str(pde_dir)!r}: no readable config.toml of a finished mfpde run ({e})") from None
+    mine = tomllib.loads(to_toml(cfg))
+    for sec in sorted(set(mine) | set(theirs)):
+        if sec in _NOT_THE_PROBLEM:
+            continue
+        a, b = mine.get(sec, {}), theirs.get(sec, {})
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                raise ConfigError(f"--pde {str(pde_dir)!r}: {sec}.{key} = {_shown(b, key)} there, {_shown(a, key)} in this "
+                                  "config: the twin compares with the PDE of the same problem")
+
+
 def _run_pde(cfg: Config, out: Path, comm: MPI.Comm, refined: bool) -> Path | None:
     """Run the PDE of ``cfg`` into ``out`` (``refined``: on twice the token cells per axis, without plots)."""
     import tomllib
@@ -458,7 +491,8 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     with signals.stage("set-up"):
         train, test = load_samples(cfg)
         if pde_dir is not None:
-            _read_pde(pde_dir, p)  # refused before DIR is touched
+            _same_problem(cfg, pde_dir)  # refused before DIR is touched
+            _read_pde(pde_dir, p)
         prepare_output_dir(out, comm)
         from mfpde.config_keys import to_toml
 
