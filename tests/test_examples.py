@@ -53,10 +53,11 @@ def test_every_example_config_is_listed():
     # transport_small, circle and sphere are `mfpde transport` configs (tests/tokens/test_circle.py,
     # tests/tokens/sphere/test_sphere_job.py); noisy_circle and noisy_sphere are
     # `mfpde continuation`'s (tests/test_continuation.py, tests/tokens/sphere/test_sphere_stationary.py), and
-    # gibbs_branch, gibbs_deep its continuation in λ of training (tests/training/test_gibbs.py)
+    # gibbs_branch, gibbs_deep its continuation in λ of training (tests/training/test_gibbs.py), twin_deep
+    # `mfpde twin`'s (tests/twin/test_twin.py)
     assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle", "noisy_circle",
                                                                   "noisy_sphere", "sphere", "gibbs_branch",
-                                                                  "gibbs_deep"}
+                                                                  "gibbs_deep", "twin_deep"}
 
 
 @pytest.mark.parametrize("name", sorted(SHRINK))

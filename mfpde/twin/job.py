@@ -1,5 +1,4 @@
-"""``mfpde twin``: finite transformers of H heads, N tokens and L layers trained beside the PDE, and the rates at
-which they reach it (theory §12).
+"""``mfpde twin``: finite transformers (H heads, N tokens, L layers) beside the PDE, and their rates (theory §12).
 
 The job (collective): check the ``[twin]`` section; run the PDE of the config into ``DIR/pde`` (or read a
 finished run, ``--pde``) and the same PDE on twice the token cells per axis into ``DIR/pde-refined`` (Richardson:
@@ -89,7 +88,8 @@ def check_twin(cfg: Config) -> None:
         (t.domain == "box", "tokens.domain", f"the twin mirrors token boxes (d = 1, 2), not {t.domain!r}"),
         (cfg.data.kind in ("digits", "gaussian", "file"), "data.kind",
          f"the twin draws tokens from digits, Gaussian or file data, not {cfg.data.kind!r}"),
-        (h.init.get("kind") == "gaussian", "heads.init", "the twin draws its heads from a Gaussian ρ₀ (kind 'gaussian')"),
+        (h.init.get("kind") == "gaussian", "heads.init",
+         "the twin draws its heads from a Gaussian ρ₀ (kind 'gaussian')"),
         (not h.mesh, "heads.mesh", "the twin needs a box Θ (heads.box), not a mesh file"),
         (len(tw.heads) >= 1 and all(x >= 1 for x in tw.heads), "twin.heads",
          f"needs a non-empty list of head counts H >= 1, got {tw.heads}"),
@@ -190,7 +190,7 @@ def _train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], t
             data["x" + split], data["w" + split] = input_tokens(ss, size.N, sampling, np.random.default_rng(0))
     K = spec.blocks
     # heads and Brownian increments of a seed depend on (seed, H) only: the token and layer sweeps are paired
-    theta0 = np.stack([draw_heads(h.init["mean"], h.init["cov"], h.box, (K, size.H),
+    theta0 = np.stack([draw_heads(h.init["mean"], h.init["cov"], np.asarray(h.box, float), (K, size.H),
                                   np.random.default_rng([s, size.H])) for s in range(S)])
     keys = jax.numpy.stack([jax.random.fold_in(jax.random.key(s), size.H) for s in range(S)])
     hyper = Hyper(tr.ds, tr.steps, cfg.output.every, tr.lam if tr.regularization == "entropic" else 0.0, tr.lambda2,
@@ -279,8 +279,8 @@ def _same_problem(cfg: Config, pde_dir: Path) -> None:
         a, b = mine.get(sec, {}), theirs.get(sec, {})
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
-                raise ConfigError(f"--pde {str(pde_dir)!r}: {sec}.{key} = {_shown(b, key)} there, {_shown(a, key)} in this "
-                                  "config: the twin compares with the PDE of the same problem")
+                raise ConfigError(f"--pde {str(pde_dir)!r}: {sec}.{key} = {_shown(b, key)} there, {_shown(a, key)} "
+                                  "in this config: the twin compares with the PDE of the same problem")
 
 
 def _run_pde(cfg: Config, out: Path, comm: MPI.Comm, refined: bool) -> Path | None:
@@ -348,21 +348,23 @@ def _expected(sweep: str, quantity: str, sampling: str) -> float | None:
 def _compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
              err: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Gaps per size, seed and output step; the fitted exponents; the history rows; the summary per size."""
-    from mfpde.twin.compare import fit_gaps, w1_heads
+    from mfpde.twin.compare import ProjectedDensity, fit_gaps
 
     tw = cfg.twin
     n_out = min(len(pde.steps), min(len(h.steps) for h in hist.values()))
+    proj = ([ProjectedDensity(pde.rho_points, pde.rho[k]) for k in range(n_out)]
+            if pde.rho and len(pde.rho) >= n_out else [])
     rows: list[dict[str, Any]] = []
-    final: dict[tuple[str, int, int, int], dict[str, np.ndarray]] = {}
+    final: dict[tuple[str, int, int, int], dict[str, Any]] = {}
     for sz in sizes:
         h = hist[sz.key]
         ref = hist.get((sz.H, 0, sz.L)) if sz.sweep == "tokens" else None
         S = h.risk.shape[0]
         w1 = np.full((S, n_out), np.nan)
-        if pde.rho and h.heads.shape[-1] == pde.rho_points.shape[1]:
+        if proj and h.heads.shape[-1] == pde.rho_points.shape[1]:
             for k in range(n_out):
                 for s in range(S):
-                    w1[s, k] = w1_heads(h.heads[k, s, 0], pde.rho_points, pde.rho[k])
+                    w1[s, k] = proj[k].w1(h.heads[k, s, 0])
         gap = h.risk[:, :n_out] - pde.risk[None, :n_out]
         yg = np.mean(np.abs(h.yhat[:, n_out - 1] - pde.yhat[None]), axis=1)
         final[(sz.sweep, *sz.key)] = {
@@ -541,8 +543,9 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
                               "twin": {"optimizer": cfg.twin.optimizer, "sampling": cfg.twin.sampling,
                                        "seeds": cfg.twin.seeds}}
     diverged = [sz for sz in done if _diverged(hist[sz.key], pde)]
+    lost = {d.key for d in diverged}
     complete = [sz for sz in done if not hist[sz.key].failed and sz not in diverged
-                and (sz.sweep != "tokens" or (sz.H, 0, sz.L) in hist and (sz.H, 0, sz.L) not in {d.key for d in diverged})]
+                and (sz.sweep != "tokens" or (sz.H, 0, sz.L) in hist and (sz.H, 0, sz.L) not in lost)]
     exps, rows, summary = _compare(cfg, complete, hist, pde, err) if complete else ({}, [], {})
     report["exponents"] = exps
     report["sizes"] = summary

@@ -1,5 +1,7 @@
-"""The figures of ``mfpde twin``: gaps against H, N, L with fitted and expected slopes; the risk of the PDE and of
-the twins along training; ρ_s over the heads of the largest twin.
+"""The figures of ``mfpde twin``.
+
+The gaps against H, N, L with fitted and expected slopes; the risk of the PDE and of the twins along training;
+ρ_s over the heads of the largest twin.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Checks against the autodiff twin: the finite network of theory §1.1 in JAX (:mod:`mfpde.twin`), whose gradient
-comes from ``jax.grad``, never from mfpde's adjoint (theory §12).
+"""Checks against the autodiff twin (theory §12).
+
+The finite network of theory §1.1 in JAX (:mod:`mfpde.twin`), whose gradient comes from ``jax.grad``, never from
+mfpde's adjoint.
 
 * ``twin_gradient``: ∇_v δR/δρ of a deep (weight-tied) model from mfpde's discrete adjoint (DG1 tokens, SSP-RK3 in
   depth) against the twin's H ∂R_H/∂v_h at the same head measure (value heads: the attention does not depend on
@@ -22,7 +24,7 @@ import numpy as np
 
 from mfpde.fitting import fit_order
 from mfpde.training.problem import CoupledProblem
-from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
+from mfpde.verify.models import gaussian_config
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["pde_first_variation", "twin_first_variation"]
@@ -83,7 +85,8 @@ def check_twin_gradient(quick: bool) -> Outcome:
     errs = [abs(p[1] - d_tw) for p in pde]
     slope = fit_order([12.0 / n for n in cells], errs) if min(errs) > 0 else math.nan
     detail = (f"adjoint δR/δρ_v on {cells} cells: {', '.join(f'{p[1]:.10g}' for p in pde)}; twin (L = {L}, {2 * L}, "
-              f"{4 * L}, extrapolated) {d_tw:.10g} (±{tol_tw:.1e}); |Δ| per mesh {', '.join(f'{e:.2e}' for e in errs)} (order {slope:.2f}); "
+              f"{4 * L}, extrapolated) {d_tw:.10g} (±{tol_tw:.1e}); |Δ| per mesh "
+              f"{', '.join(f'{e:.2e}' for e in errs)} (order {slope:.2f}); "
               f"risk {pde[-1][0]:.10g} vs twin {r_tw:.10g}")
     return Outcome(err, 0.0, f"≤ {tol:.2e} (PDE's + twin's Richardson errors)", bool(err <= tol), detail,
                    [Series([12.0 / n for n in cells], errs, "h", 2.0, slope, "|adjoint − twin|")], tol)
