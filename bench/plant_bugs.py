@@ -249,6 +249,17 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "self._shift[:] = local",
         ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
         "the tilted kernel's shifts M_a each rank's own maximum, not the maximum over all ranks"),
+    "twin_adjoint_readout_weight": (
+        "mfpde/tokens/box/adjoint.py", "return tokens.m[:n] * g(x)", "return 1.01 * tokens.m[:n] * g(x)",
+        ["twin_gradient"], "the adjoint's terminal quadrature weight ∂ŷ/∂μ_i = m_i g(x_i) off by 1%"),
+    "twin_readout_offset_dropped": (
+        "mfpde/tokens/box/readout.py", "return lambda x: x @ wv + b", "return lambda x: x @ wv",
+        ["twin_gradient"], "the linear readout's offset b dropped (the autodiff twin keeps it)"),
+    "twin_fp_drift_factor": (
+        "mfpde/training/state.py", "self.phis[k].x.array[:] = dr + self.confinement",
+        "self.phis[k].x.array[:] = 1.1 * dr + self.confinement",
+        ["twin_heads_rate"], "the Fokker–Planck drift's risk potential 10% too strong (ρ_s trains too fast)"),
+
 }
 
 

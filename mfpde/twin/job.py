@@ -415,7 +415,8 @@ def _compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], An
         "risk_se": float(hist[sz.key].risk[:, n_out - 1].std(ddof=1) / math.sqrt(tw.seeds)),
         "test_accuracy_mean": float(np.nanmean(hist[sz.key].test_acc[:, n_out - 1]))
         if np.isfinite(hist[sz.key].test_acc[:, n_out - 1]).any() else None,
-        "train_accuracy_mean": float(hist[sz.key].train_acc[:, n_out - 1].mean())} for sz in sizes}
+        "train_accuracy_mean": float(hist[sz.key].train_acc[:, n_out - 1].mean()),
+        "risk_seeds": hist[sz.key].risk[:, n_out - 1].tolist(), "cpu_s": hist[sz.key].cpu_s} for sz in sizes}
     return exps, rows, summary
 
 
@@ -502,9 +503,11 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     status, error = "ok", ""
     with signals.deferred():
         fine_dir = pde_dir or out / "pde"
+        c0 = time.process_time()
         if pde_dir is None:
             logger.info("twin: the PDE run -> %s", fine_dir)
             _run_pde(cfg, fine_dir, comm, refined=False)
+        pde_cpu = comm.allreduce(time.process_time() - c0, op=MPI.SUM) if pde_dir is None else math.nan
         logger.info("twin: the PDE on twice the token cells (its own discretisation error) -> %s", out / "pde-refined")
         ref_dir = _run_pde(cfg, out / "pde-refined", comm, refined=True) if not signals.requested(comm) else None
         pde = _read_pde(fine_dir, p) if comm.rank == 0 else None
@@ -517,8 +520,9 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
             if i % comm.size != comm.rank or signals.pending():
                 continue
             sz = next(s for s in sizes if s.key == key)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             mine[key] = _train_size(cfg, sz, (train, test), trace)
+            mine[key].cpu_s = time.process_time() - c1
             logger.info("twin: H=%d N=%s L=%d, %d seeds: risk %.6g ± %.2g (%.1f s)", sz.H, sz.N or "limit", sz.L,
                         cfg.twin.seeds, mine[key].risk[:, -1].mean(), mine[key].risk[:, -1].std(ddof=1),
                         time.perf_counter() - t1)
@@ -539,7 +543,9 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     err = _pde_error(pde, refined)
     report: dict[str, Any] = {"status": status, "command": "twin", "config": str(cfg.source),
                               "pde": {"dir": str(fine_dir), "refined_dir": str(ref_dir) if ref_dir else None,
-                                      "risk_final": float(pde.risk[-1]), "discretisation_error": err},
+                                      "risk_final": float(pde.risk[-1]), "discretisation_error": err,
+                                      "risk_refined": float(refined.risk[-1]) if refined is not None else None,
+                                      "cpu_s": pde_cpu},
                               "twin": {"optimizer": cfg.twin.optimizer, "sampling": cfg.twin.sampling,
                                        "seeds": cfg.twin.seeds}}
     diverged = [sz for sz in done if _diverged(hist[sz.key], pde)]

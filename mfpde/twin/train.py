@@ -12,6 +12,7 @@ key (the seed and the size), so a size gives the same numbers on any rank and wh
 from __future__ import annotations
 
 from collections.abc import Callable
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,7 @@ class TwinHistory:
     tokens_T: Array = field(default_factory=lambda: np.zeros(0))
     token_weights: Array = field(default_factory=lambda: np.zeros(0))
     failed: str = ""
+    cpu_s: float = math.nan
 
 
 def _accuracy(yh: jax.Array, y: jax.Array) -> jax.Array:
