@@ -77,7 +77,8 @@ def main() -> None:
         if r["equal"] is not None:
             eq = f"H = {r['equal']['H']}: twin {r['equal']['cpu_per_seed']:.2f} s vs PDE {r['pde_cpu']:.1f} s"
         else:
-            eq = f"no H of the sweep; the fitted law needs H ≈ {r.get('extrapolated_H', float('nan')):.3g} (extrapolated)"
+            need = r.get("extrapolated_H", float("nan"))
+            eq = f"no H of the sweep; the fitted law needs H ≈ {need:.3g} (extrapolated)"
         print(f"| {name} | {r['pde_error']:.2e}, {r['pde_cpu']:.1f} | {tw} | {eq} |")
 
 

@@ -11,8 +11,8 @@ key (the seed and the size), so a size gives the same numbers on any rank and wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
