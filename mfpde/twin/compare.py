@@ -140,6 +140,9 @@ def fit_gaps(sizes: list[int], gaps: Array, pde_error: float, expected: float | 
                            "gaps": mean.tolist(), "gap_se": se.tolist(), "fitted": fitted, "pde_error": pde_error,
                            "note": ""}
     xs = [s for s, f in zip(sizes, fitted, strict=True) if f]
+    if len(sizes) < 2:
+        out["note"] = "a single size: no exponent"
+        return out
     if len(xs) < 2:
         why = (f"a gap above {PDE_ERROR_MARGIN:g}× the PDE's own discretisation error {pde_error:.3g}"
                if not all(resolved) and sum(resolved) >= 2 or all(resolved) else "a seed mean resolved from 0 (> 2 SE)")

@@ -159,3 +159,31 @@ def test_twin_refuses_another_problems_pde_run(tmp_path, capsys):
     (fake / "config.toml").write_text('[tokens]\ndim = 1\n')
     assert main(["twin", DEEP, "--pde", str(fake), "--out", str(tmp_path / "o")]) == 2
     assert "--pde" in capsys.readouterr().err or MPI.COMM_WORLD.rank
+
+
+@pytest.mark.serial
+def test_sigterm_ends_with_exit_4_and_what_was_finished(tmp_path):
+    """SIGTERM while the twins train: the current size ends, the finished ones are compared and written, exit 4."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if MPI.COMM_WORLD.size > 1:
+        pytest.skip("launches its own process")
+    out = tmp_path / "sig"
+    cmd = [sys.executable, "-m", "mfpde", "twin", DEEP, "--out", str(out)] + [a for s in SMALL for a in ("--set", s)]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert p.stderr is not None
+    t0 = time.monotonic()
+    for line in p.stderr:  # the first size trained: the PDE runs are done
+        if "twin: H=" in line:
+            p.send_signal(signal.SIGTERM)
+            break
+        assert time.monotonic() - t0 < 600
+    rest = p.stderr.read()
+    assert p.wait(timeout=600) == 4, rest
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "interrupted" and "SIGTERM" in rep["interrupted_by"]
+    assert (out / "history.csv").exists() and rep["sizes"]
