@@ -241,7 +241,12 @@ def _read_pde(out: Path, p: int, need_fields: bool = True) -> PdeRun:
     rho_pts, rho = np.zeros((0, p)), []
     mu = None
     if need_fields:
-        f = read_vtx(out / "fields" / "rho.bp")
+        blocks = int(report.get("rho_blocks", 0) or 0)
+        try:
+            f = read_vtx(out / "fields" / "rho.bp")
+        except ConfigError:  # a depth-indexed run writes one ρ per block: the first block's
+            f = read_vtx(out / "fields" / "rho.bp", "rho_0")
+        del blocks
         rho_pts = np.asarray(f.points[-1])[:, :p]
         rho = [np.asarray(v, float)[: len(rho_pts)] for v in f.values]
         mpath = out / "fields" / "mu_T_train.bp"
@@ -378,7 +383,8 @@ def _compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], An
                 rows.append({"sweep": sz.sweep, "heads": sz.H, "tokens": sz.N, "layers": sz.L, "seed": s,
                              "step": int(h.steps[k]), "s": h.steps[k] * cfg.training.ds, "risk": h.risk[s, k],
                              "test_risk": h.test_risk[s, k], "train_accuracy": h.train_acc[s, k],
-                             "test_accuracy": h.test_acc[s, k], "pde_risk": pde.risk[k], "risk_gap": gap[s, k],
+                             "test_accuracy": h.test_acc[s, k], "pde_risk": pde.risk[k],
+                             "pde_test_accuracy": pde.test_acc[k], "risk_gap": gap[s, k],
                              "rho_w1": w1[s, k], "yhat_gap": yg[s] if k == n_out - 1 else math.nan})
     exps: dict[str, Any] = {}
     n_last = n_out - 1
@@ -418,6 +424,47 @@ def _compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], An
         "train_accuracy_mean": float(hist[sz.key].train_acc[:, n_out - 1].mean()),
         "risk_seeds": hist[sz.key].risk[:, n_out - 1].tolist(), "cpu_s": hist[sz.key].cpu_s} for sz in sizes}
     return exps, rows, summary
+
+
+def _mu_atoms(mu: Any, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """μ_T of training input i as atoms: the cell centroids, each with the cell's mass (the field's integral)."""
+    x, c, v = np.asarray(mu.points[i]), np.asarray(mu.cells[i]), np.asarray(mu.values[i], float)
+    d = 1 if np.allclose(x[:, 1:], 0.0) else 2
+    p = x[c][:, :, :d]
+    if d == 1:
+        size = np.abs(p[:, -1, 0] - p[:, 0, 0])
+    else:
+        q = x[c]
+        size = 0.5 * np.linalg.norm(np.sum(np.cross(q, np.roll(q, -1, axis=1)), axis=1), axis=1)
+    dens = v if mu.cell_data else v[c].mean(axis=1)
+    return p.mean(axis=1), np.maximum(dens * size, 0.0)
+
+
+def _token_w1(sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun) -> dict[str, Any]:
+    """W1 (d = 1) or sliced W1 (d = 2) between the twins' token clouds at depth T and the PDE's μ_T.
+
+    Per traced input (the mean over seeds), for the largest heads size and each tokens size.
+    """
+    from mfpde.twin.compare import w1_tokens
+
+    if pde.mu_T is None:
+        return {}
+    out: dict[str, Any] = {}
+    picks = [sz for sz in sizes if sz.sweep == "tokens"] + [max((s for s in sizes if s.sweep == "heads"),
+                                                               key=lambda s: s.H, default=None)]
+    for sz in picks:
+        if sz is None:
+            continue
+        h = hist[sz.key]
+        if h.tokens_T.size == 0:
+            continue
+        vals = []
+        for i in range(h.tokens_T.shape[1]):
+            pts, mass = _mu_atoms(pde.mu_T, i)
+            vals.append(float(np.mean([w1_tokens(h.tokens_T[s, i], h.token_weights[s, i], pts, mass)
+                                       for s in range(h.tokens_T.shape[0])])))
+        out[f"H={sz.H},N={sz.N or 'limit'},L={sz.L}"] = vals
+    return out
 
 
 def _warnings(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
@@ -554,6 +601,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
                 and (sz.sweep != "tokens" or (sz.H, 0, sz.L) in hist and (sz.H, 0, sz.L) not in lost)]
     exps, rows, summary = _compare(cfg, complete, hist, pde, err) if complete else ({}, [], {})
     report["exponents"] = exps
+    report["tokens_T_w1"] = _token_w1(complete, hist, pde) if complete else {}
     report["sizes"] = summary
     report["warnings"] = _warnings(cfg, complete, hist, pde, exps) if complete else []
     report["diverged"] = [f"{sz.sweep}:H={sz.H},N={sz.N or 'limit'},L={sz.L}" for sz in diverged]
