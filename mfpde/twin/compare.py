@@ -89,10 +89,11 @@ class ProjectedDensity:
             o = np.argsort(h, kind="stable")
             hs = h[o]
             hw = np.cumsum(np.full(len(h), 1.0 / len(h)) if weights is None else weights[o] / weights.sum())
-            grid = np.concatenate([xs, hs])
-            grid.sort(kind="stable")
-            i = np.searchsorted(xs, grid[:-1], side="right") - 1
-            j = np.searchsorted(hs, grid[:-1], side="right") - 1
+            pos = np.searchsorted(xs, hs, side="right")  # the heads merged into the sorted quadrature: O(M + H)
+            grid = np.insert(xs, pos, hs)
+            is_q = np.insert(np.ones(len(xs), bool), pos, False)
+            i = np.cumsum(is_q)[:-1] - 1  # the last quadrature point (head) at or before each grid point
+            j = np.cumsum(~is_q)[:-1] - 1
             F = np.where(i >= 0, cw[np.maximum(i, 0)], 0.0)
             G = np.where(j >= 0, hw[np.maximum(j, 0)], 0.0)
             out.append(float(np.sum(np.abs(F - G) * np.diff(grid))))
