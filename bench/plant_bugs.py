@@ -257,8 +257,9 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["twin_gradient"], "the linear readout's offset b dropped (the autodiff twin keeps it)"),
     "twin_fp_drift_factor": (
         "mfpde/training/state.py", "self.phis[k].x.array[:] = dr + self.confinement",
-        "self.phis[k].x.array[:] = 1.1 * dr + self.confinement",
-        ["twin_heads_rate"], "the Fokker–Planck drift's risk potential 10% too strong (ρ_s trains too fast)"),
+        "self.phis[k].x.array[:] = 0.5 * (dr + self.confinement)",
+        ["twin_heads_rate"], "the Fokker–Planck drift with a factor ½ (ρ_s relaxes at half the rate to a Gibbs measure "
+        "of twice the temperature)"),
 
 }
 
