@@ -255,6 +255,9 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
     "twin_readout_offset_dropped": (
         "mfpde/tokens/box/readout.py", "return lambda x: x @ wv + b", "return lambda x: x @ wv",
         ["twin_gradient"], "the linear readout's offset b dropped (the autodiff twin keeps it)"),
+    "twin_iid_token_variance": (
+        "mfpde/twin/tokens.py", "z = rng.standard_normal((n, d))", "z = 1.1 * rng.standard_normal((n, d))",
+        ["twin_tokens_rate"], "the twin's i.i.d. Gaussian tokens drawn with 1.1 times the standard deviation"),
     "twin_fp_drift_factor": (
         "mfpde/training/state.py", "self.phis[k].x.array[:] = dr + self.confinement",
         "self.phis[k].x.array[:] = 0.5 * (dr + self.confinement)",

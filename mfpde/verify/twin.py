@@ -9,6 +9,9 @@ mfpde's adjoint.
   layers, Richardson-extrapolated in L. The bound: the PDE's own error by Richardson in h (order ≥ 1: twice the
   change from h to h/2) plus the twin's depth error (the change from L to 2L bounds that of the extrapolation)
   plus round-off.
+* ``twin_tokens_rate``, ``twin_depth_rate``: the same model with the second-moment readout; the risk and ŷ gaps of
+  N i.i.d. tokens against the same twins at the token limit (paired seeds) fall as N^{−1/2}, the depth error
+  (R_L − R_L')/(1 − L/L') of L Euler layers as L^{−1}.
 * ``twin_heads_rate``: the deep model trained by the PDE and by twins of H Langevin heads (the token limit, many
   layers): the exponent of one seed's risk gap and of W1(heads, ρ_s) against H within 4 standard errors of
   −1/2 (propagation of chaos, theory §5.3, §12), and the seed-mean gap at the largest H within its Monte-Carlo
@@ -97,7 +100,7 @@ def check_twin_gradient(quick: bool) -> Outcome:
 RATE_HEADS, RATE_SEEDS = [4, 16, 64, 256], 8
 
 
-def _rate_config(quick: bool) -> object:
+def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) -> object:
     import tomllib
 
     from mfpde.config import from_dict
@@ -110,7 +113,8 @@ def _rate_config(quick: bool) -> object:
     raw["depth"]["steps"] = 10
     raw["heads"].update(box=[[-2.0, 2.0], [-2.5, 2.5]], cells=[32, 40])
     raw["output"]["every"] = 20
-    raw["twin"] = {"heads": RATE_HEADS[:3] if quick else RATE_HEADS, "layers": [8], "seeds": RATE_SEEDS}
+    raw["loss"] = {"readout": readout}
+    raw["twin"] = {"heads": RATE_HEADS[:3] if quick else RATE_HEADS, "layers": [8], "seeds": seeds}
     return from_dict(raw)
 
 
@@ -175,3 +179,57 @@ def check_twin_heads_rate(quick: bool) -> Outcome:
     f = exps["risk"]
     return Outcome(f["slope"], -0.5, "|q + 1/2| ≤ 4 se (risk gap, W1 of the heads); bias ≤ 4 se + C/H", bool(ok),
                    "; ".join(lines) + f"; worst |q + 1/2|/se = {worst:.2f}", series, 4 * f["se"])
+
+
+def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: int,
+                  seeds: int = RATE_SEEDS) -> dict[str, object]:
+    """The fits of a paired sweep of the deep model with the second-moment readout, trained by PDE and twins.
+
+    Tokens against the token limit, layers against the next L (its depth error is resolved by the seeds).
+    """
+    from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.job import Size, _compare, _train_size
+
+    cfg = _rate_config(quick, "second_moment", seeds)
+    pde = pde_history(cfg, MPI.COMM_SELF)
+    samples = load_samples(cfg)  # type: ignore[arg-type]
+    runs = ([Size("tokens", H, n, L) for n in sizes] + [Size("heads", H, 0, L)] if sweep == "tokens"
+            else [Size("layers", H, 0, n) for n in sizes])
+    hist = {sz.key: _train_size(cfg, sz, samples, []) for sz in runs}  # type: ignore[arg-type]
+    exps = _compare(cfg, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
+    return exps[sweep]  # type: ignore[no-any-return]
+
+
+def _rate_outcome(fits: dict[str, object], expected: float, xlabel: str) -> Outcome:
+    lines, ok, series, worst = [], True, [], 0.0
+    for name in ("risk", "yhat"):
+        f: dict = fits[name]  # type: ignore[assignment]
+        z = abs(f["slope"] - expected) / f["se"] if f["slope"] is not None and f["se"] else math.inf
+        ok &= z <= 4.0
+        worst = max(worst, z)
+        lines.append(f"{name}: {f['slope'] if f['slope'] is not None else math.nan:.3f} ± "
+                     f"{f['se'] if f['se'] is not None else math.nan:.3f} (gaps "
+                     f"{', '.join(f'{g:.2e}' for g in f['gaps'])}){' ' + f['note'] if f['note'] else ''}")
+        series.append(Series(f["sizes"], f["gaps"], xlabel, expected,
+                             f["slope"] if f["slope"] is not None else math.nan, name))
+    f = fits["risk"]  # type: ignore[assignment]
+    slope = f["slope"] if f["slope"] is not None else math.nan
+    return Outcome(slope, expected, f"|q − ({expected:g})| ≤ 4 se (risk and ŷ)", bool(ok),
+                   "; ".join(lines) + f"; worst |q − q*|/se = {worst:.2f}", series,
+                   4 * f["se"] if f["se"] else None)
+
+
+@register("twin_tokens_rate", "§5.3, §12 (tokens)", "twins of N i.i.d. tokens against the same twins at the token "
+          "limit (paired heads and noise), JAX autodiff, 32 seeds", budget_s=240.0, distributed=False)
+def check_twin_tokens_rate(quick: bool) -> Outcome:
+    """The exponents of the paired risk and ŷ gaps in N within 4 standard errors of −1/2 (i.i.d. tokens)."""
+    return _rate_outcome(_paired_sweep(quick, "tokens", [8, 32, 128] if quick else [8, 32, 128, 512], 4, 0, 4,
+                                       seeds=32), -0.5, "N")
+
+
+@register("twin_depth_rate", "§5.3, §12 (depth)", "twins of L Euler layers against the next L (paired heads and "
+          "noise), JAX autodiff, 8 seeds", budget_s=240.0, distributed=False)
+def check_twin_depth_rate(quick: bool) -> Outcome:
+    """The exponents of the depth error e_L = (R_L − R_L')/(1 − L/L') and of ŷ's in L within 4 se of −1."""
+    return _rate_outcome(_paired_sweep(quick, "layers", [1, 2, 4, 8] if quick else [1, 2, 4, 8, 16], 16, 0, 0),
+                         -1.0, "L")
