@@ -1,8 +1,8 @@
 """The coupled training at equal accuracy: the PDE run against the autodiff twin (`mfpde twin`), CPU of each.
 
 For each configuration (the embedded default, the digits 0 vs 6 with the single layer of value heads on 16×16 DG0
-cells; ``demos/twin_deep.toml``, two 1-D Gaussian inputs through a weight-tied transformer of scalar heads, DG1 on
-96 cells) ``mfpde twin`` runs the PDE, the PDE on twice the token cells and the heads sweep at the token limit.
+cells; ``demos/twin_deep.toml`` with the first-moment readout, two 1-D Gaussian inputs through a weight-tied
+transformer of scalar heads, DG1 on 96 cells) ``mfpde twin`` runs the PDE, the PDE on twice the token cells and the heads sweep at the token limit.
 The limit of the final risk is the Richardson extrapolation R* = R_{h/2} + (R_{h/2} − R_h)/(2^p − 1) (p = 1 for
 DG0, 2 for DG1); the PDE's error is |R_h − R*|; one twin's error is E|R_H − R*| over the seeds (one seed's
 network). Equal accuracy: the smallest H whose one-seed error is at most the PDE's, its CPU per seed beside the
@@ -27,7 +27,8 @@ CASES = {
     "default (digits, shallow, value heads, DG0 16²)": (None, ["twin.heads=[1, 4, 16, 64, 256]", "twin.tokens=[64]"],
                                                        1.0),
     "deep (1-D Gaussians, weight-tied, scalar heads, DG1 96)": (str(ROOT / "demos" / "twin_deep.toml"),
-                                                                 ["twin.heads=[4, 16, 64, 256, 1024]",
+                                                                 ["loss.readout='mean'",
+                                                                  "twin.heads=[4, 16, 64, 256, 1024]",
                                                                   "twin.tokens=[8]", "twin.layers=[8]"], 2.0),
 }
 
