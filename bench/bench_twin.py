@@ -2,12 +2,13 @@
 
 For each configuration (the embedded default, the digits 0 vs 6 with the single layer of value heads on 16×16 DG0
 cells; ``demos/twin_deep.toml`` with the first-moment readout, two 1-D Gaussian inputs through a weight-tied
-transformer of scalar heads, DG1 on 96 cells) ``mfpde twin`` runs the PDE, the PDE on twice the token cells and the heads sweep at the token limit.
-The limit of the final risk is the Richardson extrapolation R* = R_{h/2} + (R_{h/2} − R_h)/(2^p − 1) (p = 1 for
-DG0, 2 for DG1); the PDE's error is |R_h − R*|; one twin's error is E|R_H − R*| over the seeds (one seed's
-network). Equal accuracy: the smallest H whose one-seed error is at most the PDE's, its CPU per seed beside the
-PDE run's CPU (both measured in the same ``mfpde twin`` process, one rank). Where no H of the sweep is as
-accurate, the fitted law E|R_H − R*| = C H^q gives the H it would need (marked as extrapolated).
+transformer of scalar heads, DG1 on 96 cells) ``mfpde twin`` runs the PDE, the PDE on twice the token cells and
+the heads sweep at the token limit. The limit of the final risk is the Richardson extrapolation
+R* = R_{h/2} + (R_{h/2} − R_h)/(2^p − 1) (p = 1 for DG0, 2 for DG1); the PDE's error is |R_h − R*|; one twin's
+error is E|R_H − R*| over the seeds (one seed's network). Equal accuracy: the smallest H whose one-seed error is
+at most the PDE's, its CPU per seed beside the PDE run's CPU (both measured in the same ``mfpde twin`` process,
+one rank). Where no H of the sweep is as accurate, the fitted law E|R_H − R*| = C H^q gives the H it would need
+(marked as extrapolated).
 
 Run from the repository root: ``python bench/bench_twin.py`` (about 10 minutes on 2 cores); it writes
 ``out/bench/twin.json`` and prints a markdown table.
@@ -34,7 +35,7 @@ CASES = {
 
 
 def run_case(name: str, cfg: str | None, sets: list[str], out: Path) -> dict:
-    cmd = [sys.executable, "-m", "mfpde", "twin", *([cfg] if cfg else []), "--out", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "mfpde", "twin", *([cfg] if cfg else []), "--out", str(out), "--quiet", "--overwrite"]
     cmd += [a for s in sets for a in ("--set", s)] + ["--set", "output.plots=false"]
     subprocess.run(cmd, check=True, cwd=ROOT)
     return json.loads((out / "report.json").read_text())

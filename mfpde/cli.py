@@ -73,9 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     w = sub.add_parser("twin", parents=[common], help="finite transformers (JAX) of H heads, N tokens, L layers "
                        "trained beside the PDE: the gaps and their fitted rates")
     w.add_argument("config", nargs="?", default=None,
-                   help="config TOML with a [twin] section (default: the embedded digits problem)")
+                   help="config TOML; its [twin] section, if any, sets the sizes (default: the embedded digits "
+                   "problem)")
     w.add_argument("--pde", type=str, default=None, metavar="DIR",
-                   help="compare with this finished `mfpde run` of the same config instead of running the PDE")
+                   help="compare with this finished `mfpde run` of the same problem instead of running the PDE (the "
+                   "refined PDE of the error estimate still runs, unless DIR's sibling pde-refined/ holds it)")
+    w.add_argument("--overwrite", action="store_true", help="replace a finished twin in --out (refused otherwise)")
     w.add_argument("--quiet", action="store_true", help="no progress output")
     v = sub.add_parser("verify", help="the numerical verification suite (a table of checks, report.json)")
     v.add_argument("--quick", action="store_true", help="reduced sizes (a few minutes on 2 cores)")
@@ -338,7 +341,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mfpde.twin.job import twin_job
 
         with OutputLock(out, comm):
-            return twin_job(cfg, out, comm, pde_dir=Path(args.pde) if args.pde else None)
+            return twin_job(cfg, out, comm, pde_dir=Path(args.pde) if args.pde else None, overwrite=args.overwrite)
     if args.command == "continuation":
         from mfpde.continuation_job import continuation_job
 

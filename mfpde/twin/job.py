@@ -255,12 +255,14 @@ def _read_pde(out: Path, p: int, need_fields: bool = True) -> PdeRun:
                   report)
 
 
-#: Sections of a config that do not change the PDE's training (the comparison may differ there).
+#: Sections of a config that do not change the PDE's training (the comparison may differ there; output.every,
+#: the steps the two are compared at, is checked on its own).
 _NOT_THE_PROBLEM = ("twin", "output", "petsc")
+_SECTION_ORDER = ("tokens", "data", "depth", "heads", "loss", "training")
 
 
 def _shown(table: dict[str, Any], key: str) -> str:
-    return repr(table[key]) if key in table else "(not used)"
+    return repr(table[key]) if key in table else "(not set)"
 
 
 def _same_problem(cfg: Config, pde_dir: Path) -> None:
@@ -269,47 +271,73 @@ def _same_problem(cfg: Config, pde_dir: Path) -> None:
     Raises:
         ConfigError: no readable ``config.toml`` in ``pde_dir``, or a key of another value.
     """
+    import json
     import tomllib
 
     from mfpde.config_keys import to_toml
 
+    hint = f" (a twin's output: its PDE run is {str(pde_dir / 'pde')!r})" if (pde_dir / "pde").is_dir() else ""
     try:
+        command = json.loads((pde_dir / "report.json").read_text()).get("command")
         theirs = tomllib.loads((pde_dir / "config.toml").read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--pde {str(pde_dir)!r}: no readable config.toml of a finished mfpde run ({e})") from None
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError(f"--pde {str(pde_dir)!r}: not a finished mfpde run (no readable report.json and "
+                          f"config.toml){hint}") from None
+    if command != "run":
+        raise ConfigError(f"--pde {str(pde_dir)!r}: holds the result of `mfpde {command}`, not of `mfpde run`{hint}")
     mine = tomllib.loads(to_toml(cfg))
-    for sec in sorted(set(mine) | set(theirs)):
+    first = ("domain", "kind", "model", "family", "dim", "readout")  # the keys that decide what the others mean
+    for sec in [*_SECTION_ORDER, *sorted((set(mine) | set(theirs)) - set(_SECTION_ORDER))]:
         if sec in _NOT_THE_PROBLEM:
             continue
         a, b = mine.get(sec, {}), theirs.get(sec, {})
-        for key in sorted(set(a) | set(b)):
+        for key in sorted(set(a) | set(b), key=lambda k: (k not in first, k)):
             if a.get(key) != b.get(key):
                 raise ConfigError(f"--pde {str(pde_dir)!r}: {sec}.{key} = {_shown(b, key)} there, {_shown(a, key)} "
                                   "in this config: the twin compares with the PDE of the same problem")
+    every = theirs.get("output", {}).get("every")
+    if every != cfg.output.every:
+        raise ConfigError(f"--pde {str(pde_dir)!r}: output.every = {every!r} there, {cfg.output.every} in this config: "
+                          "the twin is compared with the PDE at the PDE's output steps (give the same output.every)")
 
 
-def _run_pde(cfg: Config, out: Path, comm: MPI.Comm, refined: bool) -> Path | None:
-    """Run the PDE of ``cfg`` into ``out`` (``refined``: on twice the token cells per axis, without plots)."""
+def _refined_config(cfg: Config) -> Config | None:
+    """The config on twice the token cells per axis (fields, no plots), or None where it cannot be refined."""
     import tomllib
 
     from mfpde.config import from_dict
     from mfpde.config_keys import to_toml
+
+    if cfg.tokens.mesh:
+        logger.warning("warning: tokens.mesh: a mesh file is not refined here: the PDE's own discretisation error "
+                       "is not estimated (no gap is flagged)")
+        return None
+    raw = tomllib.loads(to_toml(cfg))
+    raw["tokens"]["cells"] = [2 * c for c in cfg.tokens.cells]
+    raw["output"].update(fields=True, plots=False)
+    raw.pop("twin", None)
+    try:
+        return from_dict(raw, source=cfg.source)
+    except ConfigError as e:
+        logger.warning("warning: no refined PDE run for the discretisation error: %s", e)
+        return None
+
+
+def _reusable(cfg: Config, candidate: Path) -> bool:
+    """Whether ``candidate`` holds a finished run of ``cfg`` (the refined PDE beside a ``--pde`` run of a twin)."""
+    try:
+        _same_problem(cfg, candidate)
+        return True
+    except ConfigError:
+        return False
+
+
+def _run_pde(cfg: Config | None, out: Path, comm: MPI.Comm) -> Path | None:
+    """Run the PDE of ``cfg`` into ``out`` (None: nothing to run)."""
     from mfpde.training.driver import run_job
 
-    if refined:
-        if cfg.tokens.mesh:
-            logger.warning("warning: tokens.mesh: a mesh file is not refined here: the PDE's own discretisation error "
-                           "is not estimated (no gap is flagged)")
-            return None
-        raw = tomllib.loads(to_toml(cfg))
-        raw["tokens"]["cells"] = [2 * c for c in cfg.tokens.cells]
-        raw["output"].update(fields=True, plots=False)
-        raw.pop("twin", None)
-        try:
-            cfg = from_dict(raw, source=cfg.source)
-        except ConfigError as e:
-            logger.warning("warning: no refined PDE run for the discretisation error: %s", e)
-            return None
+    if cfg is None:
+        return None
     r = run_job(cfg, out, comm=comm)
     if r.status != "ok":
         raise NumericalError(f"the PDE run in {out} failed: {r.error}")
@@ -357,6 +385,10 @@ def _compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], An
 
     tw = cfg.twin
     n_out = min(len(pde.steps), min(len(h.steps) for h in hist.values()))
+    for h in hist.values():  # the same output steps on both sides (--pde checks output.every)
+        if not np.array_equal(h.steps[:n_out], pde.steps[:n_out]):
+            raise ConfigError(f"the PDE's output steps {pde.steps[:n_out].tolist()} are not the twin's "
+                              f"{h.steps[:n_out].tolist()} (output.every)")
     proj = ([ProjectedDensity(pde.rho_points, pde.rho[k]) for k in range(n_out)]
             if pde.rho and len(pde.rho) >= n_out else [])
     rows: list[dict[str, Any]] = []
@@ -525,14 +557,18 @@ def _write_history(out: Path, rows: list[dict[str, Any]], comm: MPI.Comm) -> Non
     write_atomic(out / "history.csv", buf.getvalue(), comm)
 
 
-def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: Path | None = None) -> int:
+def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: Path | None = None,
+             overwrite: bool = True) -> int:
     """Run ``mfpde twin``: the PDE (or ``pde_dir``), the twins, the comparison. Returns the exit status (0, 3, 4).
+
+    ``overwrite``: replace a finished twin in ``out`` (the command refuses one without ``--overwrite``).
 
     Raises:
         ConfigError: invalid input (nothing computed; DIR's previous result kept).
     """
     from mfpde.outdir import prepare_output_dir
     from mfpde.tokens.box.data import load_samples
+    from mfpde.training.driver import _refuse_finished
     from mfpde.twin.plots import twin_plots
 
     t0 = time.perf_counter()
@@ -540,10 +576,23 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     p = 1 if cfg.heads.family == "value" else 2
     with signals.stage("set-up"):
         train, test = load_samples(cfg)
+        reuse = None
         if pde_dir is not None:
             _same_problem(cfg, pde_dir)  # refused before DIR is touched
             _read_pde(pde_dir, p)
+            candidate = pde_dir.parent / "pde-refined"
+            ref_cfg = _refined_config(cfg) if candidate.is_dir() else None
+            reuse = candidate if ref_cfg is not None and _reusable(ref_cfg, candidate) else None
+        if not overwrite:
+            _refuse_finished(out, comm)
         prepare_output_dir(out, comm)
+        if pde_dir is not None and comm.rank == 0:  # a previous twin's own PDE runs in DIR are not this result's
+            import shutil
+
+            keep = {pde_dir.resolve(), *([reuse.resolve()] if reuse is not None else [])}
+            for stale in (out / "pde", out / "pde-refined"):
+                if stale.is_dir() and stale.resolve() not in keep:
+                    shutil.rmtree(stale, ignore_errors=True)
         from mfpde.config_keys import to_toml
 
         write_atomic(out / "config.toml", to_toml(cfg), comm)
@@ -553,10 +602,16 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
         c0 = time.process_time()
         if pde_dir is None:
             logger.info("twin: the PDE run -> %s", fine_dir)
-            _run_pde(cfg, fine_dir, comm, refined=False)
+            _run_pde(cfg, fine_dir, comm)
         pde_cpu = comm.allreduce(time.process_time() - c0, op=MPI.SUM) if pde_dir is None else math.nan
-        logger.info("twin: the PDE on twice the token cells (its own discretisation error) -> %s", out / "pde-refined")
-        ref_dir = _run_pde(cfg, out / "pde-refined", comm, refined=True) if not signals.requested(comm) else None
+        ref_cfg = _refined_config(cfg)
+        if reuse is not None:
+            logger.info("twin: the PDE on twice the token cells: %s (a finished run of it)", reuse)
+            ref_dir: Path | None = reuse
+        else:
+            logger.info("twin: the PDE on twice the token cells (its own discretisation error) -> %s",
+                        out / "pde-refined")
+            ref_dir = _run_pde(ref_cfg, out / "pde-refined", comm) if not signals.requested(comm) else None
         pde = _read_pde(fine_dir, p) if comm.rank == 0 else None
         refined = _read_pde(ref_dir, p) if comm.rank == 0 and ref_dir is not None else None
         sizes = _sizes(cfg)
@@ -570,9 +625,10 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
             t1, c1 = time.perf_counter(), time.process_time()
             mine[key] = _train_size(cfg, sz, (train, test), trace)
             mine[key].cpu_s = time.process_time() - c1
-            logger.info("twin: H=%d N=%s L=%d, %d seeds: risk %.6g ± %.2g (%.1f s)", sz.H, sz.N or "limit", sz.L,
-                        cfg.twin.seeds, mine[key].risk[:, -1].mean(), mine[key].risk[:, -1].std(ddof=1),
-                        time.perf_counter() - t1)
+            r = mine[key].risk[:, -1]
+            logger.info("twin: H=%d N=%s L=%d, %d seeds: risk %.6g, standard error %.2g (%.1f s)%s", sz.H,
+                        sz.N or "limit", sz.L, cfg.twin.seeds, r.mean(), r.std(ddof=1) / math.sqrt(len(r)),
+                        time.perf_counter() - t1, "" if np.all(np.isfinite(r)) and r.max() < 1e6 else " (diverged)")
         gathered = comm.gather(mine, root=0)
         sig = signals.requested(comm)
     if comm.rank != 0:

@@ -197,7 +197,7 @@ def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: 
             else [Size("layers", H, 0, n) for n in sizes])
     hist = {sz.key: _train_size(cfg, sz, samples, []) for sz in runs}  # type: ignore[arg-type]
     exps = _compare(cfg, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
-    return exps[sweep]  # type: ignore[no-any-return]
+    return exps[sweep]
 
 
 def _rate_outcome(fits: dict[str, object], expected: float, xlabel: str) -> Outcome:

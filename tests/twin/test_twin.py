@@ -124,7 +124,7 @@ def test_twin_command_end_to_end(tmp_path):
     assert set(rep["exponents"]) == {"heads", "tokens", "layers"}
     h = rep["exponents"]["heads"]["risk"]
     assert h["sizes"] == [4, 16] and h["expected"] == -0.5 and len(h["gaps"]) == 2
-    assert rep["pde"]["discretisation_error"]["risk"] < 1e-6  # DG1 on 96 and 192 cells
+    assert rep["pde"]["discretisation_error"]["risk"] < 1e-4  # DG1 on 96 and 192 cells: far below the gaps
     lines = (out / "history.csv").read_text().splitlines()
     assert lines[0].startswith("sweep,heads,tokens,layers,seed,step")
     assert len(lines) - 1 == 3 * 3 * (2 + 2 + 2)  # seeds × output steps × the sizes of the three sweeps
