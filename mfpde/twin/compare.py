@@ -116,6 +116,10 @@ def w1_tokens(tokens: Array, weights: Array, points: Array, mass: Array) -> floa
                           for u in _directions(tokens.shape[1])]))
 
 
+def _sizes_text(xs: list[int]) -> str:
+    return f"size {xs[0]}" if len(xs) == 1 else "sizes " + ", ".join(str(x) for x in xs)
+
+
 def fit_gaps(sizes: list[int], gaps: Array, pde_error: float, expected: float | None,
              signed: bool = False) -> dict[str, Any]:
     """The exponent q of gap ≈ C size^q from per-seed gaps (len(sizes), S), with its standard error.
@@ -143,18 +147,25 @@ def fit_gaps(sizes: list[int], gaps: Array, pde_error: float, expected: float | 
     xs = [s for s, f in zip(sizes, fitted, strict=True) if f]
     if len(sizes) < 2:
         out["note"] = "a single size: no exponent"
+        out["fitted"] = [False] * len(sizes)
         return out
+    below = [s for s, m in zip(sizes, mean, strict=True) if not m > floor]
+    unresolved = [s for s, r, m in zip(sizes, resolved, mean, strict=True) if not r and m > floor]
+    why = []
+    if below:
+        why.append(f"{_sizes_text(below)} at or below twice the PDE's own discretisation error ({pde_error:.3g}; the "
+                   "PDE's mesh decides these gaps, not the network: refine tokens.cells)")
+    if unresolved:
+        why.append(f"the seed mean of {_sizes_text(unresolved)} within two standard errors of zero (more seeds: "
+                   "twin.seeds)")
     if len(xs) < 2:
-        why = (f"a gap above {PDE_ERROR_MARGIN:g}× the PDE's own discretisation error {pde_error:.3g}"
-               if not all(resolved) and sum(resolved) >= 2 or all(resolved) else "a seed mean resolved from 0 (> 2 SE)")
-        out["note"] = f"{len(xs)} of {len(sizes)} sizes have {why}: no exponent (refine the PDE's mesh, or more seeds)"
+        out["note"] = "no exponent: " + "; ".join(why)
         return out
     ys, es = mean[fitted], se[fitted]
     law = fit_power(xs, ys)
     mc = slope_se(xs, ys, es)
     resid = law.se_q if len(xs) > 2 and math.isfinite(law.se_q) else 0.0
     out["slope"], out["se"] = law.q, float(math.hypot(mc, resid))
-    if not all(fitted):
-        out["note"] = (f"{len(sizes) - len(xs)} size(s) at or below {PDE_ERROR_MARGIN:g}× the PDE's discretisation "
-                       f"error {pde_error:.3g}: left out of the fit")
+    if why:
+        out["note"] = "left out of the fit: " + "; ".join(why)
     return out

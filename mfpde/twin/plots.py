@@ -13,8 +13,13 @@ import numpy as np
 
 __all__ = ["twin_plots"]
 
-_LABELS = {"risk": "|R − R(ρ)| one seed", "risk_bias": "|E R − R(ρ)| seed mean", "rho_w1": "W1(heads, ρ)",
-           "yhat": "mean |ŷ − ŷ(ρ)|"}
+_LABELS = {
+    "heads": {"risk": "|R_H − R(ρ_S)|, one seed", "risk_bias": "|E R_H − R(ρ_S)|, seed mean",
+              "rho_w1": "W1(heads, ρ_S)", "yhat": "mean |ŷ_H − ŷ(ρ_S)|"},
+    "tokens": {"risk": "|R_N − R_∞|, paired", "yhat": "mean |ŷ_N − ŷ_∞|, paired"},
+    "layers": {"risk": "depth error of R, paired", "yhat": "depth error of ŷ, paired"},
+}
+_MARKERS = "osD^"
 
 
 def _save(fig: Any, path: Path) -> None:
@@ -24,38 +29,70 @@ def _save(fig: Any, path: Path) -> None:
     tmp.replace(path)
 
 
+def _gaps_panel(ax: Any, sweep: str, fits: dict[str, Any]) -> None:
+    """One sweep's gaps on log axes, with their fits.
+
+    Points with standard errors, the fit (solid), theory (dotted), 2× the PDE's error (dashed) where it is within
+    the axis.
+    """
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    lo, hi, sizes = np.inf, 0.0, set()
+    for k, (name, f) in enumerate(fits.items()):
+        x, y, e = (np.asarray(f[key], float) for key in ("sizes", "gaps", "gap_se"))
+        ok = y > 0
+        if not ok.any():
+            continue
+        sizes |= set(x[ok].tolist())
+        lo, hi = min(lo, y[ok].min()), max(hi, y[ok].max())
+        xs = x[ok] * 1.06 ** (k - (len(fits) - 1) / 2)  # side by side, not on top of each other
+        e = np.where(np.isfinite(e[ok]), e[ok], 0.0)
+        lab = _LABELS[sweep].get(name, name)
+        lab += f": {f['slope']:.2f} ± {f['se']:.2f}" if f["slope"] is not None else ": no fit"
+        ax.errorbar(xs, y[ok], yerr=[np.minimum(e, 0.9 * y[ok]), e], fmt=_MARKERS[k % 4], color=f"C{k}", ms=4,
+                    capsize=2, label=lab)
+        fit = np.asarray(f["fitted"], bool)[ok]
+        if f["slope"] is not None and fit.any():
+            xf, yf = x[ok][fit], y[ok][fit]
+            for q, style in ((f["slope"], "-"), (f["expected"], ":")):
+                if q is not None:
+                    c0 = np.exp(np.mean(np.log(yf) - q * np.log(xf)))
+                    ax.plot(xf, c0 * xf**q, style, color=f"C{k}", lw=1.2)
+    if not sizes:
+        ax.text(0.5, 0.5, "nothing to fit", transform=ax.transAxes, ha="center")
+        return
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(lo / 3, hi * 3)
+    drawn: set[float] = set()
+    short = {"risk": "R", "risk_bias": "R", "rho_w1": "ρ (W1)", "yhat": "ŷ"}
+    for k, (name, f) in enumerate(fits.items()):
+        e2 = 2 * float(f["pde_error"])
+        if np.isfinite(e2) and lo / 3 < e2 < hi * 3 and e2 not in drawn:
+            drawn.add(e2)
+            ax.axhline(e2, color=f"C{k}", lw=0.9, ls="--", alpha=0.7,
+                       label=f"2× the PDE's own error of {short.get(name, name)} ({e2:.2g})")
+    ax.xaxis.set_major_locator(FixedLocator(sorted(sizes)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([f"{int(v)}" for v in sorted(sizes)])
+    ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.5)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+
+
 def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
                exps: dict[str, Any]) -> None:
     """Write ``gaps.png``, ``risk.png`` and ``heads.png`` into ``out`` (rank 0)."""
     from matplotlib.figure import Figure
 
     sweeps = list(exps)
-    fig = Figure(figsize=(4.2 * max(len(sweeps), 1), 3.6), layout="constrained")
+    fig = Figure(figsize=(4.4 * max(len(sweeps), 1), 5.0), layout="constrained")
     for i, sweep in enumerate(sweeps):
         ax = fig.add_subplot(1, len(sweeps), i + 1)
-        for k, (name, f) in enumerate(exps[sweep].items()):
-            x, y, e = np.asarray(f["sizes"], float), np.asarray(f["gaps"], float), np.asarray(f["gap_se"], float)
-            ok = y > 0
-            c = f"C{k}"
-            ax.errorbar(x[ok], y[ok], yerr=np.where(np.isfinite(e[ok]), e[ok], 0), fmt="o", color=c, ms=4,
-                        label=_LABELS.get(name, name) + (f": {f['slope']:.2f}±{f['se']:.2f}" if f["slope"] is not None
-                                                         else ": no fit"))
-            fit = np.asarray(f["fitted"], bool) & ok
-            if f["slope"] is not None and fit.any():
-                xs = x[fit]
-                y0 = np.exp(np.mean(np.log(y[fit]) - f["slope"] * np.log(xs)))
-                ax.plot(xs, y0 * xs ** f["slope"], "-", color=c, lw=1)
-                if f["expected"] is not None:
-                    ye = np.exp(np.mean(np.log(y[fit]) - f["expected"] * np.log(xs)))
-                    ax.plot(xs, ye * xs ** f["expected"], ":", color=c, lw=1.5)
-            if np.isfinite(f["pde_error"]) and f["pde_error"] > 0:
-                ax.axhline(2 * f["pde_error"], color=c, lw=0.8, ls="--", alpha=0.5)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _gaps_panel(ax, sweep, exps[sweep])
         ax.set_xlabel({"heads": "heads H", "tokens": "tokens N", "layers": "layers L"}[sweep])
-        ax.set_title(f"gaps against {sweep} (solid: fit, dotted: theory,\ndashed: 2× the PDE's own error)",
-                     fontsize=8)
-        ax.legend(fontsize=7)
+        ax.set_title({"heads": "against the PDE", "tokens": "against the token limit",
+                      "layers": "against the next L"}[sweep], fontsize=9)
+    fig.suptitle("gaps: fit solid, theory dotted", fontsize=9)
     _save(fig, out / "gaps.png")
 
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
@@ -81,7 +118,7 @@ def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int,
         pts, r = pde.rho_points, pde.rho[-1]
         if pts.shape[1] == 1:
             o = np.argsort(pts[:, 0])
-            ax.hist(big[:, 0], bins=max(10, min(60, len(big) // 8)), density=True, alpha=0.5,
+            ax.hist(big[:, 0], bins="auto", density=True, alpha=0.5,
                     label=f"twin heads (H = {heads[-1].H}, seed 0)")
             ax.plot(pts[o, 0], r[o], "k-", label="PDE ρ_S")
             lo, hi = np.percentile(np.concatenate([big[:, 0], pts[o, 0][r[o] > 1e-3 * r.max()]]), [0, 100])
@@ -90,8 +127,11 @@ def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int,
             ax.set_ylabel("density")
             ax.legend(fontsize=7)
         else:
+            from matplotlib.patches import Patch
+
             ax.tricontourf(pts[:, 0], pts[:, 1], r, levels=12, cmap="Greys")
             ax.plot(big[:, 0], big[:, 1], ".", ms=3, color="C1", label=f"twin heads (H = {heads[-1].H}, seed 0)")
+            ax.add_artist(ax.legend(handles=[Patch(color="0.5", label="PDE ρ_S")], fontsize=7, loc="lower left"))
             ax.set_xlabel("a")
             ax.set_ylabel("v")
             ax.legend(fontsize=7)

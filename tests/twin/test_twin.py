@@ -108,7 +108,7 @@ def test_fit_gaps_flags_what_the_pde_error_decides():
     f = fit_gaps(sizes, gaps, 0.0, -0.5)
     assert abs(f["slope"] + 0.5) < 4 * f["se"] and all(f["fitted"])
     g = fit_gaps(sizes, gaps, 0.03, -0.5)  # E|gap| = 0.8/√H: 2 × 0.03 is above H = 256 (0.05), below H = 64 (0.1)
-    assert g["fitted"] == [True, True, True, False] and "left out" in g["note"]
+    assert g["fitted"] == [True, True, True, False] and "left out" in g["note"] and "256" in g["note"]
     assert fit_gaps(sizes, gaps, 1.0, -0.5)["slope"] is None
 
 
