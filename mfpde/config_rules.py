@@ -118,7 +118,8 @@ def check_input_file(key: str, path: str | Path, what: str = "file") -> None:
 
 
 #: The key whose value makes the keys of a section's rule in :func:`check_applies` not apply.
-_DECIDED_BY = {"data": "data.split", "heads": "heads.family", "tokens": "tokens.domain", "depth": "depth.model"}
+_DECIDED_BY = {"data": "data.split", "heads": "heads.family", "tokens": "tokens.domain", "depth": "depth.model",
+               "twin.layers": "depth.model", "twin.lr": "twin.optimizer"}
 
 
 def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = frozenset()) -> None:  # cfg: a Config
@@ -153,10 +154,15 @@ def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = fr
          "'sphere')"),
         ("depth", "scheme", t.domain != "box" or cfg.depth.model == "shallow", "depth.scheme steps the box's deep "
          "models (the shallow model is one layer; the circle and the sphere step by SSP-RK3)"),
+        ("twin", "layers", cfg.depth.model == "shallow", "the single layer (depth.model = 'shallow') has no depth to "
+         "sweep"),
+        ("twin", "lr", cfg.twin.optimizer != "adam", f"twin.lr is Adam's learning rate; twin.optimizer is "
+         f"{cfg.twin.optimizer!r}"),
     )
     found = [f"{sec}.{key}: does not apply: {why}" for sec, key, unused, why in rules
              if unused and isinstance(raw.get(sec), dict) and key in raw[sec]
-             and not (_DECIDED_BY[sec] in overridden and f"{sec}.{key}" not in overridden)]
+             and not (_DECIDED_BY.get(f"{sec}.{key}", _DECIDED_BY.get(sec)) in overridden
+                      and f"{sec}.{key}" not in overridden)]
     if len(found) == 1:
         raise ConfigError(found[0])
     if found:

@@ -143,10 +143,13 @@ def test_twin_command_end_to_end(tmp_path):
     (["twin.layers=[-2]"], "twin.layers"), (["twin.optimizer='lbfgs'"], "twin.optimizer"),
     (["twin.sampling='sobol'"], "twin.sampling"), (["twin.heads=[100000]", "twin.tokens=[100000]"], "GiB"),
     (["heads.init={kind = 'diracs', points = [[0.1, 0.2]], weights = [1.0]}"], "heads.init"),
+    (["twin.lr=0.1"], "twin.lr"), (["depth.model='shallow'", "twin.layers=[1, 2]"], "twin.layers"),
+    (["output.every=7"], "--pde"),
 ])
 def test_bad_twin_input_exits_2_naming_the_key(tmp_path, capsys, sets, key):
     out = tmp_path / "bad"
-    assert main(["twin", DEEP, "--out", str(out)] + [a for s in sets for a in ("--set", s)]) == 2
+    pde = ["--pde", str(ROOT / "tests" / "twin" / "no-such-run")] if key == "--pde" else []
+    assert main(["twin", DEEP, "--out", str(out), *pde] + [a for s in sets for a in ("--set", s)]) == 2
     err = capsys.readouterr().err
     if MPI.COMM_WORLD.rank == 0:
         assert key in err and len(err.strip().splitlines()) == 1
