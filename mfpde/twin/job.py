@@ -29,6 +29,7 @@ import io
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -518,10 +519,14 @@ def _warnings(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], A
     if outflow > 1e-3:
         out.append(f"tokens.box: up to {outflow:.3g} of a sample's token mass left Ω in the PDE (the twin's tokens are "
                    "never lost): enlarge tokens.box")
+    key = {"heads": "twin.heads", "tokens": "twin.tokens", "layers": "twin.layers"}
     for sweep, q in exps.items():
+        if q and all(fit["note"] == "a single size: no exponent" for fit in q.values()):
+            out.append(f"{key[sweep]}: a single size: no exponents of the {sweep} sweep")
+            continue
         for name, fit in q.items():
             if fit["note"]:
-                out.append(f"{sweep} {name}: {fit['note']}")
+                out.append(f"{key[sweep]}: {name}: {fit['note']}")
     return out
 
 
@@ -543,7 +548,7 @@ DIVERGED = 10.0
 def _diverged(h: Any, pde: PdeRun) -> bool:
     """Whether a size's explicit training blew up (its final risk far above where it and the PDE started)."""
     top = DIVERGED * max(float(np.nanmax(h.risk[:, 0])), float(np.nanmax(pde.risk)))
-    return bool(np.any(~np.isfinite(h.risk[:, -1])) or np.nanmax(h.risk[:, -1]) > top)
+    return bool(h.diverged or np.any(~np.isfinite(h.risk[:, -1])) or np.nanmax(h.risk[:, -1]) > top)
 
 
 def _write_history(out: Path, rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
@@ -643,6 +648,9 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
         status, error = "interrupted", f"{signals.name(sig)}: {len(hist)} of {len(unique)} sizes finished"
     elif failed:
         status, error = "failed", failed[0]
+    elif hist and all(_diverged(h, pde) for h in hist.values()):
+        status, error = "failed", ("every size of the twin diverged: the Euler–Maruyama step is not stable at "
+                                   f"training.ds = {cfg.training.ds:g} for these networks")
     err = _pde_error(pde, refined)
     report: dict[str, Any] = {"status": status, "command": "twin", "config": str(cfg.source),
                               "pde": {"dir": str(fine_dir), "refined_dir": str(ref_dir) if ref_dir else None,
@@ -682,4 +690,8 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
         logger.warning("warning: %s", w)
     code = 0 if status == "ok" else 3 if status == "failed" else signals.EXIT_INTERRUPTED
     logger.info("twin: done (%s) -> %s", status, out)
+    if status == "failed":
+        print(f"mfpde: numerical failure: {error}; report.json and what was finished in {out}", file=sys.stderr)
+    elif status == "interrupted":
+        print(f"mfpde: interrupted by {error}: report.json and what was finished in {out}", file=sys.stderr)
     return int(comm.bcast(code, root=0))

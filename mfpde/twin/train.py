@@ -53,6 +53,8 @@ class TwinHistory:
         yhat: ŷ of the training samples per seed at each output step, (S, m, n).
         tokens_T: the tokens at depth T of the traced samples at the last step, (S, k, N, d); weights (S, k, N).
         failed: "" or why a seed's risk stopped being finite (the history then ends at the last good step).
+        diverged: some seed's risk left :data:`DIVERGED_FACTOR` × its initial risk (or every bound): that seed was
+            held at its last state from then on.
     """
 
     steps: Array
@@ -65,7 +67,12 @@ class TwinHistory:
     tokens_T: Array = field(default_factory=lambda: np.zeros(0))
     token_weights: Array = field(default_factory=lambda: np.zeros(0))
     failed: str = ""
+    diverged: bool = False
     cpu_s: float = math.nan
+
+
+#: A seed whose risk exceeds this multiple of its initial risk, or is not finite, has diverged: it is held there.
+DIVERGED_FACTOR = 1e6
 
 
 def _accuracy(yh: jax.Array, y: jax.Array) -> jax.Array:
@@ -107,23 +114,35 @@ def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array]
     wt, yt = jnp.asarray(data["w_test"]), jnp.asarray(data["y_test"])
     xt = prep(jnp.asarray(data["x_test"]), wt) if has_test else jnp.asarray(data["x_test"])
 
-    def step(carry: tuple[jax.Array, Any, jax.Array], _: Any) -> tuple[tuple[jax.Array, Any, jax.Array], None]:
-        theta, state, keys = carry
+    cap = DIVERGED_FACTOR * jnp.maximum(grad_seeds(jnp.asarray(theta0), x, w, y)[0], 1e-300)
+
+    Carry = tuple[jax.Array, Any, jax.Array, jax.Array]
+
+    def step(carry: Carry, _: Any) -> tuple[Carry, None]:
+        theta, state, keys, frozen = carry
         keys = jax.vmap(lambda kk: jax.random.split(kk)[0])(keys)
-        _, g = grad_seeds(theta, x, w, y)
+        risk, g = grad_seeds(theta, x, w, y)
         force = H * g + l2 * theta  # ∇_θ δR/δρ + λ₂ θ at each head (theory §12)
         if hyper.optimizer == "adam":
-            upd, state = jax.vmap(opt.update)(force / H, state)
-            return (theta + upd, state, keys), None
-        new = theta - ds * force
-        if hyper.optimizer == "langevin" and lam > 0:
-            noise = jax.vmap(lambda kk: jax.random.normal(jax.random.split(kk)[1], theta.shape[1:]))(keys)
-            new = new + jnp.sqrt(2 * lam * ds) * noise
-        return (new, state, keys), None
+            upd, new_state = jax.vmap(opt.update)(force / H, state)
+            new = theta + upd
+        else:
+            new, new_state = theta - ds * force, state
+            if hyper.optimizer == "langevin" and lam > 0:
+                noise = jax.vmap(lambda kk: jax.random.normal(jax.random.split(kk)[1], theta.shape[1:]))(keys)
+                new = new + jnp.sqrt(2 * lam * ds) * noise
+        # a seed whose risk left every bound (the explicit step unstable) is held at its last state, flagged
+        bad = frozen | ~(jnp.isfinite(risk) & (risk < cap)) | ~jnp.all(jnp.isfinite(new), axis=(1, 2, 3))
+        keep = bad[:, None, None, None]
+        if hyper.optimizer == "adam":
+            new_state = jax.tree_util.tree_map(
+                lambda a, b: jnp.where(bad.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), state, new_state)
+        return (jnp.where(keep, theta, new), new_state, keys, bad), None
 
-    @jax.jit(static_argnums=3)
-    def advance(theta: jax.Array, state: Any, keys: jax.Array, n: int) -> tuple[jax.Array, Any, jax.Array]:
-        return jax.lax.scan(step, (theta, state, keys), None, length=n)[0]
+    @jax.jit(static_argnums=4)
+    def advance(theta: jax.Array, state: Any, keys: jax.Array, frozen: jax.Array,
+                n: int) -> Carry:
+        return jax.lax.scan(step, (theta, state, keys, frozen), None, length=n)[0]
 
     @jax.jit
     def evaluate(theta: jax.Array) -> tuple[jax.Array, ...]:
@@ -144,6 +163,7 @@ def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array]
                                                  "yhat")}
     failed, last_good = "", theta
     keys = jnp.asarray(key)
+    frozen = jnp.zeros(theta.shape[0], bool)
     s = 0
     while True:
         r, rt, acc, acct, yh = (np.asarray(a) for a in evaluate(theta))
@@ -159,11 +179,12 @@ def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array]
         if s >= hyper.steps or (stop is not None and stop()):
             break
         n = min(hyper.every - s % hyper.every, hyper.steps - s)  # to the next output step
-        theta, state, keys = advance(theta, state, keys, n)
+        theta, state, keys, frozen = advance(theta, state, keys, frozen, n)
         s += n
+    diverged = bool(np.any(np.asarray(frozen)))
     hist = TwinHistory(np.asarray(rec["steps"], float), np.stack(rec["risk"], 1), np.stack(rec["test_risk"], 1),
                        np.stack(rec["train_acc"], 1), np.stack(rec["test_acc"], 1), np.stack(rec["heads"]),
-                       np.stack(rec["yhat"], 1), failed=failed)
+                       np.stack(rec["yhat"], 1), failed=failed, diverged=diverged)
     if trace:
         sel = np.asarray(trace)
         xs, ws = (x[sel], w[sel]) if shared else (x[:, sel], w[:, sel])
