@@ -33,7 +33,8 @@ __all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_output_dir"]
 #: The folder of DIR where the previous result waits until the new job ends.
 PREVIOUS = ".mfpde-previous"
 #: The files and folders of DIR that make a result.
-RESULT = ("report.json", "history.csv", "predictions.csv", "config.toml", "fields", "plots", "checkpoint")
+RESULT = ("report.json", "history.csv", "predictions.csv", "config.toml", "fields", "plots", "checkpoint", "pde",
+          "pde-refined")
 #: The directories prepared by this process (rank 0) and not yet settled: DIR → resumed (its checkpoint kept).
 _pending: dict[Path, bool] = {}
 

@@ -109,6 +109,7 @@ def _forward(spec: NetworkSpec, layers: int, theta: jax.Array, x: jax.Array, w: 
     dt = spec.T / layers
     block = (jnp.arange(layers) * spec.blocks) // layers
 
+    @jax.checkpoint  # the backward pass recomputes a layer's attention: memory of one layer, not of L
     def layer(xl: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
         return xl + dt * _velocity(spec, theta[k], xl, logw), None
 

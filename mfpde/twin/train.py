@@ -71,6 +71,8 @@ class TwinHistory:
     cpu_s: float = math.nan
 
 
+#: Training steps between two polls of ``stop`` (a signal ends the training within about this many steps).
+POLL_STEPS = 5
 #: A seed whose risk exceeds this multiple of its initial risk, or is not finite, has diverged: it is held there.
 DIVERGED_FACTOR = 1e6
 
@@ -178,9 +180,18 @@ def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array]
             on_output(s)
         if s >= hyper.steps or (stop is not None and stop()):
             break
-        n = min(hyper.every - s % hyper.every, hyper.steps - s)  # to the next output step
+        n = min(hyper.every - s % hyper.every, hyper.steps - s, POLL_STEPS)  # to the next output step, or a poll
         theta, state, keys, frozen = advance(theta, state, keys, frozen, n)
         s += n
+        while s % hyper.every and s < hyper.steps and not (stop is not None and stop()):
+            n = min(hyper.every - s % hyper.every, hyper.steps - s, POLL_STEPS)
+            theta, state, keys, frozen = advance(theta, state, keys, frozen, n)
+            s += n
+        if s % hyper.every and s < hyper.steps:  # stopped between output steps: that state is recorded last
+            r, rt, acc, acct, yh = (np.asarray(a) for a in evaluate(theta))
+            for k, v in zip(rec, (s, r, rt, acc, acct, np.asarray(theta), yh), strict=True):
+                rec[k].append(v)
+            break
     diverged = bool(np.any(np.asarray(frozen)))
     hist = TwinHistory(np.asarray(rec["steps"], float), np.stack(rec["risk"], 1), np.stack(rec["test_risk"], 1),
                        np.stack(rec["train_acc"], 1), np.stack(rec["test_acc"], 1), np.stack(rec["heads"]),

@@ -57,13 +57,13 @@ def pde_first_variation(cells: int, comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[fl
 def twin_first_variation(vbar: float, layers: int, cfg: object) -> tuple[float, float]:
     """(R_H, H ∂R_H/∂v_1) of the twin with one head at v̄, the token limit and ``layers`` Euler layers."""
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import _spec
+    from mfpde.twin.job import network_spec
     from mfpde.twin.network import make_network
     from mfpde.twin.tokens import input_tokens
 
     train, _ = load_samples(cfg)  # type: ignore[arg-type]
     x, w = input_tokens(train, 0, "limit", np.random.default_rng(0))
-    net = make_network(_spec(cfg), layers)  # type: ignore[arg-type]
+    net = make_network(network_spec(cfg), layers)  # type: ignore[arg-type]
     r, g = net.risk_grad(np.array([[[vbar]]]), x, w, np.array([s.target for s in train]))
     return float(r), float(np.asarray(g)[0, 0, 0])
 
@@ -122,7 +122,7 @@ def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
     """The PDE's training of ``cfg`` in memory as the twin's comparison reads it (:class:`mfpde.twin.job.PdeRun`)."""
     from pathlib import Path
 
-    from mfpde.twin.job import PdeRun
+    from mfpde.twin.pde import PdeRun
 
     cp = CoupledProblem(cfg, comm)  # type: ignore[arg-type]
     tr, every = cfg.training, cfg.output.every  # type: ignore[attr-defined]
@@ -149,15 +149,16 @@ def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
 def check_twin_heads_rate(quick: bool) -> Outcome:
     """The exponents of one seed's risk gap and of W1(heads, ρ_s) in H within 4 standard errors of −1/2."""
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import Size, _compare, _train_size
+    from mfpde.twin.job import Size, train_size
+    from mfpde.twin.report import compare
 
     cfg = _rate_config(quick)
     comm = MPI.COMM_SELF  # every rank the same: the twins' numbers do not depend on the rank
     pde = pde_history(cfg, comm)
     samples = load_samples(cfg)  # type: ignore[arg-type]
     sizes = [Size("heads", H, 0, 8) for H in cfg.twin.heads]  # type: ignore[attr-defined]
-    hist = {sz.key: _train_size(cfg, sz, samples, []) for sz in sizes}  # type: ignore[arg-type]
-    exps = _compare(cfg, sizes, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]["heads"]  # type: ignore
+    hist = {sz.key: train_size(cfg, sz, samples, []) for sz in sizes}  # type: ignore[arg-type]
+    exps = compare(cfg, sizes, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]["heads"]  # type: ignore
     worst, lines, ok, series = 0.0, [], True, []
     for name in ("risk", "rho_w1"):
         f = exps[name]
@@ -188,15 +189,16 @@ def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: 
     Tokens against the token limit, layers against the next L (its depth error is resolved by the seeds).
     """
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import Size, _compare, _train_size
+    from mfpde.twin.job import Size, train_size
+    from mfpde.twin.report import compare
 
     cfg = _rate_config(quick, "second_moment", seeds)
     pde = pde_history(cfg, MPI.COMM_SELF)
     samples = load_samples(cfg)  # type: ignore[arg-type]
     runs = ([Size("tokens", H, n, L) for n in sizes] + [Size("heads", H, 0, L)] if sweep == "tokens"
             else [Size("layers", H, 0, n) for n in sizes])
-    hist = {sz.key: _train_size(cfg, sz, samples, []) for sz in runs}  # type: ignore[arg-type]
-    exps = _compare(cfg, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
+    hist = {sz.key: train_size(cfg, sz, samples, []) for sz in runs}  # type: ignore[arg-type]
+    exps = compare(cfg, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
     return exps[sweep]
 
 

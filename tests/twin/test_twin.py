@@ -181,7 +181,7 @@ def test_sigterm_ends_with_exit_4_and_what_was_finished(tmp_path):
     assert p.stderr is not None
     t0 = time.monotonic()
     for line in p.stderr:  # the first size trained: the PDE runs are done
-        if "twin: H=" in line:
+        if "twin: H = " in line:
             p.send_signal(signal.SIGTERM)
             break
         assert time.monotonic() - t0 < 600

@@ -1,0 +1,213 @@
+"""The PDE side of ``mfpde twin``: the runs it compares with, read back, and their own discretisation error.
+
+A run of the config (or a finished one, ``--pde``) and the same run on twice the token cells per axis (Richardson:
+the error of the first), read from their ``report.json``, ``history.csv``, ``predictions.csv`` and fields.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde.config import Config
+from mfpde.errors import ConfigError, NumericalError
+
+__all__ = ["PDE_ORDER", "PdeRun", "pde_config", "pde_error", "read_pde", "refined_config", "reusable", "run_pde",
+           "same_problem"]
+
+logger = logging.getLogger("mfpde")
+
+
+@dataclass
+class PdeRun:
+    """What the comparison reads of a finished PDE run."""
+
+    out: Path
+    steps: np.ndarray  # output steps
+    risk: np.ndarray
+    test_risk: np.ndarray
+    test_acc: np.ndarray
+    yhat: np.ndarray  # ŷ of the training inputs at the last step
+    rho_points: np.ndarray  # Θ nodes (N_θ, p)
+    rho: list[np.ndarray]  # ρ_s at each output step (block 0)
+    mu_T: Any  # the VTX field of μ_T of the training inputs (or None)
+    report: dict[str, Any]
+
+
+def read_pde(out: Path, p: int, need_fields: bool = True) -> PdeRun:
+    """Read ``history.csv``, ``predictions.csv``, ``report.json`` and the fields of a finished ``mfpde run``.
+
+    Raises:
+        ConfigError: a missing or unfinished run, naming the file.
+    """
+    import json
+
+    from mfpde.io import read_vtx
+
+    try:
+        report = json.loads((out / "report.json").read_text())
+        rows = list(csv.DictReader(io.StringIO((out / "history.csv").read_text())))
+        preds = list(csv.DictReader(io.StringIO((out / "predictions.csv").read_text())))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--pde {str(out)!r}: not a finished mfpde run ({e})") from None
+    if report.get("status") != "ok":
+        raise ConfigError(f"--pde {str(out)!r}: the run's status is {report.get('status')!r}, not 'ok'")
+
+    def col(k: str) -> np.ndarray:
+        return np.array([float(r.get(k) or "nan") for r in rows])
+
+    yhat = np.array([float(r["yhat_final"]) for r in preds if r["split"] == "train"])
+    rho_pts, rho = np.zeros((0, p)), []
+    mu = None
+    if need_fields:
+        blocks = int(report.get("rho_blocks", 0) or 0)
+        try:
+            f = read_vtx(out / "fields" / "rho.bp")
+        except ConfigError:  # a depth-indexed run writes one ρ per block: the first block's
+            f = read_vtx(out / "fields" / "rho.bp", "rho_0")
+        del blocks
+        rho_pts = np.asarray(f.points[-1])[:, :p]
+        rho = [np.asarray(v, float)[: len(rho_pts)] for v in f.values]
+        mpath = out / "fields" / "mu_T_train.bp"
+        mu = read_vtx(mpath) if mpath.is_dir() else None
+    return PdeRun(out, col("step"), col("risk"), col("test_risk"), col("test_accuracy"), yhat, rho_pts, rho, mu,
+                  report)
+
+
+#: Sections of a config that do not change the PDE's training (the comparison may differ there; output.every,
+#: the steps the two are compared at, is checked on its own).
+_NOT_THE_PROBLEM = ("twin", "output", "petsc")
+_SECTION_ORDER = ("tokens", "data", "depth", "heads", "loss", "training")
+
+
+def _shown(table: dict[str, Any], key: str) -> str:
+    return repr(table[key]) if key in table else "(not set)"
+
+
+def same_problem(cfg: Config, pde_dir: Path) -> None:
+    """Refuse a finished run whose config is not this one's problem (naming the first key that differs).
+
+    Raises:
+        ConfigError: no readable ``config.toml`` in ``pde_dir``, or a key of another value.
+    """
+    import json
+    import tomllib
+
+    from mfpde.config_keys import to_toml
+
+    hint = f" (a twin's output: its PDE run is {str(pde_dir / 'pde')!r})" if (pde_dir / "pde").is_dir() else ""
+    try:
+        command = json.loads((pde_dir / "report.json").read_text()).get("command")
+        theirs = tomllib.loads((pde_dir / "config.toml").read_text())
+    except (OSError, ValueError, AttributeError):
+        raise ConfigError(f"--pde {str(pde_dir)!r}: not a finished mfpde run (no readable report.json and "
+                          f"config.toml){hint}") from None
+    if command != "run":
+        raise ConfigError(f"--pde {str(pde_dir)!r}: holds the result of `mfpde {command}`, not of `mfpde run`{hint}")
+    mine = tomllib.loads(to_toml(cfg))
+    first = ("domain", "kind", "model", "family", "dim", "readout")  # the keys that decide what the others mean
+    for sec in [*_SECTION_ORDER, *sorted((set(mine) | set(theirs)) - set(_SECTION_ORDER))]:
+        if sec in _NOT_THE_PROBLEM:
+            continue
+        a, b = mine.get(sec, {}), theirs.get(sec, {})
+        for key in sorted(set(a) | set(b), key=lambda k: (k not in first, k)):
+            if a.get(key) != b.get(key):
+                raise ConfigError(f"--pde {str(pde_dir)!r}: {sec}.{key} = {_shown(b, key)} there, {_shown(a, key)} "
+                                  "in this config: the twin compares with the PDE of the same problem")
+    every = theirs.get("output", {}).get("every")
+    if every != cfg.output.every:
+        raise ConfigError(f"--pde {str(pde_dir)!r}: output.every = {every!r} there, {cfg.output.every} in this config: "
+                          "the twin is compared with the PDE at the PDE's output steps (give the same output.every)")
+
+
+def pde_config(cfg: Config, refine: bool) -> tuple[Config | None, str]:
+    """The config of a PDE run of the twin, and why there is none.
+
+    Fields on (ρ_s at the output steps); with ``refine`` twice the token cells per axis, without plots. Returns
+    (None, why) where it cannot be refined (a mesh file).
+    """
+    import tomllib
+
+    from mfpde.config import from_dict
+    from mfpde.config_keys import to_toml
+
+    if refine and cfg.tokens.mesh:
+        return None, ("tokens.mesh: a mesh file is not refined here: the PDE's own discretisation error is not "
+                      "estimated (no gap is flagged)")
+    raw = tomllib.loads(to_toml(cfg))
+    raw["output"]["fields"] = True
+    if refine:
+        raw["tokens"]["cells"] = [2 * c for c in cfg.tokens.cells]
+        raw["output"]["plots"] = False
+    raw.pop("twin", None)
+    return from_dict(raw, source=cfg.source), ""
+
+
+def refined_config(cfg: Config) -> Config | None:
+    """The config on twice the token cells per axis (fields, no plots), or None where it cannot be refined."""
+    return pde_config(cfg, True)[0]
+
+
+def reusable(cfg: Config, candidate: Path) -> bool:
+    """Whether ``candidate`` holds a finished run of ``cfg`` (the refined PDE beside a ``--pde`` run of a twin)."""
+    try:
+        same_problem(cfg, candidate)
+        return True
+    except ConfigError:
+        return False
+
+
+def run_pde(cfg: Config | None, out: Path, comm: MPI.Comm) -> Path | None:
+    """Run the PDE of ``cfg`` into ``out`` (None: nothing to run)."""
+    from mfpde import signals
+    from mfpde.errors import InputRefused
+    from mfpde.training.driver import run_job
+
+    if cfg is None:
+        return None
+    try:
+        r = run_job(cfg, out, comm=comm)
+    except InputRefused:
+        raise
+    except ConfigError as e:  # refused by the PDE's set-up (a datum outside Ω, ...): nothing of the twin computed
+        raise InputRefused(str(e)) from None
+    if r.status == "interrupted":
+        raise signals.Interrupted(signals.requested(comm) or signals.pending())
+    if r.status != "ok":
+        raise NumericalError(f"the PDE run in {out} failed: {r.error}")
+    return out
+
+
+#: The least order in h of the PDE's outputs (DG0 upwind is first order; DG1 second, so p = 1 over-estimates there).
+PDE_ORDER = 1.0
+
+
+def pde_error(run: PdeRun, refined: PdeRun | None) -> dict[str, float]:
+    """The PDE's own discretisation error of the risk (last step), ŷ (mean over inputs) and ρ (W1), by Richardson.
+
+    With v_h − v = K h^p + o(h^p), p ≥ :data:`PDE_ORDER`: |v_h − v| ≤ |v_h − v_{h/2}| 2^p/(2^p − 1) (the error
+    of the config's run, the reference of every gap, from the run on twice the cells). No refined run: NaN
+    (nothing is flagged).
+    """
+    from mfpde.twin.compare import rho_quadrature, w1_heads
+
+    if refined is None:
+        return {"risk": math.nan, "yhat": math.nan, "rho_w1": math.nan}
+    f = 2**PDE_ORDER / (2**PDE_ORDER - 1)
+    risk = f * abs(float(run.risk[-1] - refined.risk[-1]))
+    yhat = f * float(np.mean(np.abs(run.yhat - refined.yhat)))
+    out = {"risk": risk, "yhat": yhat, "rho_w1": math.nan}
+    if refined.rho and run.rho:  # the refined run's ρ (the same Θ mesh) by its quadrature, as weighted heads
+        q, wq = rho_quadrature(refined.rho_points, refined.rho[-1])
+        out["rho_w1"] = f * w1_heads(q, run.rho_points, run.rho[-1], weights=wq)
+    return out
+
