@@ -62,17 +62,6 @@ def _node_memory() -> float:
         return math.inf
 
 
-def _limit_size(cfg: Config) -> int:
-    """Tokens of the ``limit`` quadrature of the config's inputs (the most over the samples; no data read)."""
-    from mfpde.twin.tokens import LIMIT_ORDER
-
-    if cfg.data.kind == "digits":
-        return 64 * LIMIT_ORDER**2
-    if cfg.data.kind == "gaussian":
-        return 24 if cfg.tokens.dim == 1 else 144
-    return 0
-
-
 def check_twin(cfg: Config) -> None:
     """Refuse, naming the key, a ``[twin]`` section or a config the twin cannot mirror.
 
@@ -114,23 +103,6 @@ def check_twin(cfg: Config) -> None:
         from mfpde.errors import ConfigErrors
 
         raise ConfigErrors(found)
-    n = _samples_bound(cfg)
-    H, N, L = max(tw.heads), max(max(tw.tokens), _limit_size(cfg)), 1 if shallow else max(tw.layers)
-    heads_alike = h.family == "value"
-    need = tw.seeds * n * (1 if heads_alike else H) * N * N * ATTENTION_BYTES + tw.seeds * n * N * L * t.dim * 8 * 4
-    if need > MEMORY_FRACTION * _node_memory():
-        raise ConfigError(f"twin.heads, twin.tokens: the largest twin (H = {H}, N = {N}, L = {L}, {tw.seeds} seeds, "
-                          f"{n} inputs) needs about {need / 2**30:.3g} GiB, more than {MEMORY_FRACTION:g} of this "
-                          f"node's {_node_memory() / 2**30:.3g} GiB: fewer heads, tokens or seeds")
-
-
-def _samples_bound(cfg: Config) -> int:
-    da = cfg.data
-    if da.kind == "digits":
-        return 400 if da.split > 0 else da.samples + da.test_samples  # a pair of digits: at most about 360 images
-    if da.kind == "gaussian":
-        return len(da.mean)
-    return 1
 
 
 @dataclass(frozen=True)
