@@ -70,4 +70,4 @@ def test_the_twin_page_default_paragraph_is_the_default_run(tmp_path):
     assert all(h["slope"] is None for h in rep["exponents"]["heads"].values())  # "no heads exponent is fitted"
     heads = [s["risk_mean"] for k, s in rep["sizes"].items() if k.startswith("heads:")]
     assert max(heads) - min(heads) < 3e-4  # "within 3·10⁻⁴ of each other"
-    assert rep["diverged"] == ["tokens:H=256,N=16,L=1"]  # "N = 16 ... diverges ... left out"
+    assert rep["diverged"] == ["H = 256, N = 16, L = 1"]  # "N = 16 ... diverges ... left out"
