@@ -16,7 +16,8 @@ __all__ = ["twin_plots"]
 _LABELS = {
     "heads": {"risk": "|R_H − R(ρ_S)|, one seed", "risk_bias": "|E R_H − R(ρ_S)|, seed mean",
               "rho_w1": "W1(heads, ρ_S)", "yhat": "mean |ŷ_H − ŷ(ρ_S)|"},
-    "tokens": {"risk": "|R_N − R_∞|, paired", "yhat": "mean |ŷ_N − ŷ_∞|, paired"},
+    "tokens": {"risk": "|R_N − R_∞|, paired", "risk_bias": "|E R_N − R_∞|, paired seed mean",
+               "yhat": "mean |ŷ_N − ŷ_∞|, paired", "yhat_bias": "|E mean (ŷ_N − ŷ_∞)|, paired seed mean"},
     "layers": {"risk": "depth error of R, paired", "yhat": "depth error of ŷ, paired"},
 }
 _MARKERS = "osD^"

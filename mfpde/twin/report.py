@@ -72,6 +72,8 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
             "paired_risk": (h.risk[:, n_out - 1] - ref.risk[:, n_out - 1]) if ref is not None else None,
             "paired_yhat": (np.mean(np.abs(h.yhat[:, n_out - 1] - ref.yhat[:, n_out - 1]), axis=1)
                             if ref is not None else None),
+            "paired_yhat_signed": (np.mean(h.yhat[:, n_out - 1] - ref.yhat[:, n_out - 1], axis=1)
+                                   if ref is not None else None),
             "signed_yhat": np.mean(h.yhat[:, n_out - 1] - pde.yhat[None], axis=1)}
         for s in range(S):
             for k in range(n_out):
@@ -99,7 +101,11 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
         elif sweep == "tokens":
             e = _expected(sweep, "risk", tw.sampling)
             q["risk"] = fit_gaps(xs, np.stack([g["paired_risk"] for g in got]), 0.0, e)
+            q["risk_bias"] = fit_gaps(xs, np.stack([g["paired_risk"] for g in got]), 0.0,
+                                      -1.0 if tw.sampling == "iid" else None, signed=True)
             q["yhat"] = fit_gaps(xs, np.stack([g["paired_yhat"] for g in got]), 0.0, e)
+            q["yhat_bias"] = fit_gaps(xs, np.stack([g["paired_yhat_signed"] for g in got]), 0.0,
+                                      -1.0 if tw.sampling == "iid" else None, signed=True)
         else:  # e_L ≈ (R_L − R_L')/(1 − L/L') for the next L' (exact for e_L = C/L), paired seeds
             order = np.argsort(xs)
             Ls = [xs[i] for i in order]
