@@ -296,6 +296,10 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
                 hist: dict[tuple[int, int, int], Any] = {}
                 for g in gathered:
                     hist.update(g)
+                classify = cfg.data.kind == "digits" or (cfg.data.kind == "file" and all(
+                    abs(s.target) == 1 for s in train + test))  # as the run reports accuracies
+                for h in hist.values() if not classify else ():
+                    h.train_acc, h.test_acc = np.full_like(h.risk, np.nan), np.full_like(h.risk, np.nan)
                 outcome = (_finish(cfg, out, sizes, hist, fine_dir, ref_dir, pde_cpu, sig, notes, t0, p), "")
         except ConfigError as e:  # a PDE run that cannot be read back: every rank says so
             outcome = (2, str(e))

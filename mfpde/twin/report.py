@@ -122,7 +122,8 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
         "risk_se": float(hist[sz.key].risk[:, n_out - 1].std(ddof=1) / math.sqrt(tw.seeds)),
         "test_accuracy_mean": float(np.nanmean(hist[sz.key].test_acc[:, n_out - 1]))
         if np.isfinite(hist[sz.key].test_acc[:, n_out - 1]).any() else None,
-        "train_accuracy_mean": float(hist[sz.key].train_acc[:, n_out - 1].mean()),
+        "train_accuracy_mean": float(np.nanmean(hist[sz.key].train_acc[:, n_out - 1]))
+        if np.isfinite(hist[sz.key].train_acc[:, n_out - 1]).any() else None,
         "risk_seeds": hist[sz.key].risk[:, n_out - 1].tolist(), "cpu_s": hist[sz.key].cpu_s} for sz in sizes}
     return exps, rows, summary
 

@@ -78,7 +78,7 @@ DIVERGED_FACTOR = 1e6
 
 
 def _accuracy(yh: jax.Array, y: jax.Array) -> jax.Array:
-    return jnp.mean(jnp.sign(yh) == jnp.sign(y))
+    return jnp.mean((jnp.sign(yh) == jnp.sign(y)).astype(jnp.float64))
 
 
 def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array], key: jax.Array,
