@@ -29,7 +29,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from mfpde.errors import ConfigError
 from mfpde.io import write_atomic, write_report
 from mfpde.twin.pde import pde_error, read_pde, reusable, run_pde, same_problem
 from mfpde.twin.report import compare, diverged, token_w1, twin_warnings, write_history
+from mfpde.twin.sizes import Size, sweep_sizes
 
 __all__ = ["Size", "check_twin", "network_spec", "sweep_sizes", "train_size", "twin_job"]
 
@@ -103,33 +103,6 @@ def check_twin(cfg: Config) -> None:
         from mfpde.errors import ConfigErrors
 
         raise ConfigErrors(found)
-
-
-@dataclass(frozen=True)
-class Size:
-    """One trained size: its sweep, H, N (0: the token limit), L."""
-
-    sweep: str
-    H: int
-    N: int
-    L: int
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        """(H, N, L): the sizes a training is determined by (the sweeps share it)."""
-        return (self.H, self.N, self.L)
-
-
-def sweep_sizes(cfg: Config) -> list[Size]:
-    """The sizes of the three sweeps (heads, tokens, layers), each with the other two at their limit or largest."""
-    tw = cfg.twin
-    shallow = cfg.depth.model == "shallow"
-    Lmax = 1 if shallow else max(tw.layers)
-    out = [Size("heads", H, 0, Lmax) for H in tw.heads]
-    out += [Size("tokens", max(tw.heads), N, Lmax) for N in tw.tokens]
-    if not shallow:
-        out += [Size("layers", max(tw.heads), 0, L) for L in tw.layers]
-    return out
 
 
 def network_spec(cfg: Config) -> Any:

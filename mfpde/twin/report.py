@@ -22,7 +22,7 @@ from mfpde.io import write_atomic
 from mfpde.twin.pde import PdeRun
 
 if TYPE_CHECKING:
-    from mfpde.twin.job import Size
+    from mfpde.twin.sizes import Size
 
 __all__ = ["DIVERGED", "SWEEPS", "compare", "diverged", "token_w1", "twin_warnings", "write_history"]
 

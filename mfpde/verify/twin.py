@@ -149,8 +149,9 @@ def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
 def check_twin_heads_rate(quick: bool) -> Outcome:
     """The exponents of one seed's risk gap and of W1(heads, ρ_s) in H within 4 standard errors of −1/2."""
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import Size, train_size
+    from mfpde.twin.job import train_size
     from mfpde.twin.report import compare
+    from mfpde.twin.sizes import Size
 
     cfg = _rate_config(quick)
     comm = MPI.COMM_SELF  # every rank the same: the twins' numbers do not depend on the rank
@@ -196,8 +197,9 @@ def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: 
     Tokens against the token limit, layers against the next L (its depth error is resolved by the seeds).
     """
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import Size, train_size
+    from mfpde.twin.job import train_size
     from mfpde.twin.report import compare
+    from mfpde.twin.sizes import Size
 
     cfg = _rate_config(quick, "second_moment", seeds)
     pde = pde_history(cfg, MPI.COMM_SELF)
