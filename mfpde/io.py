@@ -233,7 +233,17 @@ class VTXField:
     curve: bool = False
 
     def integral(self, k: int) -> float:
-        """∫ of snapshot k: Σ_cells ``|K|`` × (the cell value, or the mean of the cell's nodal values).
+        """∫ of snapshot k: Σ_cells ``|K|`` × (the cell value, or the mean of its nodal values); see :meth:`_cells`."""
+        size, mean = self._cells(k)
+        return float(size @ mean)
+
+    def cell_integrals(self, k: int) -> np.ndarray:
+        """∫ over each cell of snapshot k, shape (cells,): ``|K|`` × its value (:meth:`_cells`)."""
+        size, mean = self._cells(k)
+        return np.asarray(size * mean)
+
+    def _cells(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(``|K|``, the cell value or the mean of its nodal values) per cell of snapshot k.
 
         On a curve of Lagrange degree p the mean is the Newton–Cotes rule of its p + 1 equispaced nodes.
         Exact for DG0, for P1/DG1 on intervals and triangles (flat cells of a surface in R³ too: the sphere's
@@ -247,12 +257,12 @@ class VTXField:
             if np.any(x[:, 1] != 0.0):  # the circle's polygon, inscribed in a circle of radius R: the arc
                 radius = np.linalg.norm(x[c[:, 0]], axis=1)
                 size = 2.0 * radius * np.arcsin(np.minimum(size / (2.0 * radius), 1.0))
-            return float(size @ (v if self.cell_data else v[c] @ _newton_cotes(c.shape[1])))
+            return size, (v if self.cell_data else v[c] @ _newton_cotes(c.shape[1]))
         # the vector area ½|Σ_i x_i × x_{i+1}| of each planar polygon (VTK's vertex order around the cell): the
         # shoelace formula in the plane, and the true area of a flat cell of a surface in R³ (the sphere's facets)
         p = x[c]
         size = 0.5 * np.linalg.norm(np.sum(np.cross(p, np.roll(p, -1, axis=1)), axis=1), axis=1)
-        return float(size @ (v if self.cell_data else v[c].mean(axis=1)))
+        return size, (v if self.cell_data else v[c].mean(axis=1))
 
 
 def read_vtx(path: str | Path, name: str | None = None) -> VTXField:

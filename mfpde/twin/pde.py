@@ -21,7 +21,7 @@ import numpy as np
 from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
 
-__all__ = ["PDE_ORDER", "PdeRun", "pde_config", "pde_error", "read_pde", "refined_config", "reusable", "run_pde",
+__all__ = ["PDE_ORDER", "PdeRun", "pde_config", "pde_error", "read_pde", "reusable", "run_pde",
            "same_problem"]
 
 logger = logging.getLogger("mfpde")
@@ -150,11 +150,6 @@ def pde_config(cfg: Config, refine: bool) -> tuple[Config | None, str]:
         raw["output"]["plots"] = False
     raw.pop("twin", None)
     return from_dict(raw, source=cfg.source), ""
-
-
-def refined_config(cfg: Config) -> Config | None:
-    """The config on twice the token cells per axis (fields, no plots), or None where it cannot be refined."""
-    return pde_config(cfg, True)[0]
 
 
 def reusable(cfg: Config, candidate: Path) -> bool:

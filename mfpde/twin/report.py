@@ -32,15 +32,6 @@ OUTSIDE_WARN = 1e-3
 SWEEPS = ("heads", "tokens", "layers")
 
 
-def _expected(sweep: str, quantity: str, sampling: str) -> float | None:
-    """The theory's exponent (theory §12) of a gap, or None where it states none."""
-    if sweep == "heads":
-        return -1.0 if quantity == "risk_bias" else -0.5
-    if sweep == "tokens":
-        return -0.5 if sampling == "iid" else None
-    return -1.0
-
-
 def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
              err: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Gaps per size, seed and output step; the fitted exponents; the history rows; the summary per size."""
@@ -99,7 +90,7 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
                 q["rho_w1"] = fit_gaps(xs, np.stack([g["rho_w1"] for g in got]), err["rho_w1"], -0.5)
             q["yhat"] = fit_gaps(xs, np.stack([g["yhat"] for g in got]), err["yhat"], -0.5)
         elif sweep == "tokens":
-            e = _expected(sweep, "risk", tw.sampling)
+            e = -0.5 if tw.sampling == "iid" else None  # no exponent is claimed for stratified tokens
             q["risk"] = fit_gaps(xs, np.stack([g["paired_risk"] for g in got]), 0.0, e)
             q["risk_bias"] = fit_gaps(xs, np.stack([g["paired_risk"] for g in got]), 0.0,
                                       -1.0 if tw.sampling == "iid" else None, signed=True)
@@ -130,16 +121,9 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
 
 def _mu_atoms(mu: Any, i: int) -> tuple[np.ndarray, np.ndarray]:
     """μ_T of training input i as atoms: the cell centroids, each with the cell's mass (the field's integral)."""
-    x, c, v = np.asarray(mu.points[i]), np.asarray(mu.cells[i]), np.asarray(mu.values[i], float)
+    x, c = np.asarray(mu.points[i]), np.asarray(mu.cells[i])
     d = 1 if np.allclose(x[:, 1:], 0.0) else 2
-    p = x[c][:, :, :d]
-    if d == 1:
-        size = np.abs(p[:, -1, 0] - p[:, 0, 0])
-    else:
-        q = x[c]
-        size = 0.5 * np.linalg.norm(np.sum(np.cross(q, np.roll(q, -1, axis=1)), axis=1), axis=1)
-    dens = v if mu.cell_data else v[c].mean(axis=1)
-    return p.mean(axis=1), np.maximum(dens * size, 0.0)
+    return x[c][:, :, :d].mean(axis=1), np.maximum(mu.cell_integrals(i), 0.0)
 
 
 def token_w1(sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun) -> dict[str, Any]:

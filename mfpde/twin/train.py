@@ -180,18 +180,12 @@ def train_twin(net: Network, hyper: Hyper, theta0: Array, data: dict[str, Array]
             on_output(s)
         if s >= hyper.steps or (stop is not None and stop()):
             break
-        n = min(hyper.every - s % hyper.every, hyper.steps - s, POLL_STEPS)  # to the next output step, or a poll
-        theta, state, keys, frozen = advance(theta, state, keys, frozen, n)
-        s += n
-        while s % hyper.every and s < hyper.steps and not (stop is not None and stop()):
+        while True:  # to the next output step, polling for a stop: a stopped state is recorded above, then ends
             n = min(hyper.every - s % hyper.every, hyper.steps - s, POLL_STEPS)
             theta, state, keys, frozen = advance(theta, state, keys, frozen, n)
             s += n
-        if s % hyper.every and s < hyper.steps:  # stopped between output steps: that state is recorded last
-            r, rt, acc, acct, yh = (np.asarray(a) for a in evaluate(theta))
-            for k, v in zip(rec, (s, r, rt, acc, acct, np.asarray(theta), yh), strict=True):
-                rec[k].append(v)
-            break
+            if not (s % hyper.every and s < hyper.steps) or (stop is not None and stop()):
+                break
     diverged = bool(np.any(np.asarray(frozen)))
     hist = TwinHistory(np.asarray(rec["steps"], float), np.stack(rec["risk"], 1), np.stack(rec["test_risk"], 1),
                        np.stack(rec["train_acc"], 1), np.stack(rec["test_acc"], 1), np.stack(rec["heads"]),
