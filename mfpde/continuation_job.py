@@ -40,7 +40,7 @@ from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.circle.stationary import CircleStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 
-__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "noisy_branches",
+__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "noisy_branches",
            "noisy_circle_branches", "slope"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
@@ -180,9 +180,75 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                     bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
                                  "order_parameter": P.order_parameter(f.u),
                                  "amplitude": abs(float(P.amplitude(k) @ f.u))})
-                branches.append(_block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver, k))
+                block = _block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver, k)
+                if kind == "subcritical":  # a first-order transition: where the stable clustered part meets E(uniform)
+                    bifs += maxwell_points(P, newton, br, block, k, len(branches))
+                branches.append(block)
         its = newton.its
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
+
+
+def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, Any], k: int,
+                   index: int) -> list[dict[str, Any]]:
+    """The Maxwell points on a bifurcating branch: where its STABLE part's free energy equals the uniform state's.
+
+    ΔE(K) = E(μ_K) − E(uniform, K) changes sign between two consecutive stable points of the branch; the root is
+    located by the Illinois iteration in K, each trial a Newton solve at fixed K from the states' linear
+    interpolation, to |ΔK| ≤ 1e-13 K (the first-order transition of noisy tokens: theory §10, §11). A branch with no
+    such sign change on its stable part gives ``{"kind": "maxwell", "found": False, "why": ...}`` (its stable part
+    does not reach the uniform state's free energy in the range, or it has no stable part).
+
+    Returns:
+        The report's entries: {"kind": "maxwell", "found": True, "parameter": K_M, "mode", "branch", "free_energy",
+        "order_parameter", "amplitude", "stable"} per root, or the one entry saying none was found.
+    """
+    m = P.m
+    K = np.asarray(block["parameter"])
+    dE = np.array([e - P.free_energy(P.uniform(), kk) for e, kk in zip(block["free_energy"], K, strict=True)])
+    st = np.asarray(block["stable"], dtype=bool)
+    out: list[dict[str, Any]] = []
+    row = np.eye(m + 1)[m]
+
+    def solve(K1: float, x0: np.ndarray) -> tuple[float, np.ndarray | None]:
+        y = newton.solve(x0, row, K1)
+        if y is None:
+            return math.nan, None
+        return P.free_energy(y[:m], K1) - P.free_energy(P.uniform(), K1), y
+
+    for i in range(len(K) - 1):
+        if not (st[i] and st[i + 1]) or (dE[i] > 0) == (dE[i + 1] > 0) or dE[i] == 0:
+            continue
+        xa, xb = np.concatenate([br.u[i], [K[i]]]), np.concatenate([br.u[i + 1], [K[i + 1]]])
+        ka, kb, fa, fb = float(K[i]), float(K[i + 1]), float(dE[i]), float(dE[i + 1])
+        y, side = None, 0
+        for _ in range(100):
+            kc = (ka * fb - kb * fa) / (fb - fa)
+            w = (kc - ka) / (kb - ka) if kb != ka else 0.5
+            fc, y = solve(kc, (1 - w) * xa + w * xb)
+            if y is None:
+                break
+            if (fc > 0) == (fb > 0):
+                kb, fb, xb = kc, fc, y
+                fa = fa / 2 if side == 1 else fa
+                side = 1
+            else:
+                ka, fa, xa = kc, fc, y
+                fb = fb / 2 if side == -1 else fb
+                side = -1
+            if abs(kb - ka) <= 1e-13 * abs(kc) or fc == 0:
+                break
+        if y is None:
+            out.append({"kind": "maxwell", "found": False, "mode": k, "branch": index,
+                        "why": f"Newton failed at fixed K between {K[i]:.10g} and {K[i + 1]:.10g}"})
+            continue
+        out.append({"kind": "maxwell", "found": True, "parameter": float(y[m]), "mode": k, "branch": index,
+                    "free_energy": P.free_energy(y[:m], float(y[m])), "order_parameter": P.order_parameter(y[:m]),
+                    "amplitude": abs(float(P.amplitude(k) @ y[:m])), "stable": P.stability(y[:m], float(y[m]))[1]})
+    if not out:
+        why = ("the branch has no stable point in the range" if not st.any() else "the stable part's free energy "
+               "does not cross the uniform state's in the range")
+        out.append({"kind": "maxwell", "found": False, "mode": k, "branch": index, "why": why})
+    return out
 
 
 #: The circle's name of :func:`noisy_branches`.
