@@ -126,7 +126,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
 
 
 def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
-    """``tokens.beta`` on the circle or the sphere: heads.init becomes the single head (β, 1) of the literature.
+    """``tokens.beta`` off the box (circle, sphere, hypersphere): heads.init becomes the single head (β, 1) of the literature.
 
     Raises:
         ConfigError: β < 0, a box domain, or heads.init given as well (two sources of β).
@@ -134,9 +134,9 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     tok = sections.get("tokens")
     if tok is None or not math.isfinite(tok.beta):
         return
-    if tok.domain not in ("circle", "sphere"):
-        raise ConfigError(f"tokens.beta: only for tokens.domain = 'circle' or 'sphere' (got {tok.domain!r}); boxes "
-                          "take heads.init")
+    if tok.domain == "box":
+        raise ConfigError("tokens.beta: only for the domains of Dirac heads (the circle, the sphere, the hypersphere); "
+                          "boxes take heads.init")
     if tok.beta < 0:
         raise ConfigError(f"tokens.beta: must be >= 0, got {tok.beta:g}")
     heads_raw = raw.get("heads", {})
@@ -185,7 +185,7 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
     P = problems if problems is not None else Problems()
     t, d, h, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.loss, cfg.training, cfg.output
     with P.block():
-        _require(t.dim in (1, 2), "tokens.dim", f"must be 1 or 2, got {t.dim}")
+        _require(t.dim in (1, 2) or t.domain != "box", "tokens.dim", f"must be 1 or 2, got {t.dim}")
     dim_ok = t.dim in (1, 2) and P.clean("tokens.dim")  # the box, data, loss.w checked against d only if d is valid
     before = len(P.messages)
     omega = ("tokens.dim", "tokens.box", "tokens.cells", "tokens.mesh", "tokens.domain")

@@ -32,6 +32,7 @@ from typing import Any
 
 from mfpde.config_schema import Training
 from mfpde.errors import ConfigError, ConfigErrors
+from mfpde.tokens.domains import domain_not_applying
 
 __all__ = ["LN_TINY", "MAX_BRANCH_POINTS", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies",
            "check_input_file", "check_training", "continuation_range_rules", "parse_size", "risk_bound",
@@ -156,6 +157,7 @@ def check_applies(raw: dict[str, Any], cfg: Any, overridden: frozenset[str] = fr
          "models (the shallow model is one layer; the circle and the sphere step by SSP-RK3)"),
         ("twin", "layers", cfg.depth.model == "shallow", "the single layer (depth.model = 'shallow') has no depth to "
          "sweep"),
+        *domain_not_applying(cfg),
         ("twin", "lr", cfg.twin.optimizer != "adam", f"twin.lr is Adam's learning rate; twin.optimizer is "
          f"{cfg.twin.optimizer!r}"),
     )

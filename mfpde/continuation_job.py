@@ -38,13 +38,15 @@ from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.circle.stationary import CircleStationary
+from mfpde.tokens.domains import stationary_problem
+from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 
 __all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "noisy_branches",
            "noisy_circle_branches", "slope"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
-Stationary = CircleStationary | SphereStationary
+Stationary = CircleStationary | SphereStationary | HypersphereStationary
 
 logger = logging.getLogger(__name__)
 #: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a) of noisy tokens, and the
@@ -71,16 +73,13 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
          f"{c.parameter!r}"),
         (c.parameter != "lambda", "continuation.parameter", "'lambda' continues the training problem (a run "
          f"config: tokens.domain = 'box', heads.init a Gaussian); got tokens.domain = {t.domain!r}"),
-        (t.domain in ("circle", "sphere"), "tokens.domain", f"continuation needs 'circle' or 'sphere' (noisy "
-         f"tokens), got {t.domain!r}"),
         (t.attention == "unnormalised", "tokens.attention", "continuation needs 'unnormalised' (the gradient flow "
          "of theory §10)"),
         (t.noise > 0 and math.isfinite(t.noise), "tokens.noise", f"continuation needs τ > 0, got {t.noise:g}"),
         (h.init.get("kind") == "diracs" and len(h.init.get("points", [])) == 1, "heads.init",
          "continuation needs a single Dirac head [[β, K]] (tokens.beta = β sets it)"),
         *continuation_range_rules(c, "coupling"),
-        (9 <= c.points <= MAX_POINTS_N and (c.points % 2 == 1 or t.domain == "sphere"), "continuation.points",
-         f"must be {'' if t.domain == 'sphere' else 'odd '}in 9..{MAX_POINTS_N}, got {c.points}"),
+        (9 <= c.points <= MAX_POINTS_N, "continuation.points", f"must be in 9..{MAX_POINTS_N}, got {c.points}"),
     )
     for ok, key, msg in rules:
         if not ok:
@@ -272,16 +271,15 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     c = cfg.continuation
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
-    P = (SphereStationary if cfg.tokens.domain == "sphere" else CircleStationary)(c.points, beta, tau)
+    P = stationary_problem(cfg, c.points, beta, tau)
     ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
-    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d collocation points; K_c = %s = %.10g",
-                P.domain, beta, tau, c.start, c.stop, c.points,
-                "τβ/i_1(β)" if P.domain == "sphere" else "τβ/I_1(β)", P.threshold(1))
+    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d collocation points; K_c = τβ/λ_1(β) "
+                "= %.10g", _where(P), beta, tau, c.start, c.stop, c.points, P.threshold(1))
     t0, c0 = time.perf_counter(), time.process_time()
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
-              "domain": P.domain, "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
+              "domain": P.domain, **({"dim": P.d} if P.domain == "hypersphere" else {}), "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         bifurcation_plot(out / "plots" / "bifurcation.png", report)
@@ -290,11 +288,19 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
         logger.info("branch (%s): %d points, K in [%.6g, %.6g]; %s", b["origin"], len(b["parameter"]),
                     min(b["parameter"]), max(b["parameter"]), b["stopped"])
     for e in part["bifurcations"]:
-        logger.info("%s at K = %.12g (mode %d)", e["kind"], e["parameter"], e["mode"])
+        if "parameter" in e:
+            logger.info("%s at K = %.12g (mode %d)", e["kind"], e["parameter"], e["mode"])
+        else:
+            logger.info("%s: not found on the branch of mode %d (%s)", e["kind"], e["mode"], e["why"])
     if not ok:
         raise NumericalError("no branch was continued beyond its first point: " +
                              "; ".join(b["stopped"] for b in part["branches"]))
     return report
+
+
+def _where(P: Stationary) -> str:
+    """The domain in words: "circle", "sphere", "hypersphere S^15"."""
+    return f"hypersphere S^{P.d - 1}" if P.domain == "hypersphere" else P.domain
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
@@ -316,18 +322,28 @@ def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
         for j in range(len(K) - 1):
             ax.plot(K[j : j + 2], r[j : j + 2], color=colour, ls="-" if st[j] and st[j + 1] else "--")
         ax.plot([], [], color=colour, label=b["origin"])
+    maxwell = False
     for e in report["bifurcations"]:
+        if e["kind"] == "maxwell":
+            if e.get("found"):  # the first-order transition: a vertical line at K_M
+                ax.axvline(e["parameter"], color="0.4", ls=":", lw=1.2)
+                ax.plot(e["parameter"], e["amplitude"], "s", color="k", ms=6, mfc="none")
+                maxwell = True
+            continue
         r = e.get("amplitude", 0.0)
         ax.plot(e["parameter"], r, "x" if e["kind"] == "fold" else "o", color="k", ms=7, mfc="none")
     ax.plot([], [], "o", color="k", mfc="none", label="bifurcation")
     ax.plot([], [], "x", color="k", label="fold")
+    if maxwell:
+        ax.plot([], [], "s:", color="k", mfc="none", label="Maxwell point (equal free energy)")
     ax.plot([], [], "k-", label="stable")
     ax.plot([], [], "k--", label="unstable")
     ax.set_xlabel("coupling K")
-    sphere = report["domain"] == "sphere"
+    sphere = report["domain"] != "circle"
     ax.set_ylabel("amplitude |∫ μ Pₖ dσ| of the branch's degree k" if sphere
                   else "amplitude |∫ μ cos kθ dθ| of the branch's mode k")
-    ax.set_title(f"noisy tokens on the {report['domain']}: β = {report['beta']:g}, τ = {report['noise']:g}")
+    where = f"hypersphere S^{report['dim'] - 1}" if report["domain"] == "hypersphere" else report["domain"]
+    ax.set_title(f"noisy tokens on the {where}: β = {report['beta']:g}, τ = {report['noise']:g}")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

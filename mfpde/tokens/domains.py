@@ -1,9 +1,16 @@
 """The token domains (``tokens.domain``): the box, the circle and the sphere, each one package with its own rules.
 
-A domain other than the box is a package under :mod:`mfpde.tokens` with a ``config`` module (its data kinds,
-``KINDS``, and ``check(cfg)``, the rules of its keys) and a ``job`` module (``transport_job(cfg, out, comm,
-progress)``). This module holds what is common: the list of domains, the rules a box applies to the other
-domains' keys, and the dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
+A domain other than the box is a package under :mod:`mfpde.tokens` that implements one protocol:
+
+* a ``config`` module: ``KINDS`` (its data kinds), ``check(cfg)`` (the rules of its keys), and optionally
+  ``keys(cfg)`` (``{"section.key": used}`` for the keys whose use it decides: the resolved config.toml),
+  ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for keys given that it refuses) and
+  ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
+  ``POINTS_RULE = (predicate, words)`` on the collocation points);
+* a ``job`` module: ``transport_job(cfg, out, comm, progress)``.
+
+This module holds what is common: the list of domains, the rules a box applies to the other domains' keys, and the
+dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["DOMAINS", "Found", "check_domain", "data_kinds", "domain_of_kind", "transport_job"]
+__all__ = ["DOMAINS", "Found", "check_domain", "data_kinds", "domain_keys", "domain_not_applying", "domain_of_kind",
+           "stationary_problem", "transport_job"]
 
 #: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
-DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere"}
+DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
+           "hypersphere": "mfpde.tokens.hypersphere"}
 
 
 class Found:
@@ -45,6 +54,41 @@ class Found:
 
 def _config(domain: str) -> Any:
     return importlib.import_module(f"{DOMAINS[domain]}.config")
+
+
+def domain_keys(cfg: Any) -> dict[str, bool]:
+    """The keys whose use the config's domain decides (``{}`` for the box and a domain that decides none)."""
+    if DOMAINS.get(cfg.tokens.domain) is None:
+        return {}
+    keys = getattr(_config(cfg.tokens.domain), "keys", None)
+    return dict(keys(cfg)) if keys is not None else {}
+
+
+def domain_not_applying(cfg: Any) -> list[tuple[str, str, bool, str]]:
+    """The domain's rules (section, key, does not apply, why) on keys given that it refuses."""
+    if DOMAINS.get(cfg.tokens.domain) is None:
+        return []
+    rules = getattr(_config(cfg.tokens.domain), "not_applying", None)
+    return list(rules(cfg)) if rules is not None else []
+
+
+def stationary_problem(cfg: Any, points: int, beta: float, noise: float) -> Any:
+    """The domain's discrete stationary problem of noisy tokens (a :class:`mfpde.continuation.Problem`).
+
+    Raises:
+        ConfigError: the domain has none (``tokens.domain``), or the points break its rule (``continuation.points``).
+    """
+    name = cfg.tokens.domain
+    mod = _config(name) if DOMAINS.get(name) is not None else None
+    make = getattr(mod, "stationary", None)
+    if make is None:
+        have = [d for d in DOMAINS if DOMAINS[d] is not None and hasattr(_config(d), "stationary")]
+        raise ConfigError(f"tokens.domain: continuation needs one of {', '.join(map(repr, have))} (noisy tokens), "
+                          f"got {name!r}")
+    ok, words = getattr(mod, "POINTS_RULE", (lambda n: True, ""))
+    if not ok(points):
+        raise ConfigError(f"continuation.points: must be {words}, got {points}")
+    return make(cfg, points, beta, noise)
 
 
 def data_kinds(domain: str) -> tuple[str, ...]:

@@ -97,3 +97,14 @@ def check(cfg: Any) -> None:
         f.need(0 <= da.amplitude < 1, "data.amplitude", f"must be in [0, 1), got {da.amplitude}")
         f.need(da.seed >= 0, "data.seed", "must be >= 0")
     f.raise_all()
+
+
+#: The continuation's rule on its collocation points (predicate, what it asks).
+POINTS_RULE = (lambda n: n % 2 == 1, "odd (no Nyquist mode of the collocation)")
+
+
+def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
+    """The discrete zonal stationary problem of noisy tokens here (:class:`~mfpde.tokens.circle.stationary.CircleStationary`)."""
+    from mfpde.tokens.circle.stationary import CircleStationary
+
+    return CircleStationary(points, beta, noise)

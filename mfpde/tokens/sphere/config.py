@@ -121,3 +121,14 @@ def _check_modes(f: Found, modes: list[list[float]]) -> None:
         low = modes_minimum(modes)
         f.need(low >= 0, "data.modes", f"μ_0 = 1/4π + Σ amplitude·Y_lm is negative somewhere (its minimum is "
                f"{low:.3g}): lower the amplitudes")
+
+
+#: The continuation's rule on its collocation points (predicate, what it asks).
+POINTS_RULE = (lambda n: True, "")
+
+
+def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
+    """The discrete zonal stationary problem of noisy tokens here (:class:`~mfpde.tokens.sphere.stationary.SphereStationary`)."""
+    from mfpde.tokens.sphere.stationary import SphereStationary
+
+    return SphereStationary(points, beta, noise)
