@@ -249,6 +249,16 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "self._shift[:] = local",
         ["mpi2:sphere_kernel", "tests/tokens/sphere/test_kernel.py::test_one_two_three_ranks_agree"],
         "the tilted kernel's shifts M_a each rank's own maximum, not the maximum over all ranks"),
+    "hypersphere_weight_exponent": (
+        "mfpde/tokens/hypersphere/zonal.py", "    lam = (d - 2) / 2\n", "    lam = (d - 1) / 2\n",
+        ["hypersphere_threshold"], "the zonal measure's weight (1 − z²)^((d−2)/2) for (1 − z²)^((d−3)/2) (the exponent "
+        "d − 2 of sin θ for d − 3)"),
+    "hypersphere_gegenbauer_index": (
+        "mfpde/tokens/hypersphere/zonal.py", "    nu = (d - 3) / 2\n", "    nu = (d - 2) / 2\n",
+        ["hypersphere_threshold"], "the azimuthal kernel's Bessel (Gegenbauer) index (d − 2)/2 for (d − 3)/2"),
+    "maxwell_on_unstable_branch": (
+        "mfpde/continuation_job.py", "if not (st[i] and st[i + 1]) or", "if (st[i] and st[i + 1]) or",
+        ["hypersphere_maxwell"], "the Maxwell condition sought on the branch's unstable part"),
     "twin_adjoint_readout_weight": (
         "mfpde/tokens/box/adjoint.py", "return tokens.m[:n] * g(x)", "return 1.01 * tokens.m[:n] * g(x)",
         ["twin_gradient"], "the adjoint's terminal quadrature weight ∂ŷ/∂μ_i = m_i g(x_i) off by 1%"),

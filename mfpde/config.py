@@ -126,7 +126,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
 
 
 def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
-    """``tokens.beta`` off the box (circle, sphere, hypersphere): heads.init becomes the single head (β, 1) of the literature.
+    """``tokens.beta`` off the box (circle, sphere, hypersphere): heads.init becomes the single head (β, 1).
 
     Raises:
         ConfigError: β < 0, a box domain, or heads.init given as well (two sources of β).

@@ -279,7 +279,8 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
-              "domain": P.domain, **({"dim": P.d} if P.domain == "hypersphere" else {}), "parameter": c.parameter, "beta": beta, "noise": tau, "points": c.points,
+              "domain": P.domain, **({"dim": P.d} if P.domain == "hypersphere" else {}), "parameter": c.parameter,
+              "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         bifurcation_plot(out / "plots" / "bifurcation.png", report)

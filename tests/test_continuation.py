@@ -80,9 +80,9 @@ def test_supercritical_below_and_subcritical_with_a_fold_above_beta_star():
     assert all(br["stable"][1:]) and min(br["parameter"]) >= b["parameter"] - 1e-12
     sub = _branches(4.0, 0.2, 0.6, points=63)
     kinds = [e["kind"] for e in sub["bifurcations"] if e["mode"] == 1]
-    assert kinds == ["subcritical", "fold"], sub["bifurcations"]
-    kc, fold = (e["parameter"] for e in sub["bifurcations"][:2])
-    assert 0.3 < fold < kc
+    assert kinds == ["subcritical", "fold", "maxwell"], sub["bifurcations"]
+    kc, fold, km = (e["parameter"] for e in sub["bifurcations"][:3])
+    assert 0.3 < fold < km < kc  # the first-order transition between the fold and the threshold
     br = sub["branches"][1]
     st, r = np.array(br["stable"]), np.array(br["order_parameter"])
     rf = sub["bifurcations"][1]["order_parameter"]
@@ -221,7 +221,7 @@ def test_ranks_compute_the_same_branches():
     comm = MPI.COMM_WORLD
     mine = [(b["parameter"], b["stable"]) for b in out["branches"]]
     assert all(other == mine for other in comm.allgather(mine))
-    assert [e["kind"] for e in out["bifurcations"]] == ["subcritical", "fold"]
+    assert [e["kind"] for e in out["bifurcations"]] == ["subcritical", "fold", "maxwell"]
 
 
 class _Interrupting:
@@ -323,7 +323,7 @@ def test_a_branch_point_in_the_first_step_is_found():
     bifurcation was missed; the step leaving the range crossed the mode-2 point 0.6228 and kept it as a point."""
     res = _branches(4.0, 0.39, 0.6)
     kc = 4.0 / sp.iv(1, 4.0)
-    found = [b for b in res["bifurcations"] if b["mode"] == 1 and b["kind"] != "fold"]
+    found = [b for b in res["bifurcations"] if b["mode"] == 1 and b["kind"] not in ("fold", "maxwell")]
     assert len(found) == 1 and abs(found[0]["parameter"] - kc) <= 1e-10, res["bifurcations"]
     uniform = next(b for b in res["branches"] if b["origin"] == "uniform")
     assert max(uniform["parameter"]) == 0.6 and not any(b["mode"] == 2 for b in res["bifurcations"])
@@ -335,7 +335,7 @@ def test_steps_that_would_cross_several_branch_points_are_shortened():
     most one."""
     P = CircleStationary(127, 4.0, 0.01)
     res = noisy_circle_branches(P, 0.001, 0.5, StepControl(0.05, 1e-6, 0.25, 0.001, 0.5, 400), eig_solver="scipy")
-    found = {b["mode"]: b["parameter"] for b in res["bifurcations"] if b["kind"] != "fold"}
+    found = {b["mode"]: b["parameter"] for b in res["bifurcations"] if b["kind"] not in ("fold", "maxwell")}
     assert set(found) >= set(range(1, 7)), sorted(found)
     for k in range(1, 7):
         assert abs(found[k] - P.threshold(k)) <= 1e-8 * P.threshold(k), (k, found[k], P.threshold(k))

@@ -64,6 +64,7 @@ def _load_checks() -> None:
         deep,
         free_energy,
         gibbs,
+        hypersphere,
         noise,
         noise_energy,
         particles,

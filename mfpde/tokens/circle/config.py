@@ -104,7 +104,7 @@ POINTS_RULE = (lambda n: n % 2 == 1, "odd (no Nyquist mode of the collocation)")
 
 
 def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
-    """The discrete zonal stationary problem of noisy tokens here (:class:`~mfpde.tokens.circle.stationary.CircleStationary`)."""
+    """The discrete stationary problem of noisy tokens here (CircleStationary)."""
     from mfpde.tokens.circle.stationary import CircleStationary
 
     return CircleStationary(points, beta, noise)

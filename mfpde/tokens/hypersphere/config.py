@@ -133,7 +133,7 @@ POINTS_RULE = (lambda n: True, "")
 
 
 def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
-    """The discrete zonal stationary problem of noisy tokens here (:class:`~mfpde.tokens.hypersphere.stationary.HypersphereStationary`)."""
+    """The discrete stationary problem of noisy tokens here (HypersphereStationary)."""
     from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 
     return HypersphereStationary(points, beta, noise, cfg.tokens.dim)

@@ -1,5 +1,4 @@
-"""The zonal stationary states of noisy tokens on S^{d−1} (theory §10, §11): the discrete equation, its Jacobian,
-stability and free energy, for any d ≥ 2.
+"""The zonal stationary states of noisy tokens on S^{d−1}, any d ≥ 2 (theory §10, §11): equation, stability, energy.
 
 The stationary equation of ∂_t μ + K ∇_S·(μ v) = τ Δ_S μ, v = β⁻¹ ∇_S Φ, Φ(x) = ∫ e^{β x·y} μ(y) dσ(y) (USA, one
 head (β, K)) is μ ∝ exp(κ Φ), κ = K/(τβ). The states here are ZONAL, μ = μ(z), z = x·e: the uniform state
@@ -220,5 +219,5 @@ class HypersphereStationary:
 
 
 def _log_area(k: int) -> float:
-    """log |S^k| = log 2 + ((k+1)/2) log π − log Γ((k+1)/2), for k where |S^k| underflows."""
+    """Log |S^k| = log 2 + ((k+1)/2) log π − log Γ((k+1)/2), for k where |S^k| underflows."""
     return math.log(2.0) + (k + 1) / 2 * math.log(math.pi) - math.lgamma((k + 1) / 2)

@@ -10,7 +10,8 @@ the Gegenbauer polynomials C_ℓ^{(d−2)/2} up to a constant; they obey z p_ℓ
     b_1² = 1/(2(1 + λ)),   b_ℓ² = ℓ(ℓ + 2λ − 1)/(4(ℓ + λ)(ℓ + λ − 1)) (ℓ ≥ 2),   λ = (d − 2)/2,
 
 from which the Gauss rule follows by Golub–Welsch (the nodes are the eigenvalues of the Jacobi matrix; the weights,
-by the Christoffel function 1/Σ_ℓ p_ℓ(z_i)², keep their relative accuracy where they are tiny): the weights sum to 1 and the rule is exact to degree 2n − 1 for every d. Working
+by the Christoffel function 1/Σ_ℓ p_ℓ(z_i)², keep their relative accuracy where they are tiny): the weights
+sum to 1 and the rule is exact to degree 2n − 1 for every d. Working
 with σ̄ and the density ν = |S^{d−1}| μ keeps every number O(1) at d = 4096, where |S^{d−1}| ≈ 10^{−2000}.
 
 The azimuthal average of e^{β x·y} over the S^{d−2} of y at fixed y·e (and of its products with the degree-m

@@ -128,7 +128,7 @@ POINTS_RULE = (lambda n: True, "")
 
 
 def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
-    """The discrete zonal stationary problem of noisy tokens here (:class:`~mfpde.tokens.sphere.stationary.SphereStationary`)."""
+    """The discrete stationary problem of noisy tokens here (SphereStationary)."""
     from mfpde.tokens.sphere.stationary import SphereStationary
 
     return SphereStationary(points, beta, noise)

@@ -86,9 +86,10 @@ def test_supercritical_below_and_subcritical_with_a_fold_above_beta_star():
     br = sup["branches"][1]
     assert all(br["stable"][1:]) and min(br["parameter"]) >= b["parameter"] - 1e-12
     sub = _branches(3.0, 0.9, 1.6, points=64)
-    assert [e["kind"] for e in sub["bifurcations"] if e["mode"] == 1] == ["subcritical", "fold"], sub["bifurcations"]
-    kc, fold = (e["parameter"] for e in sub["bifurcations"][:2])
-    assert 1.0 < fold < kc
+    assert [e["kind"] for e in sub["bifurcations"] if e["mode"] == 1] == ["subcritical", "fold", "maxwell"], \
+        sub["bifurcations"]
+    kc, fold, km = (e["parameter"] for e in sub["bifurcations"][:3])
+    assert 1.0 < fold < km < kc
     br = sub["branches"][1]
     st, r = np.array(br["stable"]), np.array(br["order_parameter"])
     rf = sub["bifurcations"][1]["order_parameter"]
