@@ -124,6 +124,7 @@ def check_hypersphere_maxwell(quick: bool) -> Outcome:
             other = CircleStationary(2 * n + 1, beta, 1.0) if d == 2 else SphereStationary(n, beta, 1.0)
             mine = _fold_maxwell(continued(other, lo, hi, step))
             errs += [abs(mine[0] - got[0]) / got[0], abs(mine[1] - got[1]) / got[1]]
+        errs = [e if math.isfinite(e) else math.inf for e in errs]  # not found: NaN, which max() would pass over
         worst = max(worst, *errs)
         rows.append(f"d = {d}, β = {beta:g}: K_f = {got[0]:.10f}, K_M = {got[1]:.10f} ({max(errs):.1e})")
     return Outcome(worst, 0.0, f"≤ {K_TOL:g}", worst <= K_TOL, "; ".join(rows), tolerance=K_TOL)

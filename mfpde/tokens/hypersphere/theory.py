@@ -37,7 +37,7 @@ def sphere_area(k: int) -> float:
 
 
 def log_bessel_i(nu: npt.ArrayLike, x: float) -> npt.NDArray[np.float64]:
-    """log I_ν(x), x > 0, ν ≥ −1/2 (shape of ``nu``), without under- or overflow.
+    """Log I_ν(x), x > 0, ν ≥ −1/2 (shape of ``nu``), without under- or overflow.
 
     I_ν(x) = (x/2)^ν/Γ(ν+1) · ₀F₁(; ν+1; x²/4): the series form where it is finite (order ≳ x, where ive
     underflows), log ive(ν, x) + x elsewhere.
@@ -51,7 +51,7 @@ def log_bessel_i(nu: npt.ArrayLike, x: float) -> npt.NDArray[np.float64]:
 
 
 def log_eigenvalue(l: npt.ArrayLike, beta: float, d: int) -> npt.NDArray[np.float64]:
-    """log λ_ℓ(β) = log Γ(d/2) + (d/2 − 1) log(2/β) + log I_{ℓ+d/2−1}(β) (shape of ``l``)."""
+    """Log λ_ℓ(β) = log Γ(d/2) + (d/2 − 1) log(2/β) + log I_{ℓ+d/2−1}(β) (shape of ``l``)."""
     ll = np.asarray(l, dtype=float)
     return math.lgamma(d / 2) + (d / 2 - 1) * math.log(2 / beta) + log_bessel_i(ll + d / 2 - 1, beta)
 
