@@ -180,7 +180,7 @@ def test_the_demo_is_a_valid_continuation_config():
     assert check_continuation(C.load("demos/noisy_circle.toml")) == (4.0, 1.0)
 
 
-@pytest.mark.parametrize("demo", ["noisy_circle", "noisy_sphere"])
+@pytest.mark.parametrize("demo", ["noisy_circle", "noisy_sphere", "noisy_hypersphere"])
 @pytest.mark.parametrize("override,key", [
     ("tokens.beta=700.0", "continuation.stop"), ("tokens.noise=1e-300", "continuation.stop"),
     ("continuation.start=1e300", "continuation.start")])

@@ -54,10 +54,11 @@ def test_every_example_config_is_listed():
     # tests/tokens/sphere/test_sphere_job.py); noisy_circle and noisy_sphere are
     # `mfpde continuation`'s (tests/test_continuation.py, tests/tokens/sphere/test_sphere_stationary.py), and
     # gibbs_branch, gibbs_deep its continuation in λ of training (tests/training/test_gibbs.py), twin_deep
-    # `mfpde twin`'s (tests/twin/test_twin.py)
+    # `mfpde twin`'s (tests/twin/test_twin.py), noisy_hypersphere both commands' on S^15
+    # (tests/tokens/hypersphere/test_hypersphere_job.py)
     assert {p.stem for p in (ROOT / "demos").glob("*.toml")} == {*SHRINK, "transport_small", "circle", "noisy_circle",
                                                                   "noisy_sphere", "sphere", "gibbs_branch",
-                                                                  "gibbs_deep", "twin_deep"}
+                                                                  "gibbs_deep", "twin_deep", "noisy_hypersphere"}
 
 
 @pytest.mark.parametrize("name", sorted(SHRINK))

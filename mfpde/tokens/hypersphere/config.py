@@ -123,7 +123,7 @@ def keys(cfg: Any) -> dict[str, bool]:
 
 def not_applying(cfg: Any) -> list[tuple[str, str, bool, str]]:
     """(section, key, does not apply, why) for the keys of other domains given on the hypersphere."""
-    why = {"box": "the box's", "cell": "the box's", "refine": "the sphere's", "mesh": "a mesh domain's"}
+    why = {"box": "the box's", "cell": "the box's", "mesh": "a mesh domain's"}
     return [("tokens", k, True, f"tokens.{k} is {w}; the hypersphere's cells are tokens.cells = [n] in the polar "
              "angle") for k, w in why.items()]
 

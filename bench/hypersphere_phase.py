@@ -1,0 +1,129 @@
+"""The phase diagram of noisy tokens on S^{d−1}: β*⁽ᵈ⁾, K_c, and above β* the fold K_f and the Maxwell point K_M.
+
+For each d the tricritical β*⁽ᵈ⁾ is the root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d; for β above it ``mfpde
+continuation``'s machinery (:func:`mfpde.continuation_job.noisy_branches` on the hypersphere's zonal stationary
+problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = τβ/λ_1(β), locating its fold K_f and
+the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
+Each (d, β) is solved on n and 2n collocation points: the table gives the change, the grid's error. Also the
+noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json``,
+``docs/_static/hypersphere_phase.png`` (``--figure``) and prints the tables. Run from the repository root:
+
+    python bench/hypersphere_phase.py [--quick] [--figure]
+
+About 3 minutes on one core (``--quick``: d = 4, 16, two β each, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from mpi4py import MPI  # noqa: F401  (before petsc4py)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mfpde.continuation import StepControl  # noqa: E402
+from mfpde.continuation_job import noisy_branches  # noqa: E402
+from mfpde.tokens.hypersphere.stationary import HypersphereStationary  # noqa: E402
+from mfpde.tokens.hypersphere.theory import beta_star, critical_coupling, fastest_degree, growth_rate  # noqa: E402
+
+DIMS = (2, 3, 4, 5, 6, 8, 16, 32, 64, 128)
+BETAS = (2.5, 4.0, 6.0, 10.0)
+#: the collocation points n (and 2n) per d: the clustered state's width in z is ≈ 1/√d about a ≈ 0.5–0.9
+POINTS = {2: 48, 3: 48, 4: 48, 5: 48, 6: 48, 8: 64, 16: 96, 32: 96, 64: 128, 128: 160}
+RATE_DIMS, RATE_BETAS = (3, 4, 8, 16, 64), (1.0, 4.0, 9.0, 16.0, 36.0)
+
+
+def transition(d: int, beta: float, n: int) -> tuple[float, float, float]:
+    """(K_f, K_M, CPU s) of degree 1's subcritical branch on n points (τ = 1); NaN where not found."""
+    c0 = time.process_time()
+    P = HypersphereStationary(n, beta, 1.0, d)
+    kc = P.threshold(1)
+    lo, hi = 0.2 * kc, 1.02 * kc
+    res = noisy_branches(P, lo, hi, StepControl(0.01 * kc, 1e-10, 5 * kc, lo, hi, 2000), eig_solver="scipy")
+    ev = [e for e in res["bifurcations"] if e["mode"] == 1]
+    kf = next((e["parameter"] for e in ev if e["kind"] == "fold"), math.nan)
+    km = next((e["parameter"] for e in ev if e["kind"] == "maxwell" and e.get("found")), math.nan)
+    return float(kf), float(km), time.process_time() - c0
+
+
+def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
+    """One row per (d, β > β*⁽ᵈ⁾): K_c, K_f, K_M on n and 2n points, their changes, the CPU."""
+    rows = []
+    for d in dims:
+        bs = beta_star(d)
+        for beta in (b for b in betas if b > bs):
+            n = POINTS[d]
+            kf1, km1, s1 = transition(d, beta, n)
+            kf2, km2, s2 = transition(d, beta, 2 * n)
+            rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": critical_coupling(beta, 1.0, d),
+                         "K_f": kf2, "K_M": km2, "points": 2 * n, "K_f_change": abs(kf2 - kf1),
+                         "K_M_change": abs(km2 - km1), "cpu_s": s1})
+            r = rows[-1]
+            print(f"d = {d:4d}  β = {beta:5.2f}  K_c = {r['K_c']:.10g}  K_f = {kf2:.10g}  K_M = {km2:.10g}  "
+                  f"(n → 2n: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {s1:.2f} s on n)", flush=True)
+    return rows
+
+
+def rate_table() -> list[dict]:
+    """The fastest degree ℓ ≥ 1 of γ_ℓ and its lead over the runner-up, per (d, β)."""
+    out = []
+    for d in RATE_DIMS:
+        for beta in RATE_BETAS:
+            g = growth_rate(list(range(1, 401)), beta, d, "unnormalised")
+            top = fastest_degree(beta, d)
+            second = max(float(x) for i, x in enumerate(g, start=1) if i != top)
+            out.append({"d": d, "beta": beta, "fastest": top, "lead": float(g[top - 1]) / second - 1.0})
+    return out
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    """K_f/K_c and K_M/K_c against β for each d (one colour per d; solid K_M, dashed K_f)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.6))
+    ax = fig.add_subplot()
+    for i, d in enumerate(sorted({r["d"] for r in rows})):
+        rr = [r for r in rows if r["d"] == d]
+        b = [r["beta"] for r in rr]
+        ax.plot(b, [r["K_M"] / r["K_c"] for r in rr], "-o", color=f"C{i % 10}", ms=4, label=f"d = {d}")
+        ax.plot(b, [r["K_f"] / r["K_c"] for r in rr], "--", color=f"C{i % 10}", lw=1)
+    ax.plot([], [], "k-o", ms=4, label="Maxwell point K_M / K_c")
+    ax.plot([], [], "k--", label="fold K_f / K_c")
+    ax.set_xlabel("inverse temperature β")
+    ax.set_ylabel("coupling / K_c")
+    ax.set_title("first-order transition of noisy tokens on S^(d−1) (τ = 1)")
+    ax.legend(fontsize=7, ncol=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    """Compute and print the tables; write the JSON (and the figure)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="d = 4, 16 and two β (seconds)")
+    ap.add_argument("--figure", action="store_true", help="write docs/_static/hypersphere_phase.png")
+    args = ap.parse_args()
+    dims, betas = ((4, 16), (2.5, 4.0)) if args.quick else (DIMS, BETAS)
+    print("β*⁽ᵈ⁾: " + ", ".join(f"d = {d}: {beta_star(d):.7f}" for d in DIMS))
+    rows = phase_table(dims, betas)
+    rates = rate_table()
+    for r in rates:
+        print(f"d = {r['d']:3d}  β = {r['beta']:5.1f}  fastest degree {r['fastest']:3d}  lead {100 * r['lead']:.2f} %")
+    out = {"beta_star": {str(d): beta_star(d) for d in DIMS}, "transitions": rows, "fastest_degree": rates}
+    (ROOT / "out").mkdir(exist_ok=True)
+    (ROOT / "out" / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
+    if args.figure and not args.quick:
+        figure(rows, ROOT / "docs" / "_static" / "hypersphere_phase.png")
+
+
+if __name__ == "__main__":
+    main()

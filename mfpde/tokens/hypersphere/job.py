@@ -1,0 +1,135 @@
+"""The ``transport`` job on the hypersphere (``tokens.domain = "hypersphere"``, theory §11; interface.md).
+
+Zonal tokens on S^{d−1}: the flow map on Gauss labels (``tokens.solver = "flow"``, noise-free, spectral while the
+map is smooth) or the finite volumes in the polar angle (``"dg"``, degree 0: upwind, Scharfetter–Gummel with
+``tokens.noise``), replicated on every rank (a 1-D problem). Writes into DIR: ``config.toml`` and ``report.json``
+(``samples[0]``: ``solver``, ``dim``, ``mass_error``, ``min_mass``, ``harmonics = {t, l, power}`` (μ̂_ℓ² of each
+degree in the orthonormal zonal basis of the normalised measure, ℓ = 0..REPORT_DEGREE), ``clusters_t``,
+``clusters_T``, ``solve_cpu_s``) and ``plots/hypersphere_0.png`` (μ_t against the polar angle).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from mpi4py import MPI
+
+import numpy as np
+
+from mfpde import __version__
+from mfpde.config_keys import to_toml
+from mfpde.errors import NumericalError
+from mfpde.io import write_atomic, write_report
+from mfpde.outdir import prepare_output_dir
+from mfpde.tokens.depths import kept_outputs, output_depths
+from mfpde.tokens.hypersphere import transport as tr
+from mfpde.tokens.hypersphere.zonal import orthonormal_basis
+
+__all__ = ["REPORT_DEGREE", "initial_density", "transport_job"]
+
+logger = logging.getLogger(__name__)
+#: The highest degree ℓ of the reported powers.
+REPORT_DEGREE = 16
+#: Cells (a fraction of the peak mass) that hold a cluster; labels or cells closer than this many cell widths (or
+#: initial label spacings) are one cluster.
+CLUSTER_FLOOR, CLUSTER_GAP = 1e-3, 2.0
+
+
+def initial_density(cfg: Any) -> Any:
+    """ν_0(z) = |S^{d−1}| μ_0 (a callable on arrays): ``zonal_modes`` 1 + Σ a P_ℓ(z), ``zonal_cap`` ∝ e^{κ z}."""
+    d, da = cfg.tokens.dim, cfg.data
+    if da.kind == "zonal_modes":
+        lmax = int(max(m[0] for m in da.modes))
+        norm = orthonormal_basis(np.ones(1), lmax, d)[0]
+
+        def modes(z: np.ndarray) -> np.ndarray:
+            V = orthonormal_basis(np.asarray(z, float).ravel(), lmax, d) / norm
+            return (1.0 + sum(a * V[:, int(ll)] for ll, a in da.modes)).reshape(np.shape(z))
+
+        return modes
+    kappa = float(da.amplitude)
+    return lambda z: np.exp(kappa * (np.asarray(z, float) - 1.0))  # the mass is normalised by the solvers
+
+
+def _heads(cfg: Any) -> list[tuple[float, float, float]]:
+    h = cfg.heads
+    return [(float(p[0]), float(p[1]), float(w)) for p, w in zip(h.init["points"], h.init["weights"], strict=True)]
+
+
+def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
+    """Validate, prepare DIR, transport the zonal sample and write the report and the picture.
+
+    Raises:
+        NumericalError: a failed solve (status "failed" in the report).
+    """
+    t, d = cfg.tokens, cfg.tokens.dim
+    prepare_output_dir(out, comm)
+    write_atomic(out / "config.toml", to_toml(cfg), comm)
+    depths = output_depths(cfg)[kept_outputs(cfg)]
+    heads = _heads(cfg)
+    nu0 = initial_density(cfg)
+    what = (f"the flow map on {t.labels} Gauss labels (rtol {t.rtol:g})" if t.solver == "flow"
+            else f"finite volumes on {t.cells[0]} cells in the polar angle, τ = {t.noise:g}")
+    logger.info("transport on the hypersphere S^%d by %s: heads %s, %s attention, T = %g -> %s", d - 1, what,
+                [(round(b, 6), round(c, 6)) for b, c, _ in heads], t.attention, cfg.depth.T, out)
+    t0, c0 = time.perf_counter(), time.process_time()
+    head = {"command": "transport", "version": __version__, "domain": "hypersphere", "dim": d,
+            "comm_size": comm.size}
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            if t.solver == "flow":
+                res = tr.flow(nu0, heads, d, t.attention, depths, t.labels, t.rtol)
+                z, masses = res.z, np.broadcast_to(res.masses, res.z.shape)
+                theta = np.arccos(np.clip(z, -1.0, 1.0))
+                gap, floor, steps = CLUSTER_GAP * math.pi / t.labels, CLUSTER_FLOOR, 0
+            else:
+                cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells[0], depths, t.cfl)
+                masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
+                z, gap, floor, steps = np.cos(theta), CLUSTER_GAP * math.pi / t.cells[0], CLUSTER_FLOOR, cells.steps
+    except (FloatingPointError, RuntimeError, ValueError) as e:
+        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
+                           "error": f"sample 0: {e}"}, comm)
+        raise NumericalError(f"sample 0: the hypersphere's {t.solver} solve failed: {e}") from None
+    solve_cpu = time.process_time() - c0
+    power = tr.degree_power(z, masses, d, REPORT_DEGREE)
+    counts = [tr.clusters(theta[i], masses[i], gap, floor) for i in range(len(depths))]
+    total = masses.sum(axis=1)
+    block = {"solver": t.solver, "dim": d, "mass_error": float(np.abs(total - total[0]).max()),
+             "min_mass": float(masses.min()), "substeps": int(steps),
+             "harmonics": {"t": [float(x) for x in depths], "l": list(range(REPORT_DEGREE + 1)),
+                           "power": power.tolist()},
+             "clusters_t": counts, "clusters_T": counts[-1], "solve_cpu_s": solve_cpu}
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
+        _picture(out / "plots" / "hypersphere_0.png", depths, theta, masses, t.solver, d)
+    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
+    write_report(out, report, comm)
+    logger.info("hypersphere (%s): mass error %.3g, min mass %.3g, clusters at T: %d, solve %.3g CPU s", t.solver,
+                block["mass_error"], block["min_mass"], block["clusters_T"], solve_cpu)
+    return report
+
+
+def _picture(path: Path, depths: np.ndarray, theta: np.ndarray, masses: np.ndarray, solver: str, d: int) -> None:
+    """The cumulative distribution of the polar angle at up to five depths (labels and cells alike)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    picks = sorted({int(round(i)) for i in np.linspace(0, len(depths) - 1, min(5, len(depths)))})
+    for k, i in enumerate(picks):
+        order = np.argsort(theta[i])
+        ax.step(theta[i][order], np.cumsum(masses[i][order]) / masses[i].sum(), where="post", color=f"C{k}",
+                label=f"t = {depths[i]:.3g}")
+    ax.set_xlim(0, math.pi)
+    ax.set_xlabel("polar angle θ = arccos(x·e)")
+    ax.set_ylabel("μ_t(angle ≤ θ)")
+    ax.set_title(f"zonal tokens on S^{d - 1} ({solver}): the distribution of the polar angle")
+    ax.legend(fontsize=8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)

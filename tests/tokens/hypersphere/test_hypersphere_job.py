@@ -1,0 +1,96 @@
+"""The hypersphere as a token domain: its config rules, `mfpde continuation` (fold, Maxwell point) and `transport`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mfpde import config as C
+from mfpde.cli import main
+from mfpde.errors import ConfigError
+from mfpde.verify.hypersphere_reference import fold_maxwell_point
+from mfpde.verify.hypersphere_special import k_c
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = str(ROOT / "demos" / "noisy_hypersphere.toml")
+
+
+@pytest.mark.parametrize("override,match", [
+    ("tokens.dim=1", r"^tokens\.dim: .*2\.\.4096, got 1"),
+    ("tokens.dim=4097", r"^tokens\.dim: .*got 4097"),
+    ("data.kind=sphere_modes", r"^data\.kind: the hypersphere takes zonal data"),
+    ("data.modes=[[1, 0, 0.1]]", r"^data\.modes: needs rows \[degree, amplitude\]"),
+    ("data.modes=[[1, 2.0]]", r"^data\.modes: .*negative somewhere"),
+    ("tokens.solver=flow", r"^tokens\.noise: .*needs tokens\.solver = 'dg'"),
+    ("tokens.degree=1", r"^tokens\.degree: .*degree 0"),
+    ("tokens.box=[[0.0, 1.0]]", r"^tokens\.box: does not apply: .*the box's"),
+])
+def test_bad_input_names_the_key(override, match):
+    """Each refusal names the key and the real cause (exit 2 from the command)."""
+    with pytest.raises(ConfigError, match=match):
+        C.load(DEMO, [override])
+
+
+def test_the_resolved_config_keeps_the_hypersphere_keys():
+    """config.toml of a hypersphere run has tokens.dim and tokens.cells, not the box's or the sphere's keys."""
+    import tomllib
+
+    from mfpde.config_keys import to_toml
+
+    raw = tomllib.loads(to_toml(C.load(DEMO)))
+    tok = raw["tokens"]
+    assert tok["dim"] == 16 and tok["cells"] == [64] and not {"refine", "box", "cell", "mesh"} & set(tok)
+    assert C.from_dict(raw).tokens.dim == 16
+
+
+def test_continuation_finds_the_fold_and_the_maxwell_point(tmp_path):
+    """`mfpde continuation` on S^15 (β = 2 > β*): K_c, K_f and K_M within 1e-8 of the independent spectral solve."""
+    out = tmp_path / "c"
+    assert main(["continuation", DEMO, "--out", str(out), "--quiet"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    ev = {e["kind"]: e for e in rep["bifurcations"] if e["mode"] == 1}
+    ref = fold_maxwell_point(2.0, 1.0, 16, 80)
+    assert rep["domain"] == "hypersphere" and rep["dim"] == 16
+    assert abs(ev["subcritical"]["parameter"] - k_c(2.0, 1.0, 16)) <= 1e-8 * ref.K_c
+    assert abs(ev["fold"]["parameter"] - ref.K_f) <= 1e-8 * ref.K_f
+    assert ev["maxwell"]["found"] and abs(ev["maxwell"]["parameter"] - ref.K_M) <= 1e-8 * ref.K_M
+    assert ev["maxwell"]["stable"] and (out / "plots" / "bifurcation.png").stat().st_size > 0
+
+
+def test_no_maxwell_point_in_the_range_is_reported_not_found(tmp_path):
+    """A range that stops below K_M: the report says the Maxwell point was not found, and why (exit 0)."""
+    out = tmp_path / "c"
+    assert main(["continuation", DEMO, "--out", str(out), "--quiet", "--set", "continuation.start=11.0",
+                 "--set", "continuation.stop=12.0", "--set", "continuation.max_points=60"]) in (0, 3)
+    rep = json.loads((out / "report.json").read_text())
+    mx = [e for e in rep["bifurcations"] if e["kind"] == "maxwell"]
+    assert all(not e["found"] and e["why"] for e in mx)
+
+
+def test_transport_relaxes_to_the_uniform_state_with_noise(tmp_path):
+    """K = 1 far below the fold: degree 1's power decays; mass conserved to round-off; positive."""
+    out = tmp_path / "t"
+    assert main(["transport", DEMO, "--out", str(out), "--quiet"]) == 0
+    s = json.loads((out / "report.json").read_text())["samples"][0]
+    p1 = np.array(s["harmonics"]["power"])[:, 1]
+    assert p1[-1] < 0.1 * p1[0] and s["mass_error"] <= 1e-12 and s["min_mass"] >= 0
+    assert s["dim"] == 16 and s["solve_cpu_s"] > 0
+
+
+def test_flow_degree_one_grows_at_the_funk_hecke_rate(tmp_path):
+    """Noise-free flow map, USA, d = 16: degree 1's amplitude grows as e^{γ_1 t}, γ_1 = 16 λ_1(β)/β (theory §11)."""
+    from mfpde.verify.hypersphere_special import lam
+
+    out = tmp_path / "f"
+    eps, T = 1e-6, 0.5
+    assert main(["transport", DEMO, "--out", str(out), "--quiet", "--set", "tokens.noise=0", "--set",
+                 "tokens.solver=flow", "--set", f"data.modes=[[1, {eps}]]", "--set", f"depth.T={T}", "--set",
+                 "depth.steps=5", "--set", "output.plots=false"]) == 0
+    h = json.loads((out / "report.json").read_text())["samples"][0]["harmonics"]
+    amp = np.sqrt(np.array(h["power"])[:, 1])
+    rate = np.log(amp[-1] / amp[0]) / T
+    gamma = 1 * (1 + 16 - 2) * lam(1, 2.0, 16) / 2.0
+    assert abs(rate - gamma) <= 1e-4 * gamma  # the nonlinear correction O(ε) and the flow's tolerance
