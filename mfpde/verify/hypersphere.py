@@ -31,7 +31,7 @@ __all__ = ["continued", "curvature_at"]
 BUDGET_S = {True: 60.0, False: 240.0}
 #: (d, β, the collocation points) of the Maxwell cases: β above β*⁽ᵈ⁾, τ = 1.
 MAXWELL_CASES = {True: ((2, 3.0, 48), (3, 2.5, 48), (16, 2.0, 96)),
-                 False: ((2, 3.0, 48), (3, 2.5, 48), (4, 2.0, 64), (16, 2.0, 96), (64, 1.2, 96))}
+                 False: ((2, 3.0, 48), (3, 2.5, 48), (4, 2.0, 64), (16, 2.0, 96))}
 TRICRITICAL_DIMS = {True: (2, 4, 16), False: (2, 3, 4, 5, 6, 8, 16, 32, 64, 128)}
 THRESHOLD_DIMS = {True: (2, 5, 64), False: (2, 3, 4, 8, 16, 32, 64, 128)}
 K_TOL, BETA_TOL = 1e-8, 1e-6

@@ -94,3 +94,27 @@ def test_flow_degree_one_grows_at_the_funk_hecke_rate(tmp_path):
     rate = np.log(amp[-1] / amp[0]) / T
     gamma = 1 * (1 + 16 - 2) * lam(1, 2.0, 16) / 2.0
     assert abs(rate - gamma) <= 1e-4 * gamma  # the nonlinear correction O(ε) and the flow's tolerance
+
+
+def test_the_docs_table_is_regenerated():
+    """docs/hypersphere.md: β*⁽ᵈ⁾ and each (d, β) row's K_c, K_f, K_M, recomputed (to the digits printed)."""
+    import re
+
+    from mfpde.tokens.hypersphere.stationary import HypersphereStationary
+    from mfpde.tokens.hypersphere.theory import beta_star, critical_coupling
+    from mfpde.verify.hypersphere import MAXWELL_CASES, _fold_maxwell, continued
+
+    text = (ROOT / "docs" / "hypersphere.md").read_text()
+    dims = re.search(r"^\| d \| (.+) \|$", text, re.M).group(1).split(" | ")  # type: ignore[union-attr]
+    stars = re.search(r"^\| β\*⁽ᵈ⁾ \| (.+) \|$", text, re.M).group(1).split(" | ")  # type: ignore[union-attr]
+    for d, b in zip(dims, stars, strict=True):
+        assert f"{beta_star(int(d)):.6f}" == b, d
+    points = {d: n for d, _, n in MAXWELL_CASES[False]}
+    rows = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text, re.M)
+    assert len(rows) == 4
+    for d, beta, kc, kf, km in rows:
+        d, beta = int(d), float(beta)
+        ref = fold_maxwell_point(beta, 1.0, d, 80)
+        lo, hi = ref.K_f - 0.3 * (ref.K_c - ref.K_f), ref.K_c + 0.1 * (ref.K_c - ref.K_f)
+        got = _fold_maxwell(continued(HypersphereStationary(points[d], beta, 1.0, d), lo, hi, 0.05 * (hi - lo)))
+        assert f"{critical_coupling(beta, 1.0, d):.10f}" == kc and f"{got[0]:.10f}" == kf and f"{got[1]:.10f}" == km
