@@ -21,10 +21,7 @@ Conventions
   parameterises the branch: for given a, Newton (exact Jacobian, from covariances under ρ dν) solves
   G_ℓ(κ, m) = ∫ e^{κΦ} P_ℓ dν / ∫ e^{κΦ} dν − m_ℓ = 0, ℓ = 1..L, for (κ, m_2..m_L). Integrals in z use an
   n-point Gauss–Jacobi rule with weight (1 − z²)^α (scipy.special.roots_jacobi), the exponential handled in
-  log-sum-exp form. Default truncation L = n // 2.
-
-Public functions: :func:`beta_star`, :func:`lam`, :func:`k_c`, :func:`branch`, :func:`fold_and_maxwell`
-(and :func:`fold_maxwell_point`, :func:`solve_state`, :func:`log_sphere_area`, :func:`harmonic_dimension`).
+  log-sum-exp form. Default truncation L = n // 2. The special functions: :mod:`mfpde.verify.hypersphere_special`.
 """
 
 from __future__ import annotations
@@ -50,27 +47,9 @@ from mfpde.verify.hypersphere_special import (  # noqa: F401  (re-exported)
     log_sphere_area,
 )
 
-__all__ = [
-    "Branch",
-    "FoldMaxwell",
-    "State",
-    "beta_star",
-    "branch",
-    "fold_and_maxwell",
-    "fold_maxwell_point",
-    "gegenbauer",
-    "harmonic_dimension",
-    "k_c",
-    "lam",
-    "log_bessel_i",
-    "log_sphere_area",
-    "solve_state",
-]
+__all__ = ["Branch", "FoldMaxwell", "State", "beta_star", "branch", "fold_and_maxwell", "fold_maxwell_point",
+           "gegenbauer", "harmonic_dimension", "k_c", "lam", "log_bessel_i", "log_sphere_area", "solve_state"]
 
-
-# --------------------------------------------------------------------------------------------------------------
-# spectral fixed-point solver
-# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
