@@ -279,7 +279,8 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
-              "domain": P.domain, **({"dim": P.d} if P.domain == "hypersphere" else {}), "parameter": c.parameter,
+              "domain": P.domain, **({"dim": P.d} if isinstance(P, HypersphereStationary) else {}),
+              "parameter": c.parameter,
               "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
@@ -301,7 +302,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
 def _where(P: Stationary) -> str:
     """The domain in words: "circle", "sphere", "hypersphere S^15"."""
-    return f"hypersphere S^{P.d - 1}" if P.domain == "hypersphere" else P.domain
+    return f"hypersphere S^{P.d - 1}" if isinstance(P, HypersphereStationary) else P.domain
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:

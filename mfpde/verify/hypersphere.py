@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 import scipy.optimize
@@ -37,7 +38,7 @@ THRESHOLD_DIMS = {True: (2, 5, 64), False: (2, 3, 4, 8, 16, 32, 64, 128)}
 K_TOL, BETA_TOL = 1e-8, 1e-6
 
 
-def continued(P: object, lo: float, hi: float, step: float) -> dict:
+def continued(P: Any, lo: float, hi: float, step: float) -> dict[str, Any]:
     """The branches of :func:`mfpde.continuation_job.noisy_branches` in K ∈ [lo, hi] (scipy eigenvalues)."""
     from mfpde.continuation import StepControl
     from mfpde.continuation_job import noisy_branches
@@ -65,7 +66,7 @@ def check_hypersphere_threshold(quick: bool) -> Outcome:
     from mfpde.tokens.hypersphere.stationary import HypersphereStationary
     from mfpde.verify.hypersphere_special import k_c
 
-    worst, rows = 0.0, []
+    worst, rows = 0.0, list[str]()
     for d in THRESHOLD_DIMS[quick]:
         beta = 1.5
         kc = k_c(beta, 1.0, d)
@@ -87,7 +88,7 @@ def check_hypersphere_tricritical(quick: bool) -> Outcome:
     from mfpde.verify.hypersphere_special import beta_star
 
     deadline = time.process_time() + BUDGET_S[quick]
-    worst, rows = 0.0, []
+    worst, rows = 0.0, list[str]()
     for d in TRICRITICAL_DIMS[quick]:
         if time.process_time() > deadline:
             return Outcome(math.inf, 0.0, f"≤ {BETA_TOL:g}", False, f"CPU budget exhausted at d = {d}: "
@@ -111,7 +112,7 @@ def check_hypersphere_maxwell(quick: bool) -> Outcome:
     from mfpde.verify.hypersphere_reference import fold_maxwell_point
 
     deadline = time.process_time() + BUDGET_S[quick]
-    worst, rows = 0.0, []
+    worst, rows = 0.0, list[str]()
     for d, beta, n in MAXWELL_CASES[quick]:
         if time.process_time() > deadline:
             return Outcome(math.inf, 0.0, f"≤ {K_TOL:g}", False, "CPU budget exhausted: " + "; ".join(rows))
@@ -130,7 +131,7 @@ def check_hypersphere_maxwell(quick: bool) -> Outcome:
     return Outcome(worst, 0.0, f"≤ {K_TOL:g}", worst <= K_TOL, "; ".join(rows), tolerance=K_TOL)
 
 
-def _fold_maxwell(res: dict) -> tuple[float, float]:
+def _fold_maxwell(res: dict[str, Any]) -> tuple[float, float]:
     """(K_f, K_M) of degree 1's branch in a continuation's result (NaN where not found)."""
     ev = res["bifurcations"]
     fold = next((e["parameter"] for e in ev if e["kind"] == "fold" and e["mode"] == 1), math.nan)
