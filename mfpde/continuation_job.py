@@ -42,7 +42,8 @@ from mfpde.tokens.domains import stationary_problem
 from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 
-__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "noisy_branches",
+__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "mode_amplitude",
+           "noisy_branches",
            "noisy_circle_branches", "slope"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
@@ -99,6 +100,16 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     return beta, float(t.noise)
 
 
+def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
+    """|∫ μ cos kθ dθ| (circle), |∫ μ P_k dσ| (sphere, hypersphere) of the state u: the report's amplitude.
+
+    The continuation's linear row (:meth:`amplitude`) is this for unknowns that are densities; a problem whose
+    unknowns are not (the hypersphere's log-densities) gives the density's own by ``density_amplitude``.
+    """
+    own = getattr(P, "density_amplitude", None)
+    return abs(float(own(u, k))) if own is not None else abs(float(P.amplitude(k) @ u))
+
+
 def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
     """A with aᵀx = mode k's amplitude (∫ μ cos kθ dθ; on the sphere ∫ μ P_k dσ), x = (u, K), shape (m+1,)."""
     return np.concatenate([P.amplitude(k), [0.0]])
@@ -140,7 +151,7 @@ def _block(P: Stationary, br: Branch, origin: str, solver: str, k: int = 1) -> d
         stable.append(ok)
     return {"origin": origin, "parameter": list(br.K), "order_parameter": [P.order_parameter(u) for u in br.u],
             "free_energy": [P.free_energy(u, K) for u, K in zip(br.u, br.K, strict=True)],
-            "mode": k, "amplitude": [abs(float(P.amplitude(k) @ u)) for u in br.u],
+            "mode": k, "amplitude": [mode_amplitude(P, u, k) for u in br.u],
             "leading_eigenvalue": lead, "stable": stable, "stopped": br.stopped, "early": br.early}
 
 
@@ -153,7 +164,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
     """
     W = P.inner_weights()
     branches, bifs = [], []
-    with Newton(P, P.m) as newton:
+    with Newton(P, P.m, atol=getattr(P, "newton_atol", 1e-12)) as newton:
         x0 = np.concatenate([P.uniform(), [start]])
         t0 = np.zeros(P.m + 1)
         t0[-1] = 1.0 if stop > start else -1.0
@@ -178,7 +189,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                 for f in (e for e in br.events if e.kind == "fold"):
                     bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
                                  "order_parameter": P.order_parameter(f.u),
-                                 "amplitude": abs(float(P.amplitude(k) @ f.u))})
+                                 "amplitude": mode_amplitude(P, f.u, k)})
                 block = _block(P, br, f"mode {k} at K = {ev.K:.6g}{side}", eig_solver, k)
                 if kind == "subcritical":  # a first-order transition: where the stable clustered part meets E(uniform)
                     bifs += maxwell_points(P, newton, br, block, k, len(branches))
@@ -242,7 +253,7 @@ def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, A
             continue
         out.append({"kind": "maxwell", "found": True, "parameter": float(y[m]), "mode": k, "branch": index,
                     "free_energy": P.free_energy(y[:m], float(y[m])), "order_parameter": P.order_parameter(y[:m]),
-                    "amplitude": abs(float(P.amplitude(k) @ y[:m])), "stable": P.stability(y[:m], float(y[m]))[1]})
+                    "amplitude": mode_amplitude(P, y[:m], k), "stable": P.stability(y[:m], float(y[m]))[1]})
     if not out:
         why = ("the branch has no stable point in the range" if not st.any() else "the stable part's free energy "
                "does not cross the uniform state's in the range")
