@@ -34,7 +34,7 @@ import scipy.special
 from bench_circle import cpu  # the same best-of-n CPU timer
 
 from mfpde.fitting import PowerLaw, fit_power
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import cdf_density, cdf_points, initial_density, w1_circle
 from mfpde.tokens.circle.particles import dense_velocity, sample_modes, transport_particles

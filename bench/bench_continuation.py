@@ -106,7 +106,7 @@ def exact_fit_bias(points: int = 63) -> dict:
 
 def scan(cells: int, tol: float = 1e-7, chunk: float = 10.0, max_depth: float = 2000.0) -> dict:
     """The time-stepping scan on ``cells`` DG0 cells (module docstring)."""
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.tokens.circle.dg import CircleMesh
     from mfpde.tokens.circle.noise import NoisyCircleTransport
 

@@ -36,7 +36,7 @@ from threadpoolctl import threadpool_limits
 
 from mfpde import config as C
 from mfpde.exact import value_training_law
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.box.particles import transport_particles
 from mfpde.training.driver import run_training
 

@@ -36,8 +36,8 @@ from threadpoolctl import threadpool_limits
 
 from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.particles import transport_particles
 from mfpde.tokens.box.transport import TokenTransport
 

@@ -30,10 +30,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, velocity, velocity_vjp
+from mfpde.tokens.attention import TensorGrid, velocity, velocity_vjp
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.interpolated import InterpolatedSoftmax
 from mfpde.tokens.box.separable import TensorSoftmax, velocity_tensor

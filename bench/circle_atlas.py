@@ -37,7 +37,7 @@ import numpy as np
 import scipy.special
 
 from mfpde.fitting import fit_power
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import clusters, initial_density
 

@@ -40,11 +40,11 @@ from fe_models import (
 )
 
 from mfpde import config as C
+from mfpde.heads import HeadMeasure
 from mfpde.params.family import make_family
 from mfpde.params.fokker_planck import ParameterFokkerPlanck
 from mfpde.params.free_energy import gibbs_kl, training_free_energy
 from mfpde.params.theta import theta_space
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 from mfpde.verify.models import A_FIXED, gaussian_config
 from mfpde.verify.shallow import TOKEN_BOX

@@ -4,7 +4,7 @@ For each d the tricritical β*⁽ᵈ⁾ is the root of I_{d/2+1}(β)/I_{d/2}(β)
 continuation``'s machinery (:func:`mfpde.continuation_job.noisy_branches` on the hypersphere's zonal stationary
 problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = τβ/λ_1(β), locating its fold K_f and
 the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
-Each (d, β) is solved on n and 2n collocation points: the table gives the change, the grid's error. Also the
+Each (d, β) is solved on n and 3n/2 collocation points: the table gives the change, the grid's error. Also the
 noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json``,
 ``docs/_static/hypersphere_phase.png`` (``--figure``) and prints the tables. Run from the repository root:
 
@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # dense n ≤ 300: BLAS threads only contend
 
 from mpi4py import MPI  # noqa: F401  (before petsc4py)
 
@@ -34,8 +37,9 @@ from mfpde.tokens.hypersphere.theory import beta_star, critical_coupling, fastes
 
 DIMS = (2, 3, 4, 5, 6, 8, 16, 32, 64, 128)
 BETAS = (2.5, 4.0, 6.0, 10.0)
-#: the collocation points n (and 2n) per d: the clustered state's width in z is ≈ 1/√d about a ≈ 0.5–0.9
-POINTS = {2: 48, 3: 48, 4: 48, 5: 48, 6: 48, 8: 64, 16: 96, 32: 96, 64: 128, 128: 160}
+#: the collocation points n (and 3n/2) per d: the Gauss rule of σ̄ below d = 16, the angle rule from there
+#: (:data:`mfpde.tokens.hypersphere.stationary.ANGLE_FROM_DIM`), whose clustered states need n ≈ 10√d
+POINTS = {2: 48, 3: 48, 4: 48, 5: 48, 6: 48, 8: 64, 16: 64, 32: 96, 64: 96, 128: 128}
 RATE_DIMS, RATE_BETAS = (3, 4, 8, 16, 64), (1.0, 4.0, 9.0, 16.0, 36.0)
 
 
@@ -44,8 +48,8 @@ def transition(d: int, beta: float, n: int) -> tuple[float, float, float]:
     c0 = time.process_time()
     P = HypersphereStationary(n, beta, 1.0, d)
     kc = P.threshold(1)
-    lo, hi = 0.2 * kc, 1.02 * kc
-    res = noisy_branches(P, lo, hi, StepControl(0.01 * kc, 1e-10, 5 * kc, lo, hi, 2000), eig_solver="scipy")
+    lo, hi = 1e-3 * kc, 1.02 * kc
+    res = noisy_branches(P, lo, hi, StepControl(0.01 * kc, 1e-10, 10 * kc + 10, lo, hi, 3000), eig_solver="scipy")
     ev = [e for e in res["bifurcations"] if e["mode"] == 1]
     kf = next((e["parameter"] for e in ev if e["kind"] == "fold"), math.nan)
     km = next((e["parameter"] for e in ev if e["kind"] == "maxwell" and e.get("found")), math.nan)
@@ -53,20 +57,20 @@ def transition(d: int, beta: float, n: int) -> tuple[float, float, float]:
 
 
 def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
-    """One row per (d, β > β*⁽ᵈ⁾): K_c, K_f, K_M on n and 2n points, their changes, the CPU."""
+    """One row per (d, β > β*⁽ᵈ⁾): K_c, K_f, K_M on n and 3n/2 points, their changes, the CPU."""
     rows = []
     for d in dims:
         bs = beta_star(d)
         for beta in (b for b in betas if b > bs):
             n = POINTS[d]
             kf1, km1, s1 = transition(d, beta, n)
-            kf2, km2, s2 = transition(d, beta, 2 * n)
+            kf2, km2, s2 = transition(d, beta, 3 * n // 2)
             rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": critical_coupling(beta, 1.0, d),
-                         "K_f": kf2, "K_M": km2, "points": 2 * n, "K_f_change": abs(kf2 - kf1),
+                         "K_f": kf2, "K_M": km2, "points": 3 * n // 2, "K_f_change": abs(kf2 - kf1),
                          "K_M_change": abs(km2 - km1), "cpu_s": s1})
             r = rows[-1]
             print(f"d = {d:4d}  β = {beta:5.2f}  K_c = {r['K_c']:.10g}  K_f = {kf2:.10g}  K_M = {km2:.10g}  "
-                  f"(n → 2n: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {s1:.2f} s on n)", flush=True)
+                  f"(n → 3n/2: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {s1:.2f} s on n)", flush=True)
     return rows
 
 

@@ -65,7 +65,7 @@ def draw(ax, part: dict, title: str) -> None:
 
 def sweep(beta: float, Ks: np.ndarray, cells: int, depth: float, kick: float = 1e-3) -> tuple[list, list, float]:
     """|μ̂₁| at the end of DG0 SG runs along Ks up then down (each from the previous end state + kick·cos θ)."""
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.tokens.circle.dg import CircleMesh
     from mfpde.tokens.circle.noise import NoisyCircleTransport
 

@@ -36,10 +36,10 @@ from mfpde.config_schema import (
     Tokens,
     Training,
 )
+from mfpde.domains import DOMAINS, check_domain, data_kinds
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
-from mfpde.tokens.domains import DOMAINS, check_domain, data_kinds
 from mfpde.tokens.rk import DEPTH_SCHEMES
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from mfpde.config import _ALIASES_BACK, Config
-from mfpde.tokens.domains import domain_keys
+from mfpde.domains import domain_keys
 
 __all__ = ["in_use", "schema_keys", "to_toml"]
 
@@ -61,7 +61,7 @@ def in_use(cfg: Config, key: str) -> bool:
     # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere; λ of
     # training: no points)
     if not box:
-        rules.update(domain_keys(cfg))  # a domain's own keys (:mod:`mfpde.tokens.domains`)
+        rules.update(domain_keys(cfg))  # a domain's own keys (:mod:`mfpde.domains`)
     gibbs = box and cfg.continuation.parameter == "lambda" and key != "continuation.points"
     return rules.get(key, not key.startswith("continuation.") or (circle and t.noise > 0) or gibbs)
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mfpde.config_schema import Training
+from mfpde.domains import domain_not_applying
 from mfpde.errors import ConfigError, ConfigErrors
-from mfpde.tokens.domains import domain_not_applying
 
 __all__ = ["LN_TINY", "MAX_BRANCH_POINTS", "Problems", "ROUNDOFF_DECAY", "UNIFORM_TV", "check_applies",
            "check_input_file", "check_training", "continuation_range_rules", "parse_size", "risk_bound",

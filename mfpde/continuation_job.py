@@ -34,11 +34,11 @@ from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
+from mfpde.domains import stationary_problem
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.circle.stationary import CircleStationary
-from mfpde.tokens.domains import stationary_problem
 from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 from mfpde.tokens.sphere.stationary import SphereStationary
 

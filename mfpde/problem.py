@@ -25,11 +25,11 @@ import numpy.typing as npt
 
 from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
+from mfpde.heads import HeadMeasure
 from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
 from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import MU0_CACHE_BYTES, Sample, initial_measures, load_samples
 from mfpde.tokens.box.readout import Readout, readout_function
 from mfpde.tokens.box.transport import TokenTransport

@@ -95,7 +95,7 @@ def test_time_stepping_reaches_the_continued_state_at_order_2():
     """DG0 SG from a perturbation to depth 30 (β = 2, τ = 1, K = 2): |μ̂_1| → the continued state's at order 2, the
     free energy at order 4."""
     from mfpde.fitting import fit_order
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.tokens.circle.dg import CircleMesh
     from mfpde.tokens.circle.noise import NoisyCircleTransport, free_energy
 

@@ -187,7 +187,7 @@ def test_embedded_default_starts_off_the_kink_of_the_upwind_layer():
     """ŷ of the single-layer upwind step is linear in c = ∫v dρ on each side of c = 0 only; at c = 0 its derivative
     is one-sided, and which side round-off picks differs with the rank count (ρ₀ = N(0, 0.1) gave ∂R/∂c 0.533 on 1
     and 2 ranks, 0.700 on 3). The default's ρ₀ has c away from 0: ∂R/∂c there equals the central difference."""
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.training.problem import CoupledProblem
 
     cp = CoupledProblem(C.load(None, QUIET))

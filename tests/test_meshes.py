@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from roundoff import conservation, gamma
 
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import MeshError, box, measure, read_msh
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.transport import TokenTransport
 

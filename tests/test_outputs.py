@@ -187,7 +187,7 @@ def test_certificate_is_a_bound_only_where_r_is_convex_in_rho(tempdir):
     the kink c = 0) keep the bound; scalar heads say that it is not one."""
     from types import SimpleNamespace
 
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.training.problem import CoupledProblem
     from mfpde.training.report import certificate_bound
 

@@ -18,9 +18,9 @@ import pytest
 from configs import DEEP
 
 from mfpde.config import load
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
 from mfpde.petsc import collect_garbage
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.transport import TokenTransport
 from mfpde.training.problem import CoupledProblem

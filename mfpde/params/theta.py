@@ -1,6 +1,6 @@
 """The head distribution ρ on Θ: a P1 density with mass lumping, or finitely many weighted Dirac heads.
 
-The token solver needs ρ only through the reduced :class:`~mfpde.tokens.attention.HeadMeasure`; this module
+The token solver needs ρ only through the reduced :class:`~mfpde.heads.HeadMeasure`; this module
 builds it from either representation, gathering the (small) Θ data on every rank in an order fixed by
 the coordinates, so that results do not depend on the number of ranks.
 """
@@ -14,12 +14,12 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import ConfigError
+from mfpde.heads import HeadMeasure
 from mfpde.limits import check_gaussian_inside
 from mfpde.mesh import Domain, make_domain
 from mfpde.params.densities import gaussian_density
 from mfpde.params.family import HeadFamily
 from mfpde.spaces import lumped_mass
-from mfpde.tokens.attention import HeadMeasure
 
 Array = npt.NDArray[np.float64]
 

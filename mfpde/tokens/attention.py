@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.box.substitution import substituted_values
 
 Array = npt.NDArray[np.float64]
@@ -48,61 +48,6 @@ _BLOCK = 2048
 #: Cap on the exponents of shifted softmax factors, reached only off the support of μ (where the factor multiplies
 #: a zero weight): e^{700} < 1.8e308, the largest double.
 EXP_CAP = 700.0
-
-
-class Family(Protocol):
-    """What :meth:`HeadMeasure.from_heads` needs of a head family (:class:`mfpde.params.family.HeadFamily`)."""
-
-    p: int
-
-    def a(self, theta: Array) -> Array:
-        """The coefficient of A = a I_d at each θ, shape (n,), for θ of shape (n, p)."""
-        ...
-
-    def v(self, theta: Array) -> Array:
-        """The coefficient of V = v I_d at each θ, shape (n,), for θ of shape (n, p)."""
-        ...
-
-
-@dataclass(frozen=True)
-class HeadMeasure:
-    """A head distribution reduced to what the velocity needs: distinct a_k and c_k = ∫_{a=a_k} v dρ.
-
-    Attributes:
-        a: distinct a values, shape (N_a,).
-        c: value-weighted head mass per a, shape (N_a,).
-    """
-
-    a: Array
-    c: Array
-
-    @staticmethod
-    def from_heads(family: Family, theta: Array, weights: Array, keep_zero: bool = False) -> HeadMeasure:
-        """Reduce weighted heads (Dirac masses, or Θ dofs times their lumped quadrature weights).
-
-        Args:
-            family: the head family.
-            theta: head parameters, shape (n, p).
-            weights: non-negative weights, shape (n,) (the ρ-mass of each head).
-            keep_zero: keep distinct a with c = 0 (the adjoint needs every a where δR/δρ is wanted).
-        """
-        theta = np.asarray(theta, dtype=float).reshape(len(weights), family.p)
-        a = family.a(theta)
-        key, inv = np.unique(np.round(a, 12), return_inverse=True)
-        c = np.zeros(len(key))
-        np.add.at(c, inv, np.asarray(weights, dtype=float) * family.v(theta))
-        keep = np.ones(len(c), bool) if keep_zero else c != 0.0
-        return HeadMeasure(key[keep], c[keep])
-
-    @property
-    def abar(self) -> float:
-        """ā = ∫ v dρ (theory §6.1)."""
-        return float(self.c.sum())
-
-    @property
-    def bbar(self) -> float:
-        """b̄ = ∫ v a dρ (theory §6.1)."""
-        return float((self.a * self.c).sum())
 
 
 @dataclass(frozen=True)

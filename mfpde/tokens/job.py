@@ -50,7 +50,7 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
     if cfg.tokens.domain != "box":  # the circle (theory §8), the sphere (§9): each domain's package runs its job
-        from mfpde.tokens.domains import transport_job as domain_job
+        from mfpde.domains import transport_job as domain_job
 
         return domain_job(cfg, out, comm, progress)  # type: ignore[return-value]
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed

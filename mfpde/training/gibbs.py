@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import NumericalError
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 
 __all__ = ["FD_STEP", "GibbsProblem", "gibbs_residual_norm"]

@@ -20,10 +20,10 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.heads import HeadMeasure
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
 from mfpde.sample_fields import write_sample_fields
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import UNTAPED_CHUNK_BYTES, BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.box.data import Sample, initial_measures

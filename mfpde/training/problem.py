@@ -15,10 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.config import Config
+from mfpde.heads import HeadMeasure
 from mfpde.params.family import HeadFamily
 from mfpde.params.theta import ThetaSpace
 from mfpde.problem import build
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import Gradient
 from mfpde.training.objective import Objective, ntk_gram
 from mfpde.training.splitting import (

@@ -25,8 +25,8 @@ import numpy as np
 import ufl
 
 from mfpde import __version__
+from mfpde.heads import HeadMeasure
 from mfpde.io import write_atomic
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 

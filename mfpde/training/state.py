@@ -16,11 +16,11 @@ import numpy.typing as npt
 import ufl
 
 from mfpde.errors import ConfigError, NumericalError
+from mfpde.heads import HeadMeasure
 from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
 from mfpde.params.free_energy import training_free_energy
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.problem import Problem
-from mfpde.tokens.attention import HeadMeasure
 
 __all__ = ["HeadDensities"]
 

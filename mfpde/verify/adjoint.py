@@ -22,10 +22,10 @@ import numpy as np
 
 from mfpde.exact import gaussian_risk_derivatives
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import Domain, box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.transport import Tape, TokenTransport

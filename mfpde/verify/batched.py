@@ -26,7 +26,7 @@ import numpy as np
 
 from mfpde import config as C
 from mfpde.fitting import fit_order
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 from mfpde.verify.registry import Outcome, Series, register
 

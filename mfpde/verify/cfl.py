@@ -42,8 +42,8 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.exact import gaussian_transport
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.transport import TokenTransport
 from mfpde.verify.conservation import _mu0
 from mfpde.verify.registry import Outcome, register

@@ -36,7 +36,7 @@ import numpy as np
 import scipy.special
 
 from mfpde.fitting import fit_order, fit_rate, richardson_bound, slope_se, slope_tolerance
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import cdf_density, cdf_points, clusters, initial_density, w1_circle
 from mfpde.tokens.circle.particles import sample_modes, transport_particles

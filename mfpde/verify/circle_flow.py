@@ -37,7 +37,7 @@ import numpy as np
 import scipy.integrate
 
 from mfpde.fitting import fit_rate, richardson_bound
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, moments, w1_circle
 from mfpde.tokens.circle.flow import FlowMap, FourierForce, cluster_masses, modes_labels

@@ -25,12 +25,12 @@ import numpy as np
 
 from mfpde.exact import gaussian_transport, ou_moments
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import Domain, box
 from mfpde.params.densities import gaussian_density
 from mfpde.params.family import ScalarHeads
 from mfpde.params.fokker_planck import ParameterFokkerPlanck
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.readout import readout_function

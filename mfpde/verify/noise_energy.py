@@ -130,7 +130,7 @@ def energy_rise(E: Array) -> float:
 
 def _dg_run(n: int, deadline: float) -> tuple[float, float, float, float]:
     """(|μ̂₁| of μ_T, E_h(μ_T), the rise of E_h, the round-off of two evaluations of E_h) of one DG0 SG run."""
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.tokens.circle.dg import CircleMesh
     from mfpde.tokens.circle.noise import NoisyCircleTransport, free_energy, interaction
 

@@ -39,8 +39,9 @@ from scipy.stats import norm
 
 from mfpde.exact import gaussian_euler_network, gaussian_transport
 from mfpde.fitting import fit_order, richardson_bound, slope_se, slope_tolerance
+from mfpde.heads import HeadMeasure
 from mfpde.params.family import ScalarHeads
-from mfpde.tokens.attention import HeadMeasure, velocity
+from mfpde.tokens.attention import velocity
 from mfpde.tokens.box.particles import transport_particles
 from mfpde.verify.models import A_FIXED, M0, S0
 from mfpde.verify.registry import Outcome, Series, register

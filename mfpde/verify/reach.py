@@ -32,8 +32,9 @@ import numpy.typing as npt
 
 from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure, softmax_moments_direct
+from mfpde.tokens.attention import softmax_moments_direct
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.transport import TokenTransport

@@ -23,8 +23,8 @@ import numpy.typing as npt
 
 from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order, richardson_bound, slope_tolerance
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.transport import TokenTransport

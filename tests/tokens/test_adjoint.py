@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from roundoff import gamma
 
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
 from mfpde.params.theta import ThetaSpace
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.transport import TokenTransport

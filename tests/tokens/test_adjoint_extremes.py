@@ -24,9 +24,10 @@ from roundoff import gamma
 
 from mfpde.config import load
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
 from mfpde.problem import build
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, tilted_kernel, velocity_vjp
+from mfpde.tokens.attention import TensorGrid, tilted_kernel, velocity_vjp
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.interpolated import InterpolatedSoftmax

@@ -15,8 +15,9 @@ import pytest
 from roundoff import U, gamma, softmax_error
 from scipy.special import logsumexp, softmax
 
+from mfpde.heads import HeadMeasure
 from mfpde.params.family import ScalarHeads, ValueHeads, make_family
-from mfpde.tokens.attention import HeadMeasure, TensorGrid, softmax_moments_direct, velocity, velocity_vjp
+from mfpde.tokens.attention import TensorGrid, softmax_moments_direct, velocity, velocity_vjp
 from mfpde.tokens.box.separable import _TENSOR_RANGE_MAX, SeparableFactors, TensorSoftmax, velocity_tensor
 
 
@@ -368,7 +369,8 @@ def test_head_measure_cancelling_and_value_family():
 @pytest.mark.parametrize("kind", ["gaussian", "narrow", "random", "two_points", "wide_exponent"])
 def test_chebyshev_1d_matches_direct(kind):
     """d = 1: the Chebyshev interpolation in s = a x (tilted_mean_1d) equals the direct log-domain sums."""
-    from mfpde.tokens.attention import HeadMeasure, softmax_moments_direct, velocity
+    from mfpde.heads import HeadMeasure
+    from mfpde.tokens.attention import softmax_moments_direct, velocity
 
     rng = np.random.default_rng(3)
     L = 40.0 if kind == "wide_exponent" else 4.0

@@ -22,7 +22,7 @@ from roundoff import gamma
 
 import mfpde.training.objective as objective_module
 from mfpde import config as C
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.box.batch import BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.box.readout import readout_function
 from mfpde.training.problem import CoupledProblem

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mfpde import config as C
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import cdf_density, cdf_points, clusters, fourier, initial_density, w1_circle
 from mfpde.tokens.circle.particles import bessel_velocity, dense_velocity, sample_modes, transport_particles

@@ -308,7 +308,7 @@ def test_transport_flow_report_and_both_solvers_agree(tmp_path):
     assert flow["solver"] == "flow" and flow["reconstruction_T"] == "hermite" and flow["integrator"]["switch_t"] is None
     # DG's own depth error at its default step cap (Richardson against half the cap, SSP-RK3: order 3), with a
     # factor 2 for the estimate; the flow map's error at M = 128 is far below (spectral: 1e-7 at M = 64)
-    from mfpde.tokens.attention import HeadMeasure
+    from mfpde.heads import HeadMeasure
     from mfpde.tokens.circle.dg import GROWTH_CAP, CircleMesh, CircleTransport, linear_rate_bound
     from mfpde.tokens.circle.diag import cdf_at, initial_density
 

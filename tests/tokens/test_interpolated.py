@@ -13,8 +13,9 @@ import pytest
 from roundoff import gamma, softmax_error
 
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure, velocity, velocity_vjp
+from mfpde.tokens.attention import velocity, velocity_vjp
 from mfpde.tokens.box.interpolated import InterpolatedSoftmax
 from mfpde.tokens.box.transport import TokenTransport
 

@@ -12,7 +12,7 @@ import scipy.special as sp
 
 from mfpde import config as C
 from mfpde.fitting import fit_order
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.noise import NoisyCircleTransport, bernoulli, free_energy
 

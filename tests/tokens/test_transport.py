@@ -25,8 +25,8 @@ from mfpde.cli import main
 from mfpde.config import ConfigError
 from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.data import Sample, _deposit, fill_density
 from mfpde.tokens.box.particles import transport_particles
 from mfpde.tokens.box.readout import readout_function

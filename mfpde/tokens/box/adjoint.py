@@ -20,7 +20,7 @@ The upwind flux is only piecewise smooth in the velocity: where V·n = 0 on a fa
 one-sided derivatives (UFL's sign(0) = 0), which need not be a descent direction. Start ρ_0 off that set.
 
 **First variation** (theory §3.1 (G)). The velocity depends on ρ only through c_k = ∫_{a(θ)=a_k} v dρ
-(:class:`~mfpde.tokens.attention.HeadMeasure`), so the reverse pass returns D(a_k) = ∂R/∂c_k and
+(:class:`~mfpde.heads.HeadMeasure`), so the reverse pass returns D(a_k) = ∂R/∂c_k and
 
     δR/δρ(θ) = v(θ) D(a(θ))     (per layer block for depth-indexed models, theory §3.1 (D)),
 
@@ -40,8 +40,8 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.tape import CheckpointedTape, reverse
 from mfpde.tokens.box.transport import Tape, TokenTransport

@@ -32,8 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.errors import NumericalError
+from mfpde.heads import HeadMeasure
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure, active_heads
+from mfpde.tokens.attention import active_heads
 from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.separable import TensorSoftmax
 from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, reverse

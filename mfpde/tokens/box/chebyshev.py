@@ -31,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.attention import (
     CHEBYSHEV_DEGREES,
     EXP_CAP,
-    HeadMeasure,
     TiltedInterpolant,
     chebyshev_coefficients,
     kernel_converged,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.attention import HeadMeasure, velocity
+from mfpde.heads import HeadMeasure
+from mfpde.tokens.attention import velocity
 
 Array = npt.NDArray[np.float64]
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.attention import (
-    HeadMeasure,
     TensorGrid,
     softmax_moments_direct,
     support_only,

@@ -16,8 +16,8 @@ import dolfinx.fem
 import numpy as np
 
 from mfpde.errors import NumericalError
+from mfpde.heads import HeadMeasure
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.transport import SampleOperator, Tape, TokenTransport, TransportReport
 

@@ -50,11 +50,12 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.heads import HeadMeasure
 from mfpde.mesh import Domain
 from mfpde.petsc import LinearSolver, PetscOwner
 from mfpde.spaces import lumped_mass
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure, TensorGrid
+from mfpde.tokens.attention import TensorGrid
 from mfpde.tokens.box.quadrature import TokenQuadrature
 from mfpde.tokens.box.readout import Readout
 from mfpde.tokens.box.tape import TAPE_BUDGET_BYTES, CheckpointedTape, Tape

@@ -17,8 +17,8 @@ import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.attention import (
-    HeadMeasure,
     TensorGrid,
     TiltedInterpolant,
     active_heads,

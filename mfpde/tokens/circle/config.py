@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.tokens.domains import Found
+from mfpde.domains import Found
 
 __all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check"]
 

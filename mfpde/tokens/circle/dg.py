@@ -51,8 +51,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.special
 
+from mfpde.heads import HeadMeasure
 from mfpde.tokens import rk
-from mfpde.tokens.attention import HeadMeasure
 
 __all__ = ["ATTENTIONS", "CircleMesh", "CircleReport", "CircleTransport", "fastest_mode", "growth_cap",
            "linear_rate_bound"]

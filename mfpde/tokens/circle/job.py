@@ -30,9 +30,9 @@ from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
+from mfpde.heads import HeadMeasure
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.attention import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (
     cdf_at,
@@ -373,5 +373,5 @@ def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: lis
         writer.close()
 
 
-#: The domain's job under the name :mod:`mfpde.tokens.domains` calls.
+#: The domain's job under the name :mod:`mfpde.domains` calls.
 transport_job = circle_transport_job

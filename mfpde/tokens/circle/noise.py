@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.special
 
-from mfpde.tokens.attention import HeadMeasure
+from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 
 __all__ = ["NoisyCircleTransport", "bernoulli", "circle_operator", "free_energy"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mfpde.tokens.domains import Found
+from mfpde.domains import Found
 
 __all__ = ["DIM_RANGE", "KINDS", "check", "keys", "modes_minimum", "not_applying"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.tokens.domains import Found
+from mfpde.domains import Found
 
 __all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "mesh_cells", "mesh_memory"]
 
