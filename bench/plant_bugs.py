@@ -256,6 +256,9 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
     "hypersphere_gegenbauer_index": (
         "mfpde/tokens/hypersphere/zonal.py", "    nu = (d - 3) / 2\n", "    nu = (d - 2) / 2\n",
         ["hypersphere_threshold"], "the azimuthal kernel's Bessel (Gegenbauer) index (d − 2)/2 for (d − 3)/2"),
+    "hypersphere_velocity_derivative": (
+        "mfpde/tokens/hypersphere/transport.py", "/ (f0 * (d - 1))", "/ (f0 * (d - 2))",
+        ["hypersphere_rates"], "the zonal kernel's derivative with 2(ν+1) = d − 2 for d − 1 (the flow's velocity)"),
     "maxwell_on_unstable_branch": (
         "mfpde/continuation_job.py", "if not (st[i] and st[i + 1]) or", "if (st[i] and st[i + 1]) or",
         ["hypersphere_maxwell"], "the Maxwell condition sought on the branch's unstable part"),

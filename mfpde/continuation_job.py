@@ -168,9 +168,11 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
         x0 = np.concatenate([P.uniform(), [start]])
         t0 = np.zeros(P.m + 1)
         t0[-1] = 1.0 if stop > start else -1.0
-        marks = np.array([P.threshold(k) for k in range(1, P.m)])  # the uniform state's branch points (theory §10)
+        with np.errstate(over="ignore"):  # λ_k(β) underflows for k ≫ β: K_k = ∞, far outside any range
+            marks = np.array([P.threshold(k) for k in range(1, P.m)])  # the uniform state's branch points (§10)
+        span = 1e6 * max(abs(start), abs(stop), 1.0)
         uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline, regular_start=True,
-                              marks=marks[np.isfinite(marks)])
+                              marks=marks[np.abs(marks) <= span])
         branches.append(_block(P, uni, "uniform", eig_solver))
         for ev in (e for e in uni.events if e.kind == "branch_point" and ctl.lo <= e.K <= ctl.hi):
             x = np.concatenate([ev.u, [ev.K]])

@@ -65,6 +65,7 @@ def _load_checks() -> None:
         free_energy,
         gibbs,
         hypersphere,
+        hypersphere_rates,
         noise,
         noise_energy,
         particles,
