@@ -40,20 +40,26 @@ BETAS = (2.5, 4.0, 6.0, 10.0)
 #: the collocation points n (and 3n/2) per d: the Gauss rule of σ̄ below d = 16, the angle rule from there
 #: (:data:`mfpde.tokens.hypersphere.stationary.ANGLE_FROM_DIM`), whose clustered states need n ≈ 10√d
 POINTS = {2: 48, 3: 48, 4: 48, 5: 48, 6: 48, 8: 64, 16: 64, 32: 96, 64: 96, 128: 128}
+#: a row's K_f and K_M on n and 3n/2 points agree to this (relative) to count as converged
+CONVERGED = 1e-6
 RATE_DIMS, RATE_BETAS = (3, 4, 8, 16, 64), (1.0, 4.0, 9.0, 16.0, 36.0)
 
 
-def transition(d: int, beta: float, n: int) -> tuple[float, float, float]:
-    """(K_f, K_M, CPU s) of degree 1's subcritical branch on n points (τ = 1); NaN where not found."""
+def transition(d: int, beta: float, n: int) -> tuple[float, float, float, int]:
+    """(K_f, K_M, CPU s, folds) of degree 1's subcritical branch on n points (τ = 1); NaN where not found.
+
+    K_f is the branch's first fold; ``folds`` counts them (a branch with more than one is not the single
+    fold–Maxwell pair of the subcritical pitchfork: at large β and d it turns again towards other states).
+    """
     c0 = time.process_time()
     P = HypersphereStationary(n, beta, 1.0, d)
     kc = P.threshold(1)
     lo, hi = 1e-3 * kc, 1.02 * kc
     res = noisy_branches(P, lo, hi, StepControl(0.01 * kc, 1e-10, 10 * kc + 10, lo, hi, 3000), eig_solver="scipy")
     ev = [e for e in res["bifurcations"] if e["mode"] == 1]
-    kf = next((e["parameter"] for e in ev if e["kind"] == "fold"), math.nan)
+    folds = [e["parameter"] for e in ev if e["kind"] == "fold"]
     km = next((e["parameter"] for e in ev if e["kind"] == "maxwell" and e.get("found")), math.nan)
-    return float(kf), float(km), time.process_time() - c0
+    return float(folds[0]) if folds else math.nan, float(km), time.process_time() - c0, len(folds)
 
 
 def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
@@ -63,14 +69,18 @@ def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
         bs = beta_star(d)
         for beta in (b for b in betas if b > bs):
             n = POINTS[d]
-            kf1, km1, s1 = transition(d, beta, n)
-            kf2, km2, s2 = transition(d, beta, 3 * n // 2)
-            rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": critical_coupling(beta, 1.0, d),
-                         "K_f": kf2, "K_M": km2, "points": 3 * n // 2, "K_f_change": abs(kf2 - kf1),
-                         "K_M_change": abs(km2 - km1), "cpu_s": s1})
+            kf1, km1, s1, _ = transition(d, beta, n)
+            kf2, km2, s2, folds = transition(d, beta, 3 * n // 2)
+            kc = critical_coupling(beta, 1.0, d)
+            change = max(abs(kf2 - kf1) / kf2, abs(km2 - km1) / km2)
+            regular = folds == 1 and kf2 < km2 < kc and change <= CONVERGED
+            rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": kc, "K_f": kf2, "K_M": km2,
+                         "points": 3 * n // 2, "K_f_change": abs(kf2 - kf1), "K_M_change": abs(km2 - km1),
+                         "folds": folds, "regular": bool(regular), "cpu_s": s1})
             r = rows[-1]
             print(f"d = {d:4d}  β = {beta:5.2f}  K_c = {r['K_c']:.10g}  K_f = {kf2:.10g}  K_M = {km2:.10g}  "
-                  f"(n → 3n/2: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {s1:.2f} s on n)", flush=True)
+                  f"(n → 3n/2: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {folds} fold(s); {s1:.2f} s on n)"
+                  f"{'' if regular else '  — not a single converged fold–Maxwell pair'}", flush=True)
     return rows
 
 
@@ -96,7 +106,7 @@ def figure(rows: list[dict], path: Path) -> None:
     fig = Figure(figsize=(7.0, 4.6))
     ax = fig.add_subplot()
     for i, d in enumerate(sorted({r["d"] for r in rows})):
-        rr = [r for r in rows if r["d"] == d]
+        rr = [r for r in rows if r["d"] == d and r["regular"]]
         b = [r["beta"] for r in rr]
         ax.plot(b, [r["K_M"] / r["K_c"] for r in rr], "-o", color=f"C{i % 10}", ms=4, label=f"d = {d}")
         ax.plot(b, [r["K_f"] / r["K_c"] for r in rr], "--", color=f"C{i % 10}", lw=1)
@@ -127,6 +137,7 @@ def main() -> None:
     (ROOT / "out" / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
     if args.figure and not args.quick:
         figure(rows, ROOT / "docs" / "_static" / "hypersphere_phase.png")
+        (ROOT / "docs" / "_static" / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

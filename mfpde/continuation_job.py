@@ -38,16 +38,13 @@ from mfpde.domains import stationary_problem
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.circle.stationary import CircleStationary
-from mfpde.tokens.hypersphere.stationary import HypersphereStationary
-from mfpde.tokens.sphere.stationary import SphereStationary
 
 __all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "mode_amplitude",
            "noisy_branches",
            "noisy_circle_branches", "slope"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
-Stationary = CircleStationary | SphereStationary | HypersphereStationary
+Stationary = Any  # CircleStationary, SphereStationary, a domain's own (mfpde.domains: the stationary protocol)
 
 logger = logging.getLogger(__name__)
 #: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a) of noisy tokens, and the
@@ -101,10 +98,10 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
 
 
 def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
-    """|∫ μ cos kθ dθ| (circle), |∫ μ P_k dσ| (sphere, hypersphere) of the state u: the report's amplitude.
+    """|∫ μ cos kθ dθ| (circle), |∫ μ P_k dσ| (sphere, S^{d−1}) of the state u: the report's amplitude.
 
     The continuation's linear row (:meth:`amplitude`) is this for unknowns that are densities; a problem whose
-    unknowns are not (the hypersphere's log-densities) gives the density's own by ``density_amplitude``.
+    unknowns are not (log-densities) gives the density's own by ``density_amplitude``.
     """
     own = getattr(P, "density_amplitude", None)
     return abs(float(own(u, k))) if own is not None else abs(float(P.amplitude(k) @ u))
@@ -292,7 +289,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
     report = {"status": "ok" if ok else "failed", "command": "continuation", "version": __version__,
-              "domain": P.domain, **({"dim": P.d} if isinstance(P, HypersphereStationary) else {}),
+              "domain": P.domain, **getattr(P, "report_fields", {}), "label": _where(P),
               "parameter": c.parameter,
               "beta": beta, "noise": tau, "points": c.points,
               "comm_size": comm.size, **part, "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
@@ -314,8 +311,8 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
 
 def _where(P: Stationary) -> str:
-    """The domain in words: "circle", "sphere", "hypersphere S^15"."""
-    return f"hypersphere S^{P.d - 1}" if isinstance(P, HypersphereStationary) else P.domain
+    """The domain in words: the problem's ``label`` ("hypersphere S^15") or its ``domain``."""
+    return str(getattr(P, "label", P.domain))
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
@@ -357,7 +354,7 @@ def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
     sphere = report["domain"] != "circle"
     ax.set_ylabel("amplitude |∫ μ Pₖ dσ| of the branch's degree k" if sphere
                   else "amplitude |∫ μ cos kθ dθ| of the branch's mode k")
-    where = f"hypersphere S^{report['dim'] - 1}" if report["domain"] == "hypersphere" else report["domain"]
+    where = report.get("label", report["domain"])
     ax.set_title(f"noisy tokens on the {where}: β = {report['beta']:g}, τ = {report['noise']:g}")
     ax.legend(fontsize=8)
     path.parent.mkdir(parents=True, exist_ok=True)

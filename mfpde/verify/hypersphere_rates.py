@@ -15,6 +15,7 @@ Softmax attention (÷ λ_0) is measured on one cell.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -59,7 +60,7 @@ def measured_rates(d: int, beta: float, attention: str = "unnormalised", degrees
 
         amps = []
         for s in (1.0, -1.0):
-            f = tr.flow(lambda z, s=s: nu0(z, s), (beta, 1.0), d, attention, [0.0, t], LABELS, rtol=1e-11)
+            f = tr.flow(functools.partial(nu0, s=s), (beta, 1.0), d, attention, [0.0, t], LABELS, rtol=1e-11)
             amps.append(tr.degree_amplitudes(f.z, f.masses, d, int(ell))[..., int(ell)])
         a = (amps[0] - amps[1]) / 2
         out[i] = math.log(a[1] / a[0]) / t

@@ -91,6 +91,8 @@ class HypersphereStationary:
             raise ValueError(f"need an integer d >= 2, got {dim}")
         n = self.N = self.m = int(points)
         self.beta, self.noise, self.d = float(beta), float(noise), int(dim)
+        self.label = f"hypersphere S^{self.d - 1}"  # the domain in words (the continuation's log and plot)
+        self.report_fields = {"dim": self.d}  # what the continuation's report adds
         rule = rule or ("gauss" if dim < ANGLE_FROM_DIM else "angle")
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
@@ -270,7 +272,7 @@ class HypersphereStationary:
         """
         nu = self.density(u)
         w = np.sqrt(self.q * nu)  # g = f √(q/ν): the metric Σ q f²/ν is the identity (tiny q at large d and n)
-        rot = np.sqrt(1.0 - self.t**2) * nu * (self.D @ np.asarray(u, float)) * np.sqrt(self.q / nu)  # s ν′ = s ν u′
+        rot = np.sqrt(1.0 - self.t**2) * (self.D @ np.asarray(u, float)) * w  # f = s ν′ = s ν u′, g = f √(q/ν)
         out = np.zeros(orders)
         for m in range(1, orders + 1):
             if m not in self._Bq:  # the state-free part, once per order
