@@ -72,7 +72,8 @@ def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
             kf1, km1, s1, _ = transition(d, beta, n)
             kf2, km2, s2, folds = transition(d, beta, 3 * n // 2)
             kc = critical_coupling(beta, 1.0, d)
-            change = max(abs(kf2 - kf1) / kf2, abs(km2 - km1) / km2)
+            changes = [abs(kf2 - kf1) / kf2, abs(km2 - km1) / km2]
+            change = max(changes) if all(math.isfinite(c) for c in changes) else math.inf  # NaN: not found on one
             regular = folds == 1 and kf2 < km2 < kc and change <= CONVERGED
             rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": kc, "K_f": kf2, "K_M": km2,
                          "points": 3 * n // 2, "K_f_change": abs(kf2 - kf1), "K_M_change": abs(km2 - km1),
@@ -103,7 +104,7 @@ def figure(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.0, 4.6))
+    fig = Figure(figsize=(8.4, 4.6))
     ax = fig.add_subplot()
     for i, d in enumerate(sorted({r["d"] for r in rows})):
         rr = [r for r in rows if r["d"] == d and r["regular"]]
@@ -115,9 +116,21 @@ def figure(rows: list[dict], path: Path) -> None:
     ax.set_xlabel("inverse temperature β")
     ax.set_ylabel("coupling / K_c")
     ax.set_title("first-order transition of noisy tokens on S^(d−1) (τ = 1)")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.subplots_adjust(right=0.74)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
+
+
+def markdown(rows: list[dict]) -> str:
+    """The docs' table of the regular rows (a single converged fold–Maxwell pair), and the others in a line."""
+    lines = ["| d | β | K_c | K_f | K_M | K_M/K_c | n → 3n/2 | CPU s |", "|---|---|---|---|---|---|---|---|"]
+    for r in (r for r in rows if r["regular"]):
+        change = max(r["K_f_change"] / r["K_f"], r["K_M_change"] / r["K_M"])
+        lines.append(f"| {r['d']} | {r['beta']:g} | {r['K_c']:.10g} | {r['K_f']:.10g} | {r['K_M']:.10g} | "
+                     f"{r['K_M'] / r['K_c']:.4f} | {change:.0e} | {r['cpu_s']:.2f} |")
+    other = [f"d = {r['d']}, β = {r['beta']:g}" for r in rows if not r["regular"]]
+    return "\n".join(lines) + ("\n\nNot a single converged fold–Maxwell pair: " + "; ".join(other) if other else "")
 
 
 def main() -> None:
@@ -125,7 +138,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="d = 4, 16 and two β (seconds)")
     ap.add_argument("--figure", action="store_true", help="write docs/_static/hypersphere_phase.png")
+    ap.add_argument("--markdown", action="store_true", help="print the docs' table from the stored JSON and stop")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads((ROOT / "docs" / "_static" / "hypersphere_phase.json").read_text())["transitions"]))
+        return
     dims, betas = ((4, 16), (2.5, 4.0)) if args.quick else (DIMS, BETAS)
     print("β*⁽ᵈ⁾: " + ", ".join(f"d = {d}: {beta_star(d):.7f}" for d in DIMS))
     rows = phase_table(dims, betas)

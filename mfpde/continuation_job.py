@@ -55,6 +55,9 @@ PROBE = 1e-2
 #: A bifurcating branch with |dK/da| above this at its branch point is transcritical: a symmetric (pitchfork)
 #: branch has K(ρ) = K(−ρ), its measured slope (K(ρ) − K(−ρ))/2ρ is the Newton tolerance over ρ, ≈ 1e-10.
 TRANSCRITICAL = 1e-6
+#: A branch point farther than this (relative) from its closed form: the collocation does not resolve the uniform
+#: state (spectral collocations locate it to ≈ 1e-13), and the report warns.
+THRESHOLD_TOL = 1e-8
 #: The most collocation points (dense N × N matrices) and branch points.
 MAX_POINTS_N = 1023
 
@@ -160,7 +163,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
         {"branches": [blocks], "bifurcations": [...], "newton_iterations": int} (the report's part).
     """
     W = P.inner_weights()
-    branches, bifs = [], []
+    branches, bifs, warnings = [], [], []
     with Newton(P, P.m, atol=getattr(P, "newton_atol", 1e-12)) as newton:
         x0 = np.concatenate([P.uniform(), [start]])
         t0 = np.zeros(P.m + 1)
@@ -182,6 +185,11 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
             bifs.append({"kind": kind, "slope": c1, "parameter": ev.K, "mode": k,
                          "closed_form": P.threshold(k), "curvature": c2,
                          "branch": len(branches)})
+            if abs(ev.K - P.threshold(k)) > THRESHOLD_TOL * abs(P.threshold(k)):
+                off = abs(ev.K / P.threshold(k) - 1)
+                warnings.append(f"the branch point of mode {k} lies at K = {ev.K:.10g}, {off:.1e} "
+                                f"from its closed form {P.threshold(k):.10g}: the collocation on {P.m} points does not "
+                                "resolve the uniform state; raise continuation.points")
             # a transcritical branch is not symmetric in a: both of its halves are followed
             for sign, side in ((1.0, ""), (-1.0, ", a < 0")) if kind == "transcritical" else ((1.0, ""),):
                 br = continue_branch(P, newton, x, sign * d, W, ctl, P.resolved, deadline)
@@ -194,7 +202,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                     bifs += maxwell_points(P, newton, br, block, k, len(branches))
                 branches.append(block)
         its = newton.its
-    return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}
+    return {"branches": branches, "bifurcations": bifs, "newton_iterations": its, "warnings": warnings}
 
 
 def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, Any], k: int,
@@ -299,6 +307,8 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     for b in part["branches"]:
         logger.info("branch (%s): %d points, K in [%.6g, %.6g]; %s", b["origin"], len(b["parameter"]),
                     min(b["parameter"]), max(b["parameter"]), b["stopped"])
+    for w in part["warnings"]:
+        logger.warning("%s", w)
     for e in part["bifurcations"]:
         if "parameter" in e:
             logger.info("%s at K = %.12g (mode %d)", e["kind"], e["parameter"], e["mode"])
