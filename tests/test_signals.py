@@ -114,7 +114,7 @@ def test_signal_checkpoints_then_resume_gives_the_straight_run(tmp_path, n, sig,
 PLANT = '''
 import sys
 from mpi4py import MPI
-import mfpde.tokens.job as job
+import mfpde.transport_job as job
 from mfpde import cli
 
 def planted(pb, out, write_fields=True):

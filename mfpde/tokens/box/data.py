@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
@@ -26,9 +26,11 @@ import numpy as np
 import numpy.typing as npt
 from dolfinx import cpp as _cpp
 
-from mfpde.config import Config
 from mfpde.errors import ConfigError
 from mfpde.spaces import lumped_mass
+
+if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
+    from mfpde.config import Config
 
 Array = npt.NDArray[np.float64]
 

@@ -20,14 +20,13 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
 import numpy as np
 
 from mfpde import __version__
-from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.heads import HeadMeasure
@@ -45,6 +44,9 @@ from mfpde.tokens.circle.diag import (
 )
 from mfpde.tokens.circle.noise import circle_operator, free_energy
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+
+if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
+    from mfpde.config import Config
 
 __all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dg_substep_estimate", "dolfinx_circle",
            "transport_job"]
