@@ -21,8 +21,8 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["DOMAINS", "Found", "check_domain", "data_kinds", "domain_keys", "domain_not_applying", "domain_of_kind",
-           "stationary_problem", "transport_job"]
+__all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_keys",
+           "domain_not_applying", "domain_of_kind", "stationary_problem", "transport_job"]
 
 #: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
 DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
@@ -50,6 +50,23 @@ class Found:
             raise ConfigError(self.messages[0])
         if self.messages:
             raise ConfigErrors(self.messages)
+
+
+def check_dirac_heads(f: Found, cfg: Any, max_beta: dict[str, float], where: str) -> None:
+    """The rules of a domain of Dirac heads of the scalar family (the sphere's, the hypersphere's).
+
+    heads.init Diracs [[β, c], ...] with β in (0, max_beta[attention]], heads.family "scalar" (a is β).
+    """
+    t, h = cfg.tokens, cfg.heads
+    if h.init.get("kind") == "diracs" and t.attention in max_beta:
+        betas = [p[0] for p in h.init.get("points", []) if isinstance(p, list | tuple) and p]
+        bad = [b for b in betas if isinstance(b, int | float) and not 0 < b <= max_beta[t.attention]]
+        f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in (0, {max_beta[t.attention]:g}] with "
+               f"{t.attention} attention on the {where}, got {bad}")
+    f.need(h.init.get("kind") == "diracs", "heads.init", f"the {where} takes Dirac heads [[β, c], ...] "
+           "(tokens.beta = β is the single head (β, 1))")
+    f.need(h.family == "scalar", "heads.family", f"the {where} takes the scalar family: a is the inverse "
+           "temperature β")
 
 
 def _config(domain: str) -> Any:

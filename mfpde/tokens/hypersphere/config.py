@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mfpde.domains import Found
+from mfpde.domains import Found, check_dirac_heads
 
 __all__ = ["DIM_RANGE", "KINDS", "check", "keys", "modes_minimum", "not_applying"]
 
@@ -58,7 +58,7 @@ def check(cfg: Any) -> None:
             integer degrees 1..64 and ν_0 ≥ 0, a cap κ outside [0, 700], cells not [n], a degree other than 0,
             an unknown solver or attention, heads other than scalar Diracs, a depth model other than weight-tied.
     """
-    t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
+    t, da, d = cfg.tokens, cfg.data, cfg.depth
     f = Found()
     dim_ok = f.need(isinstance(t.dim, int) and DIM_RANGE[0] <= t.dim <= DIM_RANGE[1], "tokens.dim",
                     f"on the hypersphere S^(d-1) must be an integer d in {DIM_RANGE[0]}..{DIM_RANGE[1]}, got {t.dim}")
@@ -77,15 +77,7 @@ def check(cfg: Any) -> None:
                f"on the hypersphere needs [n] (cells in the polar angle) with 8 <= n <= {MAX_CELLS}, got {t.cells}")
         f.need(t.degree == 0, "tokens.degree", f"the hypersphere's finite volumes are degree 0, got {t.degree}")
     f.need(not t.mesh, "tokens.mesh", "the hypersphere's cells are intervals of the polar angle; no mesh file")
-    if h.init.get("kind") == "diracs" and t.attention in MAX_BETA:
-        betas = [p[0] for p in h.init.get("points", []) if isinstance(p, list | tuple) and p]
-        bad = [b for b in betas if isinstance(b, int | float) and not 0 < b <= MAX_BETA[t.attention]]
-        f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in (0, {MAX_BETA[t.attention]:g}] on the "
-               f"hypersphere, got {bad}")
-    f.need(h.init.get("kind") == "diracs", "heads.init", "the hypersphere takes Dirac heads [[β, c], ...] "
-           "(tokens.beta = β is the single head (β, 1))")
-    f.need(h.family == "scalar", "heads.family", "the hypersphere takes the scalar family: a is the inverse "
-           "temperature β")
+    check_dirac_heads(f, cfg, MAX_BETA, "hypersphere")
     f.need(d.model == "weight-tied", "depth.model", "the hypersphere solves the weight-tied model only")
     f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
     if d.spacing == "log":

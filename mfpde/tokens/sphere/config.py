@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mfpde.domains import Found
+from mfpde.domains import Found, check_dirac_heads
 
 __all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "mesh_cells", "mesh_memory"]
 
@@ -63,7 +63,7 @@ def check(cfg: Any) -> None:
     """
     from mfpde.limits import _memory_bytes
 
-    t, da, h, d = cfg.tokens, cfg.data, cfg.heads, cfg.depth
+    t, da, d = cfg.tokens, cfg.data, cfg.depth
     f = Found()
     f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
@@ -81,14 +81,7 @@ def check(cfg: Any) -> None:
         need, have = mesh_memory(t.refine, t.degree), _memory_bytes()
         f.need(need < have, "tokens.refine", f"{t.refine} ({mesh_cells(t.refine)} cells of DG{t.degree}) needs at "
                f"least {need / 1e9:.3g} GB, more than the {have / 1e9:.3g} GB of this node")
-    if h.init.get("kind") == "diracs" and t.attention in MAX_BETA:
-        betas = [p[0] for p in h.init.get("points", []) if isinstance(p, list | tuple) and p]
-        bad = [b for b in betas if isinstance(b, int | float) and not 0 < b <= MAX_BETA[t.attention]]
-        f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in (0, {MAX_BETA[t.attention]:g}] with "
-               f"{t.attention} attention on the sphere, got {bad}")
-    f.need(h.init.get("kind") == "diracs", "heads.init", "the sphere takes Dirac heads [[β, c], ...] "
-           "(tokens.beta = β is the single head (β, 1))")
-    f.need(h.family == "scalar", "heads.family", "the sphere takes the scalar family: a is the inverse temperature β")
+    check_dirac_heads(f, cfg, MAX_BETA, "sphere")
     f.need(d.model == "weight-tied", "depth.model", "the sphere solves the weight-tied model only")
     f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
     if d.spacing == "log":
