@@ -34,7 +34,7 @@ from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
-from mfpde.domains import stationary_problem
+from mfpde.domains import domain_attribute, stationary_problem
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
@@ -55,6 +55,8 @@ PROBE = 1e-2
 #: A bifurcating branch with |dK/da| above this at its branch point is transcritical: a symmetric (pitchfork)
 #: branch has K(ρ) = K(−ρ), its measured slope (K(ρ) − K(−ρ))/2ρ is the Newton tolerance over ρ, ≈ 1e-10.
 TRANSCRITICAL = 1e-6
+#: The largest Gibbs exponent κΦ ≤ K e^β/(τβ) of a domain with log-density unknowns (its round-off 1e10 ε ≈ 2e-6).
+LOG_EXPONENT_MAX = 1e10
 #: A branch point farther than this (relative) from its closed form: the collocation does not resolve the uniform
 #: state (spectral collocations locate it to ≈ 1e-13), and the report warns.
 THRESHOLD_TOL = 1e-8
@@ -92,8 +94,15 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
     # double range it is 0 on part of it, and the uniform branch's linearisation overflows
     k_max = max(c.start, c.stop)
     span = k_max * 2.0 * math.sinh(beta) / (t.noise * beta)
-    if not span <= LN_TINY:
-        key = "continuation.stop" if c.stop >= c.start else "continuation.start"
+    key = "continuation.stop" if c.stop >= c.start else "continuation.start"
+    if domain_attribute(t.domain, "LOG_DENSITY", False):
+        # log-density unknowns take any span; the exponent κΦ ≤ K e^β/(τβ) itself must keep its digits
+        expo = k_max * math.exp(beta) / (t.noise * beta)
+        if not expo <= LOG_EXPONENT_MAX:
+            raise ConfigError(f"{key}: K e^β/(τβ) = {expo:.3g} > {LOG_EXPONENT_MAX:.0e} at K = {k_max:g} (β = "
+                              f"{beta:g}, τ = {t.noise:g}): the Gibbs exponent would lose its digits to round-off; "
+                              "lower K or β, or raise tokens.noise")
+    elif not span <= LN_TINY:
         raise ConfigError(f"{key}: K (e^β − e^−β)/(τβ) = {span:.3g} > {LN_TINY:.0f} at K = {k_max:g} (β = {beta:g}, "
                           f"τ = {t.noise:g}): the stationary density would underflow to 0 on part of the "
                           f"{t.domain}; lower K or β, or raise tokens.noise")

@@ -21,7 +21,7 @@ from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
-__all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_keys",
+__all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_attribute", "domain_keys",
            "domain_not_applying", "domain_of_kind", "stationary_problem", "transport_job"]
 
 #: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
@@ -89,6 +89,11 @@ def domain_not_applying(cfg: Any) -> list[tuple[str, str, bool, str]]:
     return list(rules(cfg)) if rules is not None else []
 
 
+def domain_attribute(name: str, attribute: str, default: Any) -> Any:
+    """An attribute of a domain's config module (``default`` for the box and a domain without it)."""
+    return default if DOMAINS.get(name) is None else getattr(_config(name), attribute, default)
+
+
 def stationary_problem(cfg: Any, points: int, beta: float, noise: float) -> Any:
     """The domain's discrete stationary problem of noisy tokens (a :class:`mfpde.continuation.Problem`).
 
@@ -140,7 +145,8 @@ def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
     f.need(t.solver == "dg", "tokens.solver", f"{t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are "
            "solved by DG)")
     f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
-    f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle' (noise is not on boxes)")
+    f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle', 'sphere' or 'hypersphere' "
+           "(noise is not on boxes)")
     f.raise_all()
 
 

@@ -21,6 +21,9 @@ from mfpde.domains import Found, check_dirac_heads
 
 __all__ = ["DIM_RANGE", "KINDS", "check", "keys", "modes_minimum", "not_applying"]
 
+#: The stationary problem's unknowns are log-densities: a Gibbs density spanning more than the double range is
+#: fine (the continuation's underflow guard does not apply).
+LOG_DENSITY = True
 #: The data kinds of the hypersphere.
 KINDS = ("zonal_modes", "zonal_cap")
 #: The ambient dimensions d of S^{d−1}.
@@ -64,9 +67,8 @@ def check(cfg: Any) -> None:
                     f"on the hypersphere S^(d-1) must be an integer d in {DIM_RANGE[0]}..{DIM_RANGE[1]}, got {t.dim}")
     f.need(t.attention in MAX_BETA, "tokens.attention", f"must be 'softmax' or 'unnormalised', got {t.attention!r}")
     f.need(t.solver in ("dg", "flow"), "tokens.solver", f"must be 'dg' or 'flow', got {t.solver!r}")
-    if f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}"):
-        f.need(t.noise == 0 or t.solver == "dg", "tokens.noise", f"{t.noise:g} > 0 needs tokens.solver = 'dg' (the "
-               "Scharfetter–Gummel finite volumes): the flow map has no noise")
+    # noise with the flow map: refused by the transport job (continuation reads τ at any solver)
+    f.need(math.isfinite(t.noise) and t.noise >= 0, "tokens.noise", f"must be >= 0 and finite, got {t.noise:g}")
     if t.solver == "flow":
         f.need(LABELS_RANGE[0] <= t.labels <= LABELS_RANGE[1], "tokens.labels",
                f"must be in {LABELS_RANGE[0]}..{LABELS_RANGE[1]}, got {t.labels}")

@@ -22,7 +22,7 @@ import numpy as np
 
 from mfpde import __version__
 from mfpde.config_keys import to_toml
-from mfpde.errors import NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.depths import kept_outputs, output_depths
@@ -64,9 +64,13 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     """Validate, prepare DIR, transport the zonal sample and write the report and the picture.
 
     Raises:
+        ConfigError: ``tokens.noise`` > 0 with the flow solver (nothing written).
         NumericalError: a failed solve (status "failed" in the report).
     """
     t, d = cfg.tokens, cfg.tokens.dim
+    if t.noise > 0 and t.solver != "dg":
+        raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' (the Scharfetter–Gummel finite "
+                          "volumes): the flow map has no noise")
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     depths = output_depths(cfg)[kept_outputs(cfg)]

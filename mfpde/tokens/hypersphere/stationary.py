@@ -55,6 +55,8 @@ __all__ = ["AZIMUTHAL_ORDERS", "HypersphereStationary"]
 Array = npt.NDArray[np.float64]
 #: The azimuthal orders m ≥ 1 whose second variation :meth:`HypersphereStationary.stability` examines (d ≥ 3).
 AZIMUTHAL_ORDERS = 8
+#: Past this entry size the collocated linearisation is noise (its derivatives at large n and d): no eigenvalues.
+LINEARISATION_MAX = 1e100
 #: The collocation rules: "gauss" (the Gauss rule of σ̄ in z: exact, for moderate d) and "angle" (Gauss–Legendre in
 #: the polar angle: spread evenly, for clustered states at large d).
 RULES = ("gauss", "angle")
@@ -242,9 +244,17 @@ class HypersphereStationary:
         Returns:
             (the zonal eigenvalues sorted by decreasing real part, shape (count,) complex, or NaN; the verdict).
         """
-        vals = leading_eigenpairs(self.linearisation(u, K), count, solver)[0][:count]
+        with np.errstate(all="ignore"):
+            L = self.linearisation(u, K)
+        # the verdict is the second variation's; the collocated derivatives overflow at large n (angle rule)
+        vals = np.full(count, np.nan, dtype=complex)
+        if np.all(np.isfinite(L)) and float(np.abs(L).max(initial=0.0)) < LINEARISATION_MAX:
+            try:
+                vals = leading_eigenpairs(L, count, solver)[0][:count]
+            except (ArithmeticError, SystemError, ValueError, np.linalg.LinAlgError):  # LAPACK refused its scaling
+                pass
         zonal = float(self.zonal_hessian(u, K)) > -1e-9 * self.noise
-        if linearly_stable(vals) != zonal:
+        if np.all(np.isfinite(vals)) and linearly_stable(vals) != zonal:
             vals = np.full(count, np.nan, dtype=complex)
         orders = 1 if self.d == 2 else AZIMUTHAL_ORDERS
         return vals, zonal and bool(np.all(self.azimuthal_hessian(u, K, orders) > -1e-9 * self.noise))

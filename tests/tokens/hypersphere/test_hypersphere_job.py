@@ -24,7 +24,6 @@ DEMO = str(ROOT / "demos" / "noisy_hypersphere.toml")
     ("data.kind=sphere_modes", r"^data\.kind: the hypersphere takes zonal data"),
     ("data.modes=[[1, 0, 0.1]]", r"^data\.modes: needs rows \[degree, amplitude\]"),
     ("data.modes=[[1, 2.0]]", r"^data\.modes: .*negative somewhere"),
-    ("tokens.solver=flow", r"^tokens\.noise: .*needs tokens\.solver = 'dg'"),
     ("tokens.degree=1", r"^tokens\.degree: .*degree 0"),
     ("tokens.box=[[0.0, 1.0]]", r"^tokens\.box: does not apply: .*the box's"),
 ])
@@ -32,6 +31,14 @@ def test_bad_input_names_the_key(override, match):
     """Each refusal names the key and the real cause (exit 2 from the command)."""
     with pytest.raises(ConfigError, match=match):
         C.load(DEMO, [override])
+
+
+def test_noise_with_the_flow_map_is_refused_by_transport_only(tmp_path, capsys):
+    """Noise needs the finite volumes in `transport` (exit 2, nothing written); continuation reads τ at any solver."""
+    out = tmp_path / "t"
+    assert main(["transport", DEMO, "--out", str(out), "--quiet", "--set", "tokens.solver='flow'"]) == 2
+    assert "tokens.noise: 1 > 0 needs tokens.solver = 'dg'" in capsys.readouterr().err and not out.exists()
+    C.load(DEMO, ["tokens.solver='flow'"])  # the config itself is valid (continuation takes it)
 
 
 def test_the_resolved_config_keeps_the_hypersphere_keys():
