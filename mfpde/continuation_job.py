@@ -28,6 +28,7 @@ from typing import Any
 from mpi4py import MPI
 
 import numpy as np
+import scipy.optimize
 
 from mfpde import __version__
 from mfpde.config import Config
@@ -219,10 +220,10 @@ def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, A
     """The Maxwell points on a bifurcating branch: where its STABLE part's free energy equals the uniform state's.
 
     ΔE(K) = E(μ_K) − E(uniform, K) changes sign between two consecutive stable points of the branch; the root is
-    located by the Illinois iteration in K, each trial a Newton solve at fixed K from the states' linear
-    interpolation, to |ΔK| ≤ 1e-13 K (the first-order transition of noisy tokens: theory §10, §11). A branch with no
-    such sign change on its stable part gives ``{"kind": "maxwell", "found": False, "why": ...}`` (its stable part
-    does not reach the uniform state's free energy in the range, or it has no stable part).
+    located by Brent's method in K (scipy.optimize.brentq), each trial a Newton solve at fixed K from the states'
+    linear interpolation, to |ΔK| ≤ 1e-13 K (the first-order transition of noisy tokens: theory §10, §11). A
+    branch with no such sign change on its stable part gives ``{"kind": "maxwell", "found": False, "why": ...}``
+    (its stable part does not reach the uniform state's free energy in the range, or it has no stable part).
 
     Returns:
         The report's entries: {"kind": "maxwell", "found": True, "parameter": K_M, "mode", "branch", "free_energy",
@@ -235,41 +236,37 @@ def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, A
     out: list[dict[str, Any]] = []
     row = np.eye(m + 1)[m]
 
-    def solve(K1: float, x0: np.ndarray) -> tuple[float, np.ndarray | None]:
-        y = newton.solve(x0, row, K1)
-        if y is None:
-            return math.nan, None
-        return P.free_energy(y[:m], K1) - P.free_energy(P.uniform(), K1), y
+    class _Failed(Exception):
+        pass
 
     for i in range(len(K) - 1):
         if not (st[i] and st[i + 1]) or (dE[i] > 0) == (dE[i + 1] > 0) or dE[i] == 0:
             continue
-        xa, xb = np.concatenate([br.u[i], [K[i]]]), np.concatenate([br.u[i + 1], [K[i + 1]]])
-        ka, kb, fa, fb = float(K[i]), float(K[i + 1]), float(dE[i]), float(dE[i + 1])
-        y, side = None, 0
-        for _ in range(100):
-            kc = (ka * fb - kb * fa) / (fb - fa)
-            w = (kc - ka) / (kb - ka) if kb != ka else 0.5
-            fc, y = solve(kc, (1 - w) * xa + w * xb)
+        ends = np.concatenate([br.u[i], [K[i]]]), np.concatenate([br.u[i + 1], [K[i + 1]]])
+        last = {"y": ends[0]}
+
+        def gap(K1: float, ends: tuple[np.ndarray, np.ndarray] = ends, last: dict = last) -> float:
+            """ΔE at K1 by a Newton solve at fixed K1 from the states' linear interpolation between the ends."""
+            w = (K1 - ends[0][m]) / (ends[1][m] - ends[0][m])
+            y = newton.solve((1 - w) * ends[0] + w * ends[1], row, K1)
             if y is None:
-                break
-            if (fc > 0) == (fb > 0):
-                kb, fb, xb = kc, fc, y
-                fa = fa / 2 if side == 1 else fa
-                side = 1
-            else:
-                ka, fa, xa = kc, fc, y
-                fb = fb / 2 if side == -1 else fb
-                side = -1
-            if abs(kb - ka) <= 1e-13 * abs(kc) or fc == 0:
-                break
-        if y is None:
+                raise _Failed
+            last["y"] = y
+            return P.free_energy(y[:m], K1) - P.free_energy(P.uniform(), K1)
+
+        try:
+            km = scipy.optimize.brentq(gap, float(K[i]), float(K[i + 1]), xtol=1e-13 * abs(float(K[i])),
+                                       rtol=1e-15)
+            y = last["y"] if last["y"][m] == km else newton.solve(last["y"], row, km)
+            if y is None:
+                raise _Failed
+        except _Failed:
             out.append({"kind": "maxwell", "found": False, "mode": k, "branch": index,
                         "why": f"Newton failed at fixed K between {K[i]:.10g} and {K[i + 1]:.10g}"})
             continue
-        out.append({"kind": "maxwell", "found": True, "parameter": float(y[m]), "mode": k, "branch": index,
-                    "free_energy": P.free_energy(y[:m], float(y[m])), "order_parameter": P.order_parameter(y[:m]),
-                    "amplitude": mode_amplitude(P, y[:m], k), "stable": P.stability(y[:m], float(y[m]))[1]})
+        out.append({"kind": "maxwell", "found": True, "parameter": float(km), "mode": k, "branch": index,
+                    "free_energy": P.free_energy(y[:m], float(km)), "order_parameter": P.order_parameter(y[:m]),
+                    "amplitude": mode_amplitude(P, y[:m], k), "stable": P.stability(y[:m], float(km))[1]})
     if not out:
         why = ("the branch has no stable point in the range" if not st.any() else "the stable part's free energy "
                "does not cross the uniform state's in the range")

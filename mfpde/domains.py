@@ -1,4 +1,4 @@
-"""The token domains (``tokens.domain``): the box, the circle and the sphere, each one package with its own rules.
+"""The token domains (``tokens.domain``): the box, the circle, the sphere and S^{d−1}, each a package with its rules.
 
 A domain other than the box is a package under :mod:`mfpde.tokens` that implements one protocol:
 
