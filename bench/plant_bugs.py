@@ -279,6 +279,14 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
 
 }
 
+#: further plants by area, one module each under ``bench/plants/`` (each defines a ``PLANTS`` dict of the same form)
+for _area in sorted((Path(__file__).resolve().parent / "plants").glob("*.py")):
+    _ns: dict[str, object] = {}
+    exec(compile(_area.read_text(), str(_area), "exec"), _ns)
+    _new = _ns["PLANTS"]
+    assert isinstance(_new, dict) and not set(_new) & set(PLANTS), f"{_area.name}: plants named twice"
+    PLANTS.update(_new)
+
 
 def _ranks(catcher: str) -> int:
     """The MPI ranks a verify catcher runs on: ``mpi2:NAME`` under ``mpiexec -n 2``, a bare name serially."""
@@ -336,11 +344,21 @@ def run(name: str, tree: Path) -> dict[str, object]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=list(PLANTS))
+    ap.add_argument("--working-tree", action="store_true",
+                    help="plant into a copy of the working tree's files (uncommitted changes included), not HEAD")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True,
                        capture_output=True)
+        if args.working_tree:
+            files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-co", "--exclude-standard", "-z"],
+                                   check=True, capture_output=True, text=True).stdout.split("\0")
+            for f in filter(None, files):
+                src, dst = ROOT / f, tree / f
+                if src.is_file():
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    dst.write_bytes(src.read_bytes())
         try:
             rows = [run(name, tree) for name in args.only]
         finally:
