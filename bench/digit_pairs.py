@@ -1,6 +1,6 @@
 """Where does this model learn? Held-out accuracy on scikit-learn's digits, every pair of classes, per readout.
 
-Issue 13: the default `mfpde run` trained on a pair (6 vs 7) that the untrained ρ₀ already separates. This
+The default `mfpde run` once trained on a pair (6 vs 7) that the untrained ρ₀ already separates. This
 script makes the table that says where training, not ρ₀, makes the classifier. For each pair of digits
 (45 pairs, or ``--pairs``) and each readout, on all images of the pair with the seeded 80/20 split of
 ``data.split`` (the same split for every column; targets −1 for the first class, +1 for the second):
@@ -16,7 +16,8 @@ script makes the table that says where training, not ρ₀, makes the classifier
   f(a)) where c_a = ∫ v dρ(a, v), so Σ_a |c_a| ≤ v_max (the v-extent of the heads box), and m₀ enters with
   coefficient 1 (the residual connection): the held-out accuracy of the least-squares fit (the training risk,
   regularisation left out) over that ℓ1 ball (scipy's SLSQP). This bounds what training can reach to first order;
-* **ρ₀ / trained** (``--pde``): ``mfpde run`` itself: the held-out accuracy of the embedded default's ρ₀
+* **ρ₀ / trained** (``--pde``): ``mfpde run`` itself: the held-out accuracy of the embedded default's ρ₀, with
+  the screen's heads (scalar heads θ = (a, v) in Θ = [−2, 2]², 16×16 cells) unless ``--config`` is given,
   (``training.steps = 0``) and after ``--steps`` training steps (Lie, entropic, all training images), for
   the pairs where ρ₀ is at most ``--train-below``. A full-size training run on ~290 images takes tens of
   minutes on 2 cores; ``--set tokens.cells=[16,16]`` screens at a quarter of the cost.
@@ -24,7 +25,8 @@ script makes the table that says where training, not ρ₀, makes the classifier
 Readouts: ``vertical``: ŷ = 4∫x₂ dμ_T (the default); ``horizontal``: ŷ = 4∫x₁ dμ_T.
 
 Writes ``out/bench/digit_pairs.json`` (PDE rows as they finish: rerunning continues) and prints a markdown
-table. Run: ``python bench/digit_pairs.py`` (the screen), ``python bench/digit_pairs.py --pde --pairs 0,6``.
+table. Run: ``python bench/digit_pairs.py`` (the screen), ``python bench/digit_pairs.py --pde --pairs 0,6``;
+``--quick``: 0 vs 6 horizontal only (seconds), to ``out/bench/digit_pairs_quick.json``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ from mfpde.training.driver import run_job
 ROOT = Path(__file__).resolve().parent.parent
 READOUTS = {"vertical": ["loss.w=[0.0, 4.0]"], "horizontal": ["loss.w=[4.0, 0.0]"]}
 AXIS = {"vertical": 1, "horizontal": 0}
+#: the screen's heads: scalar heads θ = (a, v) in Θ = [−2, 2]² (docs/digits.md), whatever the embedded default's
+SCREEN_HEADS = ['heads.family="scalar"', "heads.box=[[-2.0, 2.0], [-2.0, 2.0]]", "heads.cells=[16, 16]",
+                'heads.init={kind="gaussian", mean=[0.5, 0.5], cov=[[0.1, 0.0], [0.0, 0.1]]}']
 BASE = ['loss.readout="linear"', "loss.b=0.0", "data.split=0.8", "output.fields=false", "output.plots=false",
         "output.checkpoint_every=100000"]
 
@@ -125,7 +130,8 @@ def accuracy(overrides: list[str], config: str | None = None) -> tuple[float, fl
     return float(res.history[0]["test_accuracy"]), float(res.history[-1]["test_accuracy"]), time.perf_counter() - t
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
+    """The screen (and the PDE columns with ``--pde``) as a markdown table; returns the rows."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readouts", nargs="*", default=list(READOUTS), choices=list(READOUTS))
     parser.add_argument("--pairs", nargs="*", default=None, help="pairs as 'a,b' (default: all 45)")
@@ -137,8 +143,14 @@ def main() -> None:
     parser.add_argument("--config", default=None,
                         help="the config of the PDE columns (default: the embedded default, the single-layer model; "
                              "demos/digits_deep.toml for the deep one)")
-    parser.add_argument("--out", default=str(ROOT / "out" / "bench" / "digit_pairs.json"))
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="the smoke run: 0 vs 6, horizontal, to out/bench/digit_pairs_quick.json (seconds)")
+    parser.add_argument("--out", default=None, help="the JSON of the rows (default out/bench/digit_pairs.json)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pairs, args.readouts = args.pairs or ["0,6"], ["horizontal"]
+    name = "digit_pairs_quick.json" if args.quick else "digit_pairs.json"
+    args.out = args.out or str(ROOT / "out" / "bench" / name)
     pairs = [tuple(int(c) for c in p.split(",")) for p in args.pairs] if args.pairs else list(
         itertools.combinations(range(10), 2))
     path = Path(args.out)
@@ -149,7 +161,7 @@ def main() -> None:
         key = ((c0, c1), name)
         ov = [*BASE, *READOUTS[name], f"data.classes=[{c0}, {c1}]", *args.overrides]
         if key not in done:
-            cfg = C.load(None, ov)
+            cfg = C.load(None, [*SCREEN_HEADS, *ov])
             ms, fo, fc = first_order(cfg, AXIS[name])
             rows.append({"pair": [c0, c1], "readout": name, "overrides": args.overrides, "pixels":
                          pixels_accuracy(cfg), "mean_sign": ms, "first_order": fo, "constrained": fc, "rho0": None,
@@ -157,6 +169,7 @@ def main() -> None:
             done.add(key)
         row = next(r for r in rows if (tuple(r["pair"]), r["readout"]) == key)
         if args.pde and row["rho0"] is None:
+            ov = [*(SCREEN_HEADS if args.config is None else []), *ov]
             row["rho0"], _, row["forward_s"] = accuracy([*ov, "training.steps=0"], args.config)
             row["pde_overrides"], row["pde_config"] = args.overrides, args.config
             if row["rho0"] <= args.train_below:
@@ -173,6 +186,7 @@ def main() -> None:
     for r in sorted(rows, key=lambda r: -(r["constrained"] - r["mean_sign"])):
         print(f"| {r['pair'][0]} vs {r['pair'][1]} | {r['readout']} | {fmt(r['pixels'])} | {fmt(r['mean_sign'])} | "
               f"{fmt(r['first_order'])} | {fmt(r['constrained'])} | {fmt(r['rho0'])} | {fmt(r['trained'])} |")
+    return rows
 
 
 if __name__ == "__main__":

@@ -134,3 +134,21 @@ def test_bench_depth_scheme_shrunk():
     a, b = (bench_depth_scheme.measure(8, s, 1) for s in ("ssp_rk3", "ssp_rk4_10"))
     assert a["substeps"] >= 8 and b["substeps"] >= 8 and a["gradient_cpu_s"] > 0
     assert np.isfinite(a["risk"]) and abs(a["risk"] - b["risk"]) < 1e-3 * abs(a["risk"])
+
+
+def test_digit_pairs_regenerates_the_screen_of_the_docs(tmp_path):
+    """`python bench/digit_pairs.py` (here the rows of docs/digits.md's training table, horizontal readout): the
+    pixels, mean-sign and first-order-bound columns of the page, to the digits printed."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "digits.md").read_text()
+    table = re.findall(r"^\| \**(\d) vs (\d)\** \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|", text, re.M)
+    assert len(table) >= 5, table
+    pairs = [f"{a},{b}" for a, b, *_ in table]
+    rows = digit_pairs.main(["--readouts", "horizontal", "--pairs", *pairs, "--out", str(tmp_path / "s.json")])
+    got = {f"{r['pair'][0]},{r['pair'][1]}": (f"{r['pixels']:.3f}", f"{r['mean_sign']:.3f}", f"{r['constrained']:.3f}")
+           for r in rows}
+    for a, b, *cols in table:
+        assert got[f"{a},{b}"] == tuple(cols), (a, b, got[f"{a},{b}"], cols)
+    quick = digit_pairs.main(["--quick", "--out", str(tmp_path / "q.json")])
+    assert [(r["pair"], r["readout"]) for r in quick] == [([0, 6], "horizontal")]
