@@ -5,10 +5,11 @@ continuation``'s machinery (:func:`mfpde.continuation_job.noisy_branches` on the
 problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = τβ/λ_1(β), locating its fold K_f and
 the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
 Each (d, β) is solved on n and 3n/2 collocation points: the table gives the change, the grid's error. Also the
-noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json``,
-``docs/_static/hypersphere_phase.png`` (``--figure``) and prints the tables. Run from the repository root:
+noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json`` and
+``out/hypersphere_phase.png`` (``--figure``; ``--out`` another directory), or with ``--write-docs`` (the full grid only) also the docs' copies
+``docs/_static/hypersphere_phase.json`` and ``.png``, and prints the tables. Run from the repository root:
 
-    python bench/hypersphere_phase.py [--quick] [--figure]
+    python bench/hypersphere_phase.py [--quick] [--figure] [--write-docs]
 
 About 3 minutes on one core (``--quick``: d = 4, 16, two β each, seconds).
 """
@@ -133,13 +134,18 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + ("\n\nNot a single converged fold–Maxwell pair: " + "; ".join(other) if other else "")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Compute and print the tables; write the JSON (and the figure)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="d = 4, 16 and two β (seconds)")
-    ap.add_argument("--figure", action="store_true", help="write docs/_static/hypersphere_phase.png")
+    ap.add_argument("--figure", action="store_true", help="write out/hypersphere_phase.png")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="also write docs/_static/hypersphere_phase.json and .png (not with --quick)")
+    ap.add_argument("--out", default=str(ROOT / "out"), help="directory of hypersphere_phase.json (and .png)")
     ap.add_argument("--markdown", action="store_true", help="print the docs' table from the stored JSON and stop")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.write_docs and args.quick:
+        ap.error("--write-docs writes the docs' copies: the full grid only (no --quick)")
     if args.markdown:
         print(markdown(json.loads((ROOT / "docs" / "_static" / "hypersphere_phase.json").read_text())["transitions"]))
         return
@@ -150,9 +156,12 @@ def main() -> None:
     for r in rates:
         print(f"d = {r['d']:3d}  β = {r['beta']:5.1f}  fastest degree {r['fastest']:3d}  lead {100 * r['lead']:.2f} %")
     out = {"beta_star": {str(d): beta_star(d) for d in DIMS}, "transitions": rows, "fastest_degree": rates}
-    (ROOT / "out").mkdir(exist_ok=True)
-    (ROOT / "out" / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
-    if args.figure and not args.quick:
+    dest = Path(args.out)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
+    if args.figure or args.write_docs:
+        figure(rows, dest / "hypersphere_phase.png")
+    if args.write_docs:
         figure(rows, ROOT / "docs" / "_static" / "hypersphere_phase.png")
         (ROOT / "docs" / "_static" / "hypersphere_phase.json").write_text(json.dumps(out, indent=1))
 

@@ -12,11 +12,14 @@ Noisy tokens (USA, one head β, coupling K, noise τ = 1) on the circle and the 
   β* (the root of the measured curvature c₂(β), mfpde.verify.noise) against the roots of I₂/I₁ = 1/2 and
   I_{5/2}/I_{3/2} = 1/3, with the conventions of Mun–Rosenzweig for comparison.
 
-Writes docs/figures/phase_*.png and out/phase_diagrams.json, prints the table. Run from the repository root:
+Writes ``--out``/phase_*.png and ``--out``/phase_diagrams.json (``--out`` default out/phase_diagrams; the figures
+into docs/figures/ with ``--write-docs``, refused with ``--quick`` and ``--smoke``), prints the table. Run from
+the repository root:
 
-    python bench/phase_diagrams.py [--quick]
+    python bench/phase_diagrams.py [--quick | --smoke] [--write-docs] [--out DIR]
 
-About 10 CPU minutes, most of it the sweep (--quick: a coarser and shorter sweep, about 4).
+About 10 CPU minutes, most of it the sweep (--quick: a coarser and shorter sweep, about 4; --smoke: two K of the
+sweep to depth 2, the rest as in the full run, seconds).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import numpy as np
 import scipy.special
 
 ROOT = Path(__file__).resolve().parent.parent
-FIG = ROOT / "docs" / "figures"
+FIG = ROOT / "out" / "phase_diagrams"
+DOCS_FIG = ROOT / "docs" / "figures"
 
 
 def branches(domain: str, beta: float, start: float, stop: float, points: int) -> dict:
@@ -112,7 +116,7 @@ def thresholds(quick: bool) -> dict:
     return {"K_c": rows, "beta_star": stars}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,8 +125,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a coarser hysteresis sweep, β* at fewer points")
     ap.add_argument("--depth", type=float, default=None, help="depth of each run of the sweep (default 200; quick 120)")
-    args = ap.parse_args()
-    FIG.mkdir(parents=True, exist_ok=True)
+    ap.add_argument("--smoke", action="store_true", help="two K of the sweep to depth 2 (the test's run; seconds)")
+    ap.add_argument("--out", default=str(FIG), help="directory of the figures and phase_diagrams.json")
+    ap.add_argument("--write-docs", action="store_true", help=f"write the figures into {DOCS_FIG.relative_to(ROOT)}/ "
+                    "instead of --out; the full settings only")
+    args = ap.parse_args(argv)
+    if args.write_docs and (args.quick or args.smoke or args.depth is not None):
+        ap.error("--write-docs writes the docs' figures: the full settings only (no --quick, --smoke or --depth)")
+    out = Path(args.out)
+    fig_dir = DOCS_FIG if args.write_docs else out
+    for d in (out, fig_dir):
+        d.mkdir(parents=True, exist_ok=True)
     result: dict = {}
     c0 = time.process_time()
     circ = {2.0: branches("circle", 2.0, 0.8, 2.5, 127), 4.0: branches("circle", 4.0, 0.2, 1.0, 127)}
@@ -136,10 +149,12 @@ def main() -> int:
             draw(ax, part, f"{name}, β = {beta:g}, τ = 1: {kind[0] if kind else ''}")
             ax.set_ylabel(f"order parameter {lab}")
         fig.tight_layout()
-        fig.savefig(FIG / f"phase_{name}.png", dpi=100)
+        fig.savefig(fig_dir / f"phase_{name}.png", dpi=100)
         result[name] = {str(b): [e for e in p["bifurcations"]] for b, p in parts.items()}
     Ks = np.round(np.arange(0.36, 0.4501, 0.01 if args.quick else 0.005), 6)
     depth = args.depth or (120.0 if args.quick else 200.0)
+    if args.smoke:
+        Ks, depth = np.array([0.38, 0.42]), 2.0
     up, down, cpu = sweep(4.0, Ks, 32, depth)
     result["hysteresis"] = {"K": Ks.tolist(), "up": up, "down": down, "cells": 32, "depth": depth, "cpu_s": cpu}
     fig = Figure(figsize=(6.4, 4.4))
@@ -151,11 +166,9 @@ def main() -> int:
     ax.set_ylabel("order parameter |μ̂₁|")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(FIG / "phase_hysteresis.png", dpi=100)
+    fig.savefig(fig_dir / "phase_hysteresis.png", dpi=100)
     result["thresholds"] = thresholds(args.quick)
     result["cpu_s"] = time.process_time() - c0
-    out = ROOT / "out"
-    out.mkdir(exist_ok=True)
     (out / "phase_diagrams.json").write_text(json.dumps(result, indent=1))
     print("| domain | β | K_c measured | closed form | rel. error | Mun–Rosenzweig K_# | ratio |")
     print("|---|---|---|---|---|---|---|")
@@ -168,7 +181,7 @@ def main() -> int:
     print("hysteresis: K", Ks.tolist())
     print("  up  ", [round(x, 4) for x in up])
     print("  down", [round(x, 4) for x in down[::-1]])
-    print(f"CPU {result['cpu_s']:.1f} s (sweep {cpu:.1f} s)")
+    print(f"CPU {result['cpu_s']:.1f} s (sweep {cpu:.1f} s); figures in {fig_dir}/")
     return 0
 
 

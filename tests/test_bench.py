@@ -152,3 +152,54 @@ def test_digit_pairs_regenerates_the_screen_of_the_docs(tmp_path):
         assert got[f"{a},{b}"] == tuple(cols), (a, b, got[f"{a},{b}"], cols)
     quick = digit_pairs.main(["--quick", "--out", str(tmp_path / "q.json")])
     assert [(r["pair"], r["readout"]) for r in quick] == [([0, 6], "horizontal")]
+
+
+def test_phase_diagrams_smoke_regenerates_the_threshold_table(tmp_path):
+    """`python bench/phase_diagrams.py --smoke`: the figures land under --out (never in docs/), and the measured
+    thresholds and folds of docs/phase_transitions.md's table are the run's (the sweep is shortened: its numbers
+    are not in the table); --write-docs is refused with --smoke."""
+    import json
+    import re
+
+    import phase_diagrams
+
+    with pytest.raises(SystemExit):
+        phase_diagrams.main(["--smoke", "--write-docs"])
+    assert phase_diagrams.main(["--smoke", "--out", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.glob("*.png")} == {"phase_circle.png", "phase_sphere.png", "phase_hysteresis.png"}
+    res = json.loads((tmp_path / "phase_diagrams.json").read_text())
+    text = (Path(__file__).resolve().parents[1] / "docs" / "phase_transitions.md").read_text()
+    rows = re.findall(r"^\| K_c, (\w+) \| ([\d.]+) \| ([\d.]+) \| (?:.*= )?([\d.]+) \| .*? \| ([\d.]+) \| 2 \|$", text, re.M)
+    assert len(rows) == len(res["thresholds"]["K_c"]) == 7, rows
+    for (domain, beta, kc, ref, sharp), r in zip(rows, res["thresholds"]["K_c"], strict=True):
+        assert (domain, float(beta)) == (r["domain"], r["beta"])
+        assert float(kc) == pytest.approx(r["K_c"], rel=5e-14) and float(ref) == pytest.approx(r["closed_form"],
+                                                                                             rel=5e-15)
+        assert sharp == f"{r['K_sharp_MR']:.10g}"
+    stars = re.findall(r"^\| β\*, (\w+) \(N = (\d+)\) \| \| ([\d.]+) \| .*: ([\d.]+) \|", text, re.M)
+    assert len(stars) == 2, stars
+    for (domain, n, got, ref), s in zip(stars, res["thresholds"]["beta_star"], strict=True):
+        assert (domain, int(n), ref) == (s["domain"], s["points"], f"{s['closed_form']:.10f}")
+        assert float(got) == pytest.approx(s["beta_star"], abs=2e-10)
+    folds = re.findall(r"^\| fold, (\w+) \| (\d) \| K_f = ([\d.]+), .*? = ([\d.]+) \|", text, re.M)
+    assert len(folds) == 2, folds
+    for domain, beta, kf, r in folds:
+        (fold,) = [e for e in res[domain][f"{float(beta)}"] if e["kind"] == "fold"]
+        assert (kf, r) == (f"{fold['parameter']:.9f}", f"{fold['order_parameter']:.4f}"), (domain, fold)
+
+
+def test_hypersphere_phase_quick_writes_under_out_only(tmp_path):
+    """`python bench/hypersphere_phase.py --quick --figure`: the JSON and figure under --out, the docs' copies
+    untouched; --write-docs is refused with --quick (the docs' table itself: tests/tokens/hypersphere)."""
+    import json
+
+    import hypersphere_phase
+
+    docs = Path(hypersphere_phase.ROOT) / "docs" / "_static" / "hypersphere_phase.json"
+    before = docs.read_bytes()
+    with pytest.raises(SystemExit):
+        hypersphere_phase.main(["--quick", "--write-docs"])
+    hypersphere_phase.main(["--quick", "--figure", "--out", str(tmp_path)])
+    res = json.loads((tmp_path / "hypersphere_phase.json").read_text())
+    assert {r["d"] for r in res["transitions"]} == {4, 16} and (tmp_path / "hypersphere_phase.png").stat().st_size
+    assert docs.read_bytes() == before
