@@ -6,8 +6,9 @@ problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = �
 the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
 Each (d, β) is solved on n and 3n/2 collocation points: the table gives the change, the grid's error. Also the
 noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json`` and
-``out/hypersphere_phase.png`` (``--figure``; ``--out`` another directory), or with ``--write-docs`` (the full grid only) also the docs' copies
-``docs/_static/hypersphere_phase.json`` and ``.png``, and prints the tables. Run from the repository root:
+``out/hypersphere_phase.png`` (``--figure``; ``--out`` another directory), or with ``--write-docs`` (the full
+grid only) also the docs' copies ``docs/_static/hypersphere_phase.json`` and ``.png``, and prints the tables.
+Run from the repository root:
 
     python bench/hypersphere_phase.py [--quick] [--figure] [--write-docs]
 

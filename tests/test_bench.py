@@ -169,7 +169,8 @@ def test_phase_diagrams_smoke_regenerates_the_threshold_table(tmp_path):
     assert {p.name for p in tmp_path.glob("*.png")} == {"phase_circle.png", "phase_sphere.png", "phase_hysteresis.png"}
     res = json.loads((tmp_path / "phase_diagrams.json").read_text())
     text = (Path(__file__).resolve().parents[1] / "docs" / "phase_transitions.md").read_text()
-    rows = re.findall(r"^\| K_c, (\w+) \| ([\d.]+) \| ([\d.]+) \| (?:.*= )?([\d.]+) \| .*? \| ([\d.]+) \| 2 \|$", text, re.M)
+    rows = re.findall(r"^\| K_c, (\w+) \| ([\d.]+) \| ([\d.]+) \| (?:.*= )?([\d.]+) \| .*? \| ([\d.]+) \| 2 \|$",
+                      text, re.M)
     assert len(rows) == len(res["thresholds"]["K_c"]) == 7, rows
     for (domain, beta, kc, ref, sharp), r in zip(rows, res["thresholds"]["K_c"], strict=True):
         assert (domain, float(beta)) == (r["domain"], r["beta"])
