@@ -365,3 +365,62 @@ def test_read_vtx_of_a_damaged_bp_is_a_config_error(tempdir, n):
     assert lines[0].split()[1:] == ["read", "7"], lines[0]
     for line, (name, how) in zip(lines[1:], DAMAGES, strict=True):
         assert line.split()[1] == "ConfigError" and f"/{name}'" in line and "\x1b" not in line, (name, how, line)
+
+
+def _numbers(x, path=""):
+    """Every number of a report as (path, value), lists and dicts flattened; booleans and strings kept too."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{path}[{i}]")
+    else:
+        yield path, x
+
+
+#: Timings and the rank count itself: the only report numbers allowed to differ with the ranks.
+RANK_DEPENDENT = re.compile(r"(wall_s|_cpu_s|comm_size)$")
+#: Short transports of each domain; the sphere's limits cells (its count was rank 0's: 413108 on 1 rank, 205132 on 2).
+SHORT = {"box": ("transport_small.toml", []),
+         "circle": ("circle.toml", ["depth.T=0.5", "depth.steps=10", "tokens.cells=[64]"]),
+         "sphere": ("sphere.toml", ["depth.T=10", "depth.steps=4", "tokens.refine=1"])}
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize("domain", sorted(SHORT))
+def test_every_number_of_a_transport_report_is_the_same_on_1_2_and_3_ranks(tempdir, domain):
+    """Counts and sums are reduced over the ranks, not rank 0's: every number of report.json but the timings and
+    comm_size agrees on 1, 2 and 3 ranks (integers exactly, floats to round-off of the reordered sums)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from test_mpi_failures import MPIEXEC, finish
+
+    demo, sets = SHORT[domain]
+    reports = []
+    for n in (1, 2, 3):
+        out = tempdir / f"{domain}{n}"
+        sets_ = [a for s in [*sets, "output.fields=false", "output.plots=false"] for a in ("--set", s)]
+        cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / demo),
+               "--quiet", "--out", str(out), *sets_]
+        proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stderr=subprocess.PIPE, start_new_session=True,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        err = finish(proc, 180, f"transport {domain} on {n} ranks")
+        assert proc.returncode == 0, err
+        reports.append(dict(_numbers(json.loads((out / "report.json").read_text()))))
+    one = reports[0]
+    if domain == "sphere":
+        assert one[".samples[0].limited_cells"] > 0  # the limiter acted: its count is compared
+    for n, rep in zip((2, 3), reports[1:], strict=True):
+        assert rep.keys() == one.keys(), (n, rep.keys() ^ one.keys())
+        for k, v in one.items():
+            if RANK_DEPENDENT.search(k):
+                continue
+            w = rep[k]
+            if isinstance(v, float) and not isinstance(v, bool):
+                assert w == pytest.approx(v, rel=1e-9, abs=1e-12), (n, k, v, w)
+            else:
+                assert w == v, (n, k, v, w)

@@ -61,7 +61,11 @@ class SphereVel:
 
 @dataclass
 class SphereReport:
-    """What :meth:`SphereDG.solve` returns (masses over all ranks; min over the limiter points at the depth steps)."""
+    """What :meth:`SphereDG.solve` returns: every number over all ranks.
+
+    Masses, min over the limiter points at the depth steps, sub-steps, ``limited_cells`` summed over the ranks'
+    owned cells; ``solve_cpu_s`` is the largest rank's.
+    """
 
     mass_0: float
     mass_T: float
@@ -304,4 +308,6 @@ class SphereDG(rk.SingleRow):
                 raise NumericalError(f"CPU-time budget exceeded at depth step {k + 1}, t = {ts[k + 1]:.6g}")
         out.x.array[:] = u
         out.x.scatter_forward()
-        return SphereReport(mass0, self.mass(u), min_mu, sum(nsub), self.limited_cells, cpu, out, nsub)
+        limited = int(self.comm.allreduce(self.limited_cells, op=MPI.SUM))  # each rank limits its owned cells
+        cpu = float(self.comm.allreduce(cpu, op=MPI.MAX))
+        return SphereReport(mass0, self.mass(u), min_mu, sum(nsub), limited, cpu, out, nsub)
