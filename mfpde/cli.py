@@ -331,7 +331,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return verify_job(out, quick=args.quick, only=args.only, comm=comm,
                               progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet)
                               else None)
-    cfg = config.load(args.config, args.overrides)
+    cfg = config.load(args.config, args.overrides, command=args.command)
     check_resolved(cfg)
     if args.command == "transport":
         with OutputLock(out, comm):

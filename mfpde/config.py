@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import logging
 import math
 import re
 import tomllib
@@ -46,8 +47,10 @@ __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]
 
 
+logger = logging.getLogger(__name__)
+
 #: Keys whose default NaN means "not set" (a NaN given is the same as the key left out).
-UNSET_BY_NAN = frozenset({"tokens.beta"})
+UNSET_BY_NAN = frozenset({"tokens.beta", "tokens.coupling"})
 
 
 def _check_type(key: str, value: Any, tp: Any) -> Any:
@@ -82,11 +85,14 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
     raise TypeError(f"unsupported annotation {tp} for {key}")
 
 
-def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] = frozenset()) -> Config:
+def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] = frozenset(),
+              command: str | None = None) -> Config:
     """Build and validate a :class:`Config` from a nested dict (parsed TOML).
 
     ``overridden``: the ``section.key`` given by ``--set`` (:func:`load`): a file's key that an override made
-    not apply is not refused (:func:`~mfpde.config_rules.check_applies`).
+    not apply is not refused (:func:`~mfpde.config_rules.check_applies`). ``command``: the CLI command that
+    reads the config ("run", "transport", ...): the keys it does not read are not refused (:func:`validate`),
+    and the keys given that it or the problem does not use are named on one warning line (:func:`unused_given`).
 
     Raises:
         ConfigError: an unknown section or key, a wrong type or a value out of range; the message
@@ -116,37 +122,86 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
                 kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
             sections[name] = cls(**kwargs)
     with problems.block("tokens.beta"):  # refused: heads.init is not the head it names, not to be checked further
-        _beta_shortcut(raw, sections)
+        _beta_shortcut(raw, sections, overridden)
     cfg = Config(**sections, source=source)
     if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
         with problems.block():
             check_applies(raw, cfg, overridden)
-    validate(cfg, problems)
+    aside = validate(cfg, problems, command)
+    if command is not None:
+        given = frozenset(f"{sec}.{key}" for sec, table in raw.items() if isinstance(table, dict) for key in table)
+        line = unused_given(cfg, given, aside, command)
+        if line:
+            logger.warning("%s", line)
     return cfg
 
 
-def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
-    """``tokens.beta`` off the box (circle, sphere, hypersphere): heads.init becomes the single head (β, 1).
+#: Keys folded into another (``tokens.beta`` and ``tokens.coupling`` into ``heads.init``): used, though the resolved
+#: config does not hold them.
+_FOLDED = frozenset({"tokens.beta", "tokens.coupling"})
+
+
+def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: str) -> str:
+    """The warning line on keys given (``given``: ``section.key``) that the problem or ``command`` does not use.
+
+    Args:
+        cfg: the validated config.
+        given: the keys the file and the overrides give.
+        aside: the messages of the checks :func:`validate` did not apply (keys ``command`` does not read), each
+            ``"section.key: why"``; those of keys given are named with why they would be refused.
+        command: the CLI command.
+
+    Returns:
+        ``""`` when there is nothing to say.
+    """
+    from mfpde.config_keys import in_use  # it imports this module
+
+    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k))
+    if command == "continuation" and "tokens.coupling" in given and cfg.tokens.domain != "box":
+        unused.append("tokens.coupling (continuation varies K from continuation.start to continuation.stop)")
+    bad = [m for m in aside if m.split(":")[0] in given and m.split(":")[0] not in unused]
+    parts = []
+    if unused:
+        parts.append(f"{', '.join(unused)}: not used by this problem (ignored)")
+    if bad:
+        parts.append(f"not used by `mfpde {command}` (ignored; `mfpde run` would refuse them): {'; '.join(bad)}")
+    return "config: " + "; ".join(parts) if parts else ""
+
+
+def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any], overridden: frozenset[str] = frozenset()) -> None:
+    """``tokens.beta`` (and ``tokens.coupling``) off the box: heads.init becomes the single head (β, K), K = 1 unset.
+
+    A ``heads.init`` given by ``--set`` over a file's ``tokens.beta`` (or ``tokens.coupling``) wins: the later word.
 
     Raises:
-        ConfigError: β < 0, a box domain, or heads.init given as well (two sources of β).
+        ConfigError: β < 0, a box domain, ``tokens.coupling`` without ``tokens.beta``, or heads.init given as well
+            (two sources of β).
     """
     tok = sections.get("tokens")
-    if tok is None or not math.isfinite(tok.beta):
+    if tok is None or not (math.isfinite(tok.beta) or math.isfinite(tok.coupling)):
         return
+    if "heads.init" in overridden and not {"tokens.beta", "tokens.coupling"} & overridden:
+        sections["tokens"] = dataclasses.replace(tok, beta=math.nan, coupling=math.nan)  # the --set heads.init wins
+        return
+    key = "tokens.beta" if math.isfinite(tok.beta) else "tokens.coupling"
     if tok.domain == "box":
-        raise ConfigError("tokens.beta: only for the domains of Dirac heads (the circle, the sphere, the hypersphere); "
+        raise ConfigError(f"{key}: only for the domains of Dirac heads (the circle, the sphere, the hypersphere); "
                           "boxes take heads.init")
+    if not math.isfinite(tok.beta):
+        raise ConfigError("tokens.coupling: needs tokens.beta (together they are the single head (β, K)); or give "
+                          "heads.init = {kind = 'diracs', points = [[β, K]], weights = [1.0]}")
     if tok.beta < 0:
         raise ConfigError(f"tokens.beta: must be >= 0, got {tok.beta:g}")
+    coupling = tok.coupling if math.isfinite(tok.coupling) else 1.0
     heads_raw = raw.get("heads", {})
     if isinstance(heads_raw, dict) and "init" in heads_raw:
-        raise ConfigError("tokens.beta: heads.init is given too; set β in one of them (tokens.beta = β is "
-                          "heads.init = {kind = 'diracs', points = [[β, 1.0]], weights = [1.0]})")
+        raise ConfigError(f"{key}: heads.init is given too; set β and K in one of them (tokens.beta = β with "
+                          "tokens.coupling = K is heads.init = {kind = 'diracs', points = [[β, K]], weights = [1.0]})")
     heads = sections.get("heads", Heads())
-    sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, 1.0]],
+    sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, coupling]],
                                                          "weights": [1.0]})
-    sections["tokens"] = dataclasses.replace(tok, beta=math.nan)  # folded into heads.init (config.toml has that)
+    # folded into heads.init (config.toml has that)
+    sections["tokens"] = dataclasses.replace(tok, beta=math.nan, coupling=math.nan)
 
 
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
@@ -171,18 +226,36 @@ def heads_dim(h: Heads) -> int:
     return {"scalar": 2, "value": 1}[h.family]
 
 
-def validate(cfg: Config, problems: Problems | None = None) -> None:
+def unread_sections(cfg: Config, command: str | None) -> frozenset[str]:
+    """The sections ``command`` does not read: ``transport`` (and ``continuation`` of noisy tokens) no [training]."""
+    if command == "transport" or (command == "continuation" and cfg.tokens.domain != "box"):
+        return frozenset({"training"})
+    return frozenset()
+
+
+def validate(cfg: Config, problems: Problems | None = None, command: str | None = None) -> list[str]:
     """Check ranges and consistency across sections, and report every error found (not only the first).
 
     Args:
         cfg: the config.
         problems: errors found before (by :func:`from_dict`: unknown keys, wrong types), reported with these.
+        command: the CLI command that reads the config (None: check every key); the keys of the sections it does
+            not read (:func:`unread_sections`) are checked aside, not refused.
+
+    Returns:
+        The messages of the checks aside (keys ``command`` does not read), each naming its key.
 
     Raises:
         ConfigError: naming the offending key; :class:`~mfpde.errors.ConfigErrors` (a ConfigError) when there
             are several, naming each.
     """
     P = problems if problems is not None else Problems()
+    unread = unread_sections(cfg, command)
+    A = Problems()  # the checks of keys the command does not read: reported aside (a warning), not refused
+
+    def into(key: str) -> Problems:
+        return A if key.split(".")[0] in unread else P
+
     t, d, h, lo, tr, out = cfg.tokens, cfg.depth, cfg.heads, cfg.loss, cfg.training, cfg.output
     with P.block():
         _require(t.dim in (1, 2) or t.domain != "box", "tokens.dim", f"must be 1 or 2, got {t.dim}")
@@ -243,16 +316,17 @@ def validate(cfg: Config, problems: Problems | None = None) -> None:
         (out.checkpoint_every >= 1, "output.checkpoint_every", f"must be >= 1, got {out.checkpoint_every}"),
         (out.plots_every >= 0, "output.plots_every", f"must be >= 0 (0: at the end only), got {out.plots_every}"),
     ):
-        if P.clean(key, *_DEPENDS.get(key, ())):
-            with P.block():
+        if P.clean(key, *_DEPENDS.get(key, ())) and A.clean(key, *_DEPENDS.get(key, ())):
+            with into(key).block():
                 _require(ok, key, msg)
     if P.clean("training.tape_memory"):
-        with P.block():
+        with into("training").block():
             parse_size(tr.tape_memory)
-    if not P.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all of them valid
-        with P.block():
+    if not P.messages and not A.messages:  # bounds of λ, λ₂, Δs from Θ, Ω, the readout and the data: all valid
+        with into("training").block():
             check_training(cfg)
     P.raise_all()
+    return A.messages
 
 
 #: The keys a check of validate's tables reads besides its own (not checked when one of them was refused).
@@ -341,8 +415,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return path, value
 
 
-def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml") -> Config:  # type: ignore[assignment]
+def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml",  # type: ignore[assignment]
+         command: str | None = None) -> Config:
     """Load a TOML config (or the embedded default ``mfpde/defaults/<default>``) and apply overrides.
+
+    ``command``: the CLI command that reads it (:func:`from_dict`).
 
     Raises:
         ConfigError: the file is missing or not valid TOML, or any key is invalid.
@@ -372,4 +449,4 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         table[keys[-1]] = value
-    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed))
+    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed), command=command)

@@ -44,6 +44,7 @@ def in_use(cfg: Config, key: str) -> bool:
         "depth.steps": d.model != "shallow", "depth.layers": d.model == "depth-indexed",
         "depth.scheme": box and d.model != "shallow",
         "tokens.solver": circle, "tokens.labels": flow, "tokens.rtol": flow, "tokens.beta": False,
+        "tokens.coupling": False,
         "tokens.noise": (t.domain == "circle" and not flow) or sphere,  # sphere: continuation reads it at any solver
         "tokens.degree": not flow, "tokens.cfl": not flow, "depth.spacing": circle,
         "depth.decades": circle and d.spacing == "log",

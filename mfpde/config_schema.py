@@ -33,6 +33,7 @@ class Tokens:
     labels: int = 128  # solver "flow": the number M of labels of μ_0 (circle: quantiles; sphere: quadrature nodes)
     rtol: float = 1e-10  # circle, solver "flow": the integrators' relative (and absolute, radians) tolerance
     beta: float = math.nan  # circle, sphere: β of the single head, heads.init = Diracs [[β, 1]] (unset: heads.init)
+    coupling: float = math.nan  # with beta: K of the single head, heads.init = Diracs [[β, K]] (unset: K = 1)
     noise: float = 0.0  # circle, DG0: τ ≥ 0 of ∂_t μ + ∂_θ(μ u) = τ ∂²_θ μ (theory §10; Scharfetter–Gummel flux)
 
 

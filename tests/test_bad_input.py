@@ -519,3 +519,64 @@ def test_resume_and_overwrite_together_are_refused(capfd):
     assert e.value.code == 2
     err = capfd.readouterr().err
     assert "--overwrite" in err and "--resume" in err and "not allowed" in err
+
+
+# issue 45 item 5: a command checks only the keys it uses; unused keys named; K settable; no traceback anywhere
+
+CIRCLE, NOISY_CIRCLE = str(ROOT / "demos" / "circle.toml"), str(ROOT / "demos" / "noisy_circle.toml")
+
+
+def test_transport_checks_only_the_keys_it_uses(tempdir, capfd):
+    """Dirac heads over a wide Θ box: `transport` was refused for the default training keys it never reads
+    ("training.lambda: (λ₂/2)·osc|θ|² / λ = 1e+05 > 708 ... the Gibbs density underflows"); it runs, and an invalid
+    training key given is named on a warning line, not refused. `run` still refuses the same config."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    wide = ["heads.box=[[-100.0, 100.0], [-100.0, 100.0]]", "output.fields=false", "output.plots=false"]
+    sets = [a for s in [*wide, "training.lambda=-1"] for a in ("--set", s)]
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), *sets])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [0] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = [ln for ln in err.splitlines() if "config:" in ln]
+        assert "not used by `mfpde transport`" in line and "training.lambda: must be > 0" in line, err
+    with pytest.raises(ConfigError, match=r"training.lambda: \(λ₂/2\)·osc\|θ\|² / λ"):
+        config.load(DEMO, wide, command="run")
+
+
+def test_coupling_sets_the_single_heads_k():
+    """K was settable in `transport` only through heads.init after the undocumented `--set tokens.beta=nan`:
+    tokens.coupling = K sets heads.init = Diracs [[β, K]]; a --set heads.init over a file's tokens.beta wins."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    assert config.load(NOISY_CIRCLE, ["tokens.coupling=0.5"]).heads.init["points"] == [[4.0, 0.5]]
+    assert config.load(NOISY_CIRCLE).heads.init["points"] == [[4.0, 1.0]]
+    init = "heads.init={kind = 'diracs', points = [[3.0, 0.7]], weights = [1.0]}"
+    assert config.load(NOISY_CIRCLE, [init]).heads.init["points"] == [[3.0, 0.7]]
+    with pytest.raises(ConfigError, match="tokens.coupling: needs tokens.beta"):
+        config.load(NOISY_CIRCLE, ["tokens.beta=nan", "tokens.coupling=0.5"])
+    with pytest.raises(ConfigError, match="tokens.coupling: only for the domains of Dirac heads"):
+        config.load(DEMO, ["tokens.coupling=0.5"])
+
+
+@pytest.mark.parametrize(("path", "sets", "named"), [
+    (CIRCLE, ["tokens.labels=-5"], "tokens.labels"),  # the DG solver has no labels: -5 was accepted silently
+    (CIRCLE, ["tokens.rtol=-1.0", "depth.decades=-3.0"], "depth.decades, tokens.rtol"),
+    (DEMO, ["loss.w=[1.0, 2.0, 3.0]"], "loss.w"),  # the mean readout has no w
+    (NOISY_CIRCLE, ["tokens.coupling=0.5"], "tokens.coupling"),  # continuation varies K
+], ids=["labels", "rtol-decades", "loss-w", "coupling-in-continuation"])
+def test_keys_the_problem_does_not_use_are_named(caplog, path, sets, named):
+    """Invalid values of keys the problem does not use were accepted without a word: one warning line names them."""
+    from mfpde import config
+
+    command = "continuation" if "coupling" in named else "transport"
+    with caplog.at_level("WARNING", logger="mfpde"):
+        config.load(path, sets, command=command)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("config: " + named) and "not used by this problem" in line, line
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="mfpde"):
+        config.load(path, command=command)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
