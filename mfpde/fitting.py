@@ -3,6 +3,9 @@
 * :func:`fit_order`: the least-squares slope of log err against log x (the order of a scheme in h, Δs, 1/N,
   or a Taylor-test slope), as scikit-fem's convergence tests fit it;
 * :func:`fit_rate`: the exponential rate c of y(s) ≈ C e^{−cs} by least squares on log y (theory §5.4, §5.5);
+* :func:`fit_rate_offset`: the rate c and the limit y* of y(s) ≈ y* + C e^{−cs}, y* bracketed (F − F* with F*
+  known only to within a certificate: taking y* = y(S), the last value, biases c high, by 10% and more);
+  :func:`tail_limit`: y* of the exponential through the last three values (Aitken's Δ², any spacing);
 * :func:`slope_tolerance`, :func:`slope_se`: how far bounded or random errors in the values move a fitted slope,
   so a threshold on a slope is derived, not read off a run;
 * :func:`fit_power`: the law y ≈ C x^q with the standard errors of q and log C from the residuals, and the x
@@ -20,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PowerLaw", "fit_order", "fit_power", "fit_rate", "richardson_bound", "slope_se", "slope_tolerance"]
+__all__ = ["PowerLaw", "fit_order", "fit_power", "fit_rate", "fit_rate_offset", "richardson_bound", "slope_se",
+           "slope_tolerance", "tail_limit"]
 
 Array = npt.NDArray[np.float64]
 Values = Array | list[float] | list[int]
@@ -96,6 +100,74 @@ def fit_rate(s: Values, y: Values) -> float:
     if len(ss) < 2 or len(ss) != len(ys) or not np.all(ys > 0):
         raise ValueError(f"fit_rate needs m >= 2 pairs with y > 0, got {len(ss)} points")
     return float(-np.polyfit(ss, np.log(ys), 1)[0])
+
+
+def fit_rate_offset(s: Values, y: Values, lo: float, hi: float) -> tuple[float, float]:
+    """(c, y*) of y(s) ≈ y* + C e^{−cs} with y* in [lo, hi], shapes (m,), m ≥ 3: three parameters jointly.
+
+    For each y* the least-squares line of log(y − y*) against s gives C and c in closed form; y* minimises that
+    line's residual sum of squares (the profile, by bounded Brent, scipy.optimize.minimize_scalar, to 1e-13 of the
+    bracket's width) over [lo, min(hi, min y − 1e-15 (1 + |min y|))]. For an exact y* + C e^{−cs} the profile is 0
+    at the true y*, so c is exact up to the search's tolerance, where y* = hi = y(S) (the last value) made the
+    rows near the end fall faster than e^{−cs} (log(e^{−cs} − e^{−cS})). ``lo == hi``: y* is known, log(y − y*)
+    is fitted alone (:func:`fit_rate`). Units: c in 1/[s], y* in [y].
+
+    Raises:
+        ValueError: fewer than three points, lo > hi, or (y* known) a y ≤ y*.
+    """
+    import scipy.optimize
+
+    ss, ys = np.asarray(s, float), np.asarray(y, float)
+    if len(ss) < 3 or len(ss) != len(ys) or not lo <= hi:
+        raise ValueError(f"fit_rate_offset needs m >= 3 pairs and lo <= hi, got {len(ss)} points, [{lo}, {hi}]")
+    if lo == hi:
+        return fit_rate(ss, ys - lo), float(lo)
+    top = min(hi, float(ys.min()) - 1e-15 * (1.0 + abs(float(ys.min()))))
+    if top <= lo:
+        return fit_rate(ss, ys - lo), float(lo)
+
+    def misfit(ystar: float) -> float:
+        z = np.log(ys - ystar)
+        coef = np.polyfit(ss, z, 1)
+        return float(((z - np.polyval(coef, ss)) ** 2).sum())
+
+    res = scipy.optimize.minimize_scalar(misfit, bounds=(lo, top), method="bounded",
+                                         options={"xatol": 1e-13 * (top - lo) + 1e-300})
+    ystar = min((float(res.x), lo, top), key=misfit)  # the bracket's ends too (a monotone profile)
+    return fit_rate(ss, ys - ystar), ystar
+
+
+def tail_limit(s: Values, y: Values) -> float | None:
+    """The limit y* of the exponential y* + C e^{−cs}, c > 0, through the last three points (Aitken's Δ²).
+
+    With a = s₁ − s₀, b = s₂ − s₁ the ratio q = (y₂ − y₁)/(y₁ − y₀) = (1 − e^{−cb})/(e^{ca} − 1) falls from b/a
+    (c → 0) to 0 (c → ∞), so c is the root of that equation (brentq; equal spacing: q = e^{−ca}, Aitken's Δ²
+    y* = y₂ − (y₂ − y₁)²/(y₂ − 2y₁ + y₀)) and y* = y₂ − (y₂ − y₁)/(1 − e^{cb}). None where the three points are not
+    such an exponential (q outside (0, b/a), e.g. round-off at a converged tail). Units: [y].
+    """
+    import scipy.optimize
+
+    ss, ys = np.asarray(s, float)[-3:], np.asarray(y, float)[-3:]
+    if len(ss) < 3 or not np.all(np.isfinite(ys)):
+        return None
+    a, b = float(ss[1] - ss[0]), float(ss[2] - ss[1])
+    d0, d1 = float(ys[1] - ys[0]), float(ys[2] - ys[1])
+    if a <= 0 or b <= 0 or d0 == 0:
+        return None
+    q = d1 / d0
+    if not 0 < q < b / a * (1 - 1e-12):
+        return None
+
+    def ratio(c: float) -> float:
+        return -math.expm1(-c * b) / math.expm1(c * a) - q
+
+    hi = 1.0 / a
+    while ratio(hi) > 0:
+        hi *= 2
+        if hi * min(a, b) > 700:
+            return None
+    c = scipy.optimize.brentq(ratio, 1e-300, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps)
+    return float(ys[2] + d1 / math.expm1(c * b))
 
 
 def _slope_weights(x: Values) -> Array:

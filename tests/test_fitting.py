@@ -50,3 +50,36 @@ def test_slope_tolerance_bounds_every_perturbation_and_is_attained(rel):
     assert worst(uneven) <= slope_tolerance(x, v, uneven) * (1 + 1e-12)
     attained = (np.log1p(rel) - np.log1p(-rel)) / (-2 * np.log1p(-rel))
     assert worst(rel * v) == pytest.approx(attained * slope_tolerance(x, v, rel * v), rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [9, 41, 161])
+def test_rate_of_an_exponential_with_an_unknown_limit(n):
+    """y = y* + C e^{−cs}, y* known only to lie in [y(S) − δ, y(S)] (a certificate): fit_rate_offset finds c and y*;
+    the old reference y* = y(S) (the last value) gave a rate biased high (by 3% to 19% here, more with fewer rows)."""
+    from mfpde.fitting import fit_rate, fit_rate_offset
+
+    c, C, ystar = 0.7, 2.0, -0.3
+    s = np.linspace(0.0, 5.0, n)
+    y = ystar + C * np.exp(-c * s)
+    rate, found = fit_rate_offset(s, y, y[-1] - 2 * (y[-1] - ystar), y[-1])
+    assert rate == pytest.approx(c, rel=1e-6) and found == pytest.approx(ystar, abs=1e-7)
+    assert fit_rate(s[:-1], (y - y[-1])[:-1]) > 1.03 * c  # the bias this removes
+    known, at = fit_rate_offset(s, y, ystar, ystar)  # y* known: log(y − y*) alone
+    assert known == pytest.approx(c, rel=1e-12) and at == ystar
+    with pytest.raises(ValueError, match="m >= 3"):
+        fit_rate_offset(s[:2], y[:2], ystar, y[-1])
+
+
+def test_tail_limit_is_aitkens_delta_squared_at_any_spacing():
+    """The limit of the exponential through three points, equal spacing (Aitken's Δ²) or not; None where the three
+    points are no decaying exponential (a flat or rising tail, round-off)."""
+    from mfpde.fitting import tail_limit
+
+    for s in (np.array([0.0, 1.0, 2.0]), np.array([3.0, 3.5, 5.0])):
+        assert tail_limit(s, 1.5 + 4.0 * np.exp(-0.9 * s)) == pytest.approx(1.5, abs=1e-12)
+    s = np.array([0.0, 1.0, 2.0])
+    y = 1.5 + 4.0 * np.exp(-0.9 * s)
+    aitken = y[2] - (y[2] - y[1]) ** 2 / (y[2] - 2 * y[1] + y[0])
+    assert tail_limit(s, y) == pytest.approx(aitken, abs=1e-12)
+    assert tail_limit(s, np.ones(3)) is None and tail_limit(s, np.array([1.0, 2.0, 3.0])) is None
+    assert tail_limit(s, np.array([3.0, 2.0, 1.0 - 1e-3])) is None  # a fall as fast as linear: no decay

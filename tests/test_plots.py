@@ -343,15 +343,15 @@ def test_the_fitted_rate_line_is_the_least_squares_fit():
     s = np.arange(12.0)
     F = 1.0 + np.where(s == 0, 1.0, 0.05) * np.exp(-0.5 * s)  # the row s = 0 off the exponential
     lam, kl = 0.1, np.full(12, 1e-9)
-    rate_c, conv, _ = certified_fit(s, F, lam * kl[-1])
-    assert conv and rate_c is not None
+    rate_c, conv, _, fstar = certified_fit(s, F, lam * kl[-1])
+    assert conv and rate_c is not None and fstar is not None
     history = [{"s": float(a), "step": int(a), "risk": float(f), "free_energy": float(f), "kl_gibbs": float(k)}
                for a, f, k in zip(s, F, kl, strict=True)]
-    fig = loss_figure(history, {"fitted": rate_c, "converged": True}, lam, certificate=True)
+    fig = loss_figure(history, {"fitted": rate_c, "converged": True, "fitted_f_star": fstar}, lam, certificate=True)
     (line,) = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label().startswith("fitted rate")]
     x, y = (np.asarray(v, float) for v in line.get_data())
-    gap = F - F[-1]
-    win = (gap >= 10 * lam * kl[-1]) & (gap > 1e-14)
+    win = (F - F[-1] >= 10 * lam * kl[-1]) & (F - F[-1] > 1e-14)
+    gap = F - fstar
     slope, level = np.polyfit(s[win], np.log(gap[win]), 1)
     np.testing.assert_allclose(np.log(y), level + slope * x, rtol=0, atol=1e-12)
 

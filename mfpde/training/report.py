@@ -185,7 +185,8 @@ def rate_block(cp: CoupledProblem, history: list[dict[str, float]]) -> dict[str,
     in the driver). ``fitted`` is fitted to F − F* only where F* is known independently of the run's
     last value: where the certificate of theory §5.4 is a bound (:func:`certificate_bound`;
     :func:`mfpde.training.theory.certified_fit`); ``converged`` says whether the run got there and
-    ``fitted_reference`` what F* is. Elsewhere ``fitted`` is null with the reason. ``certificate_bound``
+    ``fitted_reference`` what F* is, ``fitted_f_star`` the F* fitted jointly with the rate inside the certificate's
+    bracket. Elsewhere ``fitted`` is null with the reason. ``certificate_bound``
     says whether λ KL(ρ ‖ p_ρ) bounds F − F* here (``certificate_reason`` why), ``certificate`` its last value
     (entropic runs).
     """
@@ -200,8 +201,10 @@ def rate_block(cp: CoupledProblem, history: list[dict[str, float]]) -> dict[str,
     if history and "kl_gibbs" in history[-1]:
         rate["certificate"] = st.lam * history[-1]["kl_gibbs"]
     if bound and len(F) > 2 and "kl_gibbs" in history[-1]:
-        fitted, conv, ref = certified_fit(s, F, st.lam * history[-1]["kl_gibbs"])
+        fitted, conv, ref, fstar = certified_fit(s, F, st.lam * history[-1]["kl_gibbs"])
         rate.update(fitted=fitted, converged=conv, fitted_reference=ref)
+        if fstar is not None:
+            rate["fitted_f_star"] = fstar
     else:
         rate["fitted_reference"] = "F* unknown: " + why
     return rate

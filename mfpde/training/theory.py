@@ -11,10 +11,12 @@
     is stated for λ = λ₂ = 0 only.
 * :func:`certified_fit`: the rate c of F(ρ_s) − F* ≈ C e^{−cs}, with F* known to within the certificate
   F(ρ) − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 (where it is a bound: :func:`mfpde.training.report.certificate_bound`):
-  fitted only where the gap
-  F − F(ρ_S) exceeds ten times the certificate at the end, so the unknown F(ρ_S) − F* moves each gap by
-  at most 10%.
-* the least-squares fit itself: :func:`mfpde.fitting.fit_rate`.
+  fitted only where the gap F − F(ρ_S) exceeds ten times the certificate at the end, against an F* inside the
+  certificate's bracket [F(ρ_S) − λKL, F(ρ_S)] estimated from the tail (Aitken's Δ² on the last three rows,
+  :func:`mfpde.fitting.tail_limit`; where the tail is no exponential, jointly with the rate on the window,
+  :func:`mfpde.fitting.fit_rate_offset`): taking F* = F(ρ_S) made the rows near the end fall faster than the
+  exponential and the rate come out high (2.250 for 2.238 on demos/shallow.toml; 3% to 19% on coarse rows).
+* the least-squares fits themselves: :func:`mfpde.fitting.fit_rate`, :func:`mfpde.fitting.fit_rate_offset`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.fitting import fit_rate
+from mfpde.fitting import fit_rate_offset, tail_limit
 
 __all__ = ["certified_fit", "deep_rate", "ntk_summary", "theoretical_rate"]
 
@@ -97,26 +99,49 @@ def deep_rate(ntk: dict[str, Any], n: int) -> tuple[float | None, str]:
     return 2 * ntk["min_eigenvalue"] / n, "2 κ₀/n, κ₀ the smallest NTK eigenvalue at the final ρ (theory §5.5, local)"
 
 
-def certified_fit(s: Array, F: Array, certificate_end: float) -> tuple[float | None, bool, str]:
+def certified_fit(s: Array, F: Array, certificate_end: float, f_star: float | None = None
+                  ) -> tuple[float | None, bool, str, float | None]:
     """Rate of F(ρ_s) − F* with F* bracketed by the certificate of theory §5.4 at the end of the run.
 
     F(ρ_S) − λ KL(ρ_S ‖ p_{ρ_S}) ≤ F* ≤ F(ρ_S), so on the window F − F(ρ_S) ≥ 10 λ KL(ρ_S ‖ p_{ρ_S})
-    the gap F − F(ρ_S) is F − F* to within 10%.
+    the gap F − F(ρ_S) is F − F* to within 10%. On that window log(F − F*) is fitted, F* the limit of the
+    exponential through the last three rows (:func:`mfpde.fitting.tail_limit`) clipped into the bracket, or where
+    those rows are no decaying exponential (round-off) F* fitted jointly with the rate in the bracket
+    (:func:`mfpde.fitting.fit_rate_offset`); ``f_star`` known independently (an exact minimiser) is used instead,
+    and then the window is the rows with F − F* above round-off.
 
     Args:
         s: training times, shape (m,).
         F: free energies, shape (m,).
         certificate_end: λ KL(ρ_S ‖ p_{ρ_S}) at the last row.
+        f_star: F* where it is known, else None.
 
     Returns:
-        (rate or None, converged, what F* is): converged when at least three rows lie in the window.
+        (rate or None, converged, what F* is, the F* fitted against or None): converged when at least three rows
+        lie in the window.
     """
+    floor = 1e-14 * max(1.0, abs(F[-1]))
+    if f_star is not None:
+        win = F - f_star > 1e4 * floor
+        ref = f"F* = {f_star:.12g}, known"
+        if win.sum() < 3:
+            return None, False, ref + "; fewer than three rows with F − F* above round-off", f_star
+        return float(fit_rate_offset(s[win], F[win], f_star, f_star)[0]), True, ref, float(f_star)
     gap = F - F[-1]
     if not math.isfinite(certificate_end) or certificate_end < 0:
-        return None, False, "no certificate"
+        return None, False, "no certificate", None
     win = gap >= 10 * certificate_end
-    win &= gap > 1e-14 * max(1.0, abs(F[-1]))
+    win &= gap > floor
     ref = f"F* = F(ρ_S) to within λ KL(ρ_S ‖ p_ρ_S) = {certificate_end:.3g} (certificate, theory §5.4)"
     if win.sum() < 3:
-        return None, False, ref + "; fewer than three rows with F − F(ρ_S) ≥ 10 × that: not converged"
-    return float(fit_rate(s[win], gap[win])), True, ref
+        return None, False, ref + "; fewer than three rows with F − F(ρ_S) ≥ 10 × that: not converged", None
+    lo, hi = float(F[-1]) - certificate_end, float(F[-1])
+    tail = tail_limit(s, F)
+    if tail is None:
+        rate, fstar = fit_rate_offset(s[win], F[win], lo, hi)
+        how = "fitted jointly with the rate in that bracket"
+    else:
+        fstar = min(max(tail, lo), hi)
+        rate = fit_rate_offset(s[win], F[win], fstar, fstar)[0]
+        how = "estimated in that bracket by Aitken's Δ² on the last three rows"
+    return float(rate), True, ref + f", {how}: F(ρ_S) − F* = {hi - fstar:.3g}", float(fstar)
