@@ -15,6 +15,7 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -167,10 +168,10 @@ def _interrupted_line(args: argparse.Namespace, e: BaseException) -> str:
     if args.command == "run":
         return (f"interrupted by {what} outside a training step: no report written (a run continues from its last "
                 "checkpoint with --resume)")
-    if args.command == "transport":  # no checkpoint: say what is left
+    if args.command == "transport":  # no checkpoint: DIR is settled as before the command (mfpde.outdir)
         return (f"interrupted by {what} during set-up: transport stopped, nothing computed, no report written (run "
-                "the command again)" if setup else f"interrupted by {what}: transport stopped, no report written "
-                "(fields/ holds the depths written so far; run the command again to redo it)")
+                "the command again)" if setup else f"interrupted by {what}: transport stopped, no report written, "
+                "its fields removed and DIR's previous result kept (run the command again to redo it)")
     return f"interrupted by {what}: {args.command} stopped, no report written"
 
 
@@ -221,8 +222,16 @@ def _join(comm: MPI.Comm, code: int, interrupted: str = "") -> None:
 
 
 def _end_interrupted(comm: MPI.Comm, line: str) -> None:
-    """End the MPI job with exit status 4 from a rank that got a signal the others did not (one line on stderr)."""
-    if comm.rank != 0:  # rank 0 printed it already if it got the signal
+    """End the MPI job with exit status 4 from a rank that got a signal the others did not (one line on stderr).
+
+    Rank 0, which waits in a collective, would be killed with DIR unsettled: this rank settles it first
+    (:func:`mfpde.outdir.settle_for_rank0`). Where rank 0 had settled DIR, it got the signal too and printed the
+    line: this rank prints nothing more.
+    """
+    from mfpde.outdir import settle_for_rank0
+
+    settled = settle_for_rank0(signals.Interrupted(signal.SIGTERM)) if comm.rank != 0 else False
+    if comm.rank != 0 and settled is not False:  # rank 0 printed it already if it got the signal
         sys.stderr.write(f"mfpde: error: {line} (rank {comm.rank} of {comm.size})\n")
     sys.stderr.flush()
     time.sleep(1.0)  # the launcher forwards stderr through a pipe: give the line time (see _abort)

@@ -20,14 +20,25 @@ raised ``EFBIG`` on the rank that wrote ``data.0`` and the others hung. The smal
 once per reservation, and a write after which the largest file of the ``.bp`` directory could exceed it is
 refused like a full disk (``SIGXFSZ``, which would kill the process instead, is ignored by the CLI:
 :func:`mfpde.signals.handlers`).
+
+A job that ends with an exception while a writer is open (:func:`ended`, around every job that writes fields):
+the writer was destroyed with the traceback, after the CLI had removed DIR's ``fields/`` (ADIOS2's close then
+ended the process in ``std::terminate``, exit 134), or, under MPI, on a rank that got a signal alone while the
+others waited in a collective of the solve (ADIOS2's close is collective: every rank spun at 100 % for ever). So
+on the way out of the job each open writer is closed where every rank ends the same way (one rank; an
+:class:`~mfpde.errors.ConfigError` or :class:`~mfpde.errors.NumericalError`, which are raised on every rank), and
+abandoned otherwise (a signal, a bug: the CLI ends the job without destroying it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
+import sys
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -39,19 +50,51 @@ import dolfinx.mesh
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, NumericalError
 
-__all__ = ["FieldWriter", "abandoned"]
+__all__ = ["FieldWriter", "abandoned", "end_open", "ended"]
 
 #: Bytes reserved beyond the estimate of a write (ADIOS2's metadata, the file's close).
 RESERVE_BYTES = 1 << 20
 #: Writers abandoned after a refused write: kept alive so that their destructor (a close) never runs.
 _ABANDONED: list[FieldWriter] = []
+#: The writers not closed yet.
+_OPEN: weakref.WeakSet[FieldWriter] = weakref.WeakSet()
 
 
 def abandoned() -> bool:
     """Whether a writer was abandoned (the process must then end by ``os._exit``: its close could abort)."""
     return bool(_ABANDONED)
+
+
+def _agreed(exc: BaseException | None) -> bool:
+    """Whether every rank ends with ``exc``: none, or the errors raised on every rank (input, numerical)."""
+    return exc is None or isinstance(exc, ConfigError | NumericalError)
+
+
+def end_open(exc: BaseException | None) -> None:
+    """Close every open writer if every rank ends the same way (one rank, or :func:`_agreed`); abandon it otherwise.
+
+    A writer's close is collective: on a rank that ends alone (a signal that reached it only, a bug) it waited for
+    ever for the others, which wait in a collective of the solve. An abandoned writer is never destroyed: the CLI
+    ends the process by ``os._exit`` (:func:`abandoned`).
+    """
+    for w in list(_OPEN):
+        w.end(exc)
+
+
+@contextlib.contextmanager
+def ended() -> Iterator[None]:
+    """Around a job: if it raises, its open writers are closed or abandoned (:func:`end_open`) before DIR is settled.
+
+    Without it a writer was destroyed with the traceback, after the CLI had removed ``fields/`` (exit 134), or
+    collectively on a rank interrupted alone (a hang).
+    """
+    try:
+        yield
+    except BaseException as e:
+        end_open(e)
+        raise
 
 
 def _size_limit(comm: MPI.Comm) -> int:
@@ -143,6 +186,7 @@ class FieldWriter:
         _room(self.path, RESERVE_BYTES, comm)
         self._writer = dolfinx.io.VTXWriter(comm, path, [g for _, g in self._pairs])
         self._reserved = 0  # writes whose room :meth:`reserve` checked at once
+        _OPEN.add(self)
 
     def reserve(self, writes: int) -> None:
         """Check the room for the next ``writes`` writes at once (a burst: one probe instead of one per write).
@@ -157,9 +201,13 @@ class FieldWriter:
         try:
             _room(self.path, nbytes, self.comm)
         except Exception:
-            self.closed = True
-            _ABANDONED.append(self)
+            self._abandon()
             raise
+
+    def _abandon(self) -> None:
+        self.closed = True
+        _OPEN.discard(self)
+        _ABANDONED.append(self)
 
     def write(self, t: float) -> None:
         """Copy the fields onto the owned cells and write them at time t.
@@ -177,10 +225,31 @@ class FieldWriter:
         self._writer.write(t)
 
     def close(self) -> None:
-        """Close the file (nothing if it was abandoned)."""
+        """Close the file (nothing if it was abandoned).
+
+        Called while an exception propagates (a ``finally`` clause), it closes or abandons the file as :meth:`end`
+        decides for that exception: a collective close on a rank that a signal reached alone would wait for ever.
+        """
+        exc = sys.exception()
+        if exc is not None and not self.closed and not (self.comm.size == 1 or _agreed(exc)):
+            self._abandon()
+            return
         if not self.closed:
             self.closed = True
+            _OPEN.discard(self)
             self._writer.close()
+
+    def end(self, exc: BaseException | None) -> None:
+        """Close the file if every rank ends with ``exc`` (or there is one rank), else abandon it (:func:`end_open`)."""
+        if self.closed:
+            return
+        if self.comm.size == 1 or _agreed(exc):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001  the job's own error is the one to report
+                _ABANDONED.append(self)
+        else:
+            self._abandon()
 
     def __enter__(self) -> FieldWriter:
         """The writer itself."""
@@ -188,5 +257,5 @@ class FieldWriter:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        """Close the file."""
-        self.close()
+        """Close the file, or abandon it if the block ended with an exception on this rank alone (:meth:`end`)."""
+        self.end(exc)

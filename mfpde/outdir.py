@@ -14,7 +14,11 @@
 
 A job killed outright leaves ``.mfpde-previous/`` behind with its own partial output in DIR; the next job in DIR
 removes that output and keeps ``.mfpde-previous/`` as the previous result. Only rank 0 touches the
-file system; the others agree on its outcome.
+file system; the others agree on its outcome, with one exception: a signal that reached another rank alone
+leaves rank 0 in a collective of the solve, and the CLI ends the job from that rank (``MPI_Abort``) after a grace;
+that rank first settles DIR in rank 0's stead (:func:`settle_for_rank0`), where the lock ``DIR/.mfpde.lock`` still
+names rank 0 (rank 0 removes it once it has settled DIR itself), and removes the lock: an interruption on
+any rank leaves DIR as a signal to rank 0 does (no lock, no ``config.toml``, no ``fields/`` of its own).
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from mpi4py import MPI
 
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 
-__all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_output_dir"]
+__all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_for_rank0", "settle_output_dir"]
 
 #: The folder of DIR where the previous result waits until the new job ends.
 PREVIOUS = ".mfpde-previous"
@@ -37,6 +42,10 @@ RESULT = ("report.json", "history.csv", "predictions.csv", "config.toml", "field
           "pde-refined")
 #: The directories prepared by this process (rank 0) and not yet settled: DIR → resumed (its checkpoint kept).
 _pending: dict[Path, bool] = {}
+#: The same on the other ranks: DIR → (resumed, rank 0's "pid host" line of the lock), for :func:`settle_for_rank0`.
+_elsewhere: dict[Path, tuple[bool, str]] = {}
+#: The name of the lock file of DIR (:class:`mfpde.environment.OutputLock`).
+LOCK = ".mfpde.lock"
 
 
 def _remove(p: Path) -> None:
@@ -81,9 +90,12 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
                 _pending[out.resolve()] = keep
         except OSError as e:
             err = f"--out {str(out)!r}: {e.strerror or e}"
-    err = comm.bcast(err, root=0)
+    err, holder = comm.bcast((err, f"{os.getpid()} {socket.gethostname()}"), root=0)
     if err:
         raise ConfigError(err)
+    if comm.rank != 0:
+        with contextlib.suppress(OSError, RuntimeError):
+            _elsewhere[out.resolve()] = (keep, holder)
 
 
 def settle_output_dir(out: Path, exc: BaseException | None) -> None:
@@ -114,3 +126,33 @@ def settle_output_dir(out: Path, exc: BaseException | None) -> None:
                 if (prev / n).exists():
                     os.replace(prev / n, key / n)
         _remove(prev)
+
+
+def settle_for_rank0(exc: BaseException) -> bool | None:
+    """Settle, from a rank other than 0, the DIRs that rank 0 prepared and has not settled (the module).
+
+    Called by the CLI on a rank that ends the job alone (a signal that reached it only) just before
+    ``MPI_Abort``: rank 0 waits in a collective meanwhile and would be killed with DIR unsettled (the lock,
+    ``config.toml`` and ``fields/`` left behind). A DIR whose lock no longer names rank 0 was settled by rank 0.
+
+    Returns:
+        None where this rank knows of no DIR prepared by rank 0 (rank 0 itself, a set-up not that far); else
+        whether it settled one here (False: rank 0 had settled them, so it got the signal too).
+    """
+    if not _elsewhere:
+        return None
+    done = False
+    for key, (keep, holder) in list(_elsewhere.items()):
+        _elsewhere.pop(key)
+        lock = key / LOCK
+        try:
+            if lock.read_text().strip() != holder:
+                continue
+        except OSError:  # no lock: rank 0 settled DIR and removed it
+            continue
+        _pending[key] = keep
+        settle_output_dir(key, exc)
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        done = True
+    return done

@@ -22,7 +22,7 @@ from mfpde import __version__, signals
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
-from mfpde.fields import FieldWriter
+from mfpde.fields import FieldWriter, ended
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.plots import TokenSeries, plot_run
@@ -49,6 +49,11 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
         ConfigError: invalid input (nothing is written).
         NumericalError: a solve failed (``report.json`` has status "failed").
     """
+    with ended():  # a writer open when the job raises: closed or abandoned before DIR is settled (fields.py)
+        return _job(cfg, out, comm, progress)
+
+
+def _job(cfg: Config, out: Path, comm: MPI.Comm, progress: Any) -> dict[str, Any]:
     if cfg.tokens.domain != "box":  # the circle (theory §8), the sphere (§9): each domain's package runs its job
         from mfpde.domains import transport_job as domain_job
 

@@ -276,3 +276,66 @@ def test_a_signal_during_the_picture_leaves_no_report(tmp_path, monkeypatch, job
     with pytest.raises(Interrupted):
         transport_job(cfg, tmp_path)
     assert not (tmp_path / "report.json").exists()
+
+
+#: each rank writes its pid, then runs ``mfpde transport`` of a domain with its fields on (long: until signalled)
+FIELDS_PIDS = """
+import sys
+from pathlib import Path
+from mpi4py import MPI
+Path({pids!r}, f"{{MPI.COMM_WORLD.rank}}.pid").write_text(str(__import__("os").getpid()))
+from mfpde import cli
+sys.exit(cli.main(["transport", {cfg!r}, "--quiet", "--out", {out!r}, "--set", "output.fields=true",
+                   "--set", "depth.steps=20000"]))
+"""
+
+
+@pytest.mark.serial  # launches its own processes
+@pytest.mark.parametrize("demo,rank,sig", [("transport_small", 0, signal.SIGTERM), ("sphere", 0, signal.SIGINT),
+                                           ("circle", 2, signal.SIGTERM)])
+def test_signal_to_one_rank_of_a_transport_writing_fields_ends_every_rank(tmp_path, demo, rank, sig):
+    """A signal to one rank of a 3-rank transport that writes fields/mu_0.bp: exit 4 within seconds, one line, and DIR
+    as before the command: no lock, no config.toml, no fields/ (was: to rank 0, every rank spun at 100 % for ever:
+    the interrupted rank destroyed its VTX writer, whose close is collective, while the others waited in the solve;
+    to rank 2, the lock, config.toml and fields/ were left behind and the line said fields/ held the depths)."""
+    out, pids = tmp_path / "out", tmp_path / "pids"
+    pids.mkdir()
+    script = FIELDS_PIDS.format(pids=str(pids), out=str(out), cfg=str(ROOT / "demos" / f"{demo}.toml"))
+    proc = subprocess.Popen([MPIEXEC, "-n", "3", sys.executable, "-c", script], cwd=ROOT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, start_new_session=True)
+    t0 = time.monotonic()
+    while not (out / "fields" / "mu_0.bp").exists() and proc.poll() is None:  # fields written: the depth loop runs
+        assert time.monotonic() - t0 < 120, "transport did not start"
+        time.sleep(0.02)
+    time.sleep(0.5)
+    assert proc.poll() is None, "transport ended before the signal: lengthen it"
+    os.kill(int((pids / f"{rank}.pid").read_text()), sig)
+    t1 = time.monotonic()
+    err = finish(proc, 60, f"{signal.Signals(sig).name} to rank {rank} of 3")
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[mpiexec@")]
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert len(lines) == 1 and signal.Signals(sig).name in lines[0] and "Traceback" not in err, err
+    assert "fields/ holds" not in lines[0], err
+    assert time.monotonic() - t1 < 15, "not ended as an interruption"
+    assert not out.exists() or not list(out.iterdir()), sorted(p.name for p in out.iterdir())
+
+
+@pytest.mark.serial  # launches its own process
+def test_signal_to_a_serial_transport_writing_fields_exit_4(tmp_path):
+    """SIGTERM to a 1-rank box transport with fields on: exit 4 and one line (was exit 134, SIGABRT: the VTX writer
+    was destroyed after DIR's fields/ was removed, and ADIOS2 ended the process in std::terminate)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "transport_small.toml"), "--quiet",
+           "--out", str(out), "--set", "depth.steps=20000", "--set", "output.fields=true"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, text=True, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    t0 = time.monotonic()
+    while not (out / "fields" / "mu_0.bp").exists() and proc.poll() is None:
+        assert time.monotonic() - t0 < 120
+        time.sleep(0.02)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    err = finish(proc, 60, "SIGTERM to a serial transport")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == EXIT_INTERRUPTED and len(lines) == 1 and "SIGTERM" in lines[0], err
+    assert not out.exists() or not list(out.iterdir())

@@ -366,13 +366,10 @@ def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: lis
 
     mesh = CircleMesh(len(pictures[0]), 0)
     _, f, fill = dolfinx_circle(comm, mesh)
-    writer = FieldWriter(comm, out / "fields" / "mu_0.bp", [f])
-    try:
+    with FieldWriter(comm, out / "fields" / "mu_0.bp", [f]) as writer:  # closed, or abandoned on a signal
         for depth, dens in zip(ts, pictures, strict=True):
             fill(np.asarray(dens)[:, None])
             writer.write(depth)
-    finally:
-        writer.close()
 
 
 #: The domain's job under the name :mod:`mfpde.domains` calls.
