@@ -155,3 +155,36 @@ def test_the_python_examples_run(page, tempdir, monkeypatch):
             assert values.mu_T.values.ndim == 1 and values.mu_T.points.shape[0] == values.mu_T.values.shape[0]
         if "run" in scope:
             assert scope["run"].status == "ok" and scope["run"].rho.ndim == 2
+
+
+@pytest.mark.serial
+def test_the_default_runs_numbers_in_the_docs_are_regenerated(tempdir):
+    """`mfpde run` (the embedded default, as docs/digits.md, the user guide's demo_digits row and the README state
+    it, each naming that command): accuracies, risk, the fitted and the theorem's rate, the boundary mass, to the
+    digits printed. The full run (300 steps, about a CPU minute)."""
+    import csv
+    import json
+
+    from mfpde.cli import main
+
+    out = tempdir / "default"
+    quiet = ["--quiet", "--set", "output.fields=false", "--set", "output.plots=false"]
+    assert main(["run", "--out", str(out), *quiet]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    rows = list(csv.DictReader((out / "history.csv").open()))
+    first, last = rows[0], rows[-1]
+    acc = {"test0": f"{float(first['test_accuracy']):.3f}", "test": f"{float(last['test_accuracy']):.3f}",
+           "train0": f"{float(first['train_accuracy']):.3f}", "train": f"{float(last['train_accuracy']):.3f}",
+           "risk0": f"{float(first['risk']):.3f}", "risk": f"{float(last['risk']):.3f}"}
+    digits = " ".join((DOCS / "digits.md").read_text().split())
+    for want in (f"held-out accuracy {acc['test0']} → {acc['test']}", f"train {acc['train0']} → {acc['train']}",
+                 f"risk {acc['risk0']} → {acc['risk']}", f"fitted rate {rep['rate']['fitted']:.3f} against 2λ₂ = "
+                 f"{rep['rate']['theory']:g}", f"least training risk ({acc['risk']};"):
+        assert want in digits, f"docs/digits.md: {want!r}"
+    assert rep["final"]["theta_boundary_mass"] < 1e-17  # the page: 3·10⁻¹⁹, round-off of a Gaussian far inside
+    guide = (DOCS / "user-guide.md").read_text()
+    (row,) = [r for r in guide.splitlines() if r.startswith("| `demo_digits.py`")]
+    assert (f"risk {acc['risk0']} → {acc['risk']}; accuracy of ρ₀ train {acc['train0']} / held-out {acc['test0']}, "
+            f"of the trained ρ {acc['train']} / {acc['test']}") in row, row
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"from {acc['test0']} to {acc['test']}** (risk {acc['risk0']} → {acc['risk']})" in readme
