@@ -453,3 +453,22 @@ def test_resume_with_another_tape_budget(tempdir):
     assert main(["run", DEEP, "--out", str(out), "--quiet", *_args(first)]) == 0
     assert main(["run", DEEP, "--out", str(out), "--quiet", "--resume",
                  *_args(["training.tape_memory='128MiB'"])]) == 0
+
+
+@pytest.mark.serial  # launches its own process
+@pytest.mark.parametrize("refused", ["tokens.cfl=1e-7", "depth.T=999999"])
+def test_a_refused_box_transport_writing_fields_exit_2(tempdir, refused):
+    """A box transport with fields on, refused at its first depth step: exit 2 and one line (was exit 134 after the
+    line: the VTX writer of fields/mu_0.bp was destroyed after DIR's fields/ was removed, and ADIOS2 ended the process
+    in std::terminate). The writer is closed before DIR is settled."""
+    import subprocess
+    import sys
+
+    out = tempdir / "out"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "transport_small.toml"), "--quiet",
+           "--out", str(out), "--set", "output.fields=true", "--set", refused]
+    proc = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "depth step 1" in lines[0], proc.stderr
+    assert not out.exists()
