@@ -188,3 +188,26 @@ def test_the_default_runs_numbers_in_the_docs_are_regenerated(tempdir):
             f"of the trained ρ {acc['train']} / {acc['test']}") in row, row
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"from {acc['test0']} to {acc['test']}** (risk {acc['risk0']} → {acc['risk']})" in readme
+
+
+def test_the_deep_ntk_row_is_its_stored_full_output():
+    """The user guide's demo_deep_ntk row states the full run's numbers; they are those of its stored output
+    (``python demos/demo_deep_ntk.py > docs/_static/demos/deep_ntk.full.txt``, about 2 minutes: rerun it when
+    tests/test_demos.py finds the quick output moved)."""
+    full = (DOCS / "_static" / "demos" / "deep_ntk.full.txt").read_text()
+    (row,) = [r for r in (DOCS / "user-guide.md").read_text().splitlines() if r.startswith("| `demo_deep_ntk.py`")]
+    rate = re.search(r"fitted rate ([\d.]+) on \d+ rows, closed form c_Δs = ([\d.]+)", full)
+    assert rate and f"fitted rate {float(rate[1]):.3f} against c_Δs = {float(rate[2]):.3f}" in row
+    value = re.search(r"value heads: R ([\d.e+-]+) → ([\d.e+-]+); least-squares floor R_LS = ([\d.e+-]+); "
+                      r"NTK eigenvalues \[([\d.]+), ([\d.]+)\]", full)
+    assert value, full
+    r0, r1, floor, e0, e1 = (float(x) for x in value.groups())
+    assert (f"R {r0:.4f} → {r1:.4f}, at the floor R_LS = {floor:.4f}" in row
+            and f"NTK eigenvalues {e0:g} and {e1:.1f}" in row), row
+    av = re.search(r"\(a, v\) heads: R [\d.e+-]+ → ([\d.e+-]+) = ([\d.]+) R_LS; NTK eigenvalues \[([\d.]+), ([\d.]+)\]",
+                   full)
+    assert av, full
+    assert (f"R → {float(av[1]):.1e} = {av[2]} R_LS, NTK eigenvalues {float(av[3]):.3f} and {float(av[4]):.2f}"
+            .replace("e-05", "e-5") in row), row
+    err = re.search(r"\|R_h − G\| ≤ ([\d.e+-]+)", full)
+    assert err and f"within the token error {float(err[1]):.1e}".replace("e-04", "e-4") in row
