@@ -233,3 +233,68 @@ def check_adjoint_gaussian_exact(quick: bool) -> Outcome:
     return Outcome(slope, 1.0, "< 0.2", ok,
                    f"errors {', '.join(f'{e:.2e}' for e in errs)} at h = {', '.join(f'{h:.3g}' for h in hs)}",
                    [Series(hs, errs, "token cell size h", 1.0, slope)], 0.2)
+
+
+def checkpointed_gradients(case: str, comm: MPI.Comm = MPI.COMM_WORLD, steps: int = 6
+                           ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """(∂R/∂c by the whole tape, by a checkpointed tape, the latter's stats).
+
+    The same forward solve (:func:`_risk`) taped twice: a list (every sub-step kept, n of them) and a
+    :class:`~mfpde.tokens.box.tape.CheckpointedTape` (uniform checkpoints in depth, each segment replayed in
+    reverse), each reversed by :class:`~mfpde.tokens.box.adjoint.DiscreteAdjoint`. The checkpointed tape's budget,
+    2 C max(2s, ⌊n/2⌋ + 1) for states of C bytes and s stages, holds neither the whole tape (n(T + C), T ≥ s C)
+    nor a checkpoint per sub-step (half the budget: fewer than n states), but checkpoints every 2 sub-steps and a
+    segment's stage states (2 s C): segments of 2 sub-steps are replayed. Collective.
+    """
+    from mfpde.tokens.box.tape import CheckpointedTape
+    from mfpde.tokens.box.transport import SampleOperator
+
+    kind, d, degree, n = TAYLOR_CASES[case]
+    tt = TokenTransport(_token_domain(comm, kind, d, n), degree=degree)
+    th = ThetaSpace(box(comm, [[-1.0, 1.0], [-1.0, 1.0]], [6, 6], "triangle"), ScalarHeads())
+    rho = th.gaussian([0.2, 0.8], [[0.1, 0.0], [0.0, 0.1]])
+    y = 1.5
+    pT = None
+    grads = []
+    stats: dict[str, int] = {}
+    n_sub = 0
+    for checkpointed in (False, True):
+        if checkpointed:
+            C = dolfinx.fem.Function(tt.W).x.array.nbytes
+            s = tt.scheme.stages
+            tape: Tape | CheckpointedTape = CheckpointedTape(2 * C * max(2 * s, n_sub // 2 + 1), SampleOperator(tt), C,
+                                                             s, comm, steps)
+        else:
+            tape = []
+        _, yh, _ = _risk(tt, th, rho, y, steps, tape)  # type: ignore[arg-type]
+        pT = (yh - y) * dyhat_dmu(tt, readout_function("second_moment"))
+        _, D = DiscreteAdjoint(tt).backward(tape, pT, 1)
+        grads.append(np.asarray(D[0], dtype=float).copy())
+        n_sub = n_sub or len(tape)
+        if isinstance(tape, CheckpointedTape):
+            stats = tape.stats()
+    return grads[0], grads[1], stats
+
+
+@register("adjoint_checkpointed", "§3.1 (discrete adjoint); depth checkpointing",
+          "the same gradient through the whole tape (every sub-step kept)", kind="|Δ ∂R/∂c|")
+def check_adjoint_checkpointed(quick: bool) -> Outcome:
+    """∂R/∂c through a checkpointed tape (segments replayed) = through the whole tape, bit for bit (DG0 and DG1).
+
+    The replay runs the forward pass's operations on the same inputs (the recorded sub-step sizes, rows and
+    heads), so the two gradients are identical in floating point: the threshold is 0. The check fails too if
+    the tape replayed no segment of several sub-steps (checkpointing not exercised).
+    """
+    worst, lines, ok = 0.0, [], True
+    for case in ("triangle_dg0", "triangle_dg1"):
+        full, ck, stats = checkpointed_gradients(case)
+        diff = float(np.max(np.abs(full - ck), initial=0.0))
+        replayed = stats.get("recomputed_substeps", 0) > 0 and stats.get("checkpoint_every", 0) >= 2
+        ok &= diff == 0.0 and replayed and bool(np.all(np.isfinite(full)))
+        worst = max(worst, diff)
+        lines.append(f"{case}: max |Δ| {diff:.1e} over {full.size} head masses (max |∂R/∂c| "
+                     f"{float(np.abs(full).max(initial=0.0)):.2e}); {stats.get('substeps', 0)} sub-steps, "
+                     f"{stats.get('segments', 0)} segments replayed, checkpoint every "
+                     f"{stats.get('checkpoint_every', 0)}")
+    return Outcome(worst, 0.0, "= 0 (bit for bit); segments of ≥ 2 sub-steps replayed", ok, "; ".join(lines),
+                   tolerance=0.0)

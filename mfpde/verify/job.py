@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
+import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,14 +23,15 @@ from typing import Any, Protocol
 from mpi4py import MPI
 
 from mfpde import __version__
-from mfpde.budget import step_budget
+from mfpde.budget import StepBudget, step_budget
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 
-__all__ = ["COLUMNS", "format_table", "run_check", "table_cells", "verify_job"]
+__all__ = ["COLUMNS", "WALL_FACTOR", "OverBudget", "format_table", "run_check", "table_cells", "time_limits",
+           "verify_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +65,7 @@ def _load_checks() -> None:
         circle,
         circle_flow,
         conservation,
+        continuation_checks,
         deep,
         free_energy,
         gibbs,
@@ -107,6 +112,63 @@ def _others_arrive(comm: MPI.Comm) -> bool:
     return True
 
 
+#: A check's wall-clock limit as a multiple of its CPU budget (``MFPDE_VERIFY_WALL_FACTOR``): a loaded machine
+#: stretches the wall time of a check by its load, and past this factor the check fails instead of running on.
+WALL_FACTOR = 4.0
+
+
+class OverBudget(BaseException):  # noqa: N818  not an Exception: a check's ``except Exception`` must not swallow it
+    """A check ran past its CPU budget or its wall-clock limit (raised by :func:`time_limits`' timers).
+
+    Attributes:
+        what: ``"CPU"`` or ``"wall"``; limit: the limit in seconds.
+    """
+
+    def __init__(self, what: str, limit: float) -> None:
+        super().__init__(f"{what} time limit {limit:g} s")
+        self.what, self.limit = what, limit
+
+
+def _wall_factor() -> float:
+    try:
+        k = float(os.environ.get("MFPDE_VERIFY_WALL_FACTOR", WALL_FACTOR))
+    except ValueError:
+        return WALL_FACTOR
+    return k if k > 0 else WALL_FACTOR
+
+
+@contextlib.contextmanager
+def time_limits(cpu_s: float, wall_s: float) -> Iterator[None]:
+    """Within the block, raise :class:`OverBudget` past ``cpu_s`` CPU seconds or ``wall_s`` wall seconds.
+
+    CPU: ``ITIMER_PROF`` (user + system time of all threads, what ``time.process_time`` counts); wall:
+    ``ITIMER_REAL``. The signal is handled at the next Python instruction (a long call into
+    compiled code finishes first). Outside the main thread, or where the timers do not exist, no limit is set.
+    The previous handlers and timers are restored (a timer already running outside is not nested: it is cleared).
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        raise OverBudget("CPU" if signum == signal.SIGPROF else "wall", cpu_s if signum == signal.SIGPROF else wall_s)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGPROF, signal.SIGALRM)}
+    try:
+        if math.isfinite(cpu_s):
+            signal.setitimer(signal.ITIMER_PROF, max(cpu_s, 1e-3))
+        if math.isfinite(wall_s):
+            signal.setitimer(signal.ITIMER_REAL, max(wall_s, 1e-3))
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
     """Run one check within its budgets and return its ``checks`` record (interface.md). Collective.
 
@@ -114,17 +176,30 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
     non-finite values, a stalled CFL loop), when the check spends more than its step budget
     (:mod:`mfpde.budget`), when its measured value (or its reference value) is not finite, or when it uses more
     CPU time than its time budget (the slowest rank's process time, which a loaded machine does not inflate as
-    it does wall time; quick checks get half of it). Any other exception raised by the check (a fit on NaN
-    errors, a log of a negative gap: a bug in the check or in the code it checks) is its failure too: ``detail``
-    and ``threshold`` say ``raised <type>: <message>``, ``exception`` holds the type and message (None when the
-    check ran to its verdict), and the traceback goes to the debug log. The ranks agree on it (the lowest rank's
-    exception is reported). Interruptions (:class:`~mfpde.signals.Interrupted`, KeyboardInterrupt) pass through.
+    it does wall time; quick checks get half of it), or when its wall time passes :data:`WALL_FACTOR` times that
+    budget (a loaded machine, or a check that waits). Both are enforced while the check runs, by timers
+    (:func:`time_limits`): the check is stopped there, and its row says which limit stopped it and when. Any
+    other exception raised by the check (a fit on NaN errors, a log of a negative gap: a bug in the check or in
+    the code it checks) is its failure too: ``detail`` and ``threshold`` say ``raised <type>: <message>``,
+    ``exception`` holds the type and message (None when the check ran to its verdict), and the traceback goes
+    to the debug log. The ranks agree on it (the lowest rank's exception is reported). Interruptions
+    (:class:`~mfpde.signals.Interrupted`, KeyboardInterrupt) pass through.
     """
     t, c = time.perf_counter(), time.process_time()
+    budget = check.budget_s / 2 if quick else check.budget_s
+    wall_limit = _wall_factor() * budget
     raised: dict[str, str] | None = None
+    used: StepBudget | None = None
     try:
-        with step_budget(check.steps) as used:
+        with time_limits(budget, wall_limit), step_budget(check.steps) as used:
             outcome = check.run(quick)
+    except OverBudget as e:  # stopped by a timer: a verdict (fail), on every rank
+        raised = {"type": "OverBudget", "message": (
+            f"{time.process_time() - c:.1f} CPU s, stopped at its budget of {budget:g} CPU s" if e.what == "CPU" else
+            f"{time.perf_counter() - t:.1f} wall s, stopped at {_wall_factor():g} × its budget of {budget:g} CPU s "
+            f"(the machine is loaded or the check waits)")}
+        if not _others_arrive(comm):
+            raise
     except NumericalError as e:  # SolverError included: a solve failed inside the check
         outcome = Outcome(float("nan"), None, "", False, f"numerical failure: {e}")
     except Exception as e:  # the check's failure, not the job's: the rest still run
@@ -139,18 +214,24 @@ def run_check(check: Check, quick: bool, comm: MPI.Comm = MPI.COMM_WORLD) -> dic
     if first is not None:
         rank = every.index(first)
         where = f" (rank {rank} of {comm.size})" if comm.size > 1 else ""
-        text = f"raised {first['type']}: {first['message']}{where}"
+        if first["type"] == "OverBudget":  # not an exception of the check: its time ran out
+            text = f"over its time budget: {first['message']}{where}"
+            first = None
+        else:
+            text = f"raised {first['type']}: {first['message']}{where}"
         outcome = Outcome(float("nan"), None, text, False, text)
     wall = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
     cpu = comm.allreduce(time.process_time() - c, op=MPI.MAX)
     rec = outcome.record(check)
     rec["exception"] = first
-    budget = check.budget_s / 2 if quick else check.budget_s
     if (rec["measured"] is None or outcome.reference is not None and rec["reference_value"] is None) and rec["passed"]:
         rec["passed"], rec["detail"] = False, "non-finite value: " + rec["detail"]
-    if cpu > budget and rec["passed"]:
-        rec["passed"], rec["detail"] = False, f"over its time budget ({cpu:.1f} CPU s > {budget:g} s): " + rec["detail"]
-    rec.update(wall_s=wall, cpu_s=cpu, steps=used.used, budget_s=budget, step_budget=check.steps)
+    if cpu > budget and rec["passed"]:  # past the budget between two checks of the timer (or without timers)
+        over = f"over its time budget ({cpu:.1f} CPU s > {budget:g} s)"
+        rec["passed"], rec["detail"] = False, f"{over}: " + rec["detail"]
+        rec["threshold"] = f"{over}; {rec['threshold']}"
+    rec.update(wall_s=wall, cpu_s=cpu, steps=used.used if used is not None else 0, budget_s=budget,
+               step_budget=check.steps, wall_limit_s=wall_limit)
     return rec
 
 

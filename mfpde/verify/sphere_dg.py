@@ -98,7 +98,7 @@ def check_sphere_mass_positivity(quick: bool) -> Outcome:
     """Mass and the dense minimum over their round-off bounds (≤ 1) through cluster formation; clusters formed."""
     comm = MPI.COMM_WORLD
     deadline = time.process_time() + BUDGET_S[quick]
-    runs = [(0, 2, 1), (1, 1, 1)] + ([] if quick else [(1, 2, 1), (2, 1, 2)])  # (degree, refine, geometry)
+    runs = [(0, 2, 1), (1, 1, 1), (2, 1, 2)] + ([] if quick else [(1, 2, 1), (2, 2, 2)])  # (degree, refine, geometry)
     ok, lines, worst = True, [], 0.0
     for p, r, order in runs:
         op = SphereDG(icosphere(comm, r, order), p, DirectVelocity(8.0, "softmax", comm))
@@ -125,4 +125,170 @@ def check_sphere_mass_positivity(quick: bool) -> Outcome:
                      f"{min(mins):.1e} (≥ {-min_tol:.0e}), peak {peak:.2f}× uniform (> 3), {rep.substeps} sub-steps, "
                      f"{rep.limited_cells} cells limited")
     return Outcome(worst, None, "≤ 1 (mass, min over their round-off bounds); clusters > 3× uniform", ok,
+                   "; ".join(lines), tolerance=1.0)
+
+
+#: The Zhang–Xia–Shu positivity factor of DG_p, p ≥ 1, on triangles (J. Sci. Comput. 50, 2012: the cell mean is a
+#: convex combination of the edge values and interior values once Δt Σ_e |e| max|u_n| / |K| ≤ (2/3) ŵ₁).
+ZXS_FACTOR = 2.0 / 3.0
+
+
+def lobatto_first_weight(p: int) -> float:
+    """ŵ₁, the end-point weight on [0, 1] of the fewest Gauss–Lobatto points (N ≥ 2) exact for degree p (2N − 3 ≥ p).
+
+    Computed from the rule itself (numpy): the nodes ±1 and the roots of P'_{N−1}, the weights from the moment
+    equations Σ w_i x_iᵏ = ∫_{−1}^1 xᵏ dx, k < N, halved for [0, 1]. Nothing of the solver is called.
+    """
+    n = 2
+    while 2 * n - 3 < p:
+        n += 1
+    inner = np.polynomial.legendre.Legendre.basis(n - 1).deriv().roots() if n > 2 else np.zeros(0)
+    x = np.concatenate([[-1.0], np.sort(np.real(inner)), [1.0]])
+    k = np.arange(n)
+    w = np.linalg.solve(np.vander(x, n, increasing=True).T, (1.0 - (-1.0) ** (k + 1)) / (k + 1))
+    return float(w[0] / 2)
+
+
+def _flat_cells(op: SphereDG) -> tuple[np.ndarray, np.ndarray]:
+    """The vertices (C, 3, 3) of the owned cells of a flat surface mesh and the shared vertices (F, 2, 3) of its edges.
+
+    From the mesh's geometry nodes alone (not the solver's tables of areas, lengths and weights).
+    """
+    geo = op.mesh.geometry
+    gdm = np.asarray(geo.dofmaps[0])
+    if gdm.shape[1] != 3:
+        raise ValueError("a flat (order 1) surface mesh is needed")
+    verts = geo.x[gdm[:op.t.n_owned]]
+    ends = np.empty((len(op.t.cells), 2, 3))
+    for f, (a, b) in enumerate(op.t.cells):
+        shared = np.intersect1d(gdm[a], gdm[b])
+        ends[f] = geo.x[shared]
+    return verts, ends
+
+
+def cfl_rule_dt(op: SphereDG, vel: object) -> float:
+    """The sub-step the CFL rule of theory §9 allows for ``vel`` (a :class:`SphereVel`), recomputed. Collective.
+
+    Areas |K| and edge lengths |e| from the flat cells' vertices; DG0: Δt Σ_e ∫_e u_n⁺ ds / |K| ≤ cfl (∫_e by
+    numpy's Gauss–Legendre rule of the edge's points); DG_p, p ≥ 1: Δt Σ_e |e| max_e |u_n| / |K| ≤ cfl·(2/3)ŵ₁
+    (:func:`lobatto_first_weight`). The solver's normal velocity u_n at its edge points is the input (the
+    velocity is not what is checked here: the rule is).
+    """
+    un = np.asarray(vel.un)  # type: ignore[attr-defined]
+    verts, ends = _flat_cells(op)
+    area = 0.5 * np.linalg.norm(np.cross(verts[:, 1] - verts[:, 0], verts[:, 2] - verts[:, 0]), axis=1)
+    length = np.linalg.norm(ends[:, 1] - ends[:, 0], axis=1)
+    t = op.t
+    if op.degree == 0:
+        ws = 0.5 * np.polynomial.legendre.leggauss(un.shape[2])[1]
+        out = (np.maximum(un[t.cell_edges, t.cell_sides], 0.0) @ ws * length[t.cell_edges]).sum(axis=1)
+        bound = 1.0
+    else:
+        out = (np.abs(un).max(axis=(1, 2)) * length)[t.cell_edges].sum(axis=1)
+        bound = ZXS_FACTOR * lobatto_first_weight(op.degree)
+    ratio = float((out / area).max(initial=0.0))
+    ratio = float(op.comm.allreduce(ratio, op=MPI.MAX))
+    return op.cfl * bound / ratio if ratio > 0 else math.inf
+
+
+#: Sub-steps aimed at in ``sphere_cfl_substeps`` (the depth step is this many times the rule's sub-step, plus ½):
+#: a sub-step 1.5 times too long takes 9 of the rule's 13, one 3 times too long 5.
+CFL_TARGET = 12.5
+
+
+@register("sphere_cfl_substeps", "§9 (CFL, positivity)",
+          "the CFL rule of §9 recomputed from the cells' vertices and the Gauss–Lobatto rule (numpy)",
+          kind="ratio to bound", budget_s=60.0)
+def check_sphere_cfl_substeps(quick: bool) -> Outcome:
+    """The sub-steps of one depth step of DG0..DG3 (rotation, flat icosphere) = ⌈Δt/Δt_rule⌉ exactly.
+
+    Δt_rule is :func:`cfl_rule_dt` (DG0's upwind bound, Zhang–Xia–Shu's for p ≥ 1), the depth step
+    Δt = 12.5 Δt_rule, so the rule takes 13 sub-steps and a rule off by a factor r ≠ 1 takes about 13/r. The
+    measured value is the largest |taken − rule| (0 passes; 1 more where Δt/Δt_rule is within 1e-9 of an integer,
+    where the rounding of either is the rule).
+    """
+    comm = MPI.COMM_WORLD
+    ok, lines, worst = True, [], 0.0
+    mesh = icosphere(comm, 1, 1)
+    for p in (0, 1, 2, 3):
+        op = SphereDG(mesh, p, RotationVelocity(np.array([0.3, 0.2, 1.0])))
+        mu = op.project(_cap)
+        dt_rule = cfl_rule_dt(op, op.velocity(np.asarray(mu.x.array)))
+        T = CFL_TARGET * dt_rule
+        r = T / dt_rule
+        need = math.ceil(r)
+        taken = op.solve(mu, T, 1).substeps_per_step[0]
+        slack = 1 if abs(r - round(r)) < 1e-9 else 0
+        off = abs(taken - need)
+        ok &= off <= slack
+        worst = max(worst, float(off))
+        lines.append(f"DG{p}: {taken} sub-steps, rule {need} (Δt_rule {dt_rule:.4g}"
+                     + (f", ŵ₁ = {lobatto_first_weight(p):.4g}" if p else "") + ")")
+    return Outcome(worst, None, "= 0 (sub-steps − ⌈Δt/Δt_rule⌉, DG0..DG3)", ok, "; ".join(lines), tolerance=0.0)
+
+
+def _gamma(n: int) -> float:
+    return n * EPS / 2 / (1 - n * EPS / 2)
+
+
+def quadrature_errors(op: SphereDG) -> tuple[float, float, int, int]:
+    """(cell, edge) relative errors over their round-off bounds of the solver's rules on polynomials; their degrees.
+
+    Flat cells: ∫_K x̂ᵃŷᵇ = 2|K| a! b!/(a+b+2)! on the reference coordinates (a + b ≤ 2p + 2, the volume rule's
+    degree); edges: ∫_e sʲ ds = |e|/(j + 1), s the arc length over |e| from an end (j ≤ 2p + 3, the p + 2 Gauss
+    points'), |K| and |e| from the vertices. The volume points are the tables' reference points with their
+    weights ω|J|, the edge points side 0's reference points mapped onto the flat cell, with ω ds. Bound: the
+    relative round-off of a sum of Q (E) positive terms, each a power of degree ≤ d times a weight made in ≤ 48
+    operations (the metric, a determinant, a square root; the exact value's cross product and factorials),
+    γ_{Q+d+48} (γ_{E+d+48}), doubled. Collective.
+    """
+    t, p = op.t, op.degree
+    verts, ends = _flat_cells(op)
+    area = 0.5 * np.linalg.norm(np.cross(verts[:, 1] - verts[:, 0], verts[:, 2] - verts[:, 0]), axis=1)
+    dc, de = 2 * p + 2, 2 * p + 3
+    r0, r1 = t.ref_q[:, 0], t.ref_q[:, 1]
+    cell = 0.0
+    for a in range(dc + 1):
+        for b in range(dc + 1 - a):
+            exact = 2 * area * math.factorial(a) * math.factorial(b) / math.factorial(a + b + 2)
+            got = t.wq @ (r0**a * r1**b)
+            cell = max(cell, float(np.max(np.abs(got - exact) / exact, initial=0.0)))
+    cell /= 2 * _gamma(t.wq.shape[1] + dc + 48)
+    gdm = np.asarray(op.mesh.geometry.dofmaps[0])
+    side0 = op.mesh.geometry.x[gdm[t.cells[:, 0]]]  # (F, 3, 3) side 0's vertices
+    x = (side0[:, None, 0] + (side0[:, None, 1] - side0[:, None, 0]) * t.ref_e[:, :, :1]
+         + (side0[:, None, 2] - side0[:, None, 0]) * t.ref_e[:, :, 1:])
+    d = ends[:, 1] - ends[:, 0]
+    length = np.linalg.norm(d, axis=1)
+    s = np.einsum("fqd,fd->fq", x - ends[:, None, 0], d) / length[:, None] ** 2
+    edge = 0.0
+    for j in range(de + 1):
+        got = (t.we * s**j).sum(axis=1)
+        edge = max(edge, float(np.max(np.abs(got - length / (j + 1)) / (length / (j + 1)), initial=0.0)))
+    edge /= 2 * _gamma(t.we.shape[1] + de + 48)
+    cell = float(op.comm.allreduce(cell, op=MPI.MAX))
+    edge = float(op.comm.allreduce(edge, op=MPI.MAX))
+    return cell, edge, dc, de
+
+
+@register("sphere_quadrature", "§9 (DG on S²: the volume and edge rules)",
+          "polynomials integrated exactly: areas and lengths from the cells' vertices", kind="ratio to bound",
+          budget_s=30.0)
+def check_sphere_quadrature(quick: bool) -> Outcome:
+    """The DG tables' volume rule exact for degree 2p+2 and edge rule for 2p+3 (p = 0..3), to round-off (≤ 1).
+
+    The degrees the DG form needs: the mass matrix 2p, the volume term μ v·∇φ with v from the nodal P2 field
+    (DG3: P3) 2p + 1 (2p + 2), the edge flux u_n μ φ 2p + 2 (2p + 3); the tables promise 2p + 2 and 2p + 3 (a rule
+    one Gauss point short is exact to 2p + 1 on the edges only).
+    """
+    comm = MPI.COMM_WORLD
+    mesh = icosphere(comm, 1, 1)
+    ok, lines, worst = True, [], 0.0
+    for p in (0, 1, 2, 3):
+        op = SphereDG(mesh, p, RotationVelocity(OMEGA))
+        cell, edge, dc, de = quadrature_errors(op)
+        ok &= cell <= 1.0 and edge <= 1.0
+        worst = max(worst, cell, edge)
+        lines.append(f"DG{p}: cells to degree {dc} {cell:.2g}, edges to degree {de} {edge:.2g} of the round-off bound")
+    return Outcome(worst, None, "≤ 1 (relative error over 2γ_{n+d+48}: cells to d = 2p+2, edges 2p+3, p = 0..3)", ok,
                    "; ".join(lines), tolerance=1.0)
