@@ -211,3 +211,24 @@ def test_the_deep_ntk_row_is_its_stored_full_output():
             .replace("e-05", "e-5") in row), row
     err = re.search(r"\|R_h − G\| ≤ ([\d.e+-]+)", full)
     assert err and f"within the token error {float(err[1]):.1e}".replace("e-04", "e-4") in row
+
+
+def test_the_circle_pages_flow_map_w1_is_regenerated(tempdir):
+    """docs/circle.md: W1 between the flow map's `cdf_T` at M = 128, 512 and 2048 labels on the demo at t = 1.5,
+    from the command the page names (three runs, under a CPU second)."""
+    import json
+
+    import numpy as np
+
+    from mfpde.cli import main
+    from mfpde.tokens.circle.diag import w1_circle
+
+    cdf = {}
+    for m in (128, 512, 2048):
+        out = tempdir / f"m{m}"
+        assert main(["transport", str(ROOT / "demos" / "circle.toml"), "--out", str(out), "--quiet", "--set",
+                     "tokens.solver='flow'", "--set", f"tokens.labels={m}"]) == 0
+        cdf[m] = np.array(json.loads((out / "report.json").read_text())["samples"][0]["cdf_T"])
+    a, b = w1_circle(cdf[128], cdf[2048]), w1_circle(cdf[512], cdf[2048])
+    text = " ".join((DOCS / "circle.md").read_text().split())
+    assert f"M = 128 and M = 2048 is {a:.3f}, between M = 512 and 2048 {b:.2g}" in text, (a, b)
