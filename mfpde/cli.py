@@ -38,6 +38,7 @@ from mfpde.environment import (
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
 from mfpde.limits import check_resolved
+from mfpde.outdir import reserved
 from mfpde.petsc_start import start_petsc
 
 if TYPE_CHECKING:
@@ -241,11 +242,6 @@ def _end_interrupted(comm: MPI.Comm, line: str) -> None:
     os._exit(signals.EXIT_INTERRUPTED)
 
 
-#: Directories never used as DIR: the system's own (mfpde clears DIR's fields/, plots/ and checkpoint/ before a run).
-SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt",
-                         "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp"})
-
-
 def _check_out(out: Path) -> Path:
     """Refuse as DIR a file system's root, the home directory or a system directory (``--out /`` wrote into /).
 
@@ -261,8 +257,7 @@ def _check_out(out: Path) -> Path:
         home = Path.home().resolve()
     except (OSError, RuntimeError):  # a loop of links, no home: the lock reports what is wrong with DIR
         return out
-    what = ("the root of the file system" if real == Path(real.anchor) else "the home directory" if real == home
-            else "a system directory" if str(real) in SYSTEM_DIRS else "")
+    what = reserved(real, home)  # /, $HOME, /tmp, /usr/lib and below, /etc/x, /var/lib/y, ...
     if what:
         raise ConfigError(f"--out {str(out)!r} is {what}: mfpde writes its files there and clears fields/, plots/ "
                           "and checkpoint/ in it; name a directory of its own (e.g. --out out/run1)")

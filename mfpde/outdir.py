@@ -33,7 +33,8 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 
-__all__ = ["PREVIOUS", "RESULT", "prepare_output_dir", "settle_for_rank0", "settle_output_dir"]
+__all__ = ["PREVIOUS", "RESERVED_TREES", "RESULT", "SYSTEM_DIRS", "prepare_output_dir", "reserved", "settle_for_rank0",
+           "settle_output_dir"]
 
 #: The folder of DIR where the previous result waits until the new job ends.
 PREVIOUS = ".mfpde-previous"
@@ -46,6 +47,38 @@ _pending: dict[Path, bool] = {}
 _elsewhere: dict[Path, tuple[bool, str]] = {}
 #: The name of the lock file of DIR (:class:`mfpde.environment.OutputLock`).
 LOCK = ".mfpde.lock"
+
+
+#: Directories never used as DIR themselves: the system's own and the roots of users' and mounts' trees (mfpde
+#: clears DIR's fields/, plots/ and checkpoint/ before a run); their subdirectories may be (/tmp/run1, /home/me/run1).
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+                         "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr",
+                         "/var", "/var/tmp"})
+#: The trees the filesystem hierarchy (FHS 3.0) reserves for the system: programs and libraries (/usr, /bin, /sbin,
+#: /lib*, /boot), configuration (/etc), the kernel's and devices' virtual files (/proc, /sys, /dev, /run) and
+#: programs' state (/var/lib, /var/cache, /var/log, /var/spool, /var/mail, /var/opt, /var/backups). Neither they nor
+#: any directory below them is a DIR (``--out /usr/lib`` wrote its report, history and checkpoint there).
+RESERVED_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/etc", "/proc", "/sys",
+                  "/dev", "/run", "/var/lib", "/var/cache", "/var/log", "/var/spool", "/var/mail", "/var/opt",
+                  "/var/backups")
+
+
+def reserved(real: Path, home: Path | None = None) -> str:
+    """What the resolved directory ``real`` is, if mfpde must not write its files there; ``""`` if it may.
+
+    Refused: the root of a file system, the home directory, a directory of :data:`SYSTEM_DIRS` and any directory in
+    a tree of :data:`RESERVED_TREES` (except below the home directory, where a system account's home may lie).
+    """
+    if real == Path(real.anchor):
+        return "the root of the file system"
+    if home is not None and real == home:
+        return "the home directory"
+    if str(real) in SYSTEM_DIRS:
+        return "a system directory"
+    if home is not None and home != Path(home.anchor) and home in real.parents:
+        return ""
+    tree = next((t for t in RESERVED_TREES if real == Path(t) or Path(t) in real.parents), "")
+    return f"in {tree}, which the filesystem hierarchy reserves for the system" if tree else ""
 
 
 def _remove(p: Path) -> None:

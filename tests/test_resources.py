@@ -170,3 +170,39 @@ def test_gaussian_box_mass_against_scipy_stats(mean, cov, box):
     else:
         ref = scipy.stats.multivariate_normal(m, c).cdf([b[1] for b in box], lower_limit=[b[0] for b in box])
         assert gaussian_box_mass(mean, cov, box) == pytest.approx(ref, rel=1e-6)
+
+
+@pytest.mark.parametrize("out", ["/usr/lib", "/usr/local/share/x", "/lib64", "/sbin/y", "/proc/self", "/sys/kernel",
+                                 "/dev/shm/run", "/boot/grub", "/etc/mfpde", "/var/lib", "/var/lib/dpkg/run1",
+                                 "/var/log/x", "/bin"])
+def test_out_in_a_system_tree_is_refused(out):
+    """``--out /usr/lib`` exited 0 and wrote its report, history and checkpoint there: a directory of the trees the
+    filesystem hierarchy reserves for the system (and any below them) is refused, before anything is written."""
+    from pathlib import Path
+
+    from mfpde.cli import _check_out
+    from mfpde.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--out .* (system|reserves)"):
+        _check_out(Path(out))
+
+
+@pytest.mark.parametrize("out", ["/tmp/mfpde-run1", "out/run1", "/var/tmp/x/y", "/srv/data/run1", "/opt/x/run1"])
+def test_out_outside_the_system_trees_is_accepted(out):
+    """Directories of their own below /tmp, /var/tmp, /srv, /opt or the working directory are DIRs."""
+    from pathlib import Path
+
+    from mfpde.cli import _check_out
+
+    assert _check_out(Path(out)) == Path(out)
+
+
+def test_out_below_a_home_in_a_system_tree_is_accepted():
+    """A system account's home may lie in /var/lib: a directory below it is the user's own."""
+    from pathlib import Path
+
+    from mfpde.outdir import reserved
+
+    home = Path("/var/lib/postgresql")
+    assert reserved(home / "run1", home) == "" and reserved(home, home) == "the home directory"
+    assert reserved(Path("/var/lib/other"), home) != ""
