@@ -12,6 +12,7 @@ status "interrupted"); 1 a bug.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
 import os
@@ -133,6 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mfpde: numerical failure: {e}", file=sys.stderr)
         code = 3
     except Exception as e:  # a bug (exit 1): under MPI the other ranks may wait in a collective for ever
+        if isinstance(e, OSError) and e.errno in NO_ROOM:
+            # A full disk, a quota, the file-size limit or a read-only file system while a file of DIR was written
+            # (a plot, ...): not a bug, exit 2. DIR was settled on the way out (mfpde.outdir): no report of its own.
+            line = f"cannot write {str(e.filename or '')!r}: {e.strerror or e} (free space or name another --out)"
+            if comm.size > 1:  # raised on this rank alone (rank 0 draws the plots): the others wait in a collective
+                _end_alone(comm, line, 2)
+            _err(line)
+            return 2
         jit = jit_cache_problem(e)
         if jit:  # not a bug: the environment's FFCx cache
             _err(jit)
@@ -152,6 +161,22 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+#: The errors of a write that has no room: a full disk, a quota, the file-size limit, a read-only file system (exit 2).
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _end_alone(comm: MPI.Comm, line: str, code: int) -> None:
+    """Say ``line`` on this rank (its number where it is not rank 0), then end every rank with exit status code."""
+    suffix = f" (rank {comm.rank} of {comm.size})" if comm.rank else ""
+    sys.stderr.write(f"mfpde: error: {line}{suffix}\n")
+    sys.stderr.flush()
+    time.sleep(1.0)  # the launcher forwards stderr through a pipe: give the line time (see _abort)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # MPICH's own "Abort(2) on node ..." line: the line above says it
+    comm.Abort(code)
+    os._exit(code)
 
 
 #: Seconds a rank that ends waits for the others before it aborts the MPI job (``MFPDE_MPI_EXIT_TIMEOUT``).

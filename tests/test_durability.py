@@ -472,3 +472,31 @@ def test_a_refused_box_transport_writing_fields_exit_2(tempdir, refused):
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and "depth step 1" in lines[0], proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.serial  # one process: the plot is drawn on rank 0
+def test_a_full_disk_while_continuation_draws_its_plot_exit_2(tempdir, capfd, monkeypatch):
+    """No room for plots/bifurcation.png (ENOSPC injected at matplotlib's write): exit 2, one line naming the file and
+    the cause, and DIR as before the command: the previous result kept, nothing of the failed job (was a traceback,
+    exit 1)."""
+    import errno
+
+    import matplotlib.figure
+
+    out = tempdir / "out"
+    args = ["continuation", str(ROOT / "demos" / "noisy_circle.toml"), "--out", str(out), "--quiet",
+            "--set", "continuation.points=33", "--set", "continuation.stop=0.5"]
+    assert main(args) == 0
+    before = _tree(out)
+
+    def full(self, path, *a, **k):
+        with open(path, "wb") as f:  # a torn file, as a real full disk leaves it
+            f.write(b"\x89PNG")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    capfd.readouterr()
+    assert main([*args, "--set", "continuation.stop=0.4"]) == 2
+    lines = [ln for ln in capfd.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "bifurcation.png" in lines[0] and "No space left on device" in lines[0], lines
+    assert _tree(out) == before
