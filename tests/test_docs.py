@@ -232,3 +232,36 @@ def test_the_circle_pages_flow_map_w1_is_regenerated(tempdir):
     a, b = w1_circle(cdf[128], cdf[2048]), w1_circle(cdf[512], cdf[2048])
     text = " ".join((DOCS / "circle.md").read_text().split())
     assert f"M = 128 and M = 2048 is {a:.3f}, between M = 512 and 2048 {b:.2g}" in text, (a, b)
+
+
+def _sci(x: float) -> str:
+    """x as the docs print it: 2·10⁻⁸."""
+    mant, exp = f"{x:.0e}".split("e")
+    sup = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    return f"{mant}·10{str(int(exp)).translate(sup)}"
+
+
+@pytest.mark.serial
+def test_the_deep_gibbs_branch_of_the_continuation_page_is_regenerated(tempdir):
+    """docs/continuation.md, the deep model: `mfpde continuation demos/gibbs_deep.toml` (about 30 CPU s): the
+    points, Newton iterations and passes, the certificate and residual bounds, the leading eigenvalue, risk, mean
+    and variance at the ends of the branch, to the digits printed (the CPU time is not compared)."""
+    import json
+
+    from mfpde.cli import main
+
+    out = tempdir / "gibbs_deep"
+    assert main(["continuation", str(ROOT / "demos" / "gibbs_deep.toml"), "--out", str(out), "--quiet"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (b,) = rep["branches"]
+    assert not rep["bifurcations"] and all(b["stable"])
+    assert max(abs(c) for c in b["certificate"]) < 1e-16 and max(b["residual"]) < 1e-12
+    lam, lead, risk, var = b["parameter"], b["leading_eigenvalue"], b["risk"], b["variance"]
+    mean = [m[0] for m in b["mean"]]
+    text = " ".join((DOCS / "continuation.md").read_text().split())
+    para = text.split("**Deep model.**")[1].split("A more nonlinear case")[0].replace("−", "-")
+    for want in (f"{len(lam)} points, {rep['newton_iterations']} Newton iterations, {rep['token_solves']} forward "
+                 "+ adjoint passes", f"from {lead[0]:.4f} (λ = {lam[0]:g}) to -1 + {_sci(1 + lead[-1])} (λ = "
+                 f"{lam[-1]:g})", f"the risk from {risk[0]:.4f} to {risk[-1]:.4f}", f"stays at (0, {mean[0][1]:.3f})",
+                 f"then its v moves to {mean[-1][1]:.3f}", f"falls from {var[0][0]:.2f} to {var[-1][0]:.2g}"):
+        assert want.replace("−", "-") in para, want
