@@ -24,7 +24,10 @@
   included) that the solver does not use, and take the sub-steps the CFL rule of theory §9 fixes, recomputed
   by direct sums and the closed-form growth rate (:func:`cfl_substeps`).
 
-Each check is bounded: fixed sizes, and a wall-clock budget after which it fails with "budget exceeded".
+* ``circle_edge_cases``: ``max_stable_dt`` of DG0 on a divergent cell (and of DG1, DG2) against the rule on
+  hand-made edge velocities, and ``cluster_masses`` of unequal weights against a hand count.
+
+Each check is bounded: fixed sizes, and a CPU budget after which it fails with "budget exceeded".
 """
 
 from __future__ import annotations
