@@ -65,7 +65,6 @@ def _load_checks() -> None:
         circle,
         circle_flow,
         conservation,
-        continuation_checks,
         deep,
         free_energy,
         gibbs,
