@@ -424,3 +424,29 @@ def test_every_number_of_a_transport_report_is_the_same_on_1_2_and_3_ranks(tempd
                 assert w == pytest.approx(v, rel=1e-9, abs=1e-12), (n, k, v, w)
             else:
                 assert w == v, (n, k, v, w)
+
+
+def test_sphere_cluster_counts_carry_a_resolution_check(tempdir, caplog):
+    """The sphere's clusters are counted again at half the labels (flow) or one refinement fewer (DG); where the
+    count at T or the merge times differ, the report and the log warn that they depend on the resolution (the flow
+    solver at β = 9 counts 3 clusters at T with 512 labels and 2 with 288; nothing said so)."""
+    import json
+
+    sphere = str(ROOT / "demos" / "sphere.toml")
+    out = tempdir / "flow"
+    with caplog.at_level(logging.WARNING, logger="mfpde"):
+        assert cli.main(["transport", sphere, "--out", str(out), "--set", 'tokens.solver="flow"', "--set",
+                         "tokens.labels=512", "--set", "output.fields=false", "--set", "output.plots=false"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    check = rep["samples"][0]["resolution_check"]
+    assert check["at"] == "288 labels" and check["clusters_T"] == 2 and rep["samples"][0]["clusters_T"] == 3
+    assert check["agrees"] is False and len(rep["warnings"]) == 1
+    assert rep["warnings"][0].startswith("tokens.labels: the clusters depend on the resolution")
+    assert any(r.getMessage() == rep["warnings"][0] for r in caplog.records)
+    out = tempdir / "dg"  # early depths: no cluster at either resolution, nothing to warn
+    assert cli.main(["transport", sphere, "--out", str(out), "--set", "depth.T=2", "--set", "depth.steps=2", "--set",
+                     "tokens.refine=1", "--set", "output.fields=false", "--set", "output.plots=false"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["samples"][0]["resolution_check"] == {"at": "20 cells", "clusters_t": [0, 0], "clusters_T": 0,
+                                                     "merge_times": [], "agrees": True}
+    assert rep["warnings"] == []

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import sys
+from pathlib import Path
 
 from mpi4py import MPI
 
@@ -370,3 +371,54 @@ def test_a_flat_risk_gets_a_readable_log_axis():
         if ax.get_yscale() == "log":
             lo, hi = ax.get_ylim()
             assert hi / lo >= 2 and lo < np.nextafter(0.5, 0.0) and 0.5 < hi, (lo, hi)
+
+
+def test_sphere_panel_titles_count_the_reports_clusters(tempdir, monkeypatch):
+    """The flow solver's picture: each panel's title states the report's count at its depth (clusters_t) and says
+    that it counts collapsed clusters (it said "3 clusters" over 7 bumps); the rings mark them all, groups about to
+    merge one ring labelled with their number."""
+    import re
+
+    import mfpde.tokens.sphere.job as job
+    from mfpde.tokens.sphere.picture import sphere_figure
+
+    seen = {}
+    monkeypatch.setattr(job, "sphere_picture", lambda path, *a, **k: seen.update(args=a, kw=k))
+    out = tempdir / "flow"
+    demo = str(Path(__file__).resolve().parent.parent / "demos" / "sphere.toml")
+    assert main(["transport", demo, "--out", str(out), "--set", "tokens.solver=\"flow\"",
+                 "--set", "tokens.labels=512", "--set", "output.fields=false"]) == 0
+    block = json.loads((out / "report.json").read_text())["samples"][0]
+    fig = sphere_figure(*seen["args"], **seen["kw"])
+    titles = [ax.get_title() for ax in fig.axes if ax.name == "mollweide"]
+    ts = seen["args"][0]
+    assert ts[-1] == block["t"][-1] and block["clusters_T"] > 0
+    for t, title in zip(ts, titles, strict=True):
+        want = block["clusters_t"][block["t"].index(t)]
+        got = re.search(r", (\d+|none) collapsed", title)
+        assert (t == 0 and not want and got is None) or (got and int(got[1].replace("none", "0")) == want), title
+    last = [ax for ax in fig.axes if ax.name == "mollweide"][-1]
+    rings = sum(len(ln.get_xdata()) for ln in last.get_lines() if ln.get_marker() == "o")
+    extra = sum(int(a.get_text()[1:]) - 1 for a in last.texts if a.get_text().startswith("×"))
+    assert rings + extra == block["clusters_T"]
+    assert "collapsed" in fig.axes[-1].get_xlabel()  # the colour bar's caption says what is circled
+    plt.close(fig)
+
+
+def test_a_near_uniform_sphere_field_gets_a_linear_scale_that_shows_it():
+    """μ within 3% of the uniform density (noise, small modes): the log scale from 1/40π up drew one flat colour;
+    now a linear scale centred on 1/4π as wide as the deviation, so the field spans most of the colour map."""
+    from mfpde.tokens.sphere.picture import sphere_figure
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 3))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    u = 1 / (4 * np.pi)
+    fig = sphere_figure([0.0, 1.0], [(x, u * (1 + 0.03 * x[:, 2])), (x, u * (1 + 0.01 * x[:, 2]))], [[], []], "μ")
+    first = [ax for ax in fig.axes if ax.name == "mollweide"][0]
+    (mesh,) = first.collections
+    shown = mesh.norm(np.asarray(mesh.get_array()))
+    assert shown.max() - shown.min() > 0.9, (shown.min(), shown.max())  # the field spans the colour map
+    assert mesh.norm.vmin + mesh.norm.vmax == pytest.approx(2 * u)  # centred on the uniform density
+    assert "linear" in fig.axes[-1].get_xlabel()
+    plt.close(fig)

@@ -149,16 +149,80 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         raise NumericalError(f"sample 0: {e}") from None
     finally:
         bar.close()
+    warnings = resolution_check(cfg, comm, block)
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         ts, snaps, centres = panels
         sphere_picture(out / "plots" / "sphere_0.png", ts, snaps, centres,
-                       f"μ_t on S² ({block['solver']}, {t.attention}, β = {', '.join(f'{b:g}' for b in betas)})")
-    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
+                       f"μ_t on S² ({block['solver']}, {t.attention}, β = {', '.join(f'{b:g}' for b in betas)})",
+                       collapsed=block["solver"] == "flow")
+    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
     write_report(out, report, comm)
     logger.info("sphere (%s): mass error %.3g, min %.3g, %d sub-steps, clusters at T: %d, merges at %s, "
                 "solve %.3g CPU s", t.solver, block["mass_error"], block["min_density"], block["substeps"],
                 block["clusters_T"], [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
     return report
+
+
+class _Quiet:
+    """A progress display that shows nothing (the resolution check's coarser solve)."""
+
+    def update(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def coarser(cfg: Any) -> tuple[Any, str] | None:
+    """The config of the resolution check and what it changed: half the flow's labels, or DG one refinement fewer.
+
+    None where there is no coarser resolution (DG on the icosahedron itself, refine 0; the flow with 2 particles).
+    """
+    import dataclasses
+
+    t = cfg.tokens
+    if t.solver == "flow":
+        half = max(1, t.labels // 2)
+        if _particles(half) >= _particles(t.labels):
+            return None
+        return dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), f"{_particles(half)} labels"
+    if t.refine < 1:
+        return None
+    return (dataclasses.replace(cfg, tokens=dataclasses.replace(t, refine=t.refine - 1)),
+            f"{20 * 4 ** (t.refine - 1)} cells")
+
+
+def resolution_check(cfg: Any, comm: MPI.Comm, block: dict[str, Any]) -> list[str]:
+    """Solve again at the coarser resolution (:func:`coarser`) and compare the cluster counts and merge times.
+
+    Adds ``block["resolution_check"]``: ``at`` (the coarser resolution), ``clusters_t``, ``clusters_T`` and
+    ``merge_times`` there, and ``agrees``; returns the warnings (also logged): where ``clusters_T`` or
+    ``merge_times`` differ, the count depends on the resolution (raise ``tokens.labels`` or ``tokens.refine``).
+    The coarser solve costs about half the flow's or less (half the particles), about an eighth of DG's.
+    """
+    half = coarser(cfg)
+    if half is None:
+        block["resolution_check"] = {"at": None, "agrees": None, "reason": "no coarser resolution"}
+        return []
+    cc, at = half
+    try:
+        coarse = (solve_flow if cc.tokens.solver == "flow" else solve_dg)(cc, comm, None, _Quiet())[0]
+    except NumericalError as e:
+        block["resolution_check"] = {"at": at, "agrees": None, "reason": f"the coarser solve failed: {e}"}
+        return []
+    same = (coarse["clusters_T"] == block["clusters_T"] and len(coarse["merge_times"]) == len(block["merge_times"])
+            and bool(np.allclose(coarse["merge_times"], block["merge_times"])))
+    block["resolution_check"] = {"at": at, "clusters_t": coarse["clusters_t"], "clusters_T": coarse["clusters_T"],
+                                 "merge_times": coarse["merge_times"], "agrees": bool(same)}
+    if same:
+        return []
+    key = "tokens.labels" if cfg.tokens.solver == "flow" else "tokens.refine"
+    here = f"{block['labels']} labels" if cfg.tokens.solver == "flow" else f"{block['cells']} cells"
+    msg = (f"{key}: the clusters depend on the resolution: {block['clusters_T']} at T, merges at "
+           f"{[float(f'{m:.4g}') for m in block['merge_times']]} with {here}; {coarse['clusters_T']} at T, merges at "
+           f"{[float(f'{m:.4g}') for m in coarse['merge_times']]} with {at} (raise {key} until they agree)")
+    logger.warning(msg)
+    return [msg]
 
 
 class _Series:
