@@ -31,6 +31,7 @@ from mfpde.tokens.circle.diag import merge_times
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
 from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
+from mfpde.tokens.sphere.resolution import Quiet, particles, resolution_check
 
 __all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_of", "transport_job"]
 
@@ -95,11 +96,6 @@ def initial_density(cfg: Any) -> Any:
     return lambda x: modes_density(modes, x)
 
 
-def _particles(labels: int) -> int:
-    """The flow solver's particles for ``tokens.labels``: 2N², N = ⌈√(labels/2)⌉."""
-    return 2 * math.ceil(math.sqrt(labels / 2)) ** 2
-
-
 def _kernel_degree(vel: Any) -> int:
     """The degree L of the kernel's series (the largest over the heads)."""
     return int(max(getattr(p, "L", 0) or 0 for p in getattr(vel, "parts", [vel])))
@@ -128,7 +124,7 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
     logger.info("transport on the sphere by %s: β = %s, %s attention, T = %g -> %s",
-                f"the flow map ({_particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
+                f"the flow map ({particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
                 f"DG{t.degree} on {20 * 4 ** t.refine} cells", np.round(betas, 6).tolist(), t.attention,
                 cfg.depth.T, out)
     t0 = time.perf_counter()
@@ -149,7 +145,8 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         raise NumericalError(f"sample 0: {e}") from None
     finally:
         bar.close()
-    warnings = resolution_check(cfg, comm, block)
+    warnings = resolution_check(cfg, block, lambda c: (solve_flow if c.tokens.solver == "flow" else solve_dg)(
+        c, comm, None, Quiet())[0])
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         ts, snaps, centres = panels
         sphere_picture(out / "plots" / "sphere_0.png", ts, snaps, centres,
@@ -161,68 +158,6 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
                 "solve %.3g CPU s", t.solver, block["mass_error"], block["min_density"], block["substeps"],
                 block["clusters_T"], [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
     return report
-
-
-class _Quiet:
-    """A progress display that shows nothing (the resolution check's coarser solve)."""
-
-    def update(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def coarser(cfg: Any) -> tuple[Any, str] | None:
-    """The config of the resolution check and what it changed: half the flow's labels, or DG one refinement fewer.
-
-    None where there is no coarser resolution (DG on the icosahedron itself, refine 0; the flow with 2 particles).
-    """
-    import dataclasses
-
-    t = cfg.tokens
-    if t.solver == "flow":
-        half = max(1, t.labels // 2)
-        if _particles(half) >= _particles(t.labels):
-            return None
-        return dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), f"{_particles(half)} labels"
-    if t.refine < 1:
-        return None
-    return (dataclasses.replace(cfg, tokens=dataclasses.replace(t, refine=t.refine - 1)),
-            f"{20 * 4 ** (t.refine - 1)} cells")
-
-
-def resolution_check(cfg: Any, comm: MPI.Comm, block: dict[str, Any]) -> list[str]:
-    """Solve again at the coarser resolution (:func:`coarser`) and compare the cluster counts and merge times.
-
-    Adds ``block["resolution_check"]``: ``at`` (the coarser resolution), ``clusters_t``, ``clusters_T`` and
-    ``merge_times`` there, and ``agrees``; returns the warnings (also logged): where ``clusters_T`` or
-    ``merge_times`` differ, the count depends on the resolution (raise ``tokens.labels`` or ``tokens.refine``).
-    The coarser solve costs about half the flow's or less (half the particles), about an eighth of DG's.
-    """
-    half = coarser(cfg)
-    if half is None:
-        block["resolution_check"] = {"at": None, "agrees": None, "reason": "no coarser resolution"}
-        return []
-    cc, at = half
-    try:
-        coarse = (solve_flow if cc.tokens.solver == "flow" else solve_dg)(cc, comm, None, _Quiet())[0]
-    except NumericalError as e:
-        block["resolution_check"] = {"at": at, "agrees": None, "reason": f"the coarser solve failed: {e}"}
-        return []
-    same = (coarse["clusters_T"] == block["clusters_T"] and len(coarse["merge_times"]) == len(block["merge_times"])
-            and bool(np.allclose(coarse["merge_times"], block["merge_times"])))
-    block["resolution_check"] = {"at": at, "clusters_t": coarse["clusters_t"], "clusters_T": coarse["clusters_T"],
-                                 "merge_times": coarse["merge_times"], "agrees": bool(same)}
-    if same:
-        return []
-    key = "tokens.labels" if cfg.tokens.solver == "flow" else "tokens.refine"
-    here = f"{block['labels']} labels" if cfg.tokens.solver == "flow" else f"{block['cells']} cells"
-    msg = (f"{key}: the clusters depend on the resolution: {block['clusters_T']} at T, merges at "
-           f"{[float(f'{m:.4g}') for m in block['merge_times']]} with {here}; {coarse['clusters_T']} at T, merges at "
-           f"{[float(f'{m:.4g}') for m in coarse['merge_times']]} with {at} (raise {key} until they agree)")
-    logger.warning(msg)
-    return [msg]
 
 
 class _Series:
