@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.linalg
 
-__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch"]
+__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch", "tangent"]
 
 Array = npt.NDArray[np.float64]
 #: The Illinois iteration stops when the bracket in Δs is this small (relative to the step) or after LOCATE_ITS.
@@ -80,10 +80,20 @@ class Event:
 
 @dataclass
 class Branch:
-    """The points (u_j, K_j) of one branch, its events, and why it ended (``stopped``; ``early``: not by range)."""
+    """The points (u_j, K_j) of one branch, its events, and why it ended (``stopped``; ``early``: not by range).
+
+    How each point was reached, for a reader that checks the arclength condition: ``tangents[j]`` is the unit
+    tangent (⟨t, t⟩_W = 1) the continuation holds at point j (at a branch point landed on, the one before it);
+    point j > 0 was corrected from the predictor x_b + Δs t_b with b = ``bases[j]``, Δs = ``steps[j]``, so that
+    ⟨t_b, x_j − x_b⟩_W = Δs (point 0: base −1, step 0). A located event's point and the point after it both have
+    the point before the event as their base.
+    """
 
     u: list[Array] = field(default_factory=list)
     K: list[float] = field(default_factory=list)
+    tangents: list[Array] = field(default_factory=list)
+    bases: list[int] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     stopped: str = ""
     early: bool = False
@@ -223,10 +233,10 @@ def _correct(newton: Newton, x: Array, t: Array, ds: float, W: Array) -> Array |
 
 
 def _locate(newton: Newton, x: Array, t: Array, ds: float, W: Array, test: Callable[[Array], float],
-            f0: float, f1: float) -> Array:
-    """The point of the step from x along t where ``test`` changes sign (Illinois on Δs ∈ (0, ds))."""
+            f0: float, f1: float) -> tuple[Array, float]:
+    """(the point of the step from x along t where ``test`` changes sign, its Δs): Illinois on Δs ∈ (0, ds)."""
     a, b, fa, fb = 0.0, ds, f0, f1
-    best = None
+    best, at = None, 0.0
     side = 0
     for _ in range(LOCATE_ITS):
         c = b - fb * (b - a) / (fb - fa) if fb != fa else 0.5 * (a + b)
@@ -235,7 +245,7 @@ def _locate(newton: Newton, x: Array, t: Array, ds: float, W: Array, test: Calla
         y = _correct(newton, x, t, c, W)
         if y is None:
             break
-        best, fc = y, test(y)
+        best, at, fc = y, c, test(y)
         if fc == 0.0 or abs(b - a) <= LOCATE_TOL * abs(ds):
             break
         if (fc > 0) == (fb > 0):  # c replaces b
@@ -249,8 +259,8 @@ def _locate(newton: Newton, x: Array, t: Array, ds: float, W: Array, test: Calla
                 fb *= 0.5
             side = 1
     if best is None:
-        best = _correct(newton, x, t, 0.5 * ds, W)
-    return best if best is not None else x
+        best, at = _correct(newton, x, t, 0.5 * ds, W), 0.5 * ds
+    return (best, at) if best is not None else (x, 0.0)
 
 
 def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], float]:
@@ -276,8 +286,9 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
     import time
 
     m = len(x0) - 1
-    br = Branch(u=[x0[:m].copy()], K=[float(x0[m])])
     x, t = x0.copy(), t0 / math.sqrt(float(np.sum(W * t0 * t0)))
+    br = Branch(u=[x0[:m].copy()], K=[float(x0[m])], tangents=[t.copy()], bases=[-1], steps=[0.0])
+    ix = 0  # the index of x among the points
     det0, pending = _det(problem, x0) if regular_start else math.nan, None
     ds = ctl.ds
     its0 = newton.its
@@ -314,23 +325,33 @@ def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: A
         if (len(br.K) == 1 and not regular_start) or singular:  # from a branch point: t_K ≈ 0, det ≈ 0 there
             pass
         elif (t[m] > 0) != (t_new[m] > 0):
-            z = _locate(newton, x, t, ds, W, _fold_test(problem, t, W), t[m], t_new[m])
+            z, dz = _locate(newton, x, t, ds, W, _fold_test(problem, t, W), t[m], t_new[m])
             br.events.append(Event("fold", z[:m], float(z[m]), len(br.K), tangent(problem, z, t, W)))
             br.u.append(z[:m].copy())  # the located point is a point of the branch
             br.K.append(float(z[m]))
+            br.tangents.append(br.events[-1].tangent.copy())
+            br.bases.append(ix)
+            br.steps.append(dz)
         elif (det0 > 0) != (det1 > 0):
             # the tangent of the step before (at the branch point the bordered tangent system is singular)
             if pending is not None:
                 br.events.append(Event("branch_point", pending[:m], float(pending[m]), len(br.K) - 1, t.copy()))
             else:
-                z = _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
+                z, dz = _locate(newton, x, t, ds, W, lambda v: _det(problem, v), det0, det1)
                 br.events.append(Event("branch_point", z[:m], float(z[m]), len(br.K), t.copy()))
                 br.u.append(z[:m].copy())
                 br.K.append(float(z[m]))
+                br.tangents.append(t.copy())  # the bordered tangent system is singular there
+                br.bases.append(ix)
+                br.steps.append(dz)
         pending = y if singular else None
         x, t, det0 = y, t_new, det0 if singular else det1
         br.u.append(x[:m].copy())
         br.K.append(float(x[m]))
+        br.tangents.append(t.copy())
+        br.bases.append(ix)
+        br.steps.append(ds)
+        ix = len(br.K) - 1
         if end is not None:
             br.stopped = f"{ctl.name} reached the end {end:g} of the range"
             break

@@ -355,3 +355,29 @@ def test_steps_that_would_cross_several_branch_points_are_shortened():
     assert set(found) >= set(range(1, 7)), sorted(found)
     for k in range(1, 7):
         assert abs(found[k] - P.threshold(k)) <= 1e-8 * P.threshold(k), (k, found[k], P.threshold(k))
+
+
+def test_each_point_records_the_step_that_reached_it():
+    """Keller's condition ⟨t_b, x_j − x_b⟩_W = Δs_j from the branch's own record (tangents, bases, steps), events
+    included (β = 4: two branch points on the uniform branch; the mode-1 branch's fold), and unit tangents in W."""
+    from mfpde.continuation import branch_direction, continue_branch
+
+    P = CircleStationary(81, 4.0, 1.0)  # 41 points do not resolve the clustered states down to the fold
+    W = P.inner_weights()
+    e_K = np.eye(P.m + 1)[P.m]
+    ctl = StepControl(2e-3, 1e-9, 0.02, 0.38, 0.66, 300)
+    with Newton(P, P.m) as nw:
+        uni = continue_branch(P, nw, np.concatenate([P.uniform(), [0.38]]), e_K, W, ctl, regular_start=True)
+        bp = uni.events[0]
+        x = np.concatenate([bp.u, [bp.K]])
+        clustered = continue_branch(P, nw, x, branch_direction(P, x, bp.tangent, W), W, ctl, P.resolved)
+    assert [e.kind for e in uni.events] == ["branch_point", "branch_point"]
+    assert [e.kind for e in clustered.events] == ["fold"]
+    for br in (uni, clustered):
+        X = [np.concatenate([u, [K]]) for u, K in zip(br.u, br.K, strict=True)]
+        assert len(br.tangents) == len(br.bases) == len(br.steps) == len(X) and br.bases[0] == -1
+        assert all(0 <= br.bases[j] < j for j in range(1, len(X)))
+        for j in range(1, len(X)):
+            t = br.tangents[br.bases[j]]
+            assert abs(float(np.sum(W * t * (X[j] - X[br.bases[j]]))) - br.steps[j]) <= 1e-11, j
+        assert all(abs(float(np.sum(W * t * t)) - 1) <= 1e-13 for t in br.tangents)
