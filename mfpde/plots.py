@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.cm import ScalarMappable
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "space_depth_plot",
-           "tokens_figure"]
+__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "space_depth_figure",
+           "space_depth_plot", "tokens_figure"]
 
 Array = npt.NDArray[np.float64]
 Box = tuple[float, float, float, float]
@@ -283,35 +283,50 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
 
 def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False,
                      marks: dict[str, list[float]] | None = None) -> None:
-    """θ against t, colour = cell-mean density on a log scale (rank 0).
+    """Draw :func:`space_depth_figure` into the PNG ``path`` (rank 0; its directory is created)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save(space_depth_figure(ts, dens, h, log_depth, marks), path)
+
+
+def space_depth_figure(ts: Any, dens: Any, h: float, log_depth: bool = False,
+                       marks: dict[str, list[float]] | None = None) -> Figure:
+    """θ against t, colour = cell-mean density on a log scale; the depth axis ends at the last output T.
 
     Args:
-        path: the PNG.
-        ts: output depths (T,).
+        ts: output depths (T,), the first 0.
         dens: densities (T, n) on n equal cells.
         h: the cells' width (radians).
         log_depth: a log depth axis (the first output, t = 0, drawn from a decade below the next).
         marks: depths to mark with vertical lines, by legend label (e.g. the merges, the stiff switch).
+
+    Each output's column spans the midpoints to its neighbours (geometric ones on a log axis), the first from its
+    depth and the last to T: the axis ends at T (each column drawn from its depth to the next ran one output past T).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.colors
-    import matplotlib.pyplot as plt
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    ts = np.asarray(ts, dtype=float)
+    fig = _figure(7, 4)
+    ax = fig.add_subplot()
     theta = (np.arange(dens.shape[1] + 1)) * h
-    tt = np.concatenate([ts, [ts[-1] + (ts[-1] - ts[-2] if len(ts) > 1 else 1.0)]])
-    if log_depth and len(ts) > 2:  # the first output is t = 0: drawn from a decade below the next
-        tt = np.concatenate([[ts[1] / 10.0], ts[1:], [ts[-1] * ts[-1] / ts[-2]]])
+    log = log_depth and len(ts) > 2
+    at = np.concatenate([[ts[1] / 10.0], ts[1:]]) if log else ts  # the first output, t = 0, a decade below the next
+    if len(at) > 1:
+        mid = np.sqrt(at[1:] * at[:-1]) if log else 0.5 * (at[1:] + at[:-1])
+        tt = np.concatenate([[at[0]], mid, [at[-1]]])
+    else:
+        tt = np.array([at[0], at[0] + 1.0])
     pos = dens[dens > 0]
     lo = max(float(pos.min()) if pos.size else 1e-12, 1e-8 * float(dens.max()))
     im = ax.pcolormesh(tt, theta, np.maximum(dens.T, lo), norm=matplotlib.colors.LogNorm(lo, float(dens.max())),
                        cmap="magma", shading="flat")
     fig.colorbar(im, ax=ax, label="density μ_t(θ)")
-    if log_depth and len(ts) > 2:
+    if log:
         ax.set_xscale("log")
+    ax.set_xlim(tt[0], tt[-1])
+    ax.set_ylim(theta[0], theta[-1])
     styles = iter([("white", "--"), ("cyan", ":"), ("lime", "-.")])
     for label, depths in (marks or {}).items():
         if depths:
@@ -324,5 +339,4 @@ def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool =
     ax.set_ylabel("θ")
     ax.set_title("tokens on the circle")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig

@@ -422,3 +422,20 @@ def test_a_near_uniform_sphere_field_gets_a_linear_scale_that_shows_it():
     assert mesh.norm.vmin + mesh.norm.vmax == pytest.approx(2 * u)  # centred on the uniform density
     assert "linear" in fig.axes[-1].get_xlabel()
     plt.close(fig)
+
+
+@pytest.mark.parametrize("log_depth", [False, True])
+def test_space_depth_axis_ends_at_the_last_depth(log_depth):
+    """The circle's θ–t picture: the depth axis ends at T (each output's column ran to the next output, one past T)
+    and starts at 0 (a log axis: a decade below the first positive output, where t = 0 is drawn)."""
+    from mfpde.plots import space_depth_figure
+
+    ts = np.array([0.0, 0.5, 1.0, 1.5]) if not log_depth else np.array([0.0, 1e-3, 1e-2, 1e-1, 1.5])
+    dens = np.full((len(ts), 16), 1 / (2 * np.pi)) + np.linspace(0, 1, len(ts))[:, None] * np.cos(np.arange(16))
+    fig = space_depth_figure(ts, np.abs(dens), 2 * np.pi / 16, log_depth, {"merge": [1.0]})
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert hi == pytest.approx(ts[-1]) and lo == pytest.approx(ts[1] / 10 if log_depth else 0.0)
+    assert ax.get_ylim() == pytest.approx((0.0, 2 * np.pi))
+    (mesh,) = ax.collections
+    assert np.asarray(mesh.get_array()).size == len(ts) * 16  # every output drawn
