@@ -332,46 +332,12 @@ def _where(P: Stationary) -> str:
 
 
 def bifurcation_plot(path: Path, report: dict[str, Any]) -> None:
-    """Each branch's amplitude against K (rank 0): stable solid, unstable dashed, folds (×), bifurcations (○).
-
-    The amplitude of a branch of mode k is |∫ μ cos kθ dθ| on the circle (k = 1: the order parameter |μ̂₁|),
-    |∫ μ P_k dσ| on the sphere (k = 1: |∫ x dμ|): a mode-2 branch does not lie on the uniform branch's axis.
-    """
+    """Each branch's amplitude against K (rank 0): :func:`mfpde.plot_continuation.bifurcation_figure`."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    from mfpde.plot_continuation import bifurcation_figure
 
-    fig = Figure(figsize=(6.4, 4.4))
-    ax = fig.add_subplot()
-    for i, b in enumerate(report["branches"]):
-        K, r, st = np.array(b["parameter"]), np.array(b["amplitude"]), np.array(b["stable"])
-        colour = f"C{i}"
-        for j in range(len(K) - 1):
-            ax.plot(K[j : j + 2], r[j : j + 2], color=colour, ls="-" if st[j] and st[j + 1] else "--")
-        ax.plot([], [], color=colour, label=b["origin"])
-    maxwell = False
-    for e in report["bifurcations"]:
-        if e["kind"] == "maxwell":
-            if e.get("found"):  # the first-order transition: a vertical line at K_M
-                ax.axvline(e["parameter"], color="0.4", ls=":", lw=1.2)
-                ax.plot(e["parameter"], e["amplitude"], "s", color="k", ms=6, mfc="none")
-                maxwell = True
-            continue
-        r = e.get("amplitude", 0.0)
-        ax.plot(e["parameter"], r, "x" if e["kind"] == "fold" else "o", color="k", ms=7, mfc="none")
-    ax.plot([], [], "o", color="k", mfc="none", label="bifurcation")
-    ax.plot([], [], "x", color="k", label="fold")
-    if maxwell:
-        ax.plot([], [], "s:", color="k", mfc="none", label="Maxwell point (equal free energy)")
-    ax.plot([], [], "k-", label="stable")
-    ax.plot([], [], "k--", label="unstable")
-    ax.set_xlabel("coupling K")
-    sphere = report["domain"] != "circle"
-    ax.set_ylabel("amplitude |∫ μ Pₖ dσ| of the branch's degree k" if sphere
-                  else "amplitude |∫ μ cos kθ dθ| of the branch's mode k")
-    where = report.get("label", report["domain"])
-    ax.set_title(f"noisy tokens on the {where}: β = {report['beta']:g}, τ = {report['noise']:g}")
-    ax.legend(fontsize=8)
+    fig = bifurcation_figure(report)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

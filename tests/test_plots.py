@@ -439,3 +439,28 @@ def test_space_depth_axis_ends_at_the_last_depth(log_depth):
     assert ax.get_ylim() == pytest.approx((0.0, 2 * np.pi))
     (mesh,) = ax.collections
     assert np.asarray(mesh.get_array()).size == len(ts) * 16  # every output drawn
+
+
+def test_a_branch_that_stopped_early_ends_in_a_mark_with_its_reason():
+    """A continuation branch that ended before its range (max_points, a failed Newton step, the CPU budget) just
+    ended, like one that reached the range's end; now its last point is marked and the reason written beside it."""
+    from mfpde.plot_continuation import bifurcation_figure, stop_label
+
+    def branch(origin, K, stopped, early):
+        return {"origin": origin, "parameter": K, "amplitude": [0.1 * k for k in range(len(K))],
+                "stable": [True] * len(K), "stopped": stopped, "early": early}
+
+    report = {"domain": "circle", "beta": 3.0, "noise": 1.0, "bifurcations": [], "branches": [
+        branch("uniform", [0.8, 1.4, 2.0], "K reached the end 2 of the range", False),
+        branch("mode 1", [1.3, 1.2, 1.1], "Newton failed at step size 1e-06 < continuation.step_min after K = 1.1",
+               True),
+        branch("mode 2", [1.6, 1.5], "continuation.max_points = 2 reached", False)]}
+    assert [stop_label(b) for b in report["branches"]] == [None, "Newton failed", "continuation.max_points reached"]
+    fig = bifurcation_figure(report)
+    ax = fig.axes[0]
+    marks = [ln for ln in ax.get_lines() if ln.get_gid() == "stopped"]
+    assert [(float(ln.get_xdata()[0]), float(ln.get_ydata()[0])) for ln in marks] == [(1.1, pytest.approx(0.2)),
+                                                                                        (1.5, 0.1)]
+    texts = sorted(t.get_text() for t in ax.texts)
+    assert texts == ["stopped: Newton failed", "stopped: continuation.max_points reached"]
+    assert "branch stopped early (reason beside it)" in [t.get_text() for t in ax.get_legend().get_texts()]
