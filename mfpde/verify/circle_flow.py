@@ -45,7 +45,7 @@ from mfpde.tokens.circle.dg import CircleMesh, CircleTransport
 from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, moments, w1_circle
 from mfpde.tokens.circle.flow import FlowMap, FourierForce, cluster_masses, modes_labels
 from mfpde.tokens.circle.particles import dense_velocity, dense_velocity_derivative
-from mfpde.verify.circle import BUDGET_S, _Budget, gamma_k
+from mfpde.verify.circle import _Budget, gamma_k
 from mfpde.verify.registry import Outcome, Series, register
 
 __all__ = ["flow_rates", "two_cluster_merge"]

@@ -5,9 +5,9 @@
   below Gusto's 2.5e-2 and falls at order ≥ 2 − 0.25 in the longest edge (DG1 and the flat geometry are both
   O(h²)); full: also DG2 on the quadratic geometry at order ≥ 3 − 0.25.
 * ``sphere_mass_positivity``: cluster formation (SA, β = 8, from degrees 2 and 3, to T = 2.5) by DG0, DG1 (flat)
-  and DG2 (quadratic; full: also on 320 cells): ∫μ_h kept within the round-off bound of its operation count (ε per operation,
-  k(Q(k+3) + 3E(k+1)) operations a dof a stage, 3 stages a sub-step) and μ_h ≥ −(2k+8)ε max μ_h on a lattice
-  of step 1/12 in every cell (points the limiter does not use for p ≤ 1), at every depth step.
+  and DG2 (quadratic; full: also on 320 cells): ∫μ_h kept within the round-off bound of its operation count (ε
+  per operation, k(Q(k+3) + 3E(k+1)) operations a dof a stage, 3 stages a sub-step) and μ_h ≥ −(2k+8)ε max μ_h
+  on a lattice of step 1/12 in every cell (points the limiter does not use for p ≤ 1), at every depth step.
 
 * ``sphere_cfl_substeps``: the sub-steps of one depth step of DG0..DG3 against the CFL rule of theory §9
   recomputed from the cells' vertices and the Gauss–Lobatto rule (:func:`cfl_rule_dt`).
