@@ -130,12 +130,18 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
     aside = validate(cfg, problems, command)
     if command is not None:
         given = frozenset(f"{sec}.{key}" for sec, table in raw.items() if isinstance(table, dict) for key in table)
+        if overridden & _DECIDING:  # the file's keys that an override made unused are not named: the later word
+            given = frozenset(k for k in given if k in overridden)
         line = unused_given(cfg, given, aside, command)
         if line:
             logger.warning("%s", line)
     return cfg
 
 
+#: The keys that decide which others a problem uses (``--set tokens.solver='flow'`` on a DG file: its degree).
+_DECIDING = frozenset({"tokens.domain", "tokens.solver", "tokens.mesh", "tokens.noise", "tokens.dim", "depth.model",
+                       "depth.spacing", "heads.family", "heads.mesh", "data.kind", "data.split", "loss.readout",
+                       "training.regularization", "continuation.parameter", "twin.optimizer"})
 #: Keys folded into another (``tokens.beta`` and ``tokens.coupling`` into ``heads.init``): used, though the resolved
 #: config does not hold them.
 _FOLDED = frozenset({"tokens.beta", "tokens.coupling"})
@@ -156,7 +162,8 @@ def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: 
     """
     from mfpde.config_keys import in_use  # it imports this module
 
-    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k))
+    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k)
+                    and not (command == "continuation" and k.startswith("continuation.")))  # its own: it reads them
     if command == "continuation" and "tokens.coupling" in given and cfg.tokens.domain != "box":
         unused.append("tokens.coupling (continuation varies K from continuation.start to continuation.stop)")
     bad = [m for m in aside if m.split(":")[0] in given and m.split(":")[0] not in unused]
@@ -390,6 +397,28 @@ def _check_data(cfg: Config) -> None:
     elif da.kind == "file":
         _require(bool(da.path), "data.path", "needs the .npz file of the samples (data.kind = 'file')")
         check_input_file("data.path", da.path, "an .npz file")
+        check_npz_fits("data.path", da.path)
+
+
+def check_npz_fits(key: str, path: str) -> None:
+    """Refuse an ``.npz`` whose headers claim arrays past this node's memory, before anything is loaded.
+
+    A header claiming 2·10¹¹ elements raised numpy's ``_ArrayMemoryError`` (exit 1, a traceback): the arrays are
+    read as float64 (8 bytes per element, whatever the stored type) and all of them at once.
+
+    Raises:
+        ConfigError: naming the key, the file, the arrays' shapes and the memory of this node.
+    """
+    from mfpde.io import npz_array_sizes
+    from mfpde.limits import _memory_bytes
+
+    sizes = npz_array_sizes(path)
+    need = sum(8 * math.prod(shape) for shape, _ in sizes.values())
+    have = _memory_bytes()
+    if need > have:
+        shapes = ", ".join(f"{k} {shape}" for k, (shape, _) in sizes.items())
+        raise ConfigError(f"{key}: {str(path)!r} claims arrays of {need / 1e9:.3g} GB as float64 ({shapes}), more than "
+                          f"the {have / 1e9:.3g} GB of this node")
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

@@ -36,13 +36,13 @@ from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
 from mfpde.domains import domain_attribute, stationary_problem
-from mfpde.errors import ConfigError, NumericalError
+from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 
 __all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "mode_amplitude",
            "noisy_branches",
-           "noisy_circle_branches", "slope"]
+           "noisy_circle_branches", "slope", "threshold"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
 Stationary = Any  # CircleStationary, SphereStationary, a domain's own (mfpde.domains: the stationary protocol)
@@ -58,6 +58,11 @@ PROBE = 1e-2
 TRANSCRITICAL = 1e-6
 #: The largest Gibbs exponent κΦ ≤ K e^β/(τβ) of a domain with log-density unknowns (its round-off 1e10 ε ≈ 2e-6).
 LOG_EXPONENT_MAX = 1e10
+#: The largest Gibbs exponent K e^β/(τβ) of a domain with density unknowns (the circle's, the sphere's): ε times it is
+#: the round-off of the density, against Newton's absolute tolerance 1e-12 (measured on the circle, 127 points:
+#: 5e3 converges, 1e4 fails at the first step; β = 1e-5 and 1e-6 ended with exit 3 at K = 0.2). Above β ≈ 1.5 the
+#: span rule (LN_TINY) is the stricter: this one refuses a small β at a large K/τ.
+DENSITY_EXPONENT_MAX = 1e4
 #: A branch point farther than this (relative) from its closed form: the collocation does not resolve the uniform
 #: state (spectral collocations locate it to ≈ 1e-13), and the report warns.
 THRESHOLD_TOL = 1e-8
@@ -107,7 +112,55 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
         raise ConfigError(f"{key}: K (e^β − e^−β)/(τβ) = {span:.3g} > {LN_TINY:.0f} at K = {k_max:g} (β = {beta:g}, "
                           f"τ = {t.noise:g}): the stationary density would underflow to 0 on part of the "
                           f"{t.domain}; lower K or β, or raise tokens.noise")
+    elif not (expo := k_max * math.exp(beta) / (t.noise * beta)) <= DENSITY_EXPONENT_MAX:
+        raise ConfigError(f"tokens.beta: K e^β/(τβ) = {expo:.3g} > {DENSITY_EXPONENT_MAX:.0e} at K = {k_max:g} (β = "
+                          f"{beta:g}, τ = {t.noise:g}): the Gibbs exponent's round-off (ε times it) would exceed "
+                          "Newton's tolerance on the density, and no step converges; raise β or tokens.noise, or "
+                          f"lower {key}")
     return beta, float(t.noise)
+
+
+def threshold(P: Stationary, k: int) -> float:
+    """The closed-form branch point K_k of mode k (``P.threshold(k)``), ∞ where it is beyond any double.
+
+    τβ/I_k(β) on the circle (τβ/i_k(β), τβ/λ_k(β) on the spheres): for k ≫ β (k ≳ 200 at β = 4, every k ≳ 50 at
+    β = 1e-6) I_k(β) ≈ (β/2)^k/k! underflows to 0, and the quotient raised ZeroDivisionError (exit 1); such a K_k
+    exceeds 1e300 τβ, far outside any range.
+    """
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        try:
+            K = float(P.threshold(k))
+        except (ZeroDivisionError, OverflowError):
+            return math.inf
+    return K if not math.isnan(K) else math.inf
+
+
+#: The options prefix of the continuation's SNES (:class:`mfpde.continuation.Newton`).
+NEWTON_PREFIX = "mfpde_cont_"
+
+
+def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton:
+    """The continuation's Newton solver of P, its PETSc options refused as input (exit 2), not as a bug.
+
+    ``PETSC_OPTIONS="-mfpde_cont_snes_type bogus"`` raised PETSc's error 86 from SNESSetFromOptions (exit 1 and its
+    stack, on every rank).
+
+    Raises:
+        InputRefused: naming ``PETSC_OPTIONS`` and the options of the prefix given (the output directory is
+            restored: :mod:`mfpde.outdir`).
+    """
+    from petsc4py import PETSc
+
+    db = PETSc.Options()
+    given = " ".join(f"-{k} {v}".rstrip() for k, v in sorted(db.getAll().items()) if k.startswith(NEWTON_PREFIX))
+    try:
+        newton = Newton(P, P.m, atol=atol)
+    except PETSc.Error as e:
+        lines = [ln.split("] ", 1)[-1].strip() for ln in str(e).splitlines() if ln.strip()]
+        why = lines[-1] if lines else str(e)
+        raise InputRefused(f"PETSC_OPTIONS (or the command line): PETSc rejected {given or 'the options'} of the "
+                           f"continuation's Newton solver (prefix -{NEWTON_PREFIX}): {why}") from None
+    return newton
 
 
 def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
@@ -174,12 +227,12 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
     """
     W = P.inner_weights()
     branches, bifs, warnings = [], [], []
-    with Newton(P, P.m, atol=getattr(P, "newton_atol", 1e-12)) as newton:
+    with newton_solver(P, atol=getattr(P, "newton_atol", 1e-12)) as newton:
         x0 = np.concatenate([P.uniform(), [start]])
         t0 = np.zeros(P.m + 1)
         t0[-1] = 1.0 if stop > start else -1.0
         with np.errstate(over="ignore"):  # λ_k(β) underflows for k ≫ β: K_k = ∞, far outside any range
-            marks = np.array([P.threshold(k) for k in range(1, P.m)])  # the uniform state's branch points (§10)
+            marks = np.array([threshold(P, k) for k in range(1, P.m)])  # the uniform state's branch points (§10)
         span = 1e6 * max(abs(start), abs(stop), 1.0)
         uni = continue_branch(P, newton, x0, t0, W, ctl, None, deadline, regular_start=True,
                               marks=marks[np.abs(marks) <= span])

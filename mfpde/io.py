@@ -177,6 +177,35 @@ def load_checkpoint(out: Path) -> dict[str, np.ndarray] | None:
         raise ConfigError(f"--resume: checkpoint {str(f)!r} cannot be read ({type(e).__name__}: {e})") from None
 
 
+def npz_array_sizes(path: str | Path) -> dict[str, tuple[tuple[int, ...], int]]:
+    """The shape and the bytes per element of each array of an ``.npz`` file, from the headers alone (nothing loaded).
+
+    Returns:
+        ``{name: (shape, itemsize)}`` of the members whose header reads (``{}`` for a file that is no zip archive:
+        the loader says what is wrong with it).
+    """
+    from numpy.lib import format as npformat
+
+    out: dict[str, tuple[tuple[int, ...], int]] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for name in z.namelist():
+                if not name.endswith(".npy"):
+                    continue
+                with z.open(name) as f:
+                    try:
+                        version = npformat.read_magic(f)
+                        read = (npformat.read_array_header_1_0 if version == (1, 0) else
+                                npformat.read_array_header_2_0)
+                        shape, _, dtype = read(f, max_header_size=10_000)
+                    except (ValueError, TypeError, SyntaxError, EOFError):
+                        continue
+                out[name[: -len(".npy")]] = (tuple(int(n) for n in shape), int(dtype.itemsize))
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return {}
+    return out
+
+
 class RankFilter(logging.Filter):
     """Let only rank 0 log (house style: only rank 0 prints)."""
 

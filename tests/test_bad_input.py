@@ -580,3 +580,100 @@ def test_keys_the_problem_does_not_use_are_named(caplog, path, sets, named):
     with caplog.at_level("WARNING", logger="mfpde"):
         config.load(path, command=command)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_thresholds_beyond_any_double_are_infinite():
+    """I_k(β) underflows for k ≫ β: the branch points of 413 collocation points at β = 4 (mode 206) and of β = 1e-6
+    raised ZeroDivisionError (exit 1); K_k is then beyond any double, ∞, and outside every range."""
+    import math
+
+    from mfpde.continuation_job import threshold
+    from mfpde.tokens.circle.stationary import CircleStationary
+
+    P = CircleStationary(413, 4.0, 1.0)
+    assert math.isinf(threshold(P, 206)) and threshold(P, 1) == pytest.approx(P.threshold(1))
+    assert math.isinf(threshold(CircleStationary(63, 1e-6, 1.0), 60))
+
+
+@pytest.mark.parametrize(("path", "sets", "code", "names"), [
+    (NOISY_CIRCLE, ["continuation.points=413"], 0, ""),  # exit 1, ZeroDivisionError in threshold()
+    (str(ROOT / "demos" / "noisy_sphere.toml"), ["continuation.points=201"], 0, ""),
+    (NOISY_CIRCLE, ["tokens.beta=1e-6"], 2, "tokens.beta: K e^β/(τβ) = 1e+06"),  # exit 1, then 3 (Newton)
+    (str(ROOT / "demos" / "noisy_sphere.toml"), ["tokens.beta=1e-6"], 2, "tokens.beta: K e^β/(τβ)"),
+], ids=["circle-413", "sphere-201", "circle-tiny-beta", "sphere-tiny-beta"])
+def test_continuation_in_the_documented_range_has_no_traceback(tempdir, capfd, path, sets, code, names):
+    got = main(["continuation", path, "--out", str(tempdir / "out"), "--quiet",
+                *[a for s in [*sets, "continuation.max_points=3", "output.plots=false"] for a in ("--set", s)]])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(got) == [code] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0 and names:
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"mfpde: error: {names}"), line
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own ranks")
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_bad_petsc_option_of_the_continuation_is_exit_2(tempdir, ranks):
+    """PETSC_OPTIONS="-mfpde_cont_snes_type bogus": exit 1 and PETSc's stack (on each rank); exit 2, one line naming it,
+    and the output directory left as it was."""
+    import os
+    import subprocess
+    import sys
+
+    out = tempdir / f"out{ranks}"
+    cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "mfpde",
+           "continuation", NOISY_CIRCLE, "--out", str(out), "--quiet", "--set", "continuation.max_points=3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PETSC_OPTIONS": "-mfpde_cont_snes_type bogus"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 2, r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "PETSC_OPTIONS" in line and "-mfpde_cont_snes_type bogus" in line and "Traceback" not in r.stderr, line
+    assert not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize(("sets", "names"), [
+    # a Gaussian ρ₀ on the default Θ box: β = a in [-2, 2]; the flow solver raised ValueError (exit 1)
+    (["tokens.solver='flow'", "tokens.beta=nan"], "heads.init: the flow solver takes inverse temperatures β >= 0"),
+    # the first step at e^700: exit 3 ("numerical failure") where DG said exit 2 naming tokens.beta
+    (["tokens.solver='flow'", "tokens.beta=700"], "tokens.beta: the flow map cannot take its first step"),
+    (["tokens.beta=700"], "tokens.beta: depth step 1"),
+], ids=["flow-nan", "flow-700", "dg-700"])
+def test_the_circle_refuses_a_beta_it_cannot_solve_with_exit_2(tempdir, capfd, sets, names):
+    code = main(["transport", CIRCLE, "--out", str(tempdir / "out"), "--quiet", "--set", "output.fields=false",
+                 *[a for s in sets for a in ("--set", s)]])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"mfpde: error: {names}"), line
+    assert not (tempdir / "out" / "report.json").exists()
+
+
+def test_a_data_file_claiming_more_than_memory_is_refused(tempdir, capfd):
+    """An .npz whose header claims 2·10¹¹ elements: numpy's _ArrayMemoryError (exit 1); the headers are checked
+    against this node's memory before anything is loaded: exit 2 naming data.path and the shape."""
+    import io
+    import zipfile
+
+    import numpy as np
+    from numpy.lib import format as npformat
+
+    path = tempdir / "huge.npz"
+    if MPI.COMM_WORLD.rank == 0:
+        with zipfile.ZipFile(path, "w") as z:
+            head = io.BytesIO()
+            npformat.write_array_header_1_0(head, {"descr": "<f8", "fortran_order": False,
+                                                   "shape": (1000, 200_000_000, 1)})
+            z.writestr("points.npy", head.getvalue() + b"\0" * 64)
+            for name, a in (("weights", np.ones((1000, 2))), ("target", np.ones(1000))):
+                buf = io.BytesIO()
+                np.save(buf, a)
+                z.writestr(f"{name}.npy", buf.getvalue())
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "data.kind='file'",
+                 "--set", f"data.path='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "data.path" in line and "(1000, 200000000, 1)" in line and "GB of this node" in line, line

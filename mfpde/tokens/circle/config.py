@@ -68,6 +68,11 @@ def check(cfg: Any) -> None:
         bad = [b for b in betas if isinstance(b, int | float) and not 0 <= b <= MAX_BETA[t.attention]]
         f.need(not bad, "tokens.beta", f"β (heads.init's a) must be in [0, {MAX_BETA[t.attention]:g}] with "
                f"{t.attention} attention on the circle, got {bad}")
+    if t.solver == "flow" and h.init.get("kind") != "diracs" and not h.mesh and h.box and len(h.box[0]) == 2:
+        # a Gaussian ρ₀ on the Θ box: its heads are the box's nodes, β = a over the box's a-axis
+        f.need(h.box[0][0] >= 0, "heads.init", f"the flow solver takes inverse temperatures β >= 0, and the Gaussian "
+               f"heads.init spans heads.box's a-axis {h.box[0]} (tokens.beta unset): set tokens.beta = β (the single "
+               "head) or a heads.box with a >= 0")
     f.need(d.spacing in ("uniform", "log"), "depth.spacing", f"must be 'uniform' or 'log', got {d.spacing!r}")
     if d.spacing == "log":
         f.need(0 < d.decades <= 30, "depth.decades", f"must be in (0, 30], got {d.decades:g}")

@@ -98,6 +98,20 @@ class FlowSolution:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def _first_step_refused(beta: Array, msg: str) -> Exception:
+    """The input refused (exit 2, as the DG solver's first depth step): no explicit step at t = 0 was possible.
+
+    The unnormalised kernel's velocity grows like e^β: at β = 700 (the door's bound) it is ≈ 1e302 and the first
+    step underflows (exit 3, "numerical failure", where DG said exit 2 naming tokens.beta).
+    """
+    from mfpde.errors import InputRefused
+
+    b = float(np.max(beta)) if len(beta) else 0.0
+    return InputRefused(f"tokens.beta: the flow map cannot take its first step at t = 0 ({msg.rstrip('.')}), with "
+                        f"the velocity of the input itself (nothing has moved yet): β = {b:g} (heads.init's a); lower "
+                        "β: the unnormalised kernel's velocity grows like e^β")
+
+
 class FlowMap:
     """The flow-map ODE on the quantile labels of μ_0 (see the module).
 
@@ -187,6 +201,8 @@ class FlowMap:
                 msg = solver.step()
                 stats["explicit_steps"] += 1
                 if solver.status == "failed" or not np.isfinite(solver.y).all():
+                    if solver.t == 0.0 and not self.force.softmax:  # no step at the input's own velocity: input
+                        raise _first_step_refused(self.force.beta, msg)
                     raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
                 i = record_reached(solver, t_out, i, lambda y: record(y[:M], y[M:]))
                 t, Y = solver.t, solver.y
