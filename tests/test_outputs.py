@@ -261,6 +261,23 @@ def test_free_energy_rise_beyond_roundoff_is_a_warning_with_its_step():
     assert free_energy_rises(cp, rows) == []
 
 
+@pytest.mark.parametrize("lam2", [0.0, 0.5])
+def test_a_rising_risk_without_entropy_is_a_warning(lam2):
+    """λ = 0: F is R + (λ₂/2)∫|θ|²dρ (the risk itself for λ₂ = 0), which the flow descends as well; a rise was not
+    warned (only entropic runs were checked). Now it is, naming what rose."""
+    from types import SimpleNamespace
+
+    from mfpde.training.report import free_energy_rises
+
+    cp = SimpleNamespace(problem=SimpleNamespace(train=[0] * 10), state=SimpleNamespace(n_layers=1, lam=0.0, lam2=lam2),
+                         theta=SimpleNamespace(points=np.zeros((90, 2))))
+    R = [0.5, 0.3, 0.2, 0.25, 0.24]
+    rows = [{"step": k, "risk": r, "free_energy": r + lam2 * 0.1, "neg_entropy": -1.0} for k, r in enumerate(R)]
+    (w,) = free_energy_rises(cp, rows)
+    assert w.startswith("training.ds: the " + ("risk (λ = λ₂ = 0)" if lam2 == 0 else "objective R + (λ₂/2)"))
+    assert "from step 2 to 3" in w
+
+
 def test_accuracy_against_the_better_sign_of_rho0s_readout():
     """3 vs 8 "learned" 0.211 → 0.789 = 1 − 0.211: the sign of ρ₀'s readout flipped. The report gives the better of
     ρ₀ and its sign flip (``initial_best_sign``), the gain over it, and warns when training only flipped a sign."""

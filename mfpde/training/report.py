@@ -4,7 +4,8 @@
   F − F* ≤ λ KL(ρ ‖ p_ρ) of theory §5.4 is used as a bound only where R is convex in ρ
   (:func:`certificate_bound`);
 * :func:`theta_boundary_mass`: ρ's mass in the Θ cells touching ∂Θ (the no-flux box holding the heads);
-* :func:`free_energy_rises`: increases of F between history rows beyond their round-off;
+* :func:`free_energy_rises`: increases of F between history rows beyond their round-off (any λ; with λ = 0 the
+  risk plus confinement);
 * :func:`accuracy_block`: sign accuracy of ρ₀ and ρ_S, against the better of ρ₀'s readout and its sign flip;
 * :func:`write_predictions`: ``predictions.csv``.
 """
@@ -98,7 +99,8 @@ def run_report(cp: CoupledProblem, history: list[dict[str, float]], status: str,
     ``theta_boundary_mass`` (:func:`theta_boundary_mass`; the largest over layer blocks, each block's in
     ``theta_boundary_mass_blocks`` for depth-indexed models). ``warnings`` (a list of strings, empty when
     nothing is to be said) names the key to change: ``heads.box`` when ρ_S keeps more than
-    :data:`BOUNDARY_MASS_WARN` by ∂Θ, ``training.ds`` when F rose beyond round-off (entropic runs).
+    :data:`BOUNDARY_MASS_WARN` by ∂Θ, ``training.ds`` when F rose beyond round-off (any λ: with λ = 0, F is
+    R + (λ₂/2)∫|θ|²dρ, the risk itself for λ₂ = 0, and the flow descends it all the same).
     """
     st = cp.state
     final = dict(history[-1]) if history else {}
@@ -121,8 +123,7 @@ def run_report(cp: CoupledProblem, history: list[dict[str, float]], status: str,
         warnings.append(f"heads.box: ρ keeps {max(edge):.3g} of its mass in the Θ cells touching the box's boundary"
                         f"{which}: the no-flux boundary of Θ, not the model, holds the heads; enlarge heads.box "
                         "(or raise training.lambda2)")
-    if st.lam > 0:
-        warnings += free_energy_rises(cp, history)
+    warnings += free_energy_rises(cp, history)  # λ = 0 too: F = R + (λ₂/2)∫|θ|²dρ is what the flow descends
     rate = rate_block(cp, history)
     return {"status": status, "command": "run", "version": __version__, "comm_size": cp.comm.size,
             "wall_s": wall, "steps_done": step, "final": fin, "rate": rate, "warnings": warnings}
@@ -154,7 +155,7 @@ def theta_boundary_mass(cp: CoupledProblem) -> list[float]:
 
 
 def free_energy_rises(cp: CoupledProblem, history: list[dict[str, float]]) -> list[str]:
-    """A warning if F rose between history rows by more than its round-off (entropic runs: F should fall).
+    """A warning if F rose between history rows by more than its round-off (F should fall, at any λ ≥ 0).
 
     The round-off of F = R + (λ₂/2)∫|θ|²dρ + λ∫ρ log ρ is bounded by that of its sums: the risk's over the
     n training samples and the Θ integrals' over the N_θ nodes (per block), each at most (terms)·ε·Σ|term|;
@@ -171,7 +172,9 @@ def free_energy_rises(cp: CoupledProblem, history: list[dict[str, float]]) -> li
     if not rises:
         return []
     worst = max(rises, key=lambda r: r[2])
-    return [f"training.ds: the free energy rose between {len(rises)} pair(s) of history rows, first from step "
+    what = ("the free energy" if lam > 0 else "the risk (λ = λ₂ = 0)" if cp.state.lam2 == 0 else
+            "the objective R + (λ₂/2)∫|θ|²dρ (λ = 0)")
+    return [f"training.ds: {what} rose between {len(rises)} pair(s) of history rows, first from step "
             f"{rises[0][0]} to {rises[0][1]}, most ({worst[2]:.3g}, round-off {worst[3]:.1g}) from step {worst[0]} to "
             f"{worst[1]}: the splitting step is not a descent there (a smaller training.ds, or more steps to see "
             "whether it settles)"]
