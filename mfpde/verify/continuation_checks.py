@@ -11,20 +11,24 @@ for the arclength and the landing, :func:`mfpde.continuation.continue_branch` it
 
 * ``continuation_fold``: each fold of the report (circle β = 4, N = 81; sphere β = 3, N = 48) against the
   reference's extreme parameter K_f = min_a K(a) (scipy's bounded Brent over the amplitude, xatol 1e-9), to 1e-8
-  relative. The continuation locates t_K = 0 to |Δs| ≤ 1e-13 of the step and K is stationary there, so its own
-  error is the Newton tolerance (≈ 1e-12 relative); the collocation's is spectral, below the continued states'
-  tail (≤ 1e-9 of the mean where the branch is continued); 1e-8 keeps a decade over both. The fold must also be
+  relative; on S^15 (β = 2, N = 96) against the independent Gegenbauer solve of
+  :mod:`mfpde.verify.hypersphere_reference` (its root of dK/da). The continuation locates t_K = 0 to
+  |Δs| ≤ 1e-13 of the step and K is stationary there, so its own error is the Newton tolerance (≈ 1e-12
+  relative); the collocation's is spectral, below the continued states' tail (≤ 1e-9 of the mean where the branch
+  is continued); 1e-8 keeps a decade over both. The fold must also be
   a point of its branch and the branch's least K (to 4 ulps: the located point, not the step's start), and its
   amplitude (and |μ̂₁|) must be a_f to the resolution K(a) gives a at its minimum, √(8εK_f/|K''|) + xatol.
 * ``continuation_curvature``: c₂ = dK/d(a²) and c₁ = dK/da of every bifurcation from the uniform state (circle
   β = 4 modes 1 and 2, sphere β = 3 degrees 1 and 2) against (i) the same definitions evaluated by the reference
   (Richardson on K(ρ), K(2ρ); (K(ρ) − K(−ρ))/2ρ; ρ = 10⁻² as the docs define them), to 1e-7 in c₂ and 1e-8
   in c₁, times max(1, K_k) (the continuation's Newton tolerance, 10⁻¹² relative in K, over ρ² times Richardson's
-  17/12, and over ρ, with a factor 5–10 to spare: the derivation of ``noisy_tricritical``); (ii) closed forms
+  17/12, and over ρ, with a factor 5–10 to spare: the derivation of ``noisy_tricritical``), plus the reference's
+  own round-off carried through the definitions; (ii) closed forms
   from the weakly nonlinear expansion
   (derived in :func:`closed_c2`, :func:`closed_c1`): c₂ = K_k (1 − 2r)/(2(1 − r)), r = I_{2k}(β)/I_k(β) (circle,
   mode k), c₂ = K_1 (3/5)(1 − 3r)/(1 − r), r = i_2(β)/i_1(β) (sphere, degree 1), c₁ = 0 for these and
-  c₁ = −(5/7) K_2 (sphere, degree 2, transcritical; its c₂ is compared with the definition only). The
+  c₁ = −(5/7) K_2 (sphere, degree 2, transcritical; its c₂ is compared with the definition only), and on S^15
+  (β = 2, against :mod:`mfpde.verify.hypersphere_reference`) c₂ = K_1 d(1 − dr)/((d + 2)(1 − r)), r = λ_2/λ_1. The
   continuation's values carry the probes' truncation (c₂: −4c₆ρ⁴, c₁: c₃ρ²), which the reference measures by a fit
   of K(a) at ±ρ, ±2ρ, ±3ρ; the threshold is twice that term plus (i)'s. The reference's own fit at ρ/2 must meet
   the closed forms to its round-off (n ε K_c/|a| per probe through the fit) plus twice its Richardson estimate.
@@ -195,15 +199,23 @@ class ZonalReference:
         return out
 
 
-def closed_c2(domain: str, beta: float, tau: float, k: int) -> float:
-    """c₂ = dK/d(a²) at the branch point of mode k (circle) or degree 1 (sphere), from the expansion below.
+def closed_c2(domain: str, beta: float, tau: float, k: int, d: int = 3) -> float:
+    """c₂ = dK/d(a²) at the branch point of mode k (circle) or degree 1 (sphere, S^{d−1}), from the expansion below.
 
     With g = κ Σ_ℓ g_ℓ a_ℓ φ_ℓ and |Ω|μ = e^g/⟨e^g⟩ (⟨·⟩ the mean over Ω), a_ℓ = ⟨(g + g²/2 + g³/6 − g⟨g²⟩/2) φ_ℓ⟩
     to third order. Circle, mode k (θ → kθ): a_{2k} = g_{2k}/2 + g_k²/8, so a_{2k} = g_k²/(8(1 − κI_{2k})); then
     a_k = g_k/2 + g_k g_{2k}/4 − g_k³/16 with g_k = 2κI_k a_k gives κ − κ_k = a²(1 − 2r)/(2I_k(1 − r)), r = I_{2k}/I_k.
     Sphere, degree 1 (⟨z²P_2⟩ = 2/15, ⟨z⁴⟩ = 1/5): a_2 = g_1²/(15(1 − κi_2)), a_1 = g_1/3 + (2/15)g_1g_2 − g_1³/45
-    with g_1 = 3κ i_1 a, so κ − κ_1 = (3/5)a²(1 − 3r)/(i_1(1 − r)), r = i_2/i_1. K = τβκ.
+    with g_1 = 3κ i_1 a, so κ − κ_1 = (3/5)a²(1 − 3r)/(i_1(1 − r)), r = i_2/i_1. K = τβκ. S^{d−1} (``domain``
+    "hypersphere"), in the normalised measure with Gegenbauer P_ℓ(1) = 1, N_ℓ harmonics of degree ℓ, g_ℓ = κN_ℓλ_ℓa_ℓ:
+    ⟨z²⟩ = 1/d, ⟨z⁴⟩ = 3/(d(d+2)), ⟨z²P_2⟩ = (d−1)/(dN_2), N_2 = (d+2)(d−1)/2 give
+    κ − κ_1 = a² d(1 − dr)/(λ_1(d+2)(1 − r)), r = λ_2/λ_1: c₂ = K_1 d(1 − dr)/((d+2)(1 − r)) (d = 2, 3: the above).
     """
+    if domain == "hypersphere":
+        from mfpde.verify.hypersphere_special import k_c, lam
+
+        r = float(lam(2, beta, d) / lam(1, beta, d))
+        return k_c(beta, tau, d) * d * (1 - d * r) / ((d + 2) * (1 - r))
     if domain == "circle":
         r = float(scipy.special.iv(2 * k, beta) / scipy.special.iv(k, beta))
         return tau * beta / float(scipy.special.iv(k, beta)) * (1 - 2 * r) / (2 * (1 - r))
@@ -244,6 +256,21 @@ def _continued(P: Any, lo: float, hi: float, step: float, max_points: int = 400)
 
 #: The fold cases: (domain, β, collocation points, the range of K); τ = 1.
 FOLD_CASES = (("circle", 4.0, 81, (0.38, 0.415)), ("sphere", 3.0, 48, (1.18, 1.36)))
+#: The hypersphere's fold case: (d, β, collocation points, the reference's Gauss–Jacobi nodes); τ = 1.
+HYPERSPHERE_FOLD = (16, 2.0, 96, 80)
+
+
+def _hypersphere_fold() -> tuple[Any, float, float, float, float, float]:
+    """(the problem, lo, hi, K_f, a_f, K''(a_f)) on S^{d−1} by :mod:`mfpde.verify.hypersphere_reference`."""
+    from mfpde.tokens.hypersphere.stationary import HypersphereStationary
+    from mfpde.verify.hypersphere_reference import fold_maxwell_point, solve_state
+
+    d, beta, n, nodes = HYPERSPHERE_FOLD
+    ref = fold_maxwell_point(beta, 1.0, d, nodes)
+    h = 1e-3
+    Kpp = sum(c * solve_state(ref.a_f + j * h, beta, 1.0, d, nodes).K for j, c in ((-1, 1), (0, -2), (1, 1))) / h**2
+    lo, hi = ref.K_f - 0.3 * (ref.K_c - ref.K_f), ref.K_c + 0.1 * (ref.K_c - ref.K_f)
+    return HypersphereStationary(n, beta, 1.0, d), lo, hi, ref.K_f, ref.a_f, Kpp
 
 
 def _tail(P: Any, u: Array) -> float:
@@ -263,14 +290,19 @@ def _tail(P: Any, u: Array) -> float:
 def check_continuation_fold(quick: bool) -> Outcome:
     """Each reported fold within 1e-8 of the reference's K_f; the fold is its branch's least K and one of its points."""
     rows, worst, ok = [], 0.0, True
-    for domain, beta, n, (lo, hi) in FOLD_CASES:
-        P = _problem(domain, n, beta, 1.0)
+    for domain, beta, n, (lo, hi) in (*FOLD_CASES, ("hypersphere", HYPERSPHERE_FOLD[1], HYPERSPHERE_FOLD[2], (0, 0))):
+        if domain == "hypersphere":
+            P, lo, hi, K_f, a_f, Kpp = _hypersphere_fold()
+            domain = f"S^{HYPERSPHERE_FOLD[0] - 1}"
+        else:
+            P = _problem(domain, n, beta, 1.0)
+            ref = ZonalReference(domain, beta, 1.0, 1)
+            K_f, a_f = ref.fold()
+            Kpp = ref.curvature_in_a(a_f)
         res = _continued(P, lo, hi, 0.04 * (hi - lo))
-        ref = ZonalReference(domain, beta, 1.0, 1)
-        K_f, a_f = ref.fold()
         # the fold's amplitude: K is flat there, so K(a) resolves a only to √(2 · 4ε K_f/|K''|) (4ε: K's round-off),
         # plus Brent's tolerance; the continuation's own (t_K = 0 to the Newton tolerance) is far below
-        tol_a = FOLD_XATOL + math.sqrt(8 * EPS * K_f / abs(ref.curvature_in_a(a_f)))
+        tol_a = FOLD_XATOL + math.sqrt(8 * EPS * K_f / abs(Kpp))
         folds = [e for e in res["bifurcations"] if e["kind"] == "fold"]
         if len(folds) != 1:
             return Outcome(math.inf, 0.0, f"≤ {FOLD_TOL:g}", False, f"{domain} β = {beta:g}: {len(folds)} folds "
@@ -347,21 +379,71 @@ def check_continuation_curvature(quick: bool) -> Outcome:
             t2, t1 = C2_TOL * max(1.0, Kk), C1_TOL * max(1.0, Kk)
             tol2 = t2 + 8 * abs(f6) * RHO**4
             tol1 = t1 + 2 * abs(f3) * RHO**2
+            # the reference's round-off in the definitions: δK(a) = n ε K_c/|a| (:func:`_fitted_derivatives`) through
+            # (16 δK(ρ) + δK(2ρ))/12ρ² and (δK(ρ) + δK(−ρ))/2ρ
+            r2, r1 = 16.5 / 12 * len(ref.w) * EPS * K0 / RHO**3, len(ref.w) * EPS * K0 / RHO**2
             # the reference's own c₂, c₁ (the fit at ρ/2) against the closed forms: the fit's round-off (δc) plus
             # twice its truncation estimated by Richardson from the fit at ρ (the expansion's check)
             ref2 = dh2 + 2 * abs(f2 - h2) / 63
             ref1 = dh1 + 2 * abs(f1 - h1) / 63
             errs = (abs(c2 - d2), abs(c1 - d1), abs(c2 - want2), abs(c1 - want1),
                     abs(h2 - want2) if closed else 0.0, abs(h1 - want1))
-            tols = (t2, t1, tol2, tol1, ref2, ref1)
+            tols = (t2 + r2, t1 + r1, tol2, tol1, ref2, ref1)
             ok &= all(e <= t for e, t in zip(errs, tols, strict=True))
             worst = max(worst, max(e / t for e, t in zip(errs, tols, strict=True)))
             rows.append(f"{domain} β = {beta:g} mode {k}: c₂ {c2:.10g} (definition {d2:.10g}, closed form "
                         f"{want2:.10g}), c₁ {c1:.4g} (definition {d1:.4g}, closed form {want1:.6g}); errors "
                         + ", ".join(f"{e:.1e}/{t:.1e}" for e, t in zip(errs, tols, strict=True)))
+    e, line = _hypersphere_curvature()
+    ok &= e <= 1.0
+    worst = max(worst, e)
+    rows.append(line)
     return Outcome(worst, None, "≤ 1 (error / tolerance: c₂ vs its definition 1e-7 max(1, K_k), c₁ 1e-8 "
                    "max(1, K_k); vs the closed forms those plus the probes' truncation)", ok, "; ".join(rows),
                    tolerance=1.0)
+
+
+#: The hypersphere's curvature case: (d, β, collocation points, the reference's Gauss–Jacobi nodes); τ = 1.
+HYPERSPHERE_CURVATURE = (16, 2.0, 32, 80)
+
+
+def _hypersphere_curvature() -> tuple[float, str]:
+    """(the largest error/tolerance, a line) of c₂, c₁ on S^{d−1} against :mod:`mfpde.verify.hypersphere_reference`.
+
+    The reference's states are those of a > 0 (the branch is symmetric in a): K(a) − K_c = c₂a² + c₄a⁴ + c₆a⁶
+    through ρ, 2ρ, 3ρ, and again through ρ/2, ρ, 3ρ/2 for its Richardson estimate; c₁ = 0 by the symmetry.
+    """
+    from mfpde.tokens.hypersphere.stationary import HypersphereStationary
+    from mfpde.verify.hypersphere_reference import solve_state
+    from mfpde.verify.hypersphere_special import k_c
+
+    d, beta, n, nodes = HYPERSPHERE_CURVATURE
+    P = HypersphereStationary(n, beta, 1.0, d, rule="gauss")  # exact for the uniform state's polynomials
+    Kk = P.threshold(1)
+    res = _continued(P, 0.97 * Kk, 1.03 * Kk, 0.02 * Kk, 60)
+    bif = [e for e in res["bifurcations"] if "curvature" in e and e["mode"] == 1]
+    if len(bif) != 1:
+        return math.inf, f"S^{d - 1} β = {beta:g}: {len(bif)} bifurcations of degree 1"
+    c2, c1 = float(bif[0]["curvature"]), float(bif[0]["slope"])
+    K0 = k_c(beta, 1.0, d)
+    fits = []
+    for rho in (RHO, RHO / 2):
+        a = rho * np.arange(1, 4)
+        K = np.array([solve_state(float(x), beta, 1.0, d, nodes).K for x in a])
+        Vi = np.linalg.inv(np.column_stack([a**2, a**4, a**6]))
+        # the probes' round-off carried through the fit: n ε K_c/a per probe (as in :func:`_fitted_derivatives`)
+        fits.append((Vi @ (K - K0), float((np.abs(Vi) @ (nodes * EPS * K0 / a))[0]), K))
+    (f, _, K), (h, dh2, _) = fits
+    d2 = (16 * (K[0] - K0) - (K[1] - K0)) / (12 * RHO**2)  # the definition, by the reference
+    want2 = closed_c2("hypersphere", beta, 1.0, 1, d)
+    t2, t1 = C2_TOL * max(1.0, Kk), C1_TOL * max(1.0, Kk)
+    errs = (abs(c2 - d2), abs(c1), abs(c2 - want2), abs(h[0] - want2))
+    r2 = 16.5 / 12 * nodes * EPS * K0 / RHO**3  # the reference's round-off in the definition
+    tols = (t2 + r2, t1, t2 + 8 * abs(f[2]) * RHO**4, dh2 + 2 * abs(f[0] - h[0]) / 63)
+    line = (f"S^{d - 1} β = {beta:g} degree 1: c₂ {c2:.10g} (definition {d2:.10g}, closed form {want2:.10g}), c₁ "
+            f"{c1:.4g} (closed form 0); errors "
+            + ", ".join(f"{e:.1e}/{t:.1e}" for e, t in zip(errs, tols, strict=True)))
+    return max(e / t for e, t in zip(errs, tols, strict=True)), line
 
 
 def second_variation_least(mu: Array, dmu: Array | None, K: float, beta: float, tau: float) -> float:
