@@ -7,8 +7,8 @@ for the mode k on the circle, τβ/i_k(β) for the degree k on the sphere) the j
 branch and continues it in the same range. Along every branch: K, the order parameter |μ̂_1|, the free energy
 E(μ), the leading eigenvalue of the linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform
 state is classified by the curvature c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on
-the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by two Newton solves at fixed
-amplitudes ρ and 2ρ (ρ = 10⁻²) and Richardson's extrapolation (error O(ρ⁴)):
+the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by four Newton solves at fixed
+amplitudes ±ρ and ±2ρ (ρ = 10⁻²) and Richardson's extrapolation of the even part (error O(ρ⁴)):
 c₂ > 0 "supercritical" (the branch bends to K > K_k), c₂ < 0 "subcritical"; a branch whose slope dK/da at the
 point is not zero ((K(ρ) − K(−ρ))/2ρ above ``TRANSCRITICAL``: no symmetry a ↦ −a, as for the sphere's even
 degrees) is "transcritical". Folds are located on every branch.
@@ -179,15 +179,22 @@ def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
 
 
 def curvature(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
-    """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails."""
+    """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails.
+
+    Richardson on the even part K_e(a) = (K(a) + K(−a))/2 at ρ and 2ρ: the coefficient of a² whether or not the
+    branch is symmetric (K_e = K then); a transcritical branch's linear term c₁a would otherwise enter as 14c₁/(12ρ).
+    """
     a = _amplitude_row(P, k)
     amp = float(a @ direction)
     Ks = []
     for rho in (PROBE, 2 * PROBE):
-        y = newton.solve(x_bp + (rho / amp) * direction, a, float(a @ x_bp) + rho)
-        if y is None:
-            return math.nan
-        Ks.append(float(y[-1]))
+        pair = []
+        for r in (rho, -rho):
+            y = newton.solve(x_bp + (r / amp) * direction, a, float(a @ x_bp) + r)
+            if y is None:
+                return math.nan
+            pair.append(float(y[-1]))
+        Ks.append(0.5 * (pair[0] + pair[1]))
     K0 = float(x_bp[-1])
     return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
 
