@@ -36,6 +36,7 @@ import numpy as np
 
 from mfpde import config
 from mfpde.io import read_vtx
+from mfpde.plot_layout import legend_below
 from mfpde.training import run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
@@ -65,7 +66,12 @@ if comm.rank == 0:
           f"{last['free_energy']:.4f}")
     print(f"accuracy of ρ₀: train {first['train_accuracy']:.3f}, held-out {first.get('test_accuracy', np.nan):.3f}; "
           f"trained ρ: train {last['train_accuracy']:.3f}, held-out {last.get('test_accuracy', np.nan):.3f}")
-    print(f"wall time {result.report['wall_s']:.1f} s; rate: {result.report['rate'].get('theory_reason', '')}")
+    rate = result.report["rate"]
+    fitted = f"fitted {rate['fitted']:.3g}" if rate["fitted"] is not None else "not fitted (" + rate[
+        "fitted_reference"] + ")"
+    theory = (f"theorem {rate['theory']:.3g} ({rate['theory_kind']})" if rate["theory"] is not None
+              else f"no theorem ({rate['theory_reason']})")
+    print(f"wall time {result.report['wall_s']:.1f} s; rate of F − F*: {fitted}, {theory}")
 
 # ## Output: μ₀ and μ_T of two training images (read back from the fields), and the training curves
 
@@ -94,8 +100,7 @@ if comm.rank == 0:
         ax2.plot(s, [h["test_accuracy"] for h in hist], "r--", label="held-out accuracy")
     ax2.set(ylabel="accuracy", ylim=(0, 1.05))
     ax.set(xlabel="training time s", title="training")
-    ax.legend(loc="lower left", fontsize=8)
-    ax2.legend(loc="lower right", fontsize=8)
+    legend_below(ax, ax2)  # below the panel: inside, the legends lay over the curves
     fig.tight_layout()
     fig.savefig(out / "digits.png", dpi=120)
     plt.close(fig)

@@ -34,6 +34,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import config
+from mfpde.plot_layout import spread_tick_labels
 from mfpde.training import run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
@@ -107,6 +108,7 @@ if comm.rank == 0:
     ax2.axhline(bound, color="k", ls="--", label="round-off bound")
     ax2.set(ylabel="largest relative difference", title="1 rank against 2 ranks (1e-17: equal)")
     ax2.legend()
+    spread_tick_labels(ax2)  # the keys' names overlap flat
     fig.tight_layout()
     fig.savefig(out / "mpi.png", dpi=120)
     plt.close(fig)

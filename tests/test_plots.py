@@ -464,3 +464,37 @@ def test_a_branch_that_stopped_early_ends_in_a_mark_with_its_reason():
     texts = sorted(t.get_text() for t in ax.texts)
     assert texts == ["stopped: Newton failed", "stopped: continuation.max_points reached"]
     assert "branch stopped early (reason beside it)" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_legend_below_covers_no_curve_and_tick_labels_do_not_overlap():
+    """The digits demo's legends ("lower left", "lower right") lay over the risk and accuracy curves, and the MPI
+    demo's category ticks (free_energy, neg_entropy, ...) ran into each other; the helpers the demos now use put one
+    legend below the panel, outside its data area, and rotate tick labels that overlap."""
+    from mfpde.plot_layout import legend_below, spread_tick_labels
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    s = np.linspace(0.0, 300.0, 16)
+    ax.semilogy(s, 0.45 + 0.3 * np.exp(-s / 5), label="risk R(ρ_s)")
+    ax.semilogy(s, 0.455 + 0.3 * np.exp(-s / 5), label="free energy")
+    tw = ax.twinx()
+    tw.plot(s, np.full(16, 0.7), "g--", label="train accuracy")
+    tw.legend(loc="lower right")
+    leg = legend_below(ax, tw)
+    keys = ["risk", "free_energy", "neg_entropy", "mass_rho", "grad_norm", "kl_gibbs", "final"]
+    bx.semilogy(keys, np.full(len(keys), 1e-17), "o")
+    r = fig.canvas.get_renderer()
+    flat = [t.get_window_extent(r) for t in bx.get_xticklabels() if t.get_text()]
+    assert any(a.overlaps(b) for i, a in enumerate(flat) for b in flat[i + 1:])  # the demo's overlap
+    angle = spread_tick_labels(bx)
+    fig.tight_layout()
+    assert tw.get_legend() is None and len(leg.get_texts()) == 3
+    assert not leg.get_window_extent(r).overlaps(ax.get_window_extent(r))  # outside the panel's data area
+    ticks = [t for t in bx.get_xticklabels() if t.get_text()]
+    assert len(ticks) == len(keys) and {t.get_rotation() for t in ticks} == {angle} and angle > 0
+    x = np.sort([bx.transData.transform((k, 1e-17))[0] for k in range(len(keys))])
+    height = max(b.height for b in flat)  # a flat label's height
+    assert np.diff(x).min() * np.sin(np.radians(angle)) >= height  # parallel rotated labels: apart by Δx sin θ
+    short = plt.figure().add_subplot()
+    short.plot(["a", "b"], [1, 2])
+    assert spread_tick_labels(short) == 0.0  # short labels stay flat
+    plt.close("all")
