@@ -31,6 +31,7 @@ from mfpde.environment import (
     OutputLock,
     blas_threads,
     check_launcher,
+    exit_timeout,
     jit_cache_problem,
     keep_freed_memory,
     private_caches,
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with signals.handlers():
             check_launcher(comm)
+            exit_timeout(EXIT_TIMEOUT)  # read at the end of the job: a bad value is refused now
             private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
             # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line
             start_petsc(signals.quiet_petsc)
@@ -231,8 +233,8 @@ def _join(comm: MPI.Comm, code: int, interrupted: str = "") -> None:
     if comm.size == 1:
         return
     try:
-        timeout = float(os.environ.get("MFPDE_MPI_EXIT_TIMEOUT", EXIT_TIMEOUT))
-    except ValueError:
+        timeout = exit_timeout(EXIT_TIMEOUT)
+    except ConfigError:  # refused at the start (exit 2); here the default, to end the job anyway
         timeout = EXIT_TIMEOUT
     if code == signals.EXIT_INTERRUPTED and interrupted:
         timeout = min(timeout, INTERRUPT_GRACE)
@@ -360,8 +362,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             return verify_job(out, quick=args.quick, only=args.only, comm=comm,
                               progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet)
                               else None)
-    cfg = config.load(args.config, args.overrides, command=args.command)
+    said: list[str] = []  # the line on keys not used: once the input passed the door (a refusal is one line)
+    cfg = config.load(args.config, args.overrides, command=args.command, warn=said.append)
     check_resolved(cfg)
+    for line in said:
+        logger.warning("%s", line)
     if args.command == "transport":
         with OutputLock(out, comm):
             transport_job(cfg, out, comm, progress=_progress(args.quiet, "mfpde transport"))

@@ -16,6 +16,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,14 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
 
 
 def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] = frozenset(),
-              command: str | None = None) -> Config:
+              command: str | None = None, warn: Callable[[str], None] | None = None) -> Config:
     """Build and validate a :class:`Config` from a nested dict (parsed TOML).
 
     ``overridden``: the ``section.key`` given by ``--set`` (:func:`load`): a file's key that an override made
     not apply is not refused (:func:`~mfpde.config_rules.check_applies`). ``command``: the CLI command that
     reads the config ("run", "transport", ...): the keys it does not read are not refused (:func:`validate`),
-    and the keys given that it or the problem does not use are named on one warning line (:func:`unused_given`).
+    and the keys given that it or the problem does not use are named on one warning line (:func:`unused_given`),
+    given to ``warn`` (default: logged; the CLI logs it once the input passed the door, so that a refusal is one line).
 
     Raises:
         ConfigError: an unknown section or key, a wrong type or a value out of range; the message
@@ -134,7 +136,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
             given = frozenset(k for k in given if k in overridden)
         line = unused_given(cfg, given, aside, command)
         if line:
-            logger.warning("%s", line)
+            (warn or (lambda text: logger.warning("%s", text)))(line)
     return cfg
 
 
@@ -445,10 +447,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml",  # type: ignore[assignment]
-         command: str | None = None) -> Config:
+         command: str | None = None, warn: Callable[[str], None] | None = None) -> Config:
     """Load a TOML config (or the embedded default ``mfpde/defaults/<default>``) and apply overrides.
 
-    ``command``: the CLI command that reads it (:func:`from_dict`).
+    ``command``, ``warn``: the CLI command that reads it, and where its warning line goes (:func:`from_dict`).
 
     Raises:
         ConfigError: the file is missing or not valid TOML, or any key is invalid.
@@ -478,4 +480,5 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
             if not isinstance(table, dict):
                 raise ConfigError(f"--set {item!r}: {k} is not a table")
         table[keys[-1]] = value
-    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed), command=command)
+    return from_dict(raw, source=source, overridden=frozenset(".".join(k) for k, _ in parsed), command=command,
+                     warn=warn)

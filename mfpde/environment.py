@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import socket
 import sys
@@ -44,8 +45,8 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError
 
-__all__ = ["JIT_QUIET_FLAGS", "OutputLock", "blas_threads", "check_launcher", "jit_cache_problem", "keep_freed_memory",
-           "private_caches", "repair_jit_cache"]
+__all__ = ["JIT_QUIET_FLAGS", "OutputLock", "blas_threads", "check_launcher", "exit_timeout", "jit_cache_problem",
+           "keep_freed_memory", "private_caches", "repair_jit_cache"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,32 @@ def private_caches(env: os._Environ[str] | dict[str, str] | None = None) -> Path
     return private
 
 
+#: The range of ``MFPDE_MPI_EXIT_TIMEOUT`` in seconds (its default 60: :data:`mfpde.cli.EXIT_TIMEOUT`).
+EXIT_TIMEOUT_RANGE = (0.1, 86400.0)
+
+
+def exit_timeout(default: float, env: dict[str, str] | None = None) -> float:
+    """The seconds of ``MFPDE_MPI_EXIT_TIMEOUT`` (``default`` unset or empty): how long a rank that ended waits.
+
+    Raises:
+        ConfigError: not a number in :data:`EXIT_TIMEOUT_RANGE` (it was read only at the end of a job, and a bad
+            value silently taken as the default).
+    """
+    env = dict(os.environ) if env is None else env
+    text = env.get("MFPDE_MPI_EXIT_TIMEOUT", "").strip()
+    if not text:
+        return default
+    lo, hi = EXIT_TIMEOUT_RANGE
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not lo <= value <= hi:
+        raise ConfigError(f"MFPDE_MPI_EXIT_TIMEOUT: must be a number of seconds in [{lo:g}, {hi:g}] (how long a rank "
+                          f"that ended waits for the others before it aborts the MPI job), got {text!r}")
+    return value
+
+
 @contextlib.contextmanager
 def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = None) -> Iterator[int | None]:
     """Limit BLAS to one thread per rank (serially too) while the block runs (threadpoolctl).
@@ -143,9 +170,11 @@ def blas_threads(comm: MPI.Comm = MPI.COMM_WORLD, env: dict[str, str] | None = N
     env = dict(os.environ) if env is None else env
     if env.get("MFPDE_BLAS_THREADS", "").strip():  # set and not empty (empty: BLAS left alone, below)
         text = env["MFPDE_BLAS_THREADS"].strip()
-        if not (text.isdigit() and int(text) >= 1 or text == "default"):
-            raise ConfigError(f"MFPDE_BLAS_THREADS: must be a positive integer (BLAS threads per rank) or 'default' "
-                              f"(BLAS's own count), got {text!r}")
+        cores = os.cpu_count() or 1
+        if not (text.isdigit() and 1 <= int(text) <= 4 * cores or text == "default"):
+            raise ConfigError(f"MFPDE_BLAS_THREADS: must be an integer in 1..{4 * cores} (BLAS threads per rank, at "
+                              f"most four per core of the {cores} of this node) or 'default' (BLAS's own count), got "
+                              f"{text!r}")
         limit: int | None = int(text) if text.isdigit() else None
     elif not any(v in env for v in THREAD_VARS):
         limit = 1

@@ -323,7 +323,8 @@ def read_vtx(path: str | Path, name: str | None = None) -> VTXField:
     except ConfigError:
         raise
     except (RuntimeError, IndexError, ValueError, KeyError, TypeError) as e:  # ADIOS2's, with ANSI colours
-        why = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()[0]
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
+        why = lines[0] if lines else type(e).__name__  # ADIOS2's KeyError() has no message
         raise ConfigError(f"{str(path)!r}: cannot be read as a field written by mfpde ({why})") from None
 
 
@@ -360,6 +361,11 @@ def _read(f: Any, path: Path, layout: Layout, name: str | None) -> VTXField:
     name = name if name is not None else (names[0] if len(names) == 1 else None)
     if name is None or name not in avail:
         raise ConfigError(f"{str(path)!r}: field {name!r} not found (fields: {', '.join(names)})")
+    missing = sorted({"vtk.xml"} - set(f.available_attributes()) | {"step", "types", "geometry", "connectivity",
+                                                                      "vtkOriginalPointIds"} - set(avail))
+    if missing:  # a plain ADIOS2 file (not VTX): ADIOS2's KeyError had no message (an IndexError building ours)
+        raise ConfigError(f"{str(path)!r}: not a VTX field file written by mfpde (an ADIOS2 .bp file without "
+                          f"{', '.join(missing)}; its variables: {', '.join(avail) or 'none'})")
     xml = f.read_attribute_string("vtk.xml")
     xml = xml if isinstance(xml, str) else xml[0]
     cell_data = "<CellData>" in xml and f'Name="{name}"' in xml.split("<CellData>", 1)[1]

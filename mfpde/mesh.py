@@ -83,13 +83,17 @@ def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
     # and refused MSH 4.0 files it reads.)
     err = ""
     if comm.rank == 0:
+        err = _claims_past_memory(path)  # gmsh would try to allocate them, and fail with an empty message
         try:
-            _quiet_gmsh()
-            tdim = dolfinx.io.gmsh.read_from_msh(path, MPI.COMM_SELF, 0, gdim=gdim).mesh.topology.dim
-            if tdim != gdim:
-                err = f"has cells of dimension {tdim}, expected {gdim}"
+            if not err:
+                _quiet_gmsh()
+                tdim = dolfinx.io.gmsh.read_from_msh(path, MPI.COMM_SELF, 0, gdim=gdim).mesh.topology.dim
+                if tdim != gdim:
+                    err = f"has cells of dimension {tdim}, expected {gdim}"
         except Exception as e:  # gmsh and DOLFINx raise Exception, RuntimeError, ValueError, ... on bad files
-            err = f"could not be read: {type(e).__name__}: {e}"
+            why = str(e).strip() or ("gmsh gave no reason (a file it cannot parse, or sizes it cannot allocate: "
+                                     "check its $Nodes and $Elements headers)")
+            err = f"could not be read: {type(e).__name__}: {why}"
             if gmsh.isInitialized():
                 gmsh.finalize()
     err = comm.bcast(err, root=0)
@@ -101,6 +105,53 @@ def read_msh(comm: MPI.Comm, path: str | Path, gdim: int) -> Domain:
         _quiet_gmsh()
     msh = dolfinx.io.gmsh.read_from_msh(path, comm, 0, gdim=gdim, partitioner=part).mesh
     return Domain(msh, None)
+
+
+#: Bytes a gmsh reader takes at least per node (three float64 coordinates and a tag) and per element (a tag, a type
+#: and four node tags): a lower bound to compare a file's headers with the memory of this node.
+BYTES_PER_NODE, BYTES_PER_ELEMENT = 32, 40
+#: How far into a file the headers of $Nodes and $Elements are looked for (a header past it is left to gmsh).
+HEADER_SCAN_BYTES = 1 << 26
+
+
+def _claims_past_memory(path: Path) -> str:
+    """Why an ASCII ``.msh`` file cannot be read here: its $Nodes or $Elements header claims more than memory.
+
+    gmsh's reader fails on such a file with an empty message (``Exception: ``). MSH 4: ``numEntityBlocks numNodes
+    minNodeTag maxNodeTag`` (the largest count or tag taken); MSH 2: ``numNodes``. A binary file, or one whose
+    headers do not parse, gives ``""`` (gmsh decides).
+    """
+    from mfpde.limits import _memory_bytes
+
+    counts: dict[str, int] = {}
+    try:
+        with open(path, "rb") as f:
+            read = 0
+            section = ""
+            while raw := f.readline(4096):  # bounded lines: a binary file's "line" may be gigabytes
+                read += len(raw)
+                line = raw.strip()
+                if line in (b"$Nodes", b"$Elements"):
+                    section = line.decode()[1:].lower()
+                    continue
+                if section:
+                    fields = line.split()
+                    counts[section] = max(int(x) for x in (fields[1:] if len(fields) >= 4 else fields[:1]))
+                    section = ""
+                    if len(counts) == 2:
+                        break
+                if read > HEADER_SCAN_BYTES:
+                    break
+    except (OSError, ValueError):  # unreadable, binary or not numbers: gmsh says what it says
+        return ""
+    need = counts.get("nodes", 0) * BYTES_PER_NODE + counts.get("elements", 0) * BYTES_PER_ELEMENT
+    have = _memory_bytes()
+    if need <= have:
+        return ""
+    what = " and ".join(f"{counts[k]:.3g} {k}" if counts[k] >= 10**6 else f"{counts[k]} {k}"
+                        for k in ("nodes", "elements") if k in counts)
+    return (f"claims {what} in its headers: at least {need / 1e9:.3g} GB to read, more than the {have / 1e9:.3g} GB "
+            "of this node")
 
 
 def _quiet_gmsh() -> None:

@@ -677,3 +677,57 @@ def test_a_data_file_claiming_more_than_memory_is_refused(tempdir, capfd):
     if MPI.COMM_WORLD.rank == 0:
         (line,) = err.strip().splitlines()
         assert "data.path" in line and "(1000, 200000000, 1)" in line and "GB of this node" in line, line
+
+
+def test_a_mesh_file_claiming_more_than_memory_names_the_cause(tempdir, capfd):
+    """A .msh whose $Nodes header claims 10¹² nodes was refused with an empty cause (gmsh's ``Exception: ``): the
+    headers are compared with this node's memory before gmsh reads the file."""
+    path = tempdir / "huge.msh"
+    if MPI.COMM_WORLD.rank == 0:
+        path.write_text("$MeshFormat\n4.1 0 8\n$EndMeshFormat\n$Nodes\n1 1000000000000 1 1000000000000\n"
+                        "1 1 0 1000000000000\n1\n0 0 0\n$EndNodes\n")
+    MPI.COMM_WORLD.Barrier()
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", f"tokens.mesh='{path}'"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert "huge.msh" in line and "claims 1e+12 nodes" in line and "GB of this node" in line, line
+
+
+def test_read_vtx_of_a_plain_adios2_file_is_a_config_error(tempdir):
+    """`read_vtx` on a BP5 file of plain ADIOS2 variables (no VTX schema) raised IndexError (ADIOS2's KeyError had no
+    message): a ConfigError saying what the file lacks."""
+    import dolfinx.io  # noqa: F401  (before the adios2 wheel, as read_vtx does)
+    import numpy as np
+
+    from mfpde.errors import ConfigError
+    from mfpde.io import read_vtx
+
+    path = tempdir / f"plain{MPI.COMM_WORLD.rank}.bp"
+    import adios2
+
+    with adios2.Stream(str(path), "w") as f:
+        for _ in f.steps(2):
+            f.write("x", np.arange(10.0), [10], [0], [10])
+    with pytest.raises(ConfigError, match=r"not a VTX field file written by mfpde .*vtk.xml.*its variables: x"):
+        read_vtx(path)
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("MFPDE_BLAS_THREADS", "100000", "MFPDE_BLAS_THREADS: must be an integer in 1.."),
+    ("MFPDE_MPI_EXIT_TIMEOUT", "-1", "MFPDE_MPI_EXIT_TIMEOUT: must be a number of seconds in [0.1, 86400]"),
+    ("MFPDE_MPI_EXIT_TIMEOUT", "soon", "MFPDE_MPI_EXIT_TIMEOUT: must be a number of seconds in [0.1, 86400]"),
+    ("MFPDE_MPI_EXIT_TIMEOUT", "inf", "MFPDE_MPI_EXIT_TIMEOUT: must be a number of seconds in [0.1, 86400]"),
+], ids=["blas-100000", "timeout-negative", "timeout-word", "timeout-inf"])
+def test_environment_variables_out_of_range_are_exit_2(tempdir, capfd, monkeypatch, name, value, says):
+    """MFPDE_BLAS_THREADS=100000 and MFPDE_MPI_EXIT_TIMEOUT=-1 were taken unchecked (the timeout silently became 60 s
+    when it was not a number): exit 2 with the valid range, before anything runs."""
+    monkeypatch.setenv(name, value)
+    code = main(["transport", DEMO, "--out", str(tempdir / "out"), "--set", "output.fields=false"])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"mfpde: error: {says}"), line
+    assert not (tempdir / "out").exists()
