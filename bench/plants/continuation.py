@@ -44,6 +44,10 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/continuation.py", "    return t / math.sqrt(float(np.sum(W * t * t)))\n",
         "    return t / math.sqrt(float(np.sum(t * t)))\n",
         ["continuation_arclength"], "the tangent normalised in the Euclidean norm, not in W (steps not of length Δs)"),
+    "curvature_with_the_slope": (
+        "mfpde/continuation_job.py", "        for r in (rho, -rho):\n", "        for r in (rho, rho):\n",
+        ["continuation_curvature"],
+        "c₂ from K(ρ), K(2ρ) alone: a transcritical branch's linear term enters it as 14c₁/(12ρ)"),
     "amplitude_of_mode_one": (
         "mfpde/continuation_job.py", '"mode": k, "amplitude": [mode_amplitude(P, u, k) for u in br.u],',
         '"mode": k, "amplitude": [mode_amplitude(P, u, 1) for u in br.u],',
