@@ -6,8 +6,10 @@ is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (
 mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and ``harmonics`` (power per degree ℓ =
 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise`` and, unnormalised,
 ``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0 with the
-Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``fields/mu_0.bp`` (μ_t on the sphere at the output
-depths) and ``plots/sphere_0.png`` (Mollweide views of μ_t at up to four depths, clusters marked).
+Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``resolution_check`` (the counts again at half the
+labels or one refinement fewer, :mod:`mfpde.tokens.sphere.resolution`) and the report's ``warnings`` where they
+differ; ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png`` (Mollweide views of
+μ_t at up to four depths, clusters marked, each title the report's count there).
 """
 
 from __future__ import annotations
