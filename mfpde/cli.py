@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                 _end_alone(comm, line, 2)
             _err(line)
             return 2
-        jit = jit_cache_problem(e)
-        if jit:  # not a bug: the environment's FFCx cache
+        jit = jit_cache_problem(e) or _petsc_options_problem(e)
+        if jit:  # not a bug: the environment's FFCx cache, or PETSC_OPTIONS that PETSc rejected
             _err(jit)
             _join(comm, 2)
             return 2
@@ -179,6 +179,26 @@ def _end_alone(comm: MPI.Comm, line: str, code: int) -> None:
     os.dup2(devnull, 2)  # MPICH's own "Abort(2) on node ..." line: the line above says it
     comm.Abort(code)
     os._exit(code)
+
+
+#: PETSc's error codes of an option it cannot take: a wrong argument, one out of range, an unknown type.
+PETSC_OPTION_ERRORS = frozenset({62, 63, 86})
+
+
+def _petsc_options_problem(e: BaseException) -> str:
+    """The line for a PETSc error that ``PETSC_OPTIONS`` caused, where no solver said so itself ("" otherwise).
+
+    The solvers with options of their own name them (:class:`mfpde.petsc.LinearSolver`,
+    :func:`mfpde.continuation_job.newton_solver`); any other SNES or KSP reading the variable (the λ continuation's,
+    ``-mfpde_cont_snes_type bogus``) raised PETSc's error 86 with its stack (exit 1). Classified by PETSc's error
+    code, with the variable set.
+    """
+    petsc = sys.modules.get("petsc4py.PETSc")
+    given = os.environ.get("PETSC_OPTIONS", "").strip()
+    if petsc is None or not given or not isinstance(e, petsc.Error) or getattr(e, "ierr", 0) not in PETSC_OPTION_ERRORS:
+        return ""
+    lines = [ln.split("] ", 1)[-1].strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"PETSC_OPTIONS: PETSc rejected {given!r}: {lines[-1] if lines else f'error {e.ierr}'}"
 
 
 #: Seconds a rank that ends waits for the others before it aborts the MPI job (``MFPDE_MPI_EXIT_TIMEOUT``).

@@ -613,21 +613,25 @@ def test_continuation_in_the_documented_range_has_no_traceback(tempdir, capfd, p
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="launches its own ranks")
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_a_bad_petsc_option_of_the_continuation_is_exit_2(tempdir, ranks):
-    """PETSC_OPTIONS="-mfpde_cont_snes_type bogus": exit 1 and PETSc's stack (on each rank); exit 2, one line naming it,
-    and the output directory left as it was."""
+@pytest.mark.parametrize(("demo", "option"), [("noisy_circle", "-mfpde_cont_snes_type bogus"),
+                                              ("gibbs_branch", "-mfpde_cont_snes_type bogus"),
+                                              ("gibbs_branch", "-mfpde_cont_snes_max_it abc")])
+def test_a_bad_petsc_option_of_the_continuation_is_exit_2(tempdir, ranks, demo, option):
+    """PETSC_OPTIONS="-mfpde_cont_snes_type bogus": exit 1 and PETSc's stack (on each rank), in the continuation in K
+    and in λ (the Gibbs branch); exit 2, one line naming it, and the output directory left as it was."""
     import os
     import subprocess
     import sys
 
     out = tempdir / f"out{ranks}"
     cmd = [str(Path(sys.executable).parent / "mpiexec"), "-n", str(ranks), sys.executable, "-m", "mfpde",
-           "continuation", NOISY_CIRCLE, "--out", str(out), "--quiet", "--set", "continuation.max_points=3"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PETSC_OPTIONS": "-mfpde_cont_snes_type bogus"}
+           "continuation", str(ROOT / "demos" / f"{demo}.toml"), "--out", str(out), "--quiet", "--set",
+           "continuation.max_points=3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PETSC_OPTIONS": option}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 2, r.stderr
     (line,) = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert "PETSC_OPTIONS" in line and "-mfpde_cont_snes_type bogus" in line and "Traceback" not in r.stderr, line
+    assert "PETSC_OPTIONS" in line and option in line and "Traceback" not in r.stderr, line
     assert not (out / "report.json").exists()
 
 
