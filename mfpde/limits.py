@@ -22,10 +22,12 @@ cannot run on any machine is refused; the message names the key to change.
   A run is charged :data:`BYTES_PER_CELL_RUN` per token cell (a quarter of the 10 kB intercept, and below the
   2.8 kB per cell of a [1000, 1000] run's set-up), :data:`BYTES_PER_THETA_CELL` per Θ cell and
   :data:`BASE_BYTES` for the interpreter, DOLFINx and PETSc (the smallest run holds 197 MB); a transport,
-  with no adjoint and no Θ, :data:`BYTES_PER_CELL` per cell and block (a 1-D P1 transport of 2·10⁵ cells
-  takes 200 MB). Samples add no term. The measured RSS is 1.3 to 3.6 times the estimate on the runs above
-  (tests/test_resources.py checks a modest run within 4 times), up to 7 times on large token meshes, where
-  the measured 17.9 kB a cell dominates the 2.5 kB charged.
+  with no adjoint and no Θ, :data:`BYTES_PER_CELL_D` per cell (by dimension) plus :data:`BYTES_PER_BLOCK` per cell
+  and DG block, from the peak RSS of ``mfpde transport`` with fields and plots on (set-up, one depth step, the
+  writer and the plot) at two sizes each (d = 2 DG0 and DG1, d = 1 DG1). Samples add no term. The measured RSS
+  of a run is 1.3 to 3.6 times the estimate on the runs above (tests/test_resources.py checks a modest run and
+  a transport within 4 times), up to 7 times on large token meshes, where the measured 17.9 kB a cell dominates
+  the 2.5 kB charged.
 * Time: each depth (sub-)step of each transport costs at least :data:`SECONDS_PER_STEP` plus
   :data:`SECONDS_PER_CELL` per cell; a run does a forward and an adjoint solve per training sample and
   step. More than :data:`MAX_SECONDS` (a year), even spread over every rank, is refused.
@@ -47,7 +49,16 @@ from mfpde.errors import ConfigError
 __all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_resolved", "check_resources",
            "gaussian_box_mass", "memory_estimate"]
 
-#: Bytes per token cell and per (degree + 1)^d block of DG values of a transport (mesh, spaces, forms, work vectors).
+#: Bytes per token cell of a transport whatever its degree (the mesh, its facets, the forms' data, the owned-cell
+#: submesh of the fields, the plots' gathers), by dimension d, and per (degree + 1)^d block of DG values (the vectors
+#: of the stages and the writer). Below the slopes of the peak RSS measured (tests/test_resources.py): d = 2, DG0:
+#: 2.5 kB a cell ([200, 200] 296 MB, [400, 400] 596 MB; 2.1 to 2.5 kB without fields and plots, to [800, 800]);
+#: d = 2, DG1: 3.43 kB ([200, 200] 330 MB, [400, 400] 742 MB); d = 1, DG1: 1.55 kB ([10⁵] 321 MB, [4·10⁵] 787 MB).
+#: d = 3 is charged as d = 2 (a lower bound: it has more facets a cell).
+BYTES_PER_CELL_D = {1: 900.0, 2: 2100.0, 3: 2100.0}
+BYTES_PER_BLOCK = 300.0
+#: The earlier charge of a transport, 1 kB a cell and block: [5000, 5000] in d = 2 was let through at 25 GB where it
+#: needs at least 60 GB (kept for the record; no longer used).
 BYTES_PER_CELL = 1000.0
 #: The same for a run (the adjoint, the coupling to Θ, the first variation): measured 10 to 31 kB.
 BYTES_PER_CELL_RUN = 2500.0
@@ -236,7 +247,9 @@ def memory_estimate(cfg: Any, size: int, command: str) -> dict[str, float]:  # a
     t, h = cfg.tokens, cfg.heads
     cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
     groups = min(size, _samples(cfg)[0]) if command == "run" else 1
-    per_cell = (BYTES_PER_CELL_RUN if command == "run" else BYTES_PER_CELL) * (t.degree + 1) ** t.dim
+    blocks = (t.degree + 1) ** t.dim
+    per_cell = (BYTES_PER_CELL_RUN * blocks if command == "run" else
+                BYTES_PER_CELL_D.get(t.dim, BYTES_PER_CELL_D[3]) + BYTES_PER_BLOCK * blocks)
     est = {"base": BASE_BYTES, "tokens.cells": cells * per_cell / max(size // groups, 1), "heads.cells": 0.0}
     if command == "run" and not h.mesh and h.init.get("kind") == "gaussian":
         tc = float(np.prod(np.asarray(h.cells, dtype=float)))

@@ -206,3 +206,55 @@ def test_out_below_a_home_in_a_system_tree_is_accepted():
     home = Path("/var/lib/postgresql")
     assert reserved(home / "run1", home) == "" and reserved(home, home) == "the home directory"
     assert reserved(Path("/var/lib/other"), home) != ""
+
+
+@pytest.mark.serial  # launches its own process
+def test_a_transport_mesh_that_cannot_fit_is_refused_at_once(tmp_path):
+    """A d = 2 DG0 transport of 0.6 × the node's memory / 1 kB token cells (what the 1 kB a cell and block of the
+    earlier estimate let through: [5000, 5000] needs more than 60 GB) is refused by ``mfpde transport`` within 5 s,
+    naming tokens.cells, the estimate and the node's memory, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from test_mpi_failures import ROOT
+
+    n = int((0.6 * _node_bytes() / 1000.0) ** 0.5)
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "gaussian_2d.toml"), "--quiet", "--out",
+           str(out), "--set", f"tokens.cells=[{n}, {n}]"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - t0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mfpde: error: tokens.cells: ") and "GB per rank" in lines[0], lines[0]
+    assert "GB of this node" in lines[0] and not out.exists()
+    assert took < 5.0, f"refused after {took:.1f} s"
+
+
+@pytest.mark.serial  # launches its own process, one rank
+def test_transport_memory_estimate_is_below_the_peak_rss_within_its_factor(tmp_path):
+    """The peak RSS of a d = 2 DG0 transport with fields and plots (set-up, one depth step, the writer, the plot) is
+    between the estimate and MEMORY_FACTOR times it."""
+    import os
+    import subprocess
+    import sys
+
+    from test_mpi_failures import ROOT
+
+    from mfpde.limits import memory_estimate
+
+    sets = ["tokens.cells=[300, 300]", "depth.steps=1", "depth.T=0.0001"]
+    est = sum(memory_estimate(load(ROOT / "demos" / "gaussian_2d.toml", sets), 1, "transport").values())
+    cmd = [sys.executable, "-c", "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+           sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "gaussian_2d.toml"), "--quiet", "--out",
+           str(tmp_path / "o"), *[a for s in sets for a in ("--set", s)]]
+    out = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    rss = float(out.stdout.split()[-1]) * 1024  # kB on Linux
+    assert est <= rss <= MEMORY_FACTOR * est, f"estimate {est / 1e6:.0f} MB, peak RSS {rss / 1e6:.0f} MB"
