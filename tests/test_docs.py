@@ -265,3 +265,25 @@ def test_the_deep_gibbs_branch_of_the_continuation_page_is_regenerated(tempdir):
                  f"{lam[-1]:g})", f"the risk from {risk[0]:.4f} to {risk[-1]:.4f}", f"stays at (0, {mean[0][1]:.3f})",
                  f"then its v moves to {mean[-1][1]:.3f}", f"falls from {var[0][0]:.2f} to {var[-1][0]:.2g}"):
         assert want.replace("−", "-") in para, want
+
+
+def test_the_nonlinear_deep_gibbs_branch_is_its_stored_report():
+    """docs/continuation.md, the more nonlinear deep case: its numbers against the stored report of the command
+    the page gives (``mfpde continuation demos/gibbs_deep.toml --set ...``, about 150 CPU s, its report.json
+    copied to docs/_static/gibbs_deep_nonlinear.json); the regenerated deep branch above moves with it."""
+    import json
+
+    rep = json.loads((DOCS / "_static" / "gibbs_deep_nonlinear.json").read_text())
+    (b,) = rep["branches"]
+    assert not rep["bifurcations"] and all(b["stable"])
+    text = " ".join((DOCS / "continuation.md").read_text().split()).replace("−", "-")
+    para = text.split("A more nonlinear case")[1].split("**Bad input**")[0]
+    lam, risk, lead = b["parameter"], b["risk"], b["leading_eigenvalue"]
+    m0, m1 = (b["mean"][i][0] for i in (0, -1))
+    for want in (f"from λ = {lam[0]:g} to {lam[-1]:g} ({len(lam)} points, {rep['token_solves']} passes",
+                 f"risk from {risk[0]:.3f} to {risk[-1]:.4f}", f"mean of θ from ({m0[0]:.2f}, {m0[1]:.2f}) to "
+                 f"({m1[0]:.2f}, {m1[1]:.2f})", f"leading eigenvalue is {min(lead):.2f} to {max(lead):.2f}"):
+        assert want in para, want
+    for override in ("data.mean=[[0.5]]", "data.cov=[[[0.25]]]", "data.target=[2.0]", "training.lambda2=0.1",
+                     "continuation.start=0.5"):
+        assert f"--set {override}" in para
