@@ -124,7 +124,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
                 kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
             sections[name] = cls(**kwargs)
     with problems.block("tokens.beta"):  # refused: heads.init is not the head it names, not to be checked further
-        _beta_shortcut(raw, sections, overridden)
+        _beta_shortcut(raw, sections)
     cfg = Config(**sections, source=source)
     if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
         with problems.block():
@@ -177,10 +177,11 @@ def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: 
     return "config: " + "; ".join(parts) if parts else ""
 
 
-def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any], overridden: frozenset[str] = frozenset()) -> None:
+def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     """``tokens.beta`` (and ``tokens.coupling``) off the box: heads.init becomes the single head (β, K), K = 1 unset.
 
-    A ``heads.init`` given by ``--set`` over a file's ``tokens.beta`` (or ``tokens.coupling``) wins: the later word.
+    ``tokens.coupling`` sets K where the file has ``tokens.beta`` (``heads.init`` given too is refused: two sources of
+    β; ``--set tokens.beta=nan`` was the only way to K).
 
     Raises:
         ConfigError: β < 0, a box domain, ``tokens.coupling`` without ``tokens.beta``, or heads.init given as well
@@ -188,9 +189,6 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any], overridden: fr
     """
     tok = sections.get("tokens")
     if tok is None or not (math.isfinite(tok.beta) or math.isfinite(tok.coupling)):
-        return
-    if "heads.init" in overridden and not {"tokens.beta", "tokens.coupling"} & overridden:
-        sections["tokens"] = dataclasses.replace(tok, beta=math.nan, coupling=math.nan)  # the --set heads.init wins
         return
     key = "tokens.beta" if math.isfinite(tok.beta) else "tokens.coupling"
     if tok.domain == "box":

@@ -547,14 +547,15 @@ def test_transport_checks_only_the_keys_it_uses(tempdir, capfd):
 
 def test_coupling_sets_the_single_heads_k():
     """K was settable in `transport` only through heads.init after the undocumented `--set tokens.beta=nan`:
-    tokens.coupling = K sets heads.init = Diracs [[β, K]]; a --set heads.init over a file's tokens.beta wins."""
+    tokens.coupling = K sets heads.init = Diracs [[β, K]]; heads.init with tokens.beta is still two sources of β."""
     from mfpde import config
     from mfpde.errors import ConfigError
 
     assert config.load(NOISY_CIRCLE, ["tokens.coupling=0.5"]).heads.init["points"] == [[4.0, 0.5]]
     assert config.load(NOISY_CIRCLE).heads.init["points"] == [[4.0, 1.0]]
     init = "heads.init={kind = 'diracs', points = [[3.0, 0.7]], weights = [1.0]}"
-    assert config.load(NOISY_CIRCLE, [init]).heads.init["points"] == [[3.0, 0.7]]
+    with pytest.raises(ConfigError, match="tokens.beta: heads.init is given too; .*tokens.coupling = K"):
+        config.load(NOISY_CIRCLE, [init])
     with pytest.raises(ConfigError, match="tokens.coupling: needs tokens.beta"):
         config.load(NOISY_CIRCLE, ["tokens.beta=nan", "tokens.coupling=0.5"])
     with pytest.raises(ConfigError, match="tokens.coupling: only for the domains of Dirac heads"):
