@@ -46,7 +46,7 @@ import numpy as np
 
 from mfpde.errors import ConfigError
 
-__all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_resolved", "check_resources",
+__all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_resolved", "check_resources", "check_work",
            "gaussian_box_mass", "memory_estimate"]
 
 #: Bytes per token cell of a transport whatever its degree (the mesh, its facets, the forms' data, the owned-cell
@@ -270,7 +270,7 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
     Raises:
         ConfigError: naming the key that dominates the estimate.
     """
-    t, d, tr = cfg.tokens, cfg.depth, cfg.training
+    t = cfg.tokens
     mem = _memory_bytes()
     cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
     n_train, n_test = _samples(cfg)
@@ -282,6 +282,35 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
         parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in est.items() if v > 0)
         raise ConfigError(f"{key}: {getattr(cfg, key.split('.')[0]).cells} needs at least {total / 1e9:.3g} GB per "
                           f"rank ({parts}), more than the {mem / 1e9:.3g} GB of this node")
+    _check_run_work(cfg, size, command, cells, n_train, n_test, groups)
+
+
+def check_work(seconds: float, key: str, what: str) -> None:
+    """Refuse, before anything is allocated, a job whose optimistic wall time exceeds :data:`MAX_SECONDS` (a year).
+
+    The one ceiling of every command's work (``run`` and box ``transport`` here; the circle's DG solver in
+    :mod:`mfpde.tokens.circle.job`): each passes a lower bound of its wall time (its sub-steps counted at the
+    optimistic :data:`SECONDS_PER_STEP` plus :data:`SECONDS_PER_CELL` per value a sub-step updates), so that only a
+    job that cannot end on any machine is refused.
+
+    Args:
+        seconds: the lower bound of the wall time.
+        key: the config key that sizes it (the message names it first).
+        what: how the bound is made, for the message ("at least 1e18 DG sub-steps of 7.3e6 values").
+
+    Raises:
+        ConfigError: ``seconds`` exceeds :data:`MAX_SECONDS` (or is not finite).
+    """
+    if not seconds <= MAX_SECONDS:
+        years = f"more than {seconds / 3.15e7:.3g} years" if math.isfinite(seconds) else "an unbounded time"
+        raise ConfigError(f"{key}: the job would take {years} even at an optimistic speed ({what}; "
+                          f"refused beyond {MAX_SECONDS / 3.15e7:.3g} year of wall time)")
+
+
+def _check_run_work(cfg: Any, size: int, command: str, cells: float, n_train: int, n_test: int,
+                    groups: int) -> None:
+    """The work of a box ``run`` or ``transport`` (:func:`check_resources`) against :func:`check_work`'s ceiling."""
+    t, d, tr = cfg.tokens, cfg.depth, cfg.training
     solves = (tr.steps + 1) * 2 * n_train + n_test if command == "run" else n_train + n_test
     steps = 1 if d.model == "shallow" else d.steps
     sub = max(1.0, 0.4 / t.cfl)  # sub-cycling grows as the CFL factor shrinks
@@ -292,6 +321,5 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
         if command == "run":
             factors["training.steps"] = (tr.steps + 1) / 200
         key = max(factors, key=lambda k: factors[k])
-        raise ConfigError(f"{key}: the job would take more than {seconds / 3.15e7:.3g} years even at an optimistic "
-                          f"{SECONDS_PER_STEP:g} s per depth step (depth.steps = {d.steps}, tokens.cfl = {t.cfl:g}, "
-                          f"tokens.cells = {t.cells}, {n_train + n_test} samples)")
+        check_work(seconds, key, f"{SECONDS_PER_STEP:g} s per depth step: depth.steps = {d.steps}, tokens.cfl = "
+                   f"{t.cfl:g}, tokens.cells = {t.cells}, {n_train + n_test} samples")

@@ -258,3 +258,41 @@ def test_transport_memory_estimate_is_below_the_peak_rss_within_its_factor(tmp_p
     assert out.returncode == 0, out.stderr
     rss = float(out.stdout.split()[-1]) * 1024  # kB on Linux
     assert est <= rss <= MEMORY_FACTOR * est, f"estimate {est / 1e6:.0f} MB, peak RSS {rss / 1e6:.0f} MB"
+
+
+@pytest.mark.serial  # launches its own process
+def test_circle_dg_work_that_cannot_end_is_refused_before_any_array(tmp_path):
+    """Circle DG on 1048576 cells at degree 6 needs at least 10¹⁸ sub-steps (the growth cap): refused within 5 s
+    naming tokens.cells and the bound, nothing written (was: logged, then 53 s of set-up before the first depth
+    step was refused)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from test_mpi_failures import ROOT
+
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "circle.toml"), "--quiet", "--out",
+           str(out), "--set", "tokens.cells=[1048576]", "--set", "tokens.degree=6"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - t0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mfpde: error: tokens.cells: the job would take more than"), lines[0]
+    assert "sub-steps" in lines[0] and "year of wall time" in lines[0] and not out.exists()
+    assert took < 5.0, f"refused after {took:.1f} s"
+
+
+def test_the_work_ceiling_is_one_mechanism():
+    """check_work refuses beyond MAX_SECONDS (and an unbounded bound), naming the key and how the bound is made."""
+    from mfpde.errors import ConfigError
+    from mfpde.limits import MAX_SECONDS, check_work
+
+    check_work(MAX_SECONDS, "tokens.cells", "x")
+    with pytest.raises(ConfigError, match=r"^tokens\.cells: the job would take more than 2 years .*\(how;"):
+        check_work(2 * 3.15e7, "tokens.cells", "how")
+    with pytest.raises(ConfigError, match="would take an unbounded time"):
+        check_work(float("inf"), "tokens.beta", "how")
