@@ -401,7 +401,8 @@ RANK_DEPENDENT = re.compile(r"(wall_s|_cpu_s|comm_size)$")
 #: Short transports of each domain; the sphere's limits cells (its count was rank 0's: 413108 on 1 rank, 205132 on 2).
 SHORT = {"box": ("transport_small.toml", []),
          "circle": ("circle.toml", ["depth.T=0.5", "depth.steps=10", "tokens.cells=[64]"]),
-         "sphere": ("sphere.toml", ["depth.T=10", "depth.steps=4", "tokens.refine=1"])}
+         "sphere": ("sphere.toml", ["depth.T=10", "depth.steps=4", "tokens.refine=1"]),
+         "sphere_flow": ("sphere.toml", ['tokens.solver="flow"', "depth.T=6"])}
 
 
 @pytest.mark.serial  # launches its own processes
