@@ -55,7 +55,8 @@ def test_slope_tolerance_bounds_every_perturbation_and_is_attained(rel):
 @pytest.mark.parametrize("n", [9, 41, 161])
 def test_rate_of_an_exponential_with_an_unknown_limit(n):
     """y = y* + C e^{−cs}, y* known only to lie in [y(S) − δ, y(S)] (a certificate): fit_rate_offset finds c and y*;
-    the old reference y* = y(S) (the last value) gave a rate biased high (by 3% to 19% here, more with fewer rows)."""
+    the old reference y* = y(S) (the last value) gave a rate biased high (by 28% to 47% here, fitted down to the
+    row before the last; the certificate's window keeps fewer rows and less bias)."""
     from mfpde.fitting import fit_rate, fit_rate_offset
 
     c, C, ystar = 0.7, 2.0, -0.3
@@ -63,7 +64,7 @@ def test_rate_of_an_exponential_with_an_unknown_limit(n):
     y = ystar + C * np.exp(-c * s)
     rate, found = fit_rate_offset(s, y, y[-1] - 2 * (y[-1] - ystar), y[-1])
     assert rate == pytest.approx(c, rel=1e-6) and found == pytest.approx(ystar, abs=1e-7)
-    assert fit_rate(s[:-1], (y - y[-1])[:-1]) > 1.03 * c  # the bias this removes
+    assert fit_rate(s[:-1], (y - y[-1])[:-1]) > 1.25 * c  # the bias this removes
     known, at = fit_rate_offset(s, y, ystar, ystar)  # y* known: log(y − y*) alone
     assert known == pytest.approx(c, rel=1e-12) and at == ystar
     with pytest.raises(ValueError, match="m >= 3"):
