@@ -207,9 +207,10 @@ def main() -> int:
     for c in cases:
         print(f"case {c['case']} error-vs-CPU laws (Pareto fronts, W1 ∝ CPU^q): " +
               ", ".join(f"{k}: q = {v['q']:.2f} ± {v['se_q']:.2f}" for k, v in c["laws"].items()))
-    print("\n| β | merge times (peer N = 256) | mfpde flow: cheapest with the same | peer: cheapest with the same | "
-          "flow / peer |\n|---|---|---|---|---|")
-    for beta in (5.0, 8.0):
+    if merges:  # case C
+        print("\n| β | merge times (peer N = 256) | mfpde flow: cheapest with the same | peer: cheapest with the "
+              "same | flow / peer |\n|---|---|---|---|---|")
+    for beta in (5.0, 8.0) if merges else ():
         rows = [r for r in merges if r["beta"] == beta]
         best = {c: min((r for r in rows if r["code"] == c and r["same"]), key=lambda r: r["cpu"], default=None)
                 for c in ("flow", "peer")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -204,3 +205,79 @@ def test_hypersphere_phase_quick_writes_under_out_only(tmp_path):
     res = json.loads((tmp_path / "hypersphere_phase.json").read_text())
     assert {r["d"] for r in res["transitions"]} == {4, 16} and (tmp_path / "hypersphere_phase.png").stat().st_size
     assert docs.read_bytes() == before
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: every script of bench/ that the docs name → how the suite runs it: a test of this file (or of another, as
+#: "path::test") that runs it shortened, or the shortened command line that test_bench_command_runs runs
+#: ("{tmp}" a temporary directory), or "--help" where a shortened run does not exist (minutes at the least: the
+#: argument parser and every import only), or "import" for the scripts that read sys.argv themselves (the atlases:
+#: the module imports and has its main). "library" for the peers, run by the benchmark that names them.
+DOC_BENCH: dict[str, str | list[str]] = {
+    "bench_circle": ["--quick", "--repeat", "1", "--cases", "A", "--json", "{tmp}/circle.json"],
+    "bench_circle_notebook": ["--help"],
+    "bench_continuation": "test_bench_continuation_shrunk",
+    "bench_depth_scheme": "test_bench_depth_scheme_shrunk",
+    "bench_fokker_planck": ["--sizes", "8", "--steps", "2"],
+    "bench_free_energy": "tests/verify/test_free_energy.py",
+    "bench_free_energy_digits": ["--help"],
+    "bench_langevin": "test_bench_langevin_shrunk",
+    "bench_memory": "test_bench_memory_shrunk",
+    "bench_particles": "test_bench_particles_shrunk",
+    "bench_run": "test_bench_run_shrunk",
+    "bench_sphere": ["--help"],
+    "bench_sphere_kernel": ["--quick", "--repeat", "1", "--json", "{tmp}/kernel.json"],
+    "bench_threads": "test_bench_threads_settings_give_the_same_run",
+    "bench_training_step": "test_bench_training_step_shrunk",
+    "bench_transport": ["--quick"],
+    "bench_twin": "import",
+    "circle_atlas": "import",
+    "circle_peer": "library",
+    "compare_reports": "import",
+    "digit_box": ["--help"],
+    "digit_lift": ["--help"],
+    "digit_pairs": "test_digit_pairs_regenerates_the_screen_of_the_docs",
+    "hypersphere_phase": "test_hypersphere_phase_quick_writes_under_out_only",
+    "peer_noisy_particles": ["--quick", "--out", "{tmp}/peer.json"],
+    "phase_diagrams": "test_phase_diagrams_smoke_regenerates_the_threshold_table",
+    "plant_bugs": ["--help"],
+    "profile_run": ["--set", "training.steps=1", "--set", "data.split=0", "--set", "data.samples=2", "--set",
+                    "data.test_samples=2", "--out", "{tmp}/profile"],
+    "run_all": "library",
+    "sphere_atlas": "import",
+    "sphere_peer": "library",
+}
+
+
+def test_every_bench_script_the_docs_name_runs_in_the_suite():
+    """A script of bench/ that a page names has an entry in DOC_BENCH, and the test it names exists."""
+    named = set()
+    for page in (ROOT / "docs").glob("*.md"):
+        named |= set(re.findall(r"bench/(\w+)\.py", page.read_text()))
+    assert named <= set(DOC_BENCH), named - set(DOC_BENCH)
+    assert set(DOC_BENCH) <= {p.stem for p in (ROOT / "bench").glob("*.py")}
+    here = Path(__file__).read_text()
+    for name, how in DOC_BENCH.items():
+        if isinstance(how, str) and how.startswith("test_"):
+            assert f"def {how}(" in here, (name, how)
+        elif how == "import":
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "bench" / f"{name}.py")
+            mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]
+            assert callable(mod.main), name
+        elif isinstance(how, str) and how != "library":
+            assert (ROOT / how).is_file() and name in (ROOT / how).read_text(), (name, how)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, how in DOC_BENCH.items() if isinstance(how, list)))
+def test_bench_command_runs(name, tmp_path):
+    """The shortened command line of DOC_BENCH, as a user runs it (from the repository root): exit status 0."""
+    import os
+    import subprocess
+
+    args = [a.replace("{tmp}", str(tmp_path)) for a in DOC_BENCH[name]]  # type: ignore[union-attr]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), *args], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    assert r.returncode == 0, (name, r.stdout[-2000:], r.stderr[-4000:])
