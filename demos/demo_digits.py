@@ -66,11 +66,10 @@ if comm.rank == 0:
           f"{last['free_energy']:.4f}")
     print(f"accuracy of ρ₀: train {first['train_accuracy']:.3f}, held-out {first.get('test_accuracy', np.nan):.3f}; "
           f"trained ρ: train {last['train_accuracy']:.3f}, held-out {last.get('test_accuracy', np.nan):.3f}")
-    rate = result.report["rate"]
-    fitted = f"fitted {rate['fitted']:.3g}" if rate["fitted"] is not None else "not fitted (" + rate[
-        "fitted_reference"] + ")"
-    theory = (f"theorem {rate['theory']:.3g} ({rate['theory_kind']})" if rate["theory"] is not None
-              else f"no theorem ({rate['theory_reason']})")
+    rate = result.report["rate"]  # the reasons in full: rate["fitted_reference"], rate["theory_kind" / "theory_reason"]
+    fitted = (f"fitted {rate['fitted']:.3g}" if rate["fitted"] is not None else
+              "not fitted (" + ("not converged" if rate["certificate_bound"] else "F* unknown") + ")")
+    theory = f"theorem {rate['theory']:.3g}" if rate["theory"] is not None else "no theorem"
     print(f"wall time {result.report['wall_s']:.1f} s; rate of F − F*: {fitted}, {theory}")
 
 # ## Output: μ₀ and μ_T of two training images (read back from the fields), and the training curves
