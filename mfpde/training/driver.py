@@ -283,7 +283,7 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
             bar.close()
     report = run_report(cp, history, status, step, time.perf_counter() - t0)
     report["final"]["token_outflow"] = outflow
-    report["tape"] = cp.objective.tape_stats  # rank 0's samples, the last training step
+    report["tape"] = reduced_tape(cp.objective.tape_stats, comm, cp.objective.tokens.comm.rank == 0)
     if outflow > OUTFLOW_WARN:
         report["warnings"].append(f"tokens.box: up to {outflow:.3g} of a sample's token mass left Ω (the largest over "
                                   "the training samples at the last step): enlarge tokens.box")
@@ -378,3 +378,21 @@ def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: 
     if classification(cp):
         report["accuracy"], warnings = accuracy_block(targets, yhat0, yhat)
         report["warnings"] += warnings
+
+
+#: The tape's numbers that are the largest over the ranks (a rank's memory, its checkpoint spacing); the others
+#: (sub-steps, segments, recomputed sub-steps) are counts summed over the samples of every group of ranks.
+TAPE_MAX = ("tape_bytes", "budget_bytes", "checkpoint_every")
+
+
+def reduced_tape(stats: dict[str, int], comm: MPI.Comm, leader: bool) -> dict[str, int]:
+    """The ``tape`` block of the run report over all ranks (collective): it was rank 0's samples alone.
+
+    Counts are summed over the groups of ranks that share a token mesh (each group's ``leader`` counts its samples
+    once), so they are the same on any number of ranks; the bytes and the checkpoint spacing are the largest rank's
+    (a rank's own memory: these depend on how the samples and the token mesh are distributed).
+    """
+    every = comm.allgather((dict(stats), leader))
+    keys = sorted({k for d, _ in every for k in d})
+    return {k: int(max(d.get(k, 0) for d, _ in every)) if k in TAPE_MAX else
+            int(sum(d.get(k, 0) for d, lead in every if lead)) for k in keys}
