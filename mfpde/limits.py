@@ -46,7 +46,8 @@ import numpy as np
 
 from mfpde.errors import ConfigError
 
-__all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_resolved", "check_resources", "check_work",
+__all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_memory", "check_resolved", "check_resources",
+           "check_work",
            "gaussian_box_mass", "memory_estimate"]
 
 #: Bytes per token cell of a transport whatever its degree (the mesh, its facets, the forms' data, the owned-cell
@@ -276,13 +277,32 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
     n_train, n_test = _samples(cfg)
     groups = min(size, n_train) if command == "run" else 1
     est = memory_estimate(cfg, size, command)
+    key = max(("tokens.cells", "heads.cells"), key=lambda k: est[k])
+    check_memory(est, key, str(getattr(cfg, key.split(".")[0]).cells), mem)
+    _check_run_work(cfg, size, command, cells, n_train, n_test, groups)
+
+
+def check_memory(est: dict[str, float], key: str, value: str, mem: float | None = None) -> None:
+    """Refuse, before anything is allocated, an estimate of a rank's peak memory beyond this node's memory.
+
+    The one memory ceiling of every command: ``run`` and the box's ``transport`` (:func:`memory_estimate`), the
+    sphere's DG solver (:func:`mfpde.tokens.sphere.job.check_dg_memory`).
+
+    Args:
+        est: bytes per rank by what they are for (their sum is the estimate).
+        key: the config key that sizes the largest part (the message names it first).
+        value: its value, as the message shows it.
+        mem: the node's memory in bytes (this node's if None).
+
+    Raises:
+        ConfigError: the sum exceeds ``mem``.
+    """
+    mem = _memory_bytes() if mem is None else mem
     total = sum(est.values())
     if total > mem:
-        key = max(("tokens.cells", "heads.cells"), key=lambda k: est[k])
         parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in est.items() if v > 0)
-        raise ConfigError(f"{key}: {getattr(cfg, key.split('.')[0]).cells} needs at least {total / 1e9:.3g} GB per "
-                          f"rank ({parts}), more than the {mem / 1e9:.3g} GB of this node")
-    _check_run_work(cfg, size, command, cells, n_train, n_test, groups)
+        raise ConfigError(f"{key}: {value} needs at least {total / 1e9:.3g} GB per rank ({parts}), more than the "
+                          f"{mem / 1e9:.3g} GB of this node")
 
 
 def check_work(seconds: float, key: str, what: str) -> None:

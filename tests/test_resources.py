@@ -296,3 +296,32 @@ def test_the_work_ceiling_is_one_mechanism():
         check_work(2 * 3.15e7, "tokens.cells", "how")
     with pytest.raises(ConfigError, match="would take an unbounded time"):
         check_work(float("inf"), "tokens.beta", "how")
+
+
+@pytest.mark.serial  # launches its own process
+def test_a_sphere_dg_mesh_that_cannot_fit_is_refused_at_once(tmp_path):
+    """The sphere's DG3 at the least refinement whose estimate (5 kB a DG value, half the measured 9.3 kB) exceeds the
+    node's memory (refine 8 on a node below 66 GB) is refused within 5 s naming tokens.refine, nothing written (was:
+    minutes of set-up towards about 120 GB)."""
+    import math
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from test_mpi_failures import ROOT
+
+    from mfpde.tokens.sphere.job import BYTES_PER_DG_VALUE
+
+    refine = math.ceil(math.log(_node_bytes() / (20 * 10 * BYTES_PER_DG_VALUE), 4))
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "mfpde", "transport", str(ROOT / "demos" / "sphere.toml"), "--quiet", "--out",
+           str(out), "--set", f"tokens.refine={refine}", "--set", "tokens.degree=3"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    took = time.monotonic() - t0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"mfpde: error: tokens.refine: {refine} (DG3") and "GB of this node" in lines[0]
+    assert not out.exists() and took < 5.0, f"refused after {took:.1f} s"

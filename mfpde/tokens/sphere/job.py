@@ -108,6 +108,28 @@ def _report_degree(vel: Any) -> int:
     return int(min(REPORT_DEGREE, L)) if L else REPORT_DEGREE
 
 
+#: Bytes per DG value (a cell's (p + 1)(p + 2)/2) of the sphere's DG transport, about half the measured slope of the
+#: peak RSS (``mfpde transport demos/sphere.toml``, one depth step: DG1 at refine 4 / 5 316 / 803 MB, 10.6 kB a value;
+#: DG3 627 / 2054 MB, 9.3 kB a value): a lower bound whatever the kernel's degree.
+BYTES_PER_DG_VALUE = 5000.0
+
+
+def check_dg_memory(cfg: Any, size: int) -> None:
+    """Refuse, before DIR or any array, a DG transport on the sphere that cannot fit this node (limits.check_memory).
+
+    Refine 8 at DG3 (1.3·10⁶ cells, 1.3·10⁷ values) needs at least 66 GB a rank (measured: about 120 GB).
+
+    Raises:
+        ConfigError: naming tokens.refine, the estimate and the node's memory.
+    """
+    from mfpde.limits import BASE_BYTES, check_memory
+
+    t = cfg.tokens
+    values = 20.0 * 4.0**t.refine * (t.degree + 1) * (t.degree + 2) / 2
+    check_memory({"base": BASE_BYTES, "tokens.refine": values * BYTES_PER_DG_VALUE / max(size, 1)}, "tokens.refine",
+                 f"{t.refine} (DG{t.degree}, {values:.3g} values)")
+
+
 def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
     """Validate, prepare DIR, transport the sphere sample by ``tokens.solver`` and write the report, fields, picture.
 
@@ -122,6 +144,8 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     if t.noise > 0 and (t.solver != "dg" or t.degree != 0):
         raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 on the "
                           f"sphere (finite volumes with the Scharfetter–Gummel flux), got {t.solver!r}, {t.degree}")
+    if t.solver == "dg":
+        check_dg_memory(cfg, comm.size)
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     betas, _ = sphere_heads(cfg)
