@@ -116,6 +116,34 @@ def thresholds(quick: bool) -> dict:
     return {"K_c": rows, "beta_star": stars}
 
 
+def _sci(x: float) -> str:
+    """5.7·10⁻¹⁶ (0 as 0)."""
+    if x == 0:
+        return "0"
+    mant, exp = f"{x:.1e}".split("e")
+    return f"{mant}·10{str(int(exp)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
+
+
+def threshold_table(result: dict) -> str:
+    """The table of docs/phase_transitions.md (docs/_static/phase_thresholds.md): K_c, β* and the folds."""
+    lines = ["| | β | measured | closed form | relative error | Mun–Rosenzweig's K_# | measured / K_# |",
+             "|---|---|---|---|---|---|---|"]
+    first = {"circle": "τβ/I_1(β) = ", "sphere": "τβ/i_1(β) = "}
+    for r in result["thresholds"]["K_c"]:
+        ref = first.pop(r["domain"], "") + f"{r['closed_form']:.15g}"
+        lines.append(f"| K_c, {r['domain']} | {r['beta']:g} | {r['K_c']:.15g} | {ref} | {_sci(r['rel_error'])} | "
+                     f"{r['K_sharp_MR']:.10g} | {r['K_c'] / r['K_sharp_MR']:.12g} |")
+    roots = {"circle": "root of I₂/I₁ = 1/2", "sphere": "root of I_{5/2}/I_{3/2} = 1/3"}
+    for b in result["thresholds"]["beta_star"]:
+        lines.append(f"| β*, {b['domain']} (N = {b['points']}) | | {b['beta_star']:.10f} | {roots[b['domain']]}: "
+                     f"{b['closed_form']:.10f} | {_sci(b['error'])} (absolute) | | |")
+    for domain, beta, order in (("circle", 4.0, "\\|μ̂₁\\|"), ("sphere", 3.0, "\\|∫ x dμ\\|")):
+        (f,) = [e for e in result[domain][str(beta)] if e["kind"] == "fold"]
+        lines.append(f"| fold, {domain} | {beta:g} | K_f = {f['parameter']:.9f}, {order} = {f['order_parameter']:.4f} "
+                     "| — | | | |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     import matplotlib
 
@@ -170,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     result["thresholds"] = thresholds(args.quick)
     result["cpu_s"] = time.process_time() - c0
     (out / "phase_diagrams.json").write_text(json.dumps(result, indent=1))
+    table = threshold_table(result)
+    (out / "phase_thresholds.md").write_text(table)
+    if args.write_docs:  # the page includes it
+        (ROOT / "docs" / "_static" / "phase_thresholds.md").write_text(table)
     print("| domain | β | K_c measured | closed form | rel. error | Mun–Rosenzweig K_# | ratio |")
     print("|---|---|---|---|---|---|---|")
     for r in result["thresholds"]["K_c"]:

@@ -157,8 +157,9 @@ def test_digit_pairs_regenerates_the_screen_of_the_docs(tmp_path):
 
 def test_phase_diagrams_smoke_regenerates_the_threshold_table(tmp_path):
     """`python bench/phase_diagrams.py --smoke`: the figures land under --out (never in docs/), and the measured
-    thresholds and folds of docs/phase_transitions.md's table are the run's (the sweep is shortened: its numbers
-    are not in the table); --write-docs is refused with --smoke."""
+    thresholds and folds of docs/phase_transitions.md's table (docs/_static/phase_thresholds.md, which the script
+    writes with --write-docs) are the run's (the sweep is shortened: its numbers are not in the table);
+    --write-docs is refused with --smoke."""
     import json
     import re
 
@@ -169,7 +170,10 @@ def test_phase_diagrams_smoke_regenerates_the_threshold_table(tmp_path):
     assert phase_diagrams.main(["--smoke", "--out", str(tmp_path)]) == 0
     assert {p.name for p in tmp_path.glob("*.png")} == {"phase_circle.png", "phase_sphere.png", "phase_hysteresis.png"}
     res = json.loads((tmp_path / "phase_diagrams.json").read_text())
-    text = (Path(__file__).resolve().parents[1] / "docs" / "phase_transitions.md").read_text()
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    assert "```{include} _static/phase_thresholds.md" in (docs / "phase_transitions.md").read_text()
+    text = (docs / "_static" / "phase_thresholds.md").read_text()  # written by --write-docs, included by the page
+    assert (tmp_path / "phase_thresholds.md").read_text().splitlines()[:2] == text.splitlines()[:2]
     rows = re.findall(r"^\| K_c, (\w+) \| ([\d.]+) \| ([\d.]+) \| (?:.*= )?([\d.]+) \| .*? \| ([\d.]+) \| 2 \|$",
                       text, re.M)
     assert len(rows) == len(res["thresholds"]["K_c"]) == 7, rows
