@@ -287,3 +287,28 @@ def test_the_nonlinear_deep_gibbs_branch_is_its_stored_report():
     for override in ("data.mean=[[0.5]]", "data.cov=[[[0.25]]]", "data.target=[2.0]", "training.lambda2=0.1",
                      "continuation.start=0.5"):
         assert f"--set {override}" in para
+
+
+def test_the_circles_fastest_modes_in_theory_are_the_closed_form():
+    """theory §9.1: k_max(β) and the runner-up ratios, from γ_k = k² I_k(β)/β (scipy)."""
+    import numpy as np
+    import scipy.special
+
+    text = " ".join((DOCS / "theory.md").read_text().split())
+
+    def ranked(beta: float) -> tuple[int, float]:
+        k = np.arange(1, 60)
+        g = k**2 * scipy.special.ive(k, beta)
+        top = np.argsort(g)[::-1]
+        return int(k[top[0]]), float(g[top[1]] / g[top[0]])
+
+    listed = re.search(r"The fastest mode k_max\(β\) \((.*?)\)", text)
+    assert listed, "theory §9.1's list of k_max"
+    pairs = re.findall(r"β = (\d+): (\d+)", listed[1])
+    assert len(pairs) >= 5
+    for beta, k in pairs:
+        assert ranked(float(beta))[0] == int(k), beta
+    close = re.search(r"within a few per cent of γ_\{k_max\} \(β = ([\d, ]+): ([\d.]+)–([\d.]+)\)", text)
+    assert close, "theory §9.1's runner-up ratios"
+    ratios = [round(ranked(float(b))[1], 2) for b in close[1].split(", ")]
+    assert min(ratios) == float(close[2]) and max(ratios) == float(close[3]), ratios
