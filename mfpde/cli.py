@@ -114,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             check_launcher(comm)
             exit_timeout(EXIT_TIMEOUT)  # read at the end of the job: a bad value is refused now
             private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
-            # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line
-            start_petsc(signals.quiet_petsc)
-            repair_jit_cache()
+            if args.command != "continuation":  # it starts PETSc (and FFCx's cache) where a solver needs them
+                # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line
+                start_petsc(signals.quiet_petsc)
+                repair_jit_cache()
             keep_freed_memory()
             with blas_threads(comm):
                 code = _dispatch(args)
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         if comm.size == 1:
             raise
         _abort(comm, f"unexpected {type(e).__name__} on rank {comm.rank} of {comm.size}: {e}", tb=True)
-    if code == 0:  # every rank got here: free the PETSc objects of this command's solvers (see mfpde.petsc)
+    if code == 0 and "petsc4py.PETSc" in sys.modules:  # every rank got here: free the PETSc objects of this
+        # command's solvers (see mfpde.petsc); a continuation of the spectral discretisation did not start PETSc
         from mfpde.petsc import collect_garbage  # after private_caches (petsc4py is imported in _dispatch)
 
         collect_garbage()
@@ -369,8 +371,11 @@ def _progress(quiet: bool, desc: str = "mfpde run") -> ProgressFactory | None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from mfpde.training.driver import run_job
-    from mfpde.transport_job import transport_job  # imports dolfinx: after private_caches
+    if args.command == "continuation":  # neither dolfinx nor the training (a second of start-up)
+        from mfpde.continuation_job import continuation_job
+    else:
+        from mfpde.training.driver import run_job
+        from mfpde.transport_job import transport_job  # imports dolfinx: after private_caches
 
     gc.freeze()  # the modules imported so far live for the whole job: the cycle collector skips them from now on
     comm = MPI.COMM_WORLD
@@ -397,8 +402,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         with OutputLock(out, comm):
             return twin_job(cfg, out, comm, pde_dir=Path(args.pde) if args.pde else None, overwrite=args.overwrite)
     if args.command == "continuation":
-        from mfpde.continuation_job import continuation_job
-
         with OutputLock(out, comm):
             continuation_job(cfg, out, comm)
         return 0

@@ -151,6 +151,7 @@ class Continuation:
     step_max: float = 0.25
     max_points: int = 400  # per branch
     points: int = 127  # N, odd: the collocation points of the stationary equation
+    discretisation: str = "spectral"  # circle, sphere: "spectral" (Fourier / Legendre coefficients) or "collocation"
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ from mpi4py import MPI  # noqa: F401  (before petsc4py)
 
 import numpy as np
 import numpy.typing as npt
-import scipy.linalg
 
-__all__ = ["Branch", "Event", "Newton", "Problem", "StepControl", "branch_direction", "continue_branch", "tangent"]
+__all__ = ["Branch", "DenseNewton", "Event", "Newton", "Problem", "StepControl", "branch_direction",
+           "continue_branch", "tangent"]
 
 Array = npt.NDArray[np.float64]
 #: The Illinois iteration stops when the bracket in Δs is this small (relative to the step) or after LOCATE_ITS.
@@ -193,6 +193,69 @@ class Newton:
         self.close()
 
 
+class DenseNewton:
+    """Newton's method on F(u, K) = 0 with one linear constraint aᵀx = b, in numpy (LAPACK's LU): no PETSc.
+
+    The iteration of :class:`Newton` (SNES ``newtonls`` with the basic line search, ``rtol = stol = 0``): full
+    steps x ← x − J⁻¹F until ‖(F, aᵀx − b)‖₂ ≤ ``atol`` (tested before each step, so a solution takes none), failing
+    on a non-finite residual, a singular Jacobian, a residual 10⁴ times the first (SNES's divergence test) or
+    ``max_it`` steps. For the small dense problems of the spectral discretisations, where SNES's own cost would
+    dominate. Same interface: :meth:`solve`, ``its``, :meth:`close` (nothing to free).
+    """
+
+    #: SNES's divergence tolerance: a residual above this times the first ends the iteration (diverged).
+    DIVTOL = 1e4
+
+    def __init__(self, problem: Problem, m: int, atol: float = 1e-12, max_it: int = 25):
+        self.problem, self.m, self.atol, self.max_it = problem, m, float(atol), int(max_it)
+        self.its = 0
+
+    def solve(self, x0: Array, a: Array, b: float) -> Array | None:
+        """The solution x (m+1,) from x0 under aᵀx = b, or None if Newton did not converge."""
+        m = self.m
+        a = np.asarray(a, float)
+        x = np.array(x0, dtype=float)
+        J = np.empty((m + 1, m + 1))
+        J[m] = a
+        f = np.empty(m + 1)
+        first = math.nan
+        with np.errstate(all="ignore"):
+            for it in range(self.max_it + 1):
+                f[:m] = self.problem.residual(x[:m], float(x[m]))
+                f[m] = a @ x - b
+                norm = math.sqrt(float(f @ f))
+                if not math.isfinite(norm):
+                    return None
+                if it == 0:
+                    first = norm
+                elif norm > self.DIVTOL * first:
+                    return None
+                if norm <= self.atol:
+                    return x if np.all(np.isfinite(x)) else None
+                if it == self.max_it:
+                    return None
+                Ju, JK = self.problem.jacobian(x[:m], float(x[m]))
+                J[:m, :m] = Ju
+                J[:m, m] = JK
+                try:
+                    dx = np.linalg.solve(J, f)
+                except np.linalg.LinAlgError:
+                    return None
+                x -= dx
+                self.its += 1
+        return None
+
+    def close(self) -> None:
+        """Nothing to free (for the interface of :class:`Newton`)."""
+
+    def __enter__(self) -> DenseNewton:
+        """The solver itself."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """:meth:`close`."""
+
+
 def tangent(problem: Problem, x: Array, prev: Array, W: Array) -> Array:
     """The unit tangent at x (⟨t, t⟩_W = 1) oriented along ``prev`` (⟨t, prev⟩_W > 0), shape (m+1,)."""
     m = len(x) - 1
@@ -212,7 +275,7 @@ def branch_direction(problem: Problem, x: Array, t_old: Array, W: Array) -> Arra
     m = len(x) - 1
     Ju, JK = problem.jacobian(x[:m], float(x[m]))
     s = np.sqrt(W)
-    _, _, Vt = scipy.linalg.svd(np.column_stack([Ju, JK]) / s[None, :])
+    _, _, Vt = np.linalg.svd(np.column_stack([Ju, JK]) / s[None, :])
     null = Vt[-2:].T / s[:, None]  # two vectors spanning the null space in the x coordinates
     told = t_old / math.sqrt(float(np.sum(W * t_old * t_old)))
     d = null - np.outer(told, (W * told) @ null)
@@ -226,13 +289,13 @@ def _det(problem: Problem, x: Array) -> float:
     return float(sign * math.exp(min(logdet, 700.0)))
 
 
-def _correct(newton: Newton, x: Array, t: Array, ds: float, W: Array) -> Array | None:
+def _correct(newton: Newton | DenseNewton, x: Array, t: Array, ds: float, W: Array) -> Array | None:
     pred = x + ds * t
     a = W * t
     return newton.solve(pred, a, float(a @ pred))
 
 
-def _locate(newton: Newton, x: Array, t: Array, ds: float, W: Array, test: Callable[[Array], float],
+def _locate(newton: Newton | DenseNewton, x: Array, t: Array, ds: float, W: Array, test: Callable[[Array], float],
             f0: float, f1: float) -> tuple[Array, float]:
     """(the point of the step from x along t where ``test`` changes sign, its Δs): Illinois on Δs ∈ (0, ds)."""
     a, b, fa, fb = 0.0, ds, f0, f1
@@ -268,7 +331,7 @@ def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], fl
     return lambda v: float(tangent(problem, v, t_old, W)[-1])
 
 
-def continue_branch(problem: Problem, newton: Newton, x0: Array, t0: Array, W: Array, ctl: StepControl,
+def continue_branch(problem: Problem, newton: Newton | DenseNewton, x0: Array, t0: Array, W: Array, ctl: StepControl,
                     resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf,
                     regular_start: bool = False, marks: Array | None = None) -> Branch:
     """Follow the branch through x0 (a solution, (m+1,)) along the tangent t0 to an end of [lo, hi] or max_points.

@@ -28,13 +28,12 @@ from typing import Any
 from mpi4py import MPI
 
 import numpy as np
-import scipy.optimize
 
 from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
-from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch
+from mfpde.continuation import Branch, DenseNewton, Newton, StepControl, branch_direction, continue_branch
 from mfpde.domains import domain_attribute, stationary_problem
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.io import write_atomic, write_report
@@ -66,6 +65,10 @@ DENSITY_EXPONENT_MAX = 1e4
 #: A branch point farther than this (relative) from its closed form: the collocation does not resolve the uniform
 #: state (spectral collocations locate it to ≈ 1e-13), and the report warns.
 THRESHOLD_TOL = 1e-8
+#: The discretisations of the circle's and the sphere's stationary states (``continuation.discretisation``):
+#: "spectral" (Fourier / Legendre coefficients, the kernel diagonal, numpy's Newton) and "collocation" (values at the
+#: points, the collocated kernel, PETSc's SNES and SLEPc).
+DISCRETISATIONS = ("spectral", "collocation")
 #: The most collocation points (dense N × N matrices) and branch points.
 MAX_POINTS_N = 1023
 
@@ -89,6 +92,8 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
          "continuation needs a single Dirac head [[β, K]] (tokens.beta = β sets it)"),
         *continuation_range_rules(c, "coupling"),
         (9 <= c.points <= MAX_POINTS_N, "continuation.points", f"must be in 9..{MAX_POINTS_N}, got {c.points}"),
+        (getattr(c, "discretisation", "spectral") in DISCRETISATIONS, "continuation.discretisation",
+         f"must be one of {list(DISCRETISATIONS)}, got {getattr(c, 'discretisation', '')!r}"),
     )
     for ok, key, msg in rules:
         if not ok:
@@ -139,9 +144,11 @@ def threshold(P: Stationary, k: int) -> float:
 NEWTON_PREFIX = "mfpde_cont_"
 
 
-def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton:
+def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton | DenseNewton:
     """The continuation's Newton solver of P, its PETSc options refused as input (exit 2), not as a bug.
 
+    A problem with ``dense_newton`` (the spectral discretisations: a few dozen unknowns) is solved by numpy's
+    :class:`~mfpde.continuation.DenseNewton` (the same iteration, no PETSc); the others by PETSc's SNES.
     ``PETSC_OPTIONS="-mfpde_cont_snes_type bogus"`` raised PETSc's error 86 from SNESSetFromOptions (exit 1 and its
     stack, on every rank).
 
@@ -149,6 +156,9 @@ def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton:
         InputRefused: naming ``PETSC_OPTIONS`` and the options of the prefix given (the output directory is
             restored: :mod:`mfpde.outdir`).
     """
+    if getattr(P, "dense_newton", False):
+        return DenseNewton(P, P.m, **dense_newton_options(atol))
+    _start_petsc()
     from petsc4py import PETSc
 
     db = PETSc.Options()
@@ -161,6 +171,76 @@ def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton:
         raise InputRefused(f"PETSC_OPTIONS (or the command line): PETSc rejected {given or 'the options'} of the "
                            f"continuation's Newton solver (prefix -{NEWTON_PREFIX}): {why}") from None
     return newton
+
+
+#: The options of the continuation's prefix that numpy's Newton reads (the others are SNES's: refused there), with
+#: their types; and those it takes as they are (its iteration is SNES's newtonls, basic line search, LU).
+DENSE_OPTIONS = {"snes_max_it": int, "snes_atol": float}
+DENSE_AS_IS = {"snes_type": "newtonls", "snes_linesearch_type": "basic", "ksp_type": "preonly", "pc_type": "lu"}
+
+
+def _petsc_options(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The options of ``PETSC_OPTIONS`` under the continuation's prefix (name without it → value, "" for none)."""
+    import os
+
+    words = (os.environ if env is None else env).get("PETSC_OPTIONS", "").split()
+    out = {}
+    for i, w in enumerate(words):
+        if w.startswith("-" + NEWTON_PREFIX):
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            is_value = nxt and not (nxt.startswith("-") and not _number(nxt))
+            out[w[1 + len(NEWTON_PREFIX):]] = nxt if is_value else ""
+    return out
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
+def dense_newton_options(atol: float = 1e-12, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The keyword arguments of :class:`~mfpde.continuation.DenseNewton` (``atol``, ``max_it``) with ``PETSC_OPTIONS``.
+
+    The spectral discretisations are solved without PETSc, by the iteration of its SNES; the options of the prefix
+    ``-mfpde_cont_`` that it has (``snes_max_it``, ``snes_atol``) are read from ``PETSC_OPTIONS`` as SNES would,
+    those naming its own choices (``snes_type newtonls``, ...) are accepted, the eigensolver's (``eps_``) do not
+    apply, and any other is refused as SNES refuses a bad one.
+
+    Raises:
+        InputRefused: naming ``PETSC_OPTIONS`` and the option.
+    """
+    given = _petsc_options(env)
+    kw: dict[str, Any] = {"atol": atol}
+    for name, value in given.items():
+        if name.startswith("eps_"):
+            continue
+        line = f"-{NEWTON_PREFIX}{name} {value}".rstrip()
+        if name in DENSE_OPTIONS:
+            try:
+                v = DENSE_OPTIONS[name](value)
+            except ValueError:
+                v = None
+            if v is None or not (v >= 0 if name == "snes_max_it" else v > 0):
+                raise InputRefused(f"PETSC_OPTIONS: {line}: the continuation's Newton solver takes a "
+                                   f"{'count >= 0' if name == 'snes_max_it' else 'number > 0'} there")
+            kw["max_it" if name == "snes_max_it" else "atol"] = v
+        elif DENSE_AS_IS.get(name) != value:
+            raise InputRefused(f"PETSC_OPTIONS: {line}: the spectral discretisation's Newton solver (numpy's: "
+                               f"newtonls, basic line search, LU) reads -{NEWTON_PREFIX}snes_max_it and "
+                               f"-{NEWTON_PREFIX}snes_atol only; continuation.discretisation = 'collocation' is solved "
+                               "by PETSc's SNES")
+    return kw
+
+
+def _start_petsc() -> None:
+    """Start PETSc as the command line does (its signal handler off), where the continuation first needs it."""
+    from mfpde import signals
+    from mfpde.petsc_start import start_petsc
+
+    start_petsc(signals.quiet_petsc)
 
 
 def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
@@ -178,7 +258,7 @@ def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
     return np.concatenate([P.amplitude(k), [0.0]])
 
 
-def curvature(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+def curvature(P: Stationary, newton: Newton | DenseNewton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails.
 
     Richardson on the even part K_e(a) = (K(a) + K(−a))/2 at ρ and 2ρ: the coefficient of a² whether or not the
@@ -199,7 +279,7 @@ def curvature(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.nda
     return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
 
 
-def slope(P: Stationary, newton: Newton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+def slope(P: Stationary, newton: Newton | DenseNewton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₁ = dK/da at the branch point x_bp of mode k: (K(ρ) − K(−ρ))/2ρ by two Newton solves; NaN if one fails."""
     a = _amplitude_row(P, k)
     amp = float(a @ direction)
@@ -275,12 +355,12 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its, "warnings": warnings}
 
 
-def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, Any], k: int,
+def maxwell_points(P: Stationary, newton: Newton | DenseNewton, br: Branch, block: dict[str, Any], k: int,
                    index: int) -> list[dict[str, Any]]:
     """The Maxwell points on a bifurcating branch: where its STABLE part's free energy equals the uniform state's.
 
     ΔE(K) = E(μ_K) − E(uniform, K) changes sign between two consecutive stable points of the branch; the root is
-    located by Brent's method in K (scipy.optimize.brentq), each trial a Newton solve at fixed K from the states'
+    located by Brent's method in K (:func:`brent`), each trial a Newton solve at fixed K from the states'
     linear interpolation, to |ΔK| ≤ 1e-13 K (the first-order transition of noisy tokens: theory §10, §11). A
     branch with no such sign change on its stable part gives ``{"kind": "maxwell", "found": False, "why": ...}``
     (its stable part does not reach the uniform state's free energy in the range, or it has no stable part).
@@ -315,8 +395,7 @@ def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, A
             return P.free_energy(y[:m], K1) - P.free_energy(P.uniform(), K1)
 
         try:
-            km = scipy.optimize.brentq(gap, float(K[i]), float(K[i + 1]), xtol=1e-13 * abs(float(K[i])),
-                                       rtol=1e-15)
+            km = brent(gap, float(K[i]), float(K[i + 1]), xtol=1e-13 * abs(float(K[i])), rtol=1e-15)
             y = last["y"] if last["y"][m] == km else newton.solve(last["y"], row, km)
             if y is None:
                 raise _Failed
@@ -334,6 +413,52 @@ def maxwell_points(P: Stationary, newton: Newton, br: Branch, block: dict[str, A
     return out
 
 
+def brent(f: Any, a: float, b: float, xtol: float, rtol: float, maxiter: int = 100) -> float:
+    """A root of f in [a, b] (f(a), f(b) of opposite signs) by Brent's method, as scipy.optimize.brentq.
+
+    The algorithm of scipy's ``brentq`` (Brent 1973, ch. 4: inverse quadratic or secant steps kept inside the
+    bracket, bisection otherwise) to |Δx| ≤ xtol + rtol |x|; here so that the continuation does not import
+    scipy.optimize (half a second of start-up).
+    """
+    xpre, xcur = a, b
+    fpre, fcur = f(xpre), f(xcur)
+    if fpre == 0:
+        return xpre
+    if fcur == 0:
+        return xcur
+    if (fpre > 0) == (fcur > 0):
+        raise ValueError("f(a) and f(b) must have opposite signs")
+    xblk, fblk, spre, scur = 0.0, 0.0, 0.0, 0.0
+    for _ in range(maxiter):
+        if fpre != 0 and fcur != 0 and (fpre < 0) != (fcur < 0):
+            xblk, fblk = xpre, fpre
+            spre = scur = xcur - xpre
+        if abs(fblk) < abs(fcur):
+            xpre, xcur, xblk = xcur, xblk, xcur
+            fpre, fcur, fblk = fcur, fblk, fcur
+        delta = (xtol + rtol * abs(xcur)) / 2
+        sbis = (xblk - xcur) / 2
+        if fcur == 0 or abs(sbis) < delta:
+            return xcur
+        if abs(spre) > delta and abs(fcur) < abs(fpre):
+            if xpre == xblk:  # interpolate
+                stry = -fcur * (xcur - xpre) / (fcur - fpre)
+            else:  # extrapolate
+                dpre = (fpre - fcur) / (xpre - xcur)
+                dblk = (fblk - fcur) / (xblk - xcur)
+                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # good short step
+                spre, scur = scur, stry
+            else:  # bisect
+                spre, scur = sbis, sbis
+        else:
+            spre, scur = sbis, sbis
+        xpre, fpre = xcur, fcur
+        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
+        fcur = f(xcur)
+    return xcur
+
+
 #: The circle's name of :func:`noisy_branches`.
 noisy_circle_branches = noisy_branches
 
@@ -348,6 +473,10 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
         has status "failed" and what was computed).
     """
     if cfg.continuation.parameter == "lambda" and cfg.tokens.domain == "box":
+        from mfpde.environment import repair_jit_cache
+
+        _start_petsc()
+        repair_jit_cache()  # the command line leaves it to the continuation (mfpde.cli)
         from mfpde.training.gibbs_job import gibbs_job
 
         return gibbs_job(cfg, out, comm)

@@ -109,7 +109,15 @@ POINTS_RULE = (lambda n: n % 2 == 1, "odd (no Nyquist mode of the collocation)")
 
 
 def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
-    """The discrete stationary problem of noisy tokens here (CircleStationary)."""
-    from mfpde.tokens.circle.stationary import CircleStationary
+    """The discrete stationary problem of noisy tokens here, by ``continuation.discretisation``.
 
-    return CircleStationary(points, beta, noise)
+    "spectral" (CircleSpectral: Fourier coefficients, the kernel diagonal, numpy's Newton) or "collocation"
+    (CircleStationary: values at the collocation points, PETSc's SNES).
+    """
+    if getattr(cfg.continuation, "discretisation", "spectral") == "collocation":
+        from mfpde.tokens.circle.stationary import CircleStationary
+
+        return CircleStationary(points, beta, noise)
+    from mfpde.tokens.circle.spectral import CircleSpectral
+
+    return CircleSpectral(points, beta, noise)

@@ -121,7 +121,15 @@ POINTS_RULE = (lambda n: True, "")
 
 
 def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
-    """The discrete stationary problem of noisy tokens here (SphereStationary)."""
-    from mfpde.tokens.sphere.stationary import SphereStationary
+    """The discrete stationary problem of noisy tokens here, by ``continuation.discretisation``.
 
-    return SphereStationary(points, beta, noise)
+    "spectral" (SphereSpectral: Legendre coefficients, the kernel diagonal, numpy's Newton) or "collocation"
+    (SphereStationary: values at the collocation points, PETSc's SNES).
+    """
+    if getattr(cfg.continuation, "discretisation", "spectral") == "collocation":
+        from mfpde.tokens.sphere.stationary import SphereStationary
+
+        return SphereStationary(points, beta, noise)
+    from mfpde.tokens.sphere.spectral import SphereSpectral
+
+    return SphereSpectral(points, beta, noise)

@@ -1,0 +1,228 @@
+"""The even stationary states of noisy tokens on the circle in Fourier coefficients, where the kernel is diagonal.
+
+The same equation as :mod:`mfpde.tokens.circle.stationary` (theory §10): μ = p(μ) := exp(κ G∗μ)/∫exp(κ G∗μ),
+κ = K/(τβ), G∗μ(θ) = ∫ e^{β cos(θ−φ)} μ(φ) dφ, on the even states μ(θ) = Σ_{k=0}^{M} c_k cos kθ. The unknowns are
+the cosine coefficients c_0..c_M (M = (N−1)/2, N = ``continuation.points``): the convolution is diagonal,
+G∗cos kθ = λ_k cos kθ with λ_k = 2π I_k(β) exactly, so the Gibbs exponent costs O(M²) and no N × N kernel
+matrix is formed. The nonlinearity is evaluated at the N equispaced angles (the half 0..M of them, by the
+even symmetry) and projected back by the trapezoidal rule (exact for the cosines of degree ≤ M on N odd
+points): with T the projection, C the synthesis (values at the half grid), w the half grid's weights of ∫,
+
+    F(c, K) = c − T p,   ∂F/∂c = I − κ T (diag p − p (w∘p)ᵀ) C Λ,   ∂F/∂K = −(τβ)⁻¹ T (diag p − p (w∘p)ᵀ) C Λ c,
+
+Λ = diag(λ_k). This is the collocation of :class:`~mfpde.tokens.circle.stationary.CircleStationary` on the same
+N points written in the basis in which its kernel is diagonal (with the kernel's exact eigenvalues instead of
+their trapezoidal aliases, which differ by I_{N−k}(β)): K_c = τβ/I_1(β) to round-off, the branch points and
+folds equal to the collocation's to Newton's tolerance. Newton's method is numpy's (:class:`DenseNewton`: no
+PETSc), the matrices are (M+1) × (M+1).
+
+Stability. The evolution linearised about a stationary μ is L δμ = ∂_θ(μ ∂_θ(H δμ)), H δμ = τ δμ/μ −
+(K/β) G∗δμ (a Wasserstein gradient flow: L = −𝓜H with 𝓜 = −∂_θ μ ∂_θ ≥ 0). About an even μ the cosine and sine
+perturbations decouple; in each block (degrees 1..M, mass zero) the Galerkin matrices H_jk = ⟨φ_j, H φ_k⟩ and
+M_jk = ∫ μ φ_j′ φ_k′ (the trapezoidal rule on 4M + 3 points) give L = −G⁻¹ M G⁻¹ H (G = π I, the Gram matrix),
+whose eigenvalues are those of the symmetric −Rᵀ H R/π² (M = R Rᵀ): real, by a symmetric eigensolver. The
+translation mode (δμ = μ′, a sine, eigenvalue 0 off the uniform state) is left out. About the uniform state the
+eigenvalues are K k² I_k(β)/β − τ k², each twice (cosine and sine), as the collocation's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from mfpde.tokens.bessel import iv_orders
+
+__all__ = ["CircleSpectral"]
+
+Array = npt.NDArray[np.float64]
+
+
+class CircleSpectral:
+    """The even stationary states in the cosine coefficients c_0..c_M, M = (N−1)/2; β, τ fixed, K the parameter.
+
+    Args:
+        points: N, odd, ≥ 9 (the quadrature points of the nonlinearity; M + 1 = (N+1)/2 unknowns).
+        beta: β > 0 of the head (its a), ≤ 700.
+        noise: τ > 0.
+
+    Raises:
+        ValueError: N even or < 9, τ ≤ 0, β ≤ 0.
+    """
+
+    domain = "circle"
+    discretisation = "spectral"
+    #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation.DenseNewton`), not PETSc's SNES
+    dense_newton = True
+
+    def __init__(self, points: int, beta: float, noise: float):
+        if points < 9 or points % 2 == 0:
+            raise ValueError(f"the spectral discretisation needs an odd number of points >= 9, got {points}")
+        if not noise > 0 or not beta > 0:
+            raise ValueError(f"need τ > 0 and β > 0, got τ = {noise}, β = {beta}")
+        N = self.N = int(points)
+        self.beta, self.noise = float(beta), float(noise)
+        M = self.M = (N - 1) // 2
+        self.m = M + 1
+        self.k = np.arange(self.m)
+        self.h = 2 * math.pi / N
+        self.theta = self.h * self.k  # the half grid 0..M of the N angles
+        self.C = np.cos(np.outer(self.theta, self.k))  # values at the half grid from the coefficients
+        self.w = np.full(self.m, 2 * self.h)  # ∫_0^{2π} f of an even f from its half-grid values (trapezoidal)
+        self.w[0] = self.h
+        norm = np.where(self.k == 0, 1 / (2 * math.pi), 1 / math.pi)
+        self.T = norm[:, None] * (self.C * self.w[:, None]).T  # coefficients from half-grid values (T C = I)
+        self._iv = iv_orders(self.m, self.beta)  # I_k(β), k = 0..m (Miller's recurrence: no scipy)
+        self.lam = 2 * math.pi * self._iv[: self.m]  # λ_k = 2π I_k(β)
+        self.CL = self.C * self.lam[None, :]
+        self.gram = np.where(self.k == 0, 2 * math.pi, math.pi)  # ∫ cos jθ cos kθ dθ (diagonal)
+        self._I = np.eye(self.m)
+        self._fine: tuple[Array, ...] | None = None
+
+    # -- states ---------------------------------------------------------------------------------
+    def uniform(self) -> Array:
+        """The uniform state 1/2π: c = (1/2π, 0, ...), shape (m,)."""
+        u = np.zeros(self.m)
+        u[0] = 1.0 / (2 * math.pi)
+        return u
+
+    def density(self, u: Array) -> Array:
+        """μ at the half grid θ_i = ih, i = 0..M (μ(−θ) = μ(θ)), shape (m,)."""
+        return self.C @ u
+
+    def mode_state(self, k: int) -> Array:
+        """Cos kθ: the k-th unit vector (the null vector of the uniform state's Jacobian at τβ/I_k(β)), shape (m,)."""
+        return np.array(self._I[k])
+
+    def threshold(self, k: int) -> float:
+        """τβ/I_k(β): where mode k of the uniform state turns unstable (theory §10)."""
+        iv = self._iv[k] if k < len(self._iv) else iv_orders(k, self.beta)[k]
+        return self.noise * self.beta / float(iv)
+
+    def inner_weights(self) -> Array:
+        """W on x = (c, K): 2π ∫ μ² dθ in the coefficients (4π², then 2π² per cosine), 1 for K, shape (m+1,).
+
+        The collocation's weights (2π)²/m per half-grid value give the same norm of μ (to the trapezoidal rule).
+        """
+        return np.concatenate([2 * math.pi * self.gram, [1.0]])
+
+    def amplitude(self, k: int) -> Array:
+        """The row r with r·c = ∫ μ cos kθ dθ = π c_k (mode k's amplitude), shape (m,)."""
+        r = np.zeros(self.m)
+        if 0 <= k < self.m:
+            r[k] = self.gram[k]
+        return r
+
+    def dominant_mode(self, u: Array) -> int:
+        """The mode k ≥ 1 of the largest |c_k|."""
+        c = np.abs(np.asarray(u, float))
+        c[0] = 0.0
+        return int(np.argmax(c))
+
+    def _gibbs(self, c: Array, K: float) -> tuple[Array, float]:
+        kappa = K / (self.noise * self.beta)
+        g = kappa * (self.CL @ c)
+        p = np.exp(g - g.max())
+        return p / float(self.w @ p), kappa
+
+    # -- the equation ---------------------------------------------------------------------------
+    def residual(self, u: Array, K: float) -> Array:
+        """F(c, K) = c − T p(c), shape (m,)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(u, float) - self.T @ self._gibbs(u, K)[0]
+
+    def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
+        """(∂F/∂c (m, m), ∂F/∂K (m,)), exact (module docstring)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            p, kappa = self._gibbs(u, K)
+            SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)
+            TSB = self.T @ SB
+            return self._I - kappa * TSB, -(TSB @ u) / (self.noise * self.beta)
+
+    # -- what a branch reports ----------------------------------------------------------------------
+    def order_parameter(self, u: Array) -> float:
+        """|μ̂_1| = |∫ μ e^{iθ} dθ| / ∫ μ = |c_1|/(2 c_0) (0 uniform, 1 a point mass)."""
+        return float(abs(u[1]) / (2 * u[0]))
+
+    def signed_amplitude(self, u: Array) -> float:
+        """∫ μ cos θ dθ = π c_1 (with its sign: a cluster at 0 or at π)."""
+        return float(math.pi * u[1])
+
+    def interaction(self, u: Array) -> float:
+        """∬ e^{β cos(θ−φ)} dμ dμ = Σ_k λ_k ∫cos² kθ c_k² (exact in the coefficients)."""
+        return float(np.sum(self.lam * self.gram * u * u))
+
+    def free_energy(self, u: Array, K: float) -> float:
+        """E(μ) = τ ∫ μ log μ − (K/2β) ∬ e^{β cos(θ−φ)} dμ dμ (theory §10): the entropy by the trapezoidal rule."""
+        mu = self.density(u)
+        ent = self.noise * float(self.w @ (mu * np.log(np.where(mu > 0, mu, 1.0))))
+        return ent - K / (2 * self.beta) * self.interaction(u)
+
+    def resolved(self, u: Array, tol: float = 1e-9) -> bool:
+        """Whether the highest coefficients |c_k|/2 are below ``tol`` times c_0 (the collocation's rule)."""
+        c = np.abs(np.asarray(u, float))
+        return bool(0.5 * c[-max(2, self.m // 8):].max() <= tol * c[0])
+
+    # -- stability ----------------------------------------------------------------------------------
+    def _fine_grid(self) -> tuple[Array, ...]:
+        """The half 0..2M+1 of 4M + 3 equispaced angles: weights of ∫_0^{2π} (even integrands), bases (built once).
+
+        (weights, cos kθ for k = 0..M, then for k = 1..M: cos kθ, sin kθ, (cos kθ)′, (sin kθ)′.)
+        """
+        if self._fine is None:
+            n = 4 * self.M + 3
+            th = 2 * math.pi * np.arange((n + 1) // 2) / n
+            wf = np.full(len(th), 4 * math.pi / n)
+            wf[0] = 2 * math.pi / n
+            k = self.k[1:]
+            cos, sin = np.cos(np.outer(th, k)), np.sin(np.outer(th, k))
+            self._fine = (wf, np.cos(np.outer(th, self.k)), cos, sin, -sin * k, cos * k)
+        return self._fine
+
+    def _block(self, wf: Array, mu: Array, phi: Array, dphi: Array, K: float) -> tuple[Array, Array]:
+        """(−Rᵀ H R/π² of one block (module docstring): symmetric, (M, M); R)."""
+        H = self.noise * (phi * (wf / mu)[:, None]).T @ phi
+        H[np.diag_indices_from(H)] -= K / self.beta * self.lam[1:] * math.pi
+        R = np.linalg.cholesky((dphi * (wf * mu)[:, None]).T @ dphi)
+        return -(R.T @ H @ R) / math.pi**2, R
+
+    def stability(self, u: Array, K: float, count: int = 4,
+                  solver: str = "dense") -> tuple[npt.NDArray[np.complex128], bool]:
+        """(the ``count`` leading eigenvalues of L without the translation mode, stable): the symmetric blocks.
+
+        The translation mode (a unit vector ŷ of the sine block's symmetric coordinates, an eigenvector of eigenvalue
+        0 up to the discretisation) is moved to the bottom of the spectrum by subtracting σ ŷŷᵀ (σ: the block's
+        largest entry times 10 + 1), which leaves the other eigenvalues as they were.
+
+        Args:
+            u: the state (m,).
+            K: the coupling.
+            count: how many eigenvalues of largest real part are returned.
+            solver: ignored (the blocks are symmetric and small: numpy's eigvalsh answers).
+
+        Returns:
+            (eigenvalues sorted by decreasing real part, shape (count,) complex (real here); True if all real parts
+            are < 0 up to 1e-9 times the largest |eigenvalue|); NaN and False where μ is not positive.
+        """
+        wf, Cf, cos, sin, dcos, dsin = self._fine_grid()
+        u = np.asarray(u, float)
+        mu = Cf @ u
+        try:
+            even = np.linalg.eigvalsh(self._block(wf, mu, cos, dcos, K)[0])
+            S, R = self._block(wf, mu, sin, dsin, K)
+            trans = -self.k[1:] * u[1:]  # μ′ = −Σ k c_k sin kθ: the translation, in the sine block
+            if np.linalg.norm(trans) > 1e-8 * max(1.0, float(np.abs(mu).max())):
+                y = np.linalg.solve(R, trans)  # R⁻¹ a: its symmetric coordinates
+                y /= np.linalg.norm(y)
+                S -= (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)
+            odd = np.linalg.eigvalsh(S)
+        except np.linalg.LinAlgError:  # μ not positive somewhere: no stability to speak of
+            return np.full(count, np.nan, dtype=complex), False
+        vals = np.sort(np.concatenate([even, odd]))[::-1][:count].astype(complex)
+        return vals, _stable(vals)
+
+
+def _stable(vals: npt.NDArray[np.complex128]) -> bool:
+    """:func:`mfpde.stability.linearly_stable` (all real parts < 0 up to 1e-9 times the largest |eigenvalue|)."""
+    return bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
