@@ -312,3 +312,32 @@ def test_the_circles_fastest_modes_in_theory_are_the_closed_form():
     assert close, "theory §9.1's runner-up ratios"
     ratios = [round(ranked(float(b))[1], 2) for b in close[1].split(", ")]
     assert min(ratios) == float(close[2]) and max(ratios) == float(close[3]), ratios
+
+
+@pytest.mark.serial
+def test_the_user_guides_config_rows_are_regenerated(tempdir):
+    """The user guide's table of example configs: `mfpde run demos/<name>.toml` for the three that take seconds
+    (shallow, value_heads, gaussian_2d): the risk, free energy, rates and ρ_S the rows state (timings are not
+    compared)."""
+    import csv
+    import json
+
+    from mfpde.cli import main
+
+    guide = (DOCS / "user-guide.md").read_text()
+    rows = {m[0]: m[1] for m in re.findall(r"^\| `(\w+)\.toml` \| .* \| (.*?) \|$", guide, re.M)}
+    got = {}
+    for name in ("shallow", "value_heads", "gaussian_2d"):
+        out = tempdir / name
+        assert main(["run", str(ROOT / "demos" / f"{name}.toml"), "--out", str(out), "--quiet",
+                     "--set", "output.plots=false"]) == 0
+        got[name] = (json.loads((out / "report.json").read_text()), list(csv.DictReader((out / "history.csv").open())))
+    rep, _ = got["shallow"]
+    assert f"rate: fitted {rep['rate']['fitted']:.2f}, theory {rep['rate']['theory']:.1f}" in rows["shallow"]
+    rep, h = got["value_heads"]
+    mean, cov = rep["final"]["rho_mean"][0], rep["final"]["rho_cov"][0][0]
+    assert (f"risk {float(h[0]['risk']):.3f} → {float(h[-1]['risk']):.4f}, ρ_S = N({mean:.3f}, {cov:.3f})"
+            in rows["value_heads"]), rows["value_heads"]
+    _, h = got["gaussian_2d"]
+    assert (f"risk {float(h[0]['risk']):.3f} → {float(h[-1]['risk']):.3f}, F {float(h[0]['free_energy']):.3f} → "
+            f"{float(h[-1]['free_energy']):.3f}") in rows["gaussian_2d"], rows["gaussian_2d"]
