@@ -341,3 +341,35 @@ def test_the_user_guides_config_rows_are_regenerated(tempdir):
     _, h = got["gaussian_2d"]
     assert (f"risk {float(h[0]['risk']):.3f} → {float(h[-1]['risk']):.3f}, F {float(h[0]['free_energy']):.3f} → "
             f"{float(h[-1]['free_energy']):.3f}") in rows["gaussian_2d"], rows["gaussian_2d"]
+
+
+#: a number as a page prints it: 0.609014, 8.0e-5, 5e-13 (integers, which name sizes and counts, are left out)
+_DECIMAL = re.compile(r"(?<![\w.])[-−]?\d+(?:\.\d+(?:e[-+]?\d+)?|e[-+]?\d+)")
+
+
+def _rounds_to(shown: str, value: float) -> bool:
+    """``value`` rounded to the digits of ``shown`` is ``shown``."""
+    mant, _, exp = shown.replace("−", "-").partition("e")
+    decimals = len(mant.split(".")[1]) if "." in mant else 0
+    unit = 10.0 ** ((int(exp) if exp else 0) - decimals)
+    return abs(float(shown.replace("−", "-")) - value) <= 0.5 * unit * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("stored", sorted((DOCS / "_static" / "demos").glob("*.full.txt")), ids=lambda p: p.name)
+def test_the_demo_table_rows_are_their_stored_full_outputs(stored):
+    """The user guide's demo table states full runs: each decimal number of a row's last column (not timings, not
+    round-off below 1e-9) is a number of the stored output of ``python demos/demo_<name>.py`` rounded to the
+    digits shown. The stored outputs are rerun by hand (minutes); the quick outputs of tests/test_demos.py move
+    with them."""
+    name = stored.name.removesuffix(".full.txt")
+    (row,) = [r for r in (DOCS / "user-guide.md").read_text().splitlines() if r.startswith(f"| `demo_{name}.py`")]
+    cell = row.rstrip(" |").rsplit(" | ", 1)[1]
+    printed = [float(m.group().replace("−", "-")) for m in _DECIMAL.finditer(stored.read_text())]
+    printed += [float(x) for x in re.findall(r"(?<![\w.])\d+(?![\w.])", stored.read_text())]
+    missing = []
+    for m in _DECIMAL.finditer(cell):
+        if re.match(r"\s?s\b", cell[m.end():]) or abs(float(m.group().replace("−", "-"))) < 1e-9:
+            continue
+        if not any(_rounds_to(m.group(), y) for y in printed):
+            missing.append(m.group())
+    assert not missing, f"demo_{name}: {missing} not in {stored.name}"
