@@ -57,10 +57,11 @@ PROBE = 1e-2
 TRANSCRITICAL = 1e-6
 #: The largest Gibbs exponent κΦ ≤ K e^β/(τβ) of a domain with log-density unknowns (its round-off 1e10 ε ≈ 2e-6).
 LOG_EXPONENT_MAX = 1e10
-#: The largest Gibbs exponent K e^β/(τβ) of a domain with density unknowns (the circle's, the sphere's): ε times it is
-#: the round-off of the density, against Newton's absolute tolerance 1e-12 (measured on the circle, 127 points:
+#: The largest Gibbs exponent K e^β/(τβ) of the collocation of density unknowns (the circle's, the sphere's): ε times
+#: it is the round-off of the density, against Newton's absolute tolerance 1e-12 (measured on the circle, 127 points:
 #: 5e3 converges, 1e4 fails at the first step; β = 1e-5 and 1e-6 ended with exit 3 at K = 0.2). Above β ≈ 1.5 the
-#: span rule (LN_TINY) is the stricter: this one refuses a small β at a large K/τ.
+#: span rule (LN_TINY) is the stricter: this one refuses a small β at a large K/τ. The spectral discretisation
+#: (the default) solves β = 1e-6.
 DENSITY_EXPONENT_MAX = 1e4
 #: A branch point farther than this (relative) from its closed form: the collocation does not resolve the uniform
 #: state (spectral collocations locate it to ≈ 1e-13), and the report warns.
@@ -117,11 +118,12 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
         raise ConfigError(f"{key}: K (e^β − e^−β)/(τβ) = {span:.3g} > {LN_TINY:.0f} at K = {k_max:g} (β = {beta:g}, "
                           f"τ = {t.noise:g}): the stationary density would underflow to 0 on part of the "
                           f"{t.domain}; lower K or β, or raise tokens.noise")
-    elif not (expo := k_max * math.exp(beta) / (t.noise * beta)) <= DENSITY_EXPONENT_MAX:
+    elif (getattr(c, "discretisation", "spectral") == "collocation"
+          and not (expo := k_max * math.exp(beta) / (t.noise * beta)) <= DENSITY_EXPONENT_MAX):
         raise ConfigError(f"tokens.beta: K e^β/(τβ) = {expo:.3g} > {DENSITY_EXPONENT_MAX:.0e} at K = {k_max:g} (β = "
-                          f"{beta:g}, τ = {t.noise:g}): the Gibbs exponent's round-off (ε times it) would exceed "
-                          "Newton's tolerance on the density, and no step converges; raise β or tokens.noise, or "
-                          f"lower {key}")
+                          f"{beta:g}, τ = {t.noise:g}): the collocation's Gibbs exponent's round-off (ε times it) "
+                          "would exceed Newton's tolerance on the density, and no step converges; raise β or "
+                          f"tokens.noise, lower {key}, or take continuation.discretisation = 'spectral'")
     return beta, float(t.noise)
 
 

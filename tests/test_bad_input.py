@@ -599,9 +599,15 @@ def test_thresholds_beyond_any_double_are_infinite():
 @pytest.mark.parametrize(("path", "sets", "code", "names"), [
     (NOISY_CIRCLE, ["continuation.points=413"], 0, ""),  # exit 1, ZeroDivisionError in threshold()
     (str(ROOT / "demos" / "noisy_sphere.toml"), ["continuation.points=201"], 0, ""),
-    (NOISY_CIRCLE, ["tokens.beta=1e-6"], 2, "tokens.beta: K e^β/(τβ) = 1e+06"),  # exit 1, then 3 (Newton)
-    (str(ROOT / "demos" / "noisy_sphere.toml"), ["tokens.beta=1e-6"], 2, "tokens.beta: K e^β/(τβ)"),
-], ids=["circle-413", "sphere-201", "circle-tiny-beta", "sphere-tiny-beta"])
+    (NOISY_CIRCLE, ["tokens.beta=1e-6"], 0, ""),  # exit 1 (ZeroDivisionError); the spectral states solve it
+    # the collocation's Newton cannot converge there (exit 3 at K = 0.2): refused at the door
+    (NOISY_CIRCLE, ["tokens.beta=1e-6", "continuation.discretisation='collocation'"], 2,
+     "tokens.beta: K e^β/(τβ) = 1e+06"),
+    (str(ROOT / "demos" / "noisy_sphere.toml"), ["tokens.beta=1e-6", "continuation.discretisation='collocation'"], 2,
+     "tokens.beta: K e^β/(τβ)"),
+    (NOISY_CIRCLE, ["continuation.points=413", "continuation.discretisation='collocation'"], 0, ""),
+], ids=["circle-413", "sphere-201", "circle-tiny-beta", "circle-tiny-beta-collocation", "sphere-tiny-beta-collocation",
+        "circle-413-collocation"])
 def test_continuation_in_the_documented_range_has_no_traceback(tempdir, capfd, path, sets, code, names):
     got = main(["continuation", path, "--out", str(tempdir / "out"), "--quiet",
                 *[a for s in [*sets, "continuation.max_points=3", "output.plots=false"] for a in ("--set", s)]])
