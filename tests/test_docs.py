@@ -373,3 +373,30 @@ def test_the_demo_table_rows_are_their_stored_full_outputs(stored):
         if not any(_rounds_to(m.group(), y) for y in printed):
             missing.append(m.group())
     assert not missing, f"demo_{name}: {missing} not in {stored.name}"
+
+
+def test_the_single_layer_gibbs_branch_of_the_continuation_page_is_regenerated(tempdir):
+    """docs/continuation.md, the single layer: `mfpde continuation demos/gibbs_branch.toml` (seconds): the variance
+    λ/λ₂ for λ ≤ 0.1, ā to round-off against the closed form the page quotes, the variance at λ = 1."""
+    import json
+
+    from mfpde.cli import main
+    from mfpde.config import load
+
+    out = tempdir / "gibbs_branch"
+    demo = str(ROOT / "demos" / "gibbs_branch.toml")
+    assert main(["continuation", demo, "--out", str(out), "--quiet"]) == 0
+    (b,) = json.loads((out / "report.json").read_text())["branches"]
+    cfg = load(demo)
+    lam2, m0, var0, y, a = (cfg.training.lambda2, cfg.data.mean[0][0], cfg.data.cov[0][0][0], cfg.data.target[0],
+                            cfg.heads.a)
+    k = m0 * (1 + a * var0)  # theory §6.2: ā* = k(y − m₀)/(λ₂ + k²)
+    text = " ".join((DOCS / "continuation.md").read_text().split())
+    m = re.search(r"equals λ/λ₂ to (\S+) for λ ≤ ([\d.]+) and ā = ([\d.]+) \(closed form ([\d.]+)\);", text)
+    assert m, "the single-layer paragraph"
+    tol, upto, abar, closed = float(m[1]), float(m[2]), float(m[3]), float(m[4])
+    small = [(lam, v[0]) for lam, v in zip(b["parameter"], b["variance"], strict=True) if lam <= upto]
+    assert small and all(abs(v - lam / lam2) <= tol * lam / lam2 for lam, v in small), small
+    assert abs(b["order_parameter"][-1] - abar) <= 2e-16 and closed == k * (y - m0) / (lam2 + k * k)
+    (at1,) = [v[0] for lam, v in zip(b["parameter"], b["variance"], strict=True) if lam == 1.0]
+    assert f"variance {at1:.3f} at λ = 1" in text.replace("\n", " ")
