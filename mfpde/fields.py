@@ -251,6 +251,16 @@ class FieldWriter:
         else:
             self._abandon()
 
+    def __del__(self) -> None:
+        """A writer freed while open (a job that raised past it): abandoned, never closed here.
+
+        Its close is collective and came from the garbage collector at any point: after DIR's ``fields/`` was
+        removed (exit 134 in ADIOS2), or on a rank that a signal reached alone (a hang). The CLI ends the
+        process without destroying it (:func:`abandoned`).
+        """
+        if not getattr(self, "closed", True):
+            self._abandon()  # kept alive in _ABANDONED: the VTXWriter's destructor never runs
+
     def __enter__(self) -> FieldWriter:
         """The writer itself."""
         return self
