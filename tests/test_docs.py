@@ -317,8 +317,8 @@ def test_the_circles_fastest_modes_in_theory_are_the_closed_form():
 @pytest.mark.serial
 def test_the_user_guides_config_rows_are_regenerated(tempdir):
     """The user guide's table of example configs: `mfpde run demos/<name>.toml` for the three that take seconds
-    (shallow, value_heads, gaussian_2d): the risk, free energy, rates and ρ_S the rows state (timings are not
-    compared)."""
+    (shallow, value_heads, gaussian_2d): the risk, free energy, rates and ρ_S the rows state; `mfpde transport` of
+    the noisy circle and sphere: their sub-steps (timings are not compared)."""
     import csv
     import json
 
@@ -341,6 +341,11 @@ def test_the_user_guides_config_rows_are_regenerated(tempdir):
     _, h = got["gaussian_2d"]
     assert (f"risk {float(h[0]['risk']):.3f} → {float(h[-1]['risk']):.3f}, F {float(h[0]['free_energy']):.3f} → "
             f"{float(h[-1]['free_energy']):.3f}") in rows["gaussian_2d"], rows["gaussian_2d"]
+    for name, shown in (("noisy_circle", lambda n: f"{round(n, -3):,}".replace(",", " ")), ("noisy_sphere", str)):
+        out = tempdir / name  # `mfpde transport` with noise: the sub-steps the row states (12 000, 780)
+        assert main(["transport", str(ROOT / "demos" / f"{name}.toml"), "--out", str(out), "--quiet"]) == 0
+        steps = json.loads((out / "report.json").read_text())["samples"][0]["substeps"]
+        assert f"({shown(steps)} sub-steps)" in rows[name], (name, steps, rows[name])
 
 
 #: a number as a page prints it: 0.609014, 8.0e-5, 5e-13 (integers, which name sizes and counts, are left out)
