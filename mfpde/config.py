@@ -20,9 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from mfpde.config_rules import Problems, check_applies, check_input_file, check_training, parse_size
+from mfpde.config_data import check_data
+from mfpde.config_keys import unused_given
+from mfpde.config_rules import (
+    Problems,
+    check_applies,
+    check_input_file,
+    check_training,
+    parse_override,
+    parse_size,
+    require,
+)
 from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
@@ -38,7 +46,7 @@ from mfpde.config_schema import (
     Tokens,
     Training,
 )
-from mfpde.domains import DOMAINS, check_domain, data_kinds
+from mfpde.domains import check_domain
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
@@ -146,37 +154,6 @@ _DECIDING = frozenset({"tokens.domain", "tokens.solver", "tokens.mesh", "tokens.
                        "training.regularization", "continuation.parameter", "twin.optimizer"})
 #: Keys folded into another (``tokens.beta`` and ``tokens.coupling`` into ``heads.init``): used, though the resolved
 #: config does not hold them.
-_FOLDED = frozenset({"tokens.beta", "tokens.coupling"})
-
-
-def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: str) -> str:
-    """The warning line on keys given (``given``: ``section.key``) that the problem or ``command`` does not use.
-
-    Args:
-        cfg: the validated config.
-        given: the keys the file and the overrides give.
-        aside: the messages of the checks :func:`validate` did not apply (keys ``command`` does not read), each
-            ``"section.key: why"``; those of keys given are named with why they would be refused.
-        command: the CLI command.
-
-    Returns:
-        ``""`` when there is nothing to say.
-    """
-    from mfpde.config_keys import in_use  # it imports this module
-
-    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k)
-                    and not (command == "continuation" and k.startswith("continuation.")))  # its own: it reads them
-    if command == "continuation" and "tokens.coupling" in given and cfg.tokens.domain != "box":
-        unused.append("tokens.coupling (continuation varies K from continuation.start to continuation.stop)")
-    bad = [m for m in aside if m.split(":")[0] in given and m.split(":")[0] not in unused]
-    parts = []
-    if unused:
-        parts.append(f"{', '.join(unused)}: not used by this problem (ignored)")
-    if bad:
-        parts.append(f"not used by `mfpde {command}` (ignored; `mfpde run` would refuse them): {'; '.join(bad)}")
-    return "config: " + "; ".join(parts) if parts else ""
-
-
 def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     """``tokens.beta`` (and ``tokens.coupling``) off the box: heads.init becomes the single head (β, K), K = 1 unset.
 
@@ -217,9 +194,7 @@ def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> s
     return f"; did you mean {prefix}{fmt.format(close[0])}?" if close else ""
 
 
-def _require(cond: bool, key: str, msg: str) -> None:
-    if not cond:
-        raise ConfigError(f"{key}: {msg}")
+_require = require
 
 
 def _check_box(key: str, box: list[list[float]], dim: int) -> None:
@@ -307,7 +282,7 @@ def validate(cfg: Config, problems: Problems | None = None, command: str | None 
             check_domain(cfg)  # tokens.domain, and the rules of the circle or the sphere
     if omega_ok and P.clean("data"):
         with P.block():
-            _check_data(cfg)
+            check_data(cfg)
     for ok, key, msg in (
         (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),
         (lo.readout != "linear" or not dim_ok or len(lo.w) == t.dim, "loss.w", f"needs length d={t.dim}"),
@@ -369,79 +344,6 @@ def _check_heads(h: Heads) -> None:
                  "one non-negative weight per point, not all zero")
     else:
         raise ConfigError(f"heads.init.kind: must be 'gaussian' or 'diracs', got {kind!r}")
-
-
-def _check_data(cfg: Config) -> None:
-    """The data section against the token space (each check depends on the one before)."""
-    t, da = cfg.tokens, cfg.data
-    _require(da.kind in (kinds := ("gaussian", "digits", "file", *[k for d in DOMAINS for k in data_kinds(d)])),
-             "data.kind", f"must be in {kinds}")
-    if da.kind == "gaussian":
-        n = len(da.mean)
-        _require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")
-        _require(len(da.cov) == n, "data.cov", f"needs one {t.dim}x{t.dim} matrix per sample ({n})")
-        for i, c in enumerate(da.cov):
-            _check_matrix(f"data.cov[{i}]", c, t.dim)
-            if not t.mesh:
-                check_gaussian_inside(f"data (sample {i}: data.mean[{i}], data.cov[{i}])", da.mean[i], c, t.box,
-                                      "tokens.box (Ω)")
-        _require(len(da.target) == n, "data.target", f"needs one target per sample ({n})")
-    elif da.kind == "digits":
-        _require(t.dim == 2, "data.kind", "digits are images on the unit square: needs tokens.dim = 2")
-        _require(len(da.classes) == 2 and all(0 <= c <= 9 for c in da.classes) and da.classes[0] != da.classes[1],
-                 "data.classes", "two distinct digits 0..9")
-        _require(da.samples >= 2, "data.samples", "must be >= 2")
-        _require(da.seed >= 0, "data.seed", "must be >= 0")
-        _require(da.test_samples >= 0, "data.test_samples", "must be >= 0")
-        _require(len(da.origin) == 2 and all(np.isfinite(da.origin)), "data.origin", "needs 2 finite numbers")
-    elif da.kind == "file":
-        _require(bool(da.path), "data.path", "needs the .npz file of the samples (data.kind = 'file')")
-        check_input_file("data.path", da.path, "an .npz file")
-        check_npz_fits("data.path", da.path)
-
-
-def check_npz_fits(key: str, path: str) -> None:
-    """Refuse an ``.npz`` whose headers claim arrays past this node's memory, before anything is loaded.
-
-    A header claiming 2·10¹¹ elements raised numpy's ``_ArrayMemoryError`` (exit 1, a traceback): the arrays are
-    read as float64 (8 bytes per element, whatever the stored type) and all of them at once.
-
-    Raises:
-        ConfigError: naming the key, the file, the arrays' shapes and the memory of this node.
-    """
-    from mfpde.io import npz_array_sizes
-    from mfpde.limits import _memory_bytes
-
-    sizes = npz_array_sizes(path)
-    need = sum(8 * math.prod(shape) for shape, _ in sizes.values())
-    have = _memory_bytes()
-    if need > have:
-        shapes = ", ".join(f"{k} {shape}" for k, (shape, _) in sizes.items())
-        raise ConfigError(f"{key}: {str(path)!r} claims arrays of {need / 1e9:.3g} GB as float64 ({shapes}), more than "
-                          f"the {have / 1e9:.3g} GB of this node")
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """Parse ``section.key=VALUE`` (TOML value syntax; a bare word is a string).
-
-    Raises:
-        ConfigError: if there is no ``=`` or the key is not ``section.key``.
-    """
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-    key, text = item.split("=", 1)
-    path = key.strip().split(".")
-    if len(path) < 2:
-        raise ConfigError(f"--set {item!r}: KEY must be section.key")
-    try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = text
-    except ValueError as e:  # an integer of more digits than CPython converts (sys.get_int_max_str_digits)
-        raise ConfigError(f"--set {key.strip()}: {str(e).split(';')[0]}") from None
-    except RecursionError:
-        raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
-    return path, value
 
 
 def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml",  # type: ignore[assignment]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mfpde.config import _ALIASES_BACK, Config
+from mfpde.config_schema import _ALIASES_BACK, Config
 from mfpde.domains import domain_keys
 
 __all__ = ["in_use", "schema_keys", "to_toml"]
@@ -99,3 +99,32 @@ def to_toml(cfg: Config, only_in_use: bool = True) -> str:
         if body or not only_in_use:
             lines += [f"[{f.name}]", *body, ""]
     return "\n".join(lines)
+
+
+_FOLDED = frozenset({"tokens.beta", "tokens.coupling"})
+
+
+def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: str) -> str:
+    """The warning line on keys given (``given``: ``section.key``) that the problem or ``command`` does not use.
+
+    Args:
+        cfg: the validated config.
+        given: the keys the file and the overrides give.
+        aside: the messages of the checks :func:`validate` did not apply (keys ``command`` does not read), each
+            ``"section.key: why"``; those of keys given are named with why they would be refused.
+        command: the CLI command.
+
+    Returns:
+        ``""`` when there is nothing to say.
+    """
+    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k)
+                    and not (command == "continuation" and k.startswith("continuation.")))  # its own: it reads them
+    if command == "continuation" and "tokens.coupling" in given and cfg.tokens.domain != "box":
+        unused.append("tokens.coupling (continuation varies K from continuation.start to continuation.stop)")
+    bad = [m for m in aside if m.split(":")[0] in given and m.split(":")[0] not in unused]
+    parts = []
+    if unused:
+        parts.append(f"{', '.join(unused)}: not used by this problem (ignored)")
+    if bad:
+        parts.append(f"not used by `mfpde {command}` (ignored; `mfpde run` would refuse them): {'; '.join(bad)}")
+    return "config: " + "; ".join(parts) if parts else ""

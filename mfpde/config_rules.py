@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import sys
+import tomllib
 import typing
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,31 @@ def continuation_range_rules(c: Any, what: str) -> list[tuple[bool, str, str]]:
         (2 <= c.max_points <= MAX_BRANCH_POINTS, "continuation.max_points", f"must be in 2..{MAX_BRANCH_POINTS}"),
     ]
 
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Parse ``section.key=VALUE`` (TOML value syntax; a bare word is a string).
+
+    Raises:
+        ConfigError: if there is no ``=`` or the key is not ``section.key``.
+    """
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+    key, text = item.split("=", 1)
+    path = key.strip().split(".")
+    if len(path) < 2:
+        raise ConfigError(f"--set {item!r}: KEY must be section.key")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    except ValueError as e:  # an integer of more digits than CPython converts (sys.get_int_max_str_digits)
+        raise ConfigError(f"--set {key.strip()}: {str(e).split(';')[0]}") from None
+    except RecursionError:
+        raise ConfigError(f"--set {key.strip()}: the value is nested too deeply") from None
+    return path, value
+
+
+def require(cond: bool, key: str, msg: str) -> None:
+    """Raise :class:`ConfigError` ``key: msg`` unless ``cond``."""
+    if not cond:
+        raise ConfigError(f"{key}: {msg}")
