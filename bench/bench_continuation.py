@@ -26,6 +26,18 @@ K − K_c. Three ways to find K_c, each timed by ``time.process_time`` (CPU seco
 Prints a table and writes out/bench_continuation.json. Run from the repository root:
 
     python bench/bench_continuation.py [--quick | --full]
+    python bench/bench_continuation.py --peer
+
+``--peer`` (alone): ``mfpde continuation``'s two demos (demos/noisy_circle.toml, β = 4; demos/noisy_sphere.toml,
+β = 3) against a hand-written spectral Newton with pseudo-arclength written without mfpde's code
+(bench/peer_spectral_continuation.py: Fourier / Legendre amplitudes, det scan + Brent for the branch points, Brent
+on t_K for the fold), in one process, CPU of the solve by ``time.process_time`` (best of 5; set
+OMP_NUM_THREADS=1): mfpde's **events** (the same results as the peer's: the uniform branch with K_c and K_2
+located, the mode-1 branch with its fold, by :func:`mfpde.continuation.continue_branch` on the discretisation of
+``continuation.discretisation``) and its **whole diagram** (:func:`mfpde.continuation_job.noisy_branches`: also
+the curvature probes, the other branches, the Maxwell points, E and the stability at every point); then the
+whole command's process CPU (``mfpde continuation``, with and without the diagram's plot) against the peer's
+process for one solve (its imports included); and the located values' differences.
 
 Default about 2 CPU minutes (--quick: 30 s; --full adds n = 64, N = 10⁴ (about 3 CPU minutes) and N = 10⁵ (about
 30, extrapolated: not run to the end in development)).
@@ -37,6 +49,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +182,146 @@ def particles(N: int, seed: int, burn: float, measure: float, dt: float) -> dict
             "r2": r2, "modes": M, "dt": dt}
 
 
+def _demo(name: str) -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "demos" / f"noisy_{name}.toml").read_text())
+
+
+def _best(fn, repeats: int = 5) -> tuple[float, object]:
+    """(the least process CPU of ``repeats`` calls of fn, its last result)."""
+    best, out = math.inf, None
+    for _ in range(repeats):
+        c0 = time.process_time()
+        out = fn()
+        best = min(best, time.process_time() - c0)
+    return best, out
+
+
+def mfpde_events(name: str, discretisation: str = "spectral") -> dict:
+    """The peer's results by mfpde's code: K_c and K_2 on the uniform branch, the fold of the mode-1 branch."""
+    from mfpde.continuation import StepControl, branch_direction, continue_branch
+    from mfpde.continuation_job import newton_solver, threshold
+
+    cfg = _demo(name)
+    t, c = cfg["tokens"], cfg["continuation"]
+    if discretisation == "spectral":
+        mod = __import__(f"mfpde.tokens.{name}.spectral", fromlist=["x"])
+        P = getattr(mod, f"{name.capitalize()}Spectral")(c["points"], t["beta"], t["noise"])
+    else:
+        mod = __import__(f"mfpde.tokens.{name}.stationary", fromlist=["x"])
+        P = getattr(mod, f"{name.capitalize()}Stationary")(c["points"], t["beta"], t["noise"])
+    ctl = StepControl(c["step"], 1e-6, 0.25, c["start"], c["stop"], c["max_points"])
+    W = P.inner_weights()
+    with newton_solver(P) as nw:
+        t0 = np.zeros(P.m + 1)
+        t0[-1] = 1.0
+        marks = np.array([threshold(P, k) for k in range(1, P.m)])
+        uni = continue_branch(P, nw, np.concatenate([P.uniform(), [c["start"]]]), t0, W, ctl, regular_start=True,
+                              marks=marks[np.abs(marks) <= 1e6 * c["stop"]])
+        bps = [e for e in uni.events if e.kind == "branch_point"]
+        x = np.concatenate([bps[0].u, [bps[0].K]])
+        d = branch_direction(P, x, bps[0].tangent, W)
+        if P.amplitude(1) @ d[: P.m] < 0:
+            d = -d
+        point = getattr(P, "resolved_point", None)
+        br = continue_branch(P, nw, x, d, W, ctl, None if point else P.resolved, resolved_point=point)
+        folds = [e.K for e in br.events if e.kind == "fold"]
+    return {"K_c": bps[0].K, "K_2": bps[1].K if len(bps) > 1 else math.nan, "K_f": folds[0] if folds else math.nan,
+            "points": len(uni.K) + len(br.K), "unknowns": P.m}
+
+
+def mfpde_diagram(name: str, discretisation: str = "spectral") -> Callable[[], dict]:
+    """The whole diagram of ``mfpde continuation`` on the demo as a function to time, its problem built in it.
+
+    In process: no start-up, no config, no report, no plot.
+    """
+    from mfpde.config import load
+    from mfpde.continuation import StepControl
+    from mfpde.continuation_job import check_continuation, noisy_branches
+    from mfpde.domains import stationary_problem
+
+    cfg = load(ROOT / "demos" / f"noisy_{name}.toml", [f"continuation.discretisation={discretisation!r}"],
+               command="continuation")
+    beta, tau = check_continuation(cfg)
+    c = cfg.continuation
+    ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
+    return lambda: noisy_branches(stationary_problem(cfg, c.points, beta, tau), c.start, c.stop, ctl)
+
+
+def _child_cpu(cmd: list[str], repeats: int = 3) -> float:
+    """The least CPU (user + system) of ``repeats`` runs of cmd as a child process."""
+    import os
+    import resource
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    best = math.inf
+    for _ in range(repeats):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=ROOT)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return best
+
+
+def peer_comparison(repeats: int = 5, commands: bool = True) -> dict:
+    """The ``--peer`` section (module docstring): CPU of the solves and the commands, and the located values."""
+    import importlib.util
+    import sys
+    import tempfile
+
+    spec = importlib.util.spec_from_file_location("peer_spectral_continuation",
+                                                  ROOT / "bench" / "peer_spectral_continuation.py")
+    peer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peer)
+    out: dict = {}
+    for name in ("circle", "sphere"):
+        cfg = _demo(name)
+        fn = getattr(peer, name)
+        t_peer, r_peer = _best(lambda fn=fn, cfg=cfg: fn(cfg), repeats)
+        t_ev, ev = _best(lambda name=name: mfpde_events(name), repeats)
+        t_dia, dia = _best(mfpde_diagram(name), repeats)
+        t_col, _ = _best(mfpde_diagram(name, "collocation"), 1)
+        row = {"peer_cpu_s": t_peer, "events_cpu_s": t_ev, "diagram_cpu_s": t_dia, "collocation_diagram_cpu_s": t_col,
+               "events_ratio": t_ev / t_peer, "diagram_ratio": t_dia / t_peer, "mfpde": ev,
+               "peer": {k: r_peer[k] for k in ("K_c", "K_2", "K_f")},
+               "closed_form": {"K_c": r_peer["K_c_closed"], "K_2": r_peer["K_2_closed"]},
+               "fold_difference": abs(ev["K_f"] - r_peer["K_f"]) / r_peer["K_f"],
+               "K_c_error": abs(ev["K_c"] / r_peer["K_c_closed"] - 1),
+               "diagram_events": [(e["kind"], e.get("parameter")) for e in dia["bifurcations"]]}
+        if commands:
+            demo = str(ROOT / "demos" / f"noisy_{name}.toml")
+            with tempfile.TemporaryDirectory() as tmp:
+                mf = [sys.executable, "-m", "mfpde", "continuation", demo, "--quiet", "--out"]
+                row["command_cpu_s"] = _child_cpu(mf + [f"{tmp}/a"])
+                row["command_noplot_cpu_s"] = _child_cpu(mf + [f"{tmp}/b", "--set", "output.plots=false"])
+                row["command_collocation_cpu_s"] = _child_cpu(mf + [f"{tmp}/c", "--set",
+                                                                   "continuation.discretisation='collocation'"], 1)
+            code = (f"import sys, tomllib; sys.path.insert(0, {str(ROOT / 'bench')!r}); "
+                    f"import peer_spectral_continuation as p; p.{name}(tomllib.load(open({demo!r}, 'rb')))")
+            row["peer_process_cpu_s"] = _child_cpu([sys.executable, "-c", code])
+            row["command_ratio"] = row["command_noplot_cpu_s"] / row["peer_process_cpu_s"]
+        out[name] = row
+    return out
+
+
+def print_peer(res: dict) -> None:
+    """The ``--peer`` table."""
+    for name, r in res.items():
+        print(f"{name}: peer {r['peer_cpu_s']:.4f} s; mfpde events {r['events_cpu_s']:.4f} s "
+              f"({r['events_ratio']:.2f}×, {r['mfpde']['unknowns']} unknowns, {r['mfpde']['points']} points), "
+              f"whole diagram {r['diagram_cpu_s']:.4f} s ({r['diagram_ratio']:.2f}×; the collocation's "
+              f"{r['collocation_diagram_cpu_s']:.3f} s)")
+        print(f"  K_c {r['mfpde']['K_c']:.16g} (rel. error {r['K_c_error']:.1e}), K_2 {r['mfpde']['K_2']:.16g} "
+              f"(peer {r['peer']['K_2']:.16g}), fold {r['mfpde']['K_f']:.16g} (peer {r['peer']['K_f']:.16g}, "
+              f"rel. difference {r['fold_difference']:.1e})")
+        if "command_cpu_s" in r:
+            print(f"  process CPU: mfpde continuation {r['command_cpu_s']:.2f} s (without the plot "
+                  f"{r['command_noplot_cpu_s']:.2f} s, {r['command_ratio']:.2f}× the peer's process "
+                  f"{r['peer_process_cpu_s']:.2f} s; collocation {r['command_collocation_cpu_s']:.2f} s)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group()
@@ -178,7 +331,15 @@ def main() -> int:
     ap.add_argument("--measure", type=float, default=60.0, help="particles' averaging depth per K")
     ap.add_argument("--dt", type=float, default=0.02, help="Euler–Maruyama step")
     ap.add_argument("--seeds", type=int, default=None, help="seeds per N (default: 3 at N = 10³, 1 above; quick 1)")
+    ap.add_argument("--peer", action="store_true", help="only: the demos against the hand-written spectral Newton "
+                    "(bench/peer_spectral_continuation.py), solve and process CPU")
     args = ap.parse_args()
+    if args.peer:
+        peer = peer_comparison()
+        (ROOT / "out").mkdir(exist_ok=True)
+        (ROOT / "out" / "bench_continuation_peer.json").write_text(json.dumps(peer, indent=1))
+        print_peer(peer)
+        return 0
     res: dict = {"beta": BETA, "tau": TAU, "K_c_closed_form": KC, "grid": list(GRID)}
     res["continuation"] = [continuation(n) for n in (41, 63)]
     res["scan"] = [scan(n) for n in ((16,) if args.quick else (16, 32, 64) if args.full else (16, 32))]

@@ -333,7 +333,8 @@ def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], fl
 
 def continue_branch(problem: Problem, newton: Newton | DenseNewton, x0: Array, t0: Array, W: Array, ctl: StepControl,
                     resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf,
-                    regular_start: bool = False, marks: Array | None = None) -> Branch:
+                    regular_start: bool = False, marks: Array | None = None,
+                    resolved_point: Callable[[Array], bool] | None = None) -> Branch:
     """Follow the branch through x0 (a solution, (m+1,)) along the tangent t0 to an end of [lo, hi] or max_points.
 
     t0 is taken as given (at a branch point the bordered tangent system is singular: there it is the direction of
@@ -341,7 +342,9 @@ def continue_branch(problem: Problem, newton: Newton | DenseNewton, x0: Array, t
     watched for folds and branch points too. A step that leaves [lo, hi] is replaced by the point at the end of
     the range (K held there by Newton), and is watched as any other. ``marks``: parameter values of known branch
     points (the uniform state's thresholds in closed form); a step crossing two is halved (down to ``ds_min``),
-    since the sign of det ∂F/∂u does not change across an even number of them.
+    since the sign of det ∂F/∂u does not change across an even number of them. ``resolved`` (given u) or
+    ``resolved_point`` (given the point x = (u, K), for a problem whose state depends on K too: the spectral
+    discretisations' Gibbs density) ends the branch at a state the discretisation does not resolve.
 
     Returns:
         The branch (its first point x0), with the located folds and branch points; ``stopped`` says why it ended.
@@ -418,7 +421,7 @@ def continue_branch(problem: Problem, newton: Newton | DenseNewton, x0: Array, t
         if end is not None:
             br.stopped = f"{ctl.name} reached the end {end:g} of the range"
             break
-        if resolved is not None and not resolved(x[:m]):
+        if (resolved is not None and not resolved(x[:m])) or (resolved_point is not None and not resolved_point(x)):
             br.stopped = f"the state at {ctl.name} = {x[m]:.10g} is not resolved by the collocation points"
             br.early = True
             break

@@ -344,7 +344,9 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
                                 "resolve the uniform state; raise continuation.points")
             # a transcritical branch is not symmetric in a: both of its halves are followed
             for sign, side in ((1.0, ""), (-1.0, ", a < 0")) if kind == "transcritical" else ((1.0, ""),):
-                br = continue_branch(P, newton, x, sign * d, W, ctl, P.resolved, deadline)
+                point = getattr(P, "resolved_point", None)  # the spectral states depend on K too
+                br = continue_branch(P, newton, x, sign * d, W, ctl, None if point else P.resolved, deadline,
+                                     resolved_point=point)
                 for f in (e for e in br.events if e.kind == "fold"):
                     bifs.append({"kind": "fold", "parameter": f.K, "mode": k, "branch": len(branches),
                                  "order_parameter": P.order_parameter(f.u),

@@ -40,10 +40,16 @@ Array = npt.NDArray[np.float64]
 
 
 class CircleSpectral:
-    """The even stationary states in the cosine coefficients c_0..c_M, M = (N−1)/2; β, τ fixed, K the parameter.
+    """The even stationary states in the cosine coefficients c_0..c_{M′}; β, τ fixed, K the parameter.
+
+    N = ``points`` equispaced angles carry the nonlinearity (its resolution: the states' sharpness); the unknowns are
+    the coefficients of the degrees k ≤ M′ = min((N−1)/2, the first k with 2 I_k(β) < 1e-18 I_0(β)): beyond M′ the
+    kernel's eigenvalues vanish to round-off, so that the Gibbs exponent κ G∗μ, hence μ = p(μ) itself, depends on
+    those coefficients alone (the higher ones of μ follow from them: the density of a point is p(c), exact at any
+    angle).
 
     Args:
-        points: N, odd, ≥ 9 (the quadrature points of the nonlinearity; M + 1 = (N+1)/2 unknowns).
+        points: N, odd, ≥ 9.
         beta: β > 0 of the head (its a), ≤ 700.
         noise: τ > 0.
 
@@ -55,6 +61,8 @@ class CircleSpectral:
     discretisation = "spectral"
     #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation.DenseNewton`), not PETSc's SNES
     dense_newton = True
+    #: the kernel's eigenvalues below this times λ_0 are dropped (with the coefficients they multiply)
+    KERNEL_TOL = 1e-18
 
     def __init__(self, points: int, beta: float, noise: float):
         if points < 9 or points % 2 == 0:
@@ -64,16 +72,20 @@ class CircleSpectral:
         N = self.N = int(points)
         self.beta, self.noise = float(beta), float(noise)
         M = self.M = (N - 1) // 2
-        self.m = M + 1
+        self._iv = iv_orders(M + 1, self.beta)  # I_k(β), k = 0..M+1 (Miller's recurrence: no scipy)
+        small = np.nonzero(2 * self._iv[1:] < self.KERNEL_TOL * self._iv[0])[0]
+        self.m = min(M, int(small[0]) + 1 if len(small) else M) + 1  # unknowns c_0..c_{M′}
         self.k = np.arange(self.m)
         self.h = 2 * math.pi / N
-        self.theta = self.h * self.k  # the half grid 0..M of the N angles
-        self.C = np.cos(np.outer(self.theta, self.k))  # values at the half grid from the coefficients
-        self.w = np.full(self.m, 2 * self.h)  # ∫_0^{2π} f of an even f from its half-grid values (trapezoidal)
+        self.theta = self.h * np.arange(M + 1)  # the half grid 0..M of the N angles
+        allk = np.arange(M + 1)
+        cos = np.cos(np.outer(self.theta, allk))
+        self.w = np.full(M + 1, 2 * self.h)  # ∫_0^{2π} f of an even f from its half-grid values (trapezoidal)
         self.w[0] = self.h
-        norm = np.where(self.k == 0, 1 / (2 * math.pi), 1 / math.pi)
-        self.T = norm[:, None] * (self.C * self.w[:, None]).T  # coefficients from half-grid values (T C = I)
-        self._iv = iv_orders(self.m, self.beta)  # I_k(β), k = 0..m (Miller's recurrence: no scipy)
+        norm = np.where(allk == 0, 1 / (2 * math.pi), 1 / math.pi)
+        self.T_all = norm[:, None] * (cos * self.w[:, None]).T  # all M + 1 coefficients from half-grid values
+        self.T = self.T_all[: self.m]
+        self.C = cos[:, : self.m]  # values at the half grid from the unknowns
         self.lam = 2 * math.pi * self._iv[: self.m]  # λ_k = 2π I_k(β)
         self.CL = self.C * self.lam[None, :]
         self.gram = np.where(self.k == 0, 2 * math.pi, math.pi)  # ∫ cos jθ cos kθ dθ (diagonal)
@@ -87,9 +99,13 @@ class CircleSpectral:
         u[0] = 1.0 / (2 * math.pi)
         return u
 
-    def density(self, u: Array) -> Array:
-        """μ at the half grid θ_i = ih, i = 0..M (μ(−θ) = μ(θ)), shape (m,)."""
-        return self.C @ u
+    def density(self, u: Array, K: float | None = None) -> Array:
+        """μ at the half grid θ_i = ih, i = 0..M (μ(−θ) = μ(θ)), shape (M+1,).
+
+        With K: the Gibbs density p(c) of the point (c, K), the state itself where it is a solution; without, the
+        sum of the unknowns' cosines (the degrees ≤ M′ of μ).
+        """
+        return self._gibbs(u, K)[0] if K is not None else self.C @ u
 
     def mode_state(self, k: int) -> Array:
         """Cos kθ: the k-th unit vector (the null vector of the uniform state's Jacobian at τβ/I_k(β)), shape (m,)."""
@@ -108,7 +124,7 @@ class CircleSpectral:
         return np.concatenate([2 * math.pi * self.gram, [1.0]])
 
     def amplitude(self, k: int) -> Array:
-        """The row r with r·c = ∫ μ cos kθ dθ = π c_k (mode k's amplitude), shape (m,)."""
+        """The row r with r·c = ∫ μ cos kθ dθ = π c_k (mode k's amplitude), shape (m,); 0 for k > M′."""
         r = np.zeros(self.m)
         if 0 <= k < self.m:
             r[k] = self.gram[k]
@@ -150,40 +166,57 @@ class CircleSpectral:
         return float(math.pi * u[1])
 
     def interaction(self, u: Array) -> float:
-        """∬ e^{β cos(θ−φ)} dμ dμ = Σ_k λ_k ∫cos² kθ c_k² (exact in the coefficients)."""
+        """∬ e^{β cos(θ−φ)} dμ dμ = Σ_k λ_k ∫cos² kθ c_k² (exact in the coefficients: λ_k ≈ 0 beyond M′)."""
         return float(np.sum(self.lam * self.gram * u * u))
 
     def free_energy(self, u: Array, K: float) -> float:
-        """E(μ) = τ ∫ μ log μ − (K/2β) ∬ e^{β cos(θ−φ)} dμ dμ (theory §10): the entropy by the trapezoidal rule."""
-        mu = self.density(u)
+        """E(μ) = τ ∫ μ log μ − (K/2β) ∬ e^{β cos(θ−φ)} dμ dμ (theory §10) of a solution (c, K).
+
+        The entropy of μ = p(c) by the trapezoidal rule on the N angles, with log p = g − log Z exactly.
+        """
+        mu = self._gibbs(u, K)[0]
         ent = self.noise * float(self.w @ (mu * np.log(np.where(mu > 0, mu, 1.0))))
         return ent - K / (2 * self.beta) * self.interaction(u)
 
     def resolved(self, u: Array, tol: float = 1e-9) -> bool:
-        """Whether the highest coefficients |c_k|/2 are below ``tol`` times c_0 (the collocation's rule)."""
-        c = np.abs(np.asarray(u, float))
-        return bool(0.5 * c[-max(2, self.m // 8):].max() <= tol * c[0])
+        """Whether μ's highest cosine coefficients at the N angles are below ``tol`` times μ̂_0.
+
+        |μ̂_k|/2 for the top eighth of k ≤ M (the collocation's rule), μ the sum of the unknowns' cosines
+        (:meth:`resolved_point`: the density of a point).
+        """
+        return self._tail(self.C @ np.asarray(u, float), tol)
+
+    def resolved_point(self, x: Array, tol: float = 1e-9) -> bool:
+        """:meth:`resolved` of the Gibbs density p(c) of the point x = (c, K): the state itself."""
+        return self._tail(self._gibbs(x[:-1], float(x[-1]))[0], tol)
+
+    def _tail(self, mu: Array, tol: float) -> bool:
+        c = np.abs(self.T_all @ mu)
+        return bool(0.5 * c[-max(2, len(c) // 8):].max() <= tol * c[0])
 
     # -- stability ----------------------------------------------------------------------------------
     def _fine_grid(self) -> tuple[Array, ...]:
         """The half 0..2M+1 of 4M + 3 equispaced angles: weights of ∫_0^{2π} (even integrands), bases (built once).
 
-        (weights, cos kθ for k = 0..M, then for k = 1..M: cos kθ, sin kθ, (cos kθ)′, (sin kθ)′.)
+        (weights, λ_k cos kθ for k ≤ M′ (the Gibbs exponent), then for k = 1..M: cos kθ, sin kθ, (cos kθ)′,
+        (sin kθ)′.)
         """
         if self._fine is None:
             n = 4 * self.M + 3
             th = 2 * math.pi * np.arange((n + 1) // 2) / n
             wf = np.full(len(th), 4 * math.pi / n)
             wf[0] = 2 * math.pi / n
-            k = self.k[1:]
+            k = np.arange(1, self.M + 1)
             cos, sin = np.cos(np.outer(th, k)), np.sin(np.outer(th, k))
-            self._fine = (wf, np.cos(np.outer(th, self.k)), cos, sin, -sin * k, cos * k)
+            self._fine = (wf, np.cos(np.outer(th, self.k)) * self.lam[None, :], cos, sin, -sin * k, cos * k)
         return self._fine
 
     def _block(self, wf: Array, mu: Array, phi: Array, dphi: Array, K: float) -> tuple[Array, Array]:
         """(−Rᵀ H R/π² of one block (module docstring): symmetric, (M, M); R)."""
         H = self.noise * (phi * (wf / mu)[:, None]).T @ phi
-        H[np.diag_indices_from(H)] -= K / self.beta * self.lam[1:] * math.pi
+        lam = np.zeros(self.M)
+        lam[: self.m - 1] = self.lam[1:]  # λ_k ≈ 0 beyond M′
+        H[np.diag_indices_from(H)] -= K / self.beta * lam * math.pi
         R = np.linalg.cholesky((dphi * (wf * mu)[:, None]).T @ dphi)
         return -(R.T @ H @ R) / math.pi**2, R
 
@@ -205,13 +238,15 @@ class CircleSpectral:
             (eigenvalues sorted by decreasing real part, shape (count,) complex (real here); True if all real parts
             are < 0 up to 1e-9 times the largest |eigenvalue|); NaN and False where μ is not positive.
         """
-        wf, Cf, cos, sin, dcos, dsin = self._fine_grid()
+        wf, CLf, cos, sin, dcos, dsin = self._fine_grid()
         u = np.asarray(u, float)
-        mu = Cf @ u
+        g = K / (self.noise * self.beta) * (CLf @ u)
+        mu = np.exp(g - g.max())
+        mu /= float(wf @ mu)  # the state p(c) at the fine angles
         try:
             even = np.linalg.eigvalsh(self._block(wf, mu, cos, dcos, K)[0])
             S, R = self._block(wf, mu, sin, dsin, K)
-            trans = -self.k[1:] * u[1:]  # μ′ = −Σ k c_k sin kθ: the translation, in the sine block
+            trans = -np.arange(1, self.M + 1) * (self.T_all @ self._gibbs(u, K)[0])[1:]  # μ′ = −Σ k μ̂_k sin kθ
             if np.linalg.norm(trans) > 1e-8 * max(1.0, float(np.abs(mu).max())):
                 y = np.linalg.solve(R, trans)  # R⁻¹ a: its symmetric coordinates
                 y /= np.linalg.norm(y)

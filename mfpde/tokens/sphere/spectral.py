@@ -44,10 +44,15 @@ AZIMUTHAL_ORDERS = 8
 
 
 class SphereSpectral:
-    """The zonal stationary states in the Legendre coefficients c_0..c_{n−1}; β, τ fixed; K the parameter.
+    """The zonal stationary states in the Legendre coefficients c_0..c_{L′}; β, τ fixed; K the parameter.
+
+    n = ``points`` Gauss–Legendre nodes carry the nonlinearity (its resolution: the states' sharpness); the unknowns
+    are the coefficients of the degrees ℓ ≤ L′ = min(n−1, the first ℓ with (2ℓ+1) i_ℓ(β) < 1e-18 i_0(β)): beyond L′
+    the kernel's eigenvalues vanish to round-off, so that the Gibbs exponent, hence μ = p(μ) itself, depends on those
+    coefficients alone (the density of a point is p(c), exact at any t).
 
     Args:
-        points: n ≥ 9, the Gauss–Legendre nodes of the nonlinearity (and n unknowns).
+        points: n ≥ 9, the Gauss–Legendre nodes of the nonlinearity.
         beta: β > 0 of the head (its a), ≤ 700.
         noise: τ > 0.
 
@@ -59,27 +64,34 @@ class SphereSpectral:
     discretisation = "spectral"
     #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation.DenseNewton`), not PETSc's SNES
     dense_newton = True
+    #: the kernel's eigenvalues (2ℓ+1) i_ℓ(β) below this times i_0(β) are dropped (with the coefficients they multiply)
+    KERNEL_TOL = 1e-18
 
     def __init__(self, points: int, beta: float, noise: float):
         if points < 9:
             raise ValueError(f"the spectral discretisation needs >= 9 points, got {points}")
         if not noise > 0 or not beta > 0:
             raise ValueError(f"need τ > 0 and β > 0, got τ = {noise}, β = {beta}")
-        n = self.N = self.m = int(points)
+        n = self.N = int(points)
         self.beta, self.noise = float(beta), float(noise)
-        self.ell = np.arange(n)
+        self._in = spherical_in_orders(n, self.beta)  # i_ℓ(β), ℓ = 0..n (Miller's recurrence: no scipy)
+        ell = np.arange(n + 1)
+        small = np.nonzero((2 * ell[1:] + 1) * self._in[1:] < self.KERNEL_TOL * self._in[0])[0]
+        self.m = min(n - 1, int(small[0]) + 1 if len(small) else n - 1) + 1  # unknowns c_0..c_{L′}
+        self.ell = np.arange(self.m)
         self.t, self.w = legendre.leggauss(n)
         self.q = 2 * math.pi * self.w
-        self.V = legendre.legvander(self.t, n - 1)
-        self.C = ((2 * self.ell + 1) / 2)[:, None] * (self.V * self.w[:, None]).T  # values → coefficients
-        self._in = spherical_in_orders(n, self.beta)  # i_ℓ(β), ℓ = 0..n (Miller's recurrence: no scipy)
-        self.lam = 4 * math.pi * self._in[:n]  # λ_ℓ = 4π i_ℓ(β)
+        V = np.asarray(legendre.legvander(self.t, n - 1), dtype=float)
+        self.C_all = ((2 * np.arange(n) + 1) / 2)[:, None] * (V * self.w[:, None]).T  # values → all n coefficients
+        self.C = self.C_all[: self.m]
+        self.V = V[:, : self.m]
+        self.lam = 4 * math.pi * self._in[: self.m]  # λ_ℓ = 4π i_ℓ(β)
         self.VL = self.V * self.lam[None, :]
         self.gram = 4 * math.pi / (2 * self.ell + 1)  # ∫_{S²} P_ℓ² dσ
-        self._I = np.eye(n)
-        # √(1−t²) P_ℓ′(t_i): the rotations' f = √(1−t²) μ′ at the nodes from the coefficients
-        self.sdV = np.sqrt(1.0 - self.t**2)[:, None] * np.column_stack(
-            [legendre.legval(self.t, legendre.legder(self._I[j])) if j else np.zeros(n) for j in range(n)])
+        self._I = np.eye(self.m)
+        self._In = np.eye(n)
+        # √(1−t²) P_ℓ′(t_i), ℓ ≤ L′: the rotations' f = √(1−t²) μ′ at the nodes (μ′ = κ μ (G∗μ)′ from the unknowns)
+        self.sdVL = _sine_derivatives(self.t, V)[:, : self.m] * self.lam[None, :]
         self._fine: tuple[Array, ...] | None = None
         self._B: dict[int, Array] = {}
 
@@ -90,9 +102,13 @@ class SphereSpectral:
         u[0] = 1.0 / (4 * math.pi)
         return u
 
-    def density(self, u: Array) -> Array:
-        """μ at the n nodes, shape (n,)."""
-        return self.V @ u
+    def density(self, u: Array, K: float | None = None) -> Array:
+        """μ at the n nodes, shape (n,).
+
+        With K the Gibbs density p(c) of the point (c, K) (the state itself where it is a solution), without it the
+        sum of the unknowns' Legendre polynomials (the degrees ≤ L′ of μ).
+        """
+        return self._gibbs(u, K)[0] if K is not None else self.V @ u
 
     def mode_state(self, k: int) -> Array:
         """P_k: the k-th unit vector (the null vector of the uniform state's Jacobian at τβ/i_k(β)), shape (n,)."""
@@ -157,38 +173,54 @@ class SphereSpectral:
         return float(np.sum(self.lam * self.gram * u * u))
 
     def free_energy(self, u: Array, K: float) -> float:
-        """E(μ) = τ ∫ μ log μ − (K/2β) ∬ e^{β x·y} dμ dμ (theory §10): the entropy by the Gauss rule."""
-        mu = self.density(u)
+        """E(μ) = τ ∫ μ log μ − (K/2β) ∬ e^{β x·y} dμ dμ (theory §10) of a solution (c, K).
+
+        The entropy of μ = p(c) by the Gauss rule, the interaction in the coefficients.
+        """
+        mu = self._gibbs(u, K)[0]
         ent = self.noise * float(self.q @ (mu * np.log(np.where(mu > 0, mu, 1.0))))
         return ent - K / (2 * self.beta) * self.interaction(u)
 
     def resolved(self, u: Array, tol: float = 1e-9) -> bool:
-        """Whether the highest Legendre coefficients are below ``tol`` times c_0 (the collocation's rule)."""
-        c = np.abs(np.asarray(u, float))
-        return bool(c[-max(2, self.m // 8):].max() <= tol * c[0])
+        """Whether μ's highest Legendre coefficients (the top eighth of the n) are below ``tol`` times its mean.
+
+        The collocation's rule; μ the sum of the unknowns' polynomials (:meth:`resolved_point`: the density of a point).
+        """
+        return self._tail(self.V @ np.asarray(u, float), tol)
+
+    def resolved_point(self, x: Array, tol: float = 1e-9) -> bool:
+        """:meth:`resolved` of the Gibbs density p(c) of the point x = (c, K): the state itself."""
+        return self._tail(self._gibbs(x[:-1], float(x[-1]))[0], tol)
+
+    def _tail(self, mu: Array, tol: float) -> bool:
+        c = np.abs(self.C_all @ mu)
+        return bool(c[-max(2, self.N // 8):].max() <= tol * c[0])
 
     # -- stability ----------------------------------------------------------------------------------
     def _fine_rule(self) -> tuple[Array, ...]:
-        """The 2n Gauss–Legendre nodes' weights of ∫_{S²}, P_ℓ and (1−t²)^{½} P_ℓ′ there (ℓ ≥ 1), built once."""
+        """The 2n Gauss–Legendre nodes' weights of ∫_{S²}, λ_ℓ P_ℓ (ℓ ≤ L′), P_ℓ and √(1−t²) P_ℓ′ (1 ≤ ℓ < n) there."""
         if self._fine is None:
-            n = self.m
+            n = self.N
             t, w = legendre.leggauss(2 * n)
             V = np.asarray(legendre.legvander(t, n - 1), dtype=float)
-            dV = np.column_stack([legendre.legval(t, legendre.legder(np.eye(n)[j])) for j in range(n)])
-            s = np.sqrt(1.0 - t**2)
-            self._fine = (2 * math.pi * w, V, V[:, 1:], np.asarray(s[:, None] * dV[:, 1:], dtype=float))
+            self._fine = (2 * math.pi * w, V[:, : self.m] * self.lam[None, :], V[:, 1:], _sine_derivatives(t, V)[:, 1:])
         return self._fine
 
     def zonal_block(self, u: Array, K: float) -> Array:
         """The symmetric −Rᵀ Ĥ R of the zonal perturbations, degrees 1..n−1 (module docstring): (n−1, n−1)."""
-        qf, Vf, P, dP = self._fine_rule()
-        mu = Vf @ np.asarray(u, float)
-        g = 1.0 / np.sqrt(self.gram[1:])  # G^{−½}
+        qf, VLf, P, dP = self._fine_rule()
+        g = K / (self.noise * self.beta) * (VLf @ np.asarray(u, float))
+        mu = np.exp(g - g.max())
+        mu /= float(qf @ mu)  # the state p(c) at the fine nodes
+        gram = 4 * math.pi / (2 * np.arange(1, self.N) + 1)
+        lam = np.zeros(self.N - 1)
+        lam[: self.m - 1] = self.lam[1:]  # λ_ℓ ≈ 0 beyond L′
+        h = 1.0 / np.sqrt(gram)  # G^{−½}
         H = self.noise * (P * (qf / mu)[:, None]).T @ P
-        H[np.diag_indices_from(H)] -= K / self.beta * self.lam[1:] * self.gram[1:]
+        H[np.diag_indices_from(H)] -= K / self.beta * lam * gram
         Mm = (dP * (qf * mu)[:, None]).T @ dP
-        R = np.linalg.cholesky(g[:, None] * Mm * g[None, :])
-        return -(R.T @ (g[:, None] * H * g[None, :]) @ R)
+        R = np.linalg.cholesky(h[:, None] * Mm * h[None, :])
+        return -(R.T @ (h[:, None] * H * h[None, :]) @ R)
 
     def _kernel(self, m: int) -> Array:
         """e^{β t t′} 2π I_m(β s s′) at the n nodes (state-free: the orders 1..8 built at the first call)."""
@@ -209,14 +241,12 @@ class SphereSpectral:
         tested by a Cholesky factorisation of S_m + 1e-9 τ I. At m = 1 the rotations of a non-uniform state
         (g = √(q/μ) √(1−t²) μ′, eigenvalue 0) are first shifted to τ by adding τ ĝĝᵀ.
         """
-        mu = self.density(u)
-        if not np.all(mu > 0):
-            return False
+        mu, kappa = self._gibbs(u, K)
         s = np.sqrt(self.q * mu)
-        rot = self.sdV @ np.asarray(u, float)
-        shift = 1e-9 * self.noise * self._I
+        rot = kappa * mu * (self.sdVL @ np.asarray(u, float))  # √(1−t²) μ′, μ′ = κ μ (G∗μ)′
+        shift = 1e-9 * self.noise * self._In
         for m in range(1, orders + 1):
-            S = self.noise * self._I - K / (2 * math.pi * self.beta) * np.outer(s, s) * self._kernel(m) + shift
+            S = self.noise * self._In - K / (2 * math.pi * self.beta) * np.outer(s, s) * self._kernel(m) + shift
             if m == 1 and np.abs(rot).max() > 1e-8 * np.abs(mu).max():
                 g = rot * np.sqrt(self.q / mu)
                 g /= np.linalg.norm(g)
@@ -241,6 +271,17 @@ class SphereSpectral:
             (the zonal eigenvalues sorted by decreasing real part, shape (count,) complex (real here); True if they
             are < 0 up to 1e-9 times the largest |eigenvalue| and :meth:`azimuthal_stable`).
         """
-        vals = np.sort(np.linalg.eigvalsh(self.zonal_block(u, K)))[::-1][:count].astype(complex)
+        try:
+            vals = np.sort(np.linalg.eigvalsh(self.zonal_block(u, K)))[::-1][:count].astype(complex)
+        except np.linalg.LinAlgError:  # μ not positive somewhere: no stability to speak of
+            return np.full(count, np.nan, dtype=complex), False
         zonal = bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
         return vals, zonal and self.azimuthal_stable(u, K)
+
+
+def _sine_derivatives(t: Array, V: Array) -> Array:
+    """√(1−t²) P_ℓ′(t) from V = P_ℓ(t), ℓ = 0..L, at nodes |t| < 1: ℓ (P_{ℓ−1} − t P_ℓ)/√(1−t²), shape of V."""
+    out = np.zeros_like(V)
+    ell = np.arange(1, V.shape[1])
+    out[:, 1:] = ell[None, :] * (V[:, :-1] - t[:, None] * V[:, 1:]) / np.sqrt(1.0 - t**2)[:, None]
+    return out
