@@ -65,6 +65,7 @@ def _load_checks() -> None:
         circle,
         circle_flow,
         conservation,
+        continuation_branches,
         continuation_checks,
         deep,
         free_energy,
