@@ -91,6 +91,8 @@ class CircleSpectral:
         self.gram = np.where(self.k == 0, 2 * math.pi, math.pi)  # ∫ cos jθ cos kθ dθ (diagonal)
         self._I = np.eye(self.m)
         self._fine: tuple[Array, ...] | None = None
+        #: what the continuation's report adds: the discretisation and its number of unknowns
+        self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
 
     # -- states ---------------------------------------------------------------------------------
     def uniform(self) -> Array:

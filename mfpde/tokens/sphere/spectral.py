@@ -93,6 +93,8 @@ class SphereSpectral:
         # √(1−t²) P_ℓ′(t_i), ℓ ≤ L′: the rotations' f = √(1−t²) μ′ at the nodes (μ′ = κ μ (G∗μ)′ from the unknowns)
         self.sdVL = _sine_derivatives(self.t, V)[:, : self.m] * self.lam[None, :]
         self._fine: tuple[Array, ...] | None = None
+        #: what the continuation's report adds: the discretisation and its number of unknowns
+        self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
         self._B: dict[int, Array] = {}
 
     # -- states ---------------------------------------------------------------------------------
