@@ -1,4 +1,7 @@
-"""Pseudo-arclength continuation (Keller 1977) with Newton's method by PETSc SNES, fold and branch-point detection.
+"""Pseudo-arclength continuation (Keller 1977) with Newton's method, fold and branch-point detection.
+
+Newton's method is PETSc's SNES (:class:`Newton`) or, for the small dense problems of the spectral discretisations,
+the same iteration in numpy (:class:`DenseNewton`).
 
 A problem is F(u, K) = 0, u ∈ R^m, K the parameter, with its exact Jacobian (∂F/∂u (m, m), ∂F/∂K (m,)). A point
 of a branch is x = (u, K); the tangent t solves [∂F/∂u ∂F/∂K; t_prevᵀW] t = [0; 1] (W: the weights of the inner

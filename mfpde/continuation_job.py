@@ -1,11 +1,15 @@
 """The ``continuation`` job: the stationary states of noisy tokens (circle, sphere) against the coupling K (§10).
 
 From the uniform state at ``continuation.start`` the uniform branch is continued towards ``stop``
-(:mod:`mfpde.continuation` on :class:`~mfpde.tokens.circle.stationary.CircleStationary`, or on the sphere's zonal
-states, :class:`~mfpde.tokens.sphere.stationary.SphereStationary`); at each branch point on it (K_k = τβ/I_k(β)
+(:mod:`mfpde.continuation` on the circle's even states or the sphere's zonal ones, by ``continuation.discretisation``:
+"spectral", :class:`~mfpde.tokens.circle.spectral.CircleSpectral` /
+:class:`~mfpde.tokens.sphere.spectral.SphereSpectral` (Fourier / Legendre coefficients, numpy's Newton), or
+"collocation",
+:class:`~mfpde.tokens.circle.stationary.CircleStationary` / :class:`~mfpde.tokens.sphere.stationary.SphereStationary`
+(PETSc's SNES, SLEPc)); at each branch point on it (K_k = τβ/I_k(β)
 for the mode k on the circle, τβ/i_k(β) for the degree k on the sphere) the job switches onto the bifurcating
 branch and continues it in the same range. Along every branch: K, the order parameter |μ̂_1|, the free energy
-E(μ), the leading eigenvalue of the linearisation (SLEPc) and the stable flag. Each bifurcation from the uniform
+E(μ), the leading eigenvalue of the linearisation and the stable flag. Each bifurcation from the uniform
 state is classified by the curvature c₂ = dK/d(a²) of the bifurcating branch at the point (a = ∫ μ cos kθ dθ on
 the circle, ∫ μ P_k(x_3) dσ on the sphere: the mode's amplitude), measured by four Newton solves at fixed
 amplitudes ±ρ and ±2ρ (ρ = 10⁻²) and Richardson's extrapolation of the even part (error O(ρ⁴)):
