@@ -141,3 +141,16 @@ def test_the_command_imports_neither_petsc_nor_dolfinx(tmp_path):
     assert [e["kind"] for e in rep["bifurcations"]] == ["subcritical", "fold", "maxwell", "supercritical"]
     assert abs(rep["bifurcations"][0]["parameter"] - 4.0 / sp.iv(1, 4.0)) < 1e-13
     assert math.isclose(rep["bifurcations"][1]["parameter"], 0.38706899595, rel_tol=1e-10)
+
+
+def test_bench_events_are_the_diagrams():
+    """bench_continuation --peer: mfpde's events (K_c, the fold) on both demos are the command's diagram's."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_continuation
+
+    for name in ("circle", "sphere"):
+        ev = bench_continuation.mfpde_events(name)
+        dia = bench_continuation.mfpde_diagram(name)()
+        kinds = {e["kind"]: e["parameter"] for e in reversed(dia["bifurcations"])}
+        assert ev["K_c"] == kinds["subcritical"] and abs(ev["K_f"] / kinds["fold"] - 1) < 1e-10, (ev, kinds)
+        assert ev["unknowns"] < 30
