@@ -66,6 +66,8 @@ class SphereSpectral:
     dense_newton = True
     #: the kernel's eigenvalues (2ℓ+1) i_ℓ(β) below this times i_0(β) are dropped (with the coefficients they multiply)
     KERNEL_TOL = 1e-18
+    #: the zonal stability block stops 2 degrees beyond the state's last coefficient above this times c_0
+    BLOCK_TOL = 1e-14
 
     def __init__(self, points: int, beta: float, noise: float):
         if points < 9:
@@ -208,14 +210,27 @@ class SphereSpectral:
             self._fine = (2 * math.pi * w, V[:, : self.m] * self.lam[None, :], V[:, 1:], _sine_derivatives(t, V)[:, 1:])
         return self._fine
 
-    def zonal_block(self, u: Array, K: float) -> Array:
-        """The symmetric −Rᵀ Ĥ R of the zonal perturbations, degrees 1..n−1 (module docstring): (n−1, n−1)."""
+    def block_size(self, u: Array, K: float) -> int:
+        """The degrees 1..Lt of the zonal block: 2 beyond the state's last Legendre coefficient above BLOCK_TOL c_0.
+
+        The coefficients in the norm of L²(S²) (c_ℓ/√(2ℓ+1)), whose round-off does not grow with ℓ.
+        At least the unknowns' degrees, at most n−1. The leading eigenvectors are as smooth as the state (as on the
+        circle, :meth:`~mfpde.tokens.circle.spectral.CircleSpectral.block_size`).
+        """
+        coef = np.abs(self.C_all @ self._gibbs(u, K)[0]) / np.sqrt(2 * np.arange(self.N) + 1)  # in L²(S²)'s norm
+        big = np.nonzero(coef >= self.BLOCK_TOL * coef[0])[0]
+        return int(min(self.N - 1, max(self.m + 1, int(big[-1]) + 2)))
+
+    def zonal_block(self, u: Array, K: float, degrees: int | None = None) -> Array:
+        """The symmetric −Rᵀ Ĥ R of the zonal perturbations (module docstring), degrees 1..``degrees`` (n−1)."""
         qf, VLf, P, dP = self._fine_rule()
+        Lt = self.N - 1 if degrees is None else degrees
+        P, dP = P[:, :Lt], dP[:, :Lt]
         g = K / (self.noise * self.beta) * (VLf @ np.asarray(u, float))
         mu = np.exp(g - g.max())
         mu /= float(qf @ mu)  # the state p(c) at the fine nodes
-        gram = 4 * math.pi / (2 * np.arange(1, self.N) + 1)
-        lam = np.zeros(self.N - 1)
+        gram = 4 * math.pi / (2 * np.arange(1, Lt + 1) + 1)
+        lam = np.zeros(Lt)
         lam[: self.m - 1] = self.lam[1:]  # λ_ℓ ≈ 0 beyond L′
         h = 1.0 / np.sqrt(gram)  # G^{−½}
         H = self.noise * (P * (qf / mu)[:, None]).T @ P
@@ -274,7 +289,8 @@ class SphereSpectral:
             are < 0 up to 1e-9 times the largest |eigenvalue| and :meth:`azimuthal_stable`).
         """
         try:
-            vals = np.sort(np.linalg.eigvalsh(self.zonal_block(u, K)))[::-1][:count].astype(complex)
+            block = self.zonal_block(u, K, self.block_size(u, K))
+            vals = np.sort(np.linalg.eigvalsh(block))[::-1][:count].astype(complex)
         except np.linalg.LinAlgError:  # μ not positive somewhere: no stability to speak of
             return np.full(count, np.nan, dtype=complex), False
         zonal = bool(np.all(vals.real < 1e-9 * max(1.0, float(np.abs(vals).max(initial=0.0)))))
