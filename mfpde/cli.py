@@ -32,19 +32,19 @@ from mfpde.environment import (
     blas_threads,
     check_launcher,
     exit_timeout,
-    jit_cache_problem,
     keep_freed_memory,
     private_caches,
-    repair_jit_cache,
 )
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
+from mfpde.jit_cache import jit_cache_problem, repair_jit_cache
 from mfpde.limits import check_resolved
 from mfpde.outdir import reserved
 from mfpde.petsc_start import start_petsc
+from mfpde.progress import Bar, bar_wanted, progress
 
 if TYPE_CHECKING:
-    from mfpde.training.driver import ProgressFactory
+    pass
 
 logger = logging.getLogger("mfpde")
 
@@ -324,52 +324,6 @@ def _out_dir(args: argparse.Namespace) -> Path:
     return Path("out") / f"{args.command}-{stem}"
 
 
-#: The progress bar: steps done of the total, elapsed time, ETA (tqdm's estimate of the remaining time), rate.
-BAR_FORMAT = ("{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} steps "
-              "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}{postfix}]")
-
-
-class _Bar:
-    """A tqdm bar on stderr with the ``mfpde`` log lines written above it (``logging_redirect_tqdm``) until closed."""
-
-    def __init__(self, total: int, initial: int, desc: str = "mfpde run", unit: str = "step") -> None:
-        from tqdm import tqdm  # only on a terminal
-        from tqdm.contrib.logging import logging_redirect_tqdm
-
-        self._redirect = logging_redirect_tqdm(loggers=[logger])
-        self._redirect.__enter__()
-        self._bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, file=sys.stderr,
-                         bar_format=BAR_FORMAT.replace(" steps ", f" {unit}s "))
-
-    def update(self, n: int = 1) -> object:
-        """Advance by n training steps."""
-        return self._bar.update(n)
-
-    def describe(self, text: str) -> None:
-        """Show what runs now after the counts (verify: the check's name)."""
-        self._bar.set_postfix_str(text)
-
-    def close(self) -> None:
-        """Close the bar and give the log lines their handler back."""
-        self._bar.close()
-        self._redirect.__exit__(None, None, None)
-
-
-def _bar_wanted(quiet: bool) -> bool:
-    """Whether to show a tqdm bar: on a terminal, rank 0 only, not with ``--quiet``."""
-    return not (quiet or MPI.COMM_WORLD.rank != 0 or not sys.stderr.isatty())
-
-
-def _progress(quiet: bool, desc: str = "mfpde run") -> ProgressFactory | None:
-    """A tqdm bar with an ETA on a terminal (rank 0 only), else None (a log line per output step is printed instead).
-
-    While the bar is shown, log lines go through ``tqdm.write`` so they do not break it.
-    """
-    if not _bar_wanted(quiet):
-        return None
-    return lambda total, initial: _Bar(total, initial, desc)
-
-
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "continuation":  # neither dolfinx nor the training (a second of start-up)
         from mfpde.continuation_job import continuation_job
@@ -385,7 +339,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         with OutputLock(out, comm):
             return verify_job(out, quick=args.quick, only=args.only, comm=comm,
-                              progress=(lambda n: _Bar(n, 0, "mfpde verify", "check")) if _bar_wanted(args.quiet)
+                              progress=(lambda n: Bar(n, 0, "mfpde verify", "check")) if bar_wanted(args.quiet)
                               else None)
     said: list[str] = []  # the line on keys not used: once the input passed the door (a refusal is one line)
     cfg = config.load(args.config, args.overrides, command=args.command, warn=said.append)
@@ -394,7 +348,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         logger.warning("%s", line)
     if args.command == "transport":
         with OutputLock(out, comm):
-            transport_job(cfg, out, comm, progress=_progress(args.quiet, "mfpde transport"))
+            transport_job(cfg, out, comm, progress=progress(args.quiet, "mfpde transport"))
         return 0
     if args.command == "twin":
         from mfpde.twin.job import twin_job
@@ -407,7 +361,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "run":
         with OutputLock(out, comm):
-            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=_progress(args.quiet),
+            result = run_job(cfg, out, resume=args.resume, comm=comm, progress=progress(args.quiet),
                              overwrite=args.overwrite)
         if result.status == "interrupted":
             if comm.rank == 0:

@@ -105,8 +105,9 @@ def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
     check's row shows its registered kind, its numbers in their columns and its whole threshold."""
     import json
 
-    from mfpde.verify.job import COLUMNS, _load_checks, format_table
+    from mfpde.verify.job import _load_checks
     from mfpde.verify.registry import CHECKS
+    from mfpde.verify.table import COLUMNS, format_table
 
     _load_checks()
     records = json.loads((ROOT / "docs" / "_static" / "verify_last.json").read_text())["checks"]
@@ -141,7 +142,7 @@ def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
 
 def test_verify_table_reads_reports_without_reference_columns():
     """A report written before the reference and error columns (``value`` only) still prints, those cells empty."""
-    from mfpde.verify.job import format_table
+    from mfpde.verify.table import format_table
 
     old = [{"name": "adjoint_taylor", "kind": "slope", "value": 1.98, "threshold": "|slope − 2| < 0.1", "passed": True,
             "wall_s": 3.0}]

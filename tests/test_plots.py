@@ -280,8 +280,8 @@ class _Tty(io.StringIO):
 
 @pytest.mark.serial  # the bar is rank 0's
 def test_progress_bar_has_an_eta_and_log_lines_do_not_break_it(monkeypatch):
-    from mfpde import cli
     from mfpde.io import setup_logging
+    from mfpde.progress import progress
 
     root = logging.getLogger("mfpde")
     saved = root.handlers[:], root.level
@@ -289,7 +289,7 @@ def test_progress_bar_has_an_eta_and_log_lines_do_not_break_it(monkeypatch):
     monkeypatch.setattr(sys, "stderr", fake)
     try:
         setup_logging()
-        factory = cli._progress(quiet=False)
+        factory = progress(quiet=False)
         assert factory is not None
         bar = factory(4, 0)
         bar.update(1)

@@ -30,11 +30,12 @@ def check_rows() -> list[dict[str, Any]]:
     """The registered checks with what the docs say of each (in the registry's order).
 
     The measured, reference, error and threshold cells are those of the check's record in the last full run
-    (``_static/verify_last.json``), the same cells as the terminal table (:func:`mfpde.verify.job.table_cells`);
+    (``_static/verify_last.json``), the same cells as the terminal table (:func:`mfpde.verify.table.table_cells`);
     empty when that run did not have the check.
     """
-    from mfpde.verify.job import COLUMNS, _load_checks, table_cells
+    from mfpde.verify.job import _load_checks
     from mfpde.verify.registry import CHECKS
+    from mfpde.verify.table import COLUMNS, table_cells
 
     _load_checks()
     last_path = DOCS / "_static" / "verify_last.json"

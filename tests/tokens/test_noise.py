@@ -168,7 +168,8 @@ def test_the_logged_substep_bounds_hold(tmp_path, noise):
     """The DG run's up-front estimate says "at most N sub-steps": N held for noise-free runs but not with noise (the
     Scharfetter–Gummel step, h²/(2τ + 2|u|h) per cfl, is smaller than the CFL rule's) nor with the rounding up of
     every depth step's count (57 618 sub-steps against a logged "at most 55 614")."""
-    from mfpde.tokens.circle.job import circle_heads, dg_substep_estimate
+    from mfpde.tokens.circle.job import circle_heads
+    from mfpde.tokens.circle.work import dg_substep_estimate
     from mfpde.transport_job import transport_job
 
     cfg = C.load("demos/noisy_circle.toml", [f"tokens.noise={noise}", "tokens.cells=[64]", "depth.T=2.0",
