@@ -481,7 +481,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
         has status "failed" and what was computed).
     """
     if cfg.continuation.parameter == "lambda" and cfg.tokens.domain == "box":
-        from mfpde.environment import repair_jit_cache
+        from mfpde.jit_cache import repair_jit_cache
 
         _start_petsc()
         repair_jit_cache()  # the command line leaves it to the continuation (mfpde.cli)
