@@ -35,6 +35,7 @@ from mfpde.config_schema import (
     _ALIASES,
     _ALIASES_BACK,
     _FAMILY_KEYS,
+    DEPTH_SCHEMES,
     FAMILY_DEFAULTS,
     Config,
     Data,
@@ -50,7 +51,6 @@ from mfpde.domains import check_domain
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
 from mfpde.limits import check_matrix as _check_matrix
-from mfpde.tokens.rk import DEPTH_SCHEMES
 
 __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "Depth", "Heads", "Loss", "Output",
            "Petsc", "Problems", "Tokens", "Training", "from_dict", "load", "suggest", "validate"]

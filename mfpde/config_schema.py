@@ -10,8 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FAMILY_DEFAULTS", "Config", "Continuation", "Data", "Depth", "Heads", "Loss", "Output", "Petsc", "Tokens",
-           "Training", "Twin"]
+__all__ = ["DEPTH_SCHEMES", "FAMILY_DEFAULTS", "Config", "Continuation", "Data", "Depth", "Heads", "Loss", "Output",
+           "Petsc", "Tokens", "Training", "Twin"]
+
+
+#: The depth integrators of the token transport (``depth.scheme``): SSP Runge–Kutta of order ≥ 3, by their names
+#: in :data:`mfpde.tokens.rk.SCHEMES`.
+DEPTH_SCHEMES = ("ssp_rk3", "ssp_rk3_4", "ssp_rk4_10")
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Depth:
     decades: float = 6.0  # spacing "log": the decades of depth the output depths span below T
     model: str = "weight-tied"
     layers: int = 1
-    scheme: str = "ssp_rk3"  # the box transport's depth integrator (mfpde.tokens.rk.DEPTH_SCHEMES)
+    scheme: str = "ssp_rk3"  # the box transport's depth integrator (one of DEPTH_SCHEMES)
 
 
 #: Θ defaults per head family (of dimension p): ``value`` (θ = v) has the v-axis of ``scalar``'s (θ = (a, v)).

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.budget import spend
+from mfpde.config_schema import DEPTH_SCHEMES
 from mfpde.tokens.stepping import MAX_SUBSTEPS, first_step_error, substeps_error
 
 __all__ = ["DEPTH_SCHEMES", "FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "SSP_RK3_4", "SSP_RK4_10", "DepthAdjoint",
@@ -117,8 +118,6 @@ SSP_RK4_10 = ShuOsher("ssp_rk4_10", 4,
                        (0.0, 0.0, 0.0, 0.0, 0.06, *(0.0,) * 4, 0.1)))
 #: The schemes by name.
 SCHEMES = {s.name: s for s in (FORWARD_EULER, SSP_RK2, SSP_RK3, SSP_RK3_4, SSP_RK4_10)}
-#: The depth integrators of the token transport (``depth.scheme``): SSP, order ≥ 3.
-DEPTH_SCHEMES = ("ssp_rk3", "ssp_rk3_4", "ssp_rk4_10")
 
 
 class DepthOperator(Protocol):
