@@ -30,6 +30,8 @@ def _start(order: int, x: float) -> int:
 def _ratios(order: int, x: Array, half: bool) -> Array:
     """I_{k+s}(x)/I_s(x) for k = 0..order (s = ½ if ``half`` else 0), shape (order+1, *x.shape); x > 0."""
     s = 0.5 if half else 0.0
+    if x.ndim == 0:  # one argument: the recurrence in Python floats (numpy's per-element overhead is 100×)
+        return _ratios_scalar(order, float(x), s)
     out = np.zeros((order + 1, *x.shape))
     hi = np.zeros_like(x)
     cur = np.full_like(x, 1e-300)
@@ -43,6 +45,20 @@ def _ratios(order: int, x: Array, half: bool) -> Array:
             scale = np.where(big, 1.0 / _BIG, 1.0)
             hi, cur, out = hi * scale, cur * scale, out * scale
     return out / out[0]
+
+
+def _ratios_scalar(order: int, x: float, s: float) -> Array:
+    """:func:`_ratios` of one argument x > 0."""
+    out = [0.0] * (order + 1)
+    hi, cur = 0.0, 1e-300
+    for nu in range(_start(order, x), 0, -1):
+        hi, cur = cur, hi + (2 * (nu + s) / x) * cur  # I_{nu−1+s}
+        if nu - 1 <= order:
+            out[nu - 1] = cur
+        if cur > _BIG:
+            hi, cur = hi / _BIG, cur / _BIG
+            out = [v / _BIG for v in out]
+    return np.array(out) / out[0]
 
 
 def iv_orders(order: int, x: float | Array) -> Array:
