@@ -93,6 +93,8 @@ class CircleSpectral:
         self.gram = np.where(self.k == 0, 2 * math.pi, math.pi)  # ∫ cos jθ cos kθ dθ (diagonal)
         self._I = np.eye(self.m)
         self._fine: tuple[Array, ...] | None = None
+        self._last_gibbs: tuple[float, Array, Array, float] | None = None
+        self._last_jacobian: tuple[float, Array, Array, Array] | None = None
         #: what the continuation's report adds: the discretisation and its number of unknowns
         self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
 
@@ -109,7 +111,7 @@ class CircleSpectral:
         With K: the Gibbs density p(c) of the point (c, K), the state itself where it is a solution; without, the
         sum of the unknowns' cosines (the degrees ≤ M′ of μ).
         """
-        return self._gibbs(u, K)[0] if K is not None else self.C @ u
+        return np.array(self._gibbs(u, K)[0]) if K is not None else self.C @ u
 
     def mode_state(self, k: int) -> Array:
         """Cos kθ: the k-th unit vector (the null vector of the uniform state's Jacobian at τβ/I_k(β)), shape (m,)."""
@@ -141,6 +143,18 @@ class CircleSpectral:
         return int(np.argmax(c))
 
     def _gibbs(self, c: Array, K: float) -> tuple[Array, float]:
+        """(p(c) at the quadrature points, κ), not to be written.
+
+        The last point's is kept: Newton's residual and Jacobian, det ∂F/∂c and the tangent ask for the same point.
+        """
+        last = self._last_gibbs
+        if last is not None and last[0] == K and np.array_equal(last[1], c):
+            return last[2], last[3]
+        p, kappa = self._gibbs_at(c, K)
+        self._last_gibbs = (K, np.array(c, dtype=float), p, kappa)
+        return p, kappa
+
+    def _gibbs_at(self, c: Array, K: float) -> tuple[Array, float]:
         kappa = K / (self.noise * self.beta)
         g = kappa * (self.CL @ c)
         p = np.exp(g - g.max())
@@ -149,16 +163,19 @@ class CircleSpectral:
     # -- the equation ---------------------------------------------------------------------------
     def residual(self, u: Array, K: float) -> Array:
         """F(c, K) = c − T p(c), shape (m,)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.asarray(u, float) - self.T @ self._gibbs(u, K)[0]
+        return np.asarray(u, float) - self.T @ self._gibbs(u, K)[0]  # a failed trial: non-finite, rejected
 
     def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
         """(∂F/∂c (m, m), ∂F/∂K (m,)), exact (module docstring)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            p, kappa = self._gibbs(u, K)
-            SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)
-            TSB = self.T @ SB
-            return self._I - kappa * TSB, -(TSB @ u) / (self.noise * self.beta)
+        last = self._last_jacobian  # the same point's, asked in turn by det ∂F/∂c and the tangent (not to be written)
+        if last is not None and last[0] == K and np.array_equal(last[1], u):
+            return last[2], last[3]
+        p, kappa = self._gibbs(u, K)
+        SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)
+        TSB = self.T @ SB
+        Ju, JK = self._I - kappa * TSB, -(TSB @ u) / (self.noise * self.beta)
+        self._last_jacobian = (K, np.array(u, dtype=float), Ju, JK)
+        return Ju, JK
 
     # -- what a branch reports ----------------------------------------------------------------------
     def order_parameter(self, u: Array) -> float:

@@ -95,6 +95,8 @@ class SphereSpectral:
         # √(1−t²) P_ℓ′(t_i), ℓ ≤ L′: the rotations' f = √(1−t²) μ′ at the nodes (μ′ = κ μ (G∗μ)′ from the unknowns)
         self.sdVL = _sine_derivatives(self.t, V)[:, : self.m] * self.lam[None, :]
         self._fine: tuple[Array, ...] | None = None
+        self._last_gibbs: tuple[float, Array, Array, float] | None = None
+        self._last_jacobian: tuple[float, Array, Array, Array] | None = None
         #: what the continuation's report adds: the discretisation and its number of unknowns
         self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
         self._B: dict[int, Array] = {}
@@ -112,7 +114,7 @@ class SphereSpectral:
         With K the Gibbs density p(c) of the point (c, K) (the state itself where it is a solution), without it the
         sum of the unknowns' Legendre polynomials (the degrees ≤ L′ of μ).
         """
-        return self._gibbs(u, K)[0] if K is not None else self.V @ u
+        return np.array(self._gibbs(u, K)[0]) if K is not None else self.V @ u
 
     def mode_state(self, k: int) -> Array:
         """P_k: the k-th unit vector (the null vector of the uniform state's Jacobian at τβ/i_k(β)), shape (n,)."""
@@ -144,6 +146,18 @@ class SphereSpectral:
         return int(np.argmax(c))
 
     def _gibbs(self, c: Array, K: float) -> tuple[Array, float]:
+        """(p(c) at the quadrature points, κ), not to be written.
+
+        The last point's is kept: Newton's residual and Jacobian, det ∂F/∂c and the tangent ask for the same point.
+        """
+        last = self._last_gibbs
+        if last is not None and last[0] == K and np.array_equal(last[1], c):
+            return last[2], last[3]
+        p, kappa = self._gibbs_at(c, K)
+        self._last_gibbs = (K, np.array(c, dtype=float), p, kappa)
+        return p, kappa
+
+    def _gibbs_at(self, c: Array, K: float) -> tuple[Array, float]:
         kappa = K / (self.noise * self.beta)
         g = kappa * (self.VL @ c)
         p = np.exp(g - g.max())
@@ -152,16 +166,19 @@ class SphereSpectral:
     # -- the equation ---------------------------------------------------------------------------
     def residual(self, u: Array, K: float) -> Array:
         """F(c, K) = c − C p(c), shape (n,)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.asarray(u, float) - self.C @ self._gibbs(u, K)[0]
+        return np.asarray(u, float) - self.C @ self._gibbs(u, K)[0]  # a failed trial: non-finite, rejected
 
     def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
         """(∂F/∂c (n, n), ∂F/∂K (n,)), exact (module docstring)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            p, kappa = self._gibbs(u, K)
-            SB = p[:, None] * self.VL - np.outer(p, (self.q * p) @ self.VL)
-            CSB = self.C @ SB
-            return self._I - kappa * CSB, -(CSB @ u) / (self.noise * self.beta)
+        last = self._last_jacobian  # the same point's, asked in turn by det ∂F/∂c and the tangent (not to be written)
+        if last is not None and last[0] == K and np.array_equal(last[1], u):
+            return last[2], last[3]
+        p, kappa = self._gibbs(u, K)
+        SB = p[:, None] * self.VL - np.outer(p, (self.q * p) @ self.VL)
+        CSB = self.C @ SB
+        Ju, JK = self._I - kappa * CSB, -(CSB @ u) / (self.noise * self.beta)
+        self._last_jacobian = (K, np.array(u, dtype=float), Ju, JK)
+        return Ju, JK
 
     # -- what a branch reports ----------------------------------------------------------------------
     def order_parameter(self, u: Array) -> float:
