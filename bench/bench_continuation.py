@@ -201,7 +201,8 @@ def _best(fn, repeats: int = 5) -> tuple[float, object]:
 def mfpde_events(name: str, discretisation: str = "spectral") -> dict:
     """The peer's results by mfpde's code: K_c and K_2 on the uniform branch, the fold of the mode-1 branch."""
     from mfpde.continuation import StepControl, branch_direction, continue_branch
-    from mfpde.continuation_job import newton_solver, threshold
+    from mfpde.continuation_job import threshold
+    from mfpde.continuation_newton import newton_solver
 
     cfg = _demo(name)
     t, c = cfg["tokens"], cfg["continuation"]

@@ -191,7 +191,7 @@ def _petsc_options_problem(e: BaseException) -> str:
     """The line for a PETSc error that ``PETSC_OPTIONS`` caused, where no solver said so itself ("" otherwise).
 
     The solvers with options of their own name them (:class:`mfpde.petsc.LinearSolver`,
-    :func:`mfpde.continuation_job.newton_solver`); any other SNES or KSP reading the variable (the λ continuation's,
+    :func:`mfpde.continuation_newton.newton_solver`); any other SNES or KSP reading the variable (the λ continuation's,
     ``-mfpde_cont_snes_type bogus``) raised PETSc's error 86 with its stack (exit 1). Classified by PETSc's error
     code, with the variable set.
     """

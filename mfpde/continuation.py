@@ -1,7 +1,7 @@
 """Pseudo-arclength continuation (Keller 1977) with Newton's method, fold and branch-point detection.
 
 Newton's method is PETSc's SNES (:class:`Newton`) or, for the small dense problems of the spectral discretisations,
-the same iteration in numpy (:class:`DenseNewton`).
+the same iteration in numpy (:class:`mfpde.continuation_newton.DenseNewton`): any :class:`Solver`.
 
 A problem is F(u, K) = 0, u ∈ R^m, K the parameter, with its exact Jacobian (∂F/∂u (m, m), ∂F/∂K (m,)). A point
 of a branch is x = (u, K); the tangent t solves [∂F/∂u ∂F/∂K; t_prevᵀW] t = [0; 1] (W: the weights of the inner
@@ -32,7 +32,7 @@ from mpi4py import MPI  # noqa: F401  (before petsc4py)
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Branch", "DenseNewton", "Event", "Newton", "Problem", "StepControl", "branch_direction",
+__all__ = ["Branch", "Event", "Newton", "Problem", "Solver", "StepControl", "branch_direction",
            "continue_branch", "tangent"]
 
 Array = npt.NDArray[np.float64]
@@ -51,6 +51,15 @@ class Problem(Protocol):
 
     def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
         """(∂F/∂u (m, m), ∂F/∂K (m,))."""
+
+
+class Solver(Protocol):
+    """Newton's method under one linear constraint: :class:`Newton`, :class:`~mfpde.continuation_newton.DenseNewton`."""
+
+    its: int
+
+    def solve(self, x0: Array, a: Array, b: float) -> Array | None:
+        """The solution x (m+1,) of F(x) = 0, aᵀx = b from x0, or None if Newton did not converge."""
 
 
 @dataclass(frozen=True)
@@ -196,69 +205,6 @@ class Newton:
         self.close()
 
 
-class DenseNewton:
-    """Newton's method on F(u, K) = 0 with one linear constraint aᵀx = b, in numpy (LAPACK's LU): no PETSc.
-
-    The iteration of :class:`Newton` (SNES ``newtonls`` with the basic line search, ``rtol = stol = 0``): full
-    steps x ← x − J⁻¹F until ‖(F, aᵀx − b)‖₂ ≤ ``atol`` (tested before each step, so a solution takes none), failing
-    on a non-finite residual, a singular Jacobian, a residual 10⁴ times the first (SNES's divergence test) or
-    ``max_it`` steps. For the small dense problems of the spectral discretisations, where SNES's own cost would
-    dominate. Same interface: :meth:`solve`, ``its``, :meth:`close` (nothing to free).
-    """
-
-    #: SNES's divergence tolerance: a residual above this times the first ends the iteration (diverged).
-    DIVTOL = 1e4
-
-    def __init__(self, problem: Problem, m: int, atol: float = 1e-12, max_it: int = 25):
-        self.problem, self.m, self.atol, self.max_it = problem, m, float(atol), int(max_it)
-        self.its = 0
-
-    def solve(self, x0: Array, a: Array, b: float) -> Array | None:
-        """The solution x (m+1,) from x0 under aᵀx = b, or None if Newton did not converge."""
-        m = self.m
-        a = np.asarray(a, float)
-        x = np.array(x0, dtype=float)
-        J = np.empty((m + 1, m + 1))
-        J[m] = a
-        f = np.empty(m + 1)
-        first = math.nan
-        with np.errstate(all="ignore"):
-            for it in range(self.max_it + 1):
-                f[:m] = self.problem.residual(x[:m], float(x[m]))
-                f[m] = a @ x - b
-                norm = math.sqrt(float(f @ f))
-                if not math.isfinite(norm):
-                    return None
-                if it == 0:
-                    first = norm
-                elif norm > self.DIVTOL * first:
-                    return None
-                if norm <= self.atol:
-                    return x if np.all(np.isfinite(x)) else None
-                if it == self.max_it:
-                    return None
-                Ju, JK = self.problem.jacobian(x[:m], float(x[m]))
-                J[:m, :m] = Ju
-                J[:m, m] = JK
-                try:
-                    dx = np.linalg.solve(J, f)
-                except np.linalg.LinAlgError:
-                    return None
-                x -= dx
-                self.its += 1
-        return None
-
-    def close(self) -> None:
-        """Nothing to free (for the interface of :class:`Newton`)."""
-
-    def __enter__(self) -> DenseNewton:
-        """The solver itself."""
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """:meth:`close`."""
-
-
 def tangent(problem: Problem, x: Array, prev: Array, W: Array) -> Array:
     """The unit tangent at x (⟨t, t⟩_W = 1) oriented along ``prev`` (⟨t, prev⟩_W > 0), shape (m+1,)."""
     m = len(x) - 1
@@ -292,13 +238,13 @@ def _det(problem: Problem, x: Array) -> float:
     return float(sign * math.exp(min(logdet, 700.0)))
 
 
-def _correct(newton: Newton | DenseNewton, x: Array, t: Array, ds: float, W: Array) -> Array | None:
+def _correct(newton: Solver, x: Array, t: Array, ds: float, W: Array) -> Array | None:
     pred = x + ds * t
     a = W * t
     return newton.solve(pred, a, float(a @ pred))
 
 
-def _locate(newton: Newton | DenseNewton, x: Array, t: Array, ds: float, W: Array, test: Callable[[Array], float],
+def _locate(newton: Solver, x: Array, t: Array, ds: float, W: Array, test: Callable[[Array], float],
             f0: float, f1: float) -> tuple[Array, float]:
     """(the point of the step from x along t where ``test`` changes sign, its Δs): Illinois on Δs ∈ (0, ds)."""
     a, b, fa, fb = 0.0, ds, f0, f1
@@ -334,7 +280,7 @@ def _fold_test(problem: Problem, t_old: Array, W: Array) -> Callable[[Array], fl
     return lambda v: float(tangent(problem, v, t_old, W)[-1])
 
 
-def continue_branch(problem: Problem, newton: Newton | DenseNewton, x0: Array, t0: Array, W: Array, ctl: StepControl,
+def continue_branch(problem: Problem, newton: Solver, x0: Array, t0: Array, W: Array, ctl: StepControl,
                     resolved: Callable[[Array], bool] | None = None, deadline: float = math.inf,
                     regular_start: bool = False, marks: Array | None = None,
                     resolved_point: Callable[[Array], bool] | None = None) -> Branch:

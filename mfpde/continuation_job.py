@@ -37,9 +37,10 @@ from mfpde import __version__
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.config_rules import LN_TINY, continuation_range_rules
-from mfpde.continuation import Branch, DenseNewton, Newton, StepControl, branch_direction, continue_branch
+from mfpde.continuation import Branch, Solver, StepControl, branch_direction, continue_branch
+from mfpde.continuation_newton import brent, newton_solver, start_petsc
 from mfpde.domains import domain_attribute, stationary_problem
-from mfpde.errors import ConfigError, InputRefused, NumericalError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 
@@ -146,109 +147,6 @@ def threshold(P: Stationary, k: int) -> float:
     return K if not math.isnan(K) else math.inf
 
 
-#: The options prefix of the continuation's SNES (:class:`mfpde.continuation.Newton`).
-NEWTON_PREFIX = "mfpde_cont_"
-
-
-def newton_solver(P: Stationary, atol: float = 1e-12) -> Newton | DenseNewton:
-    """The continuation's Newton solver of P, its PETSc options refused as input (exit 2), not as a bug.
-
-    A problem with ``dense_newton`` (the spectral discretisations: a few dozen unknowns) is solved by numpy's
-    :class:`~mfpde.continuation.DenseNewton` (the same iteration, no PETSc); the others by PETSc's SNES.
-    ``PETSC_OPTIONS="-mfpde_cont_snes_type bogus"`` raised PETSc's error 86 from SNESSetFromOptions (exit 1 and its
-    stack, on every rank).
-
-    Raises:
-        InputRefused: naming ``PETSC_OPTIONS`` and the options of the prefix given (the output directory is
-            restored: :mod:`mfpde.outdir`).
-    """
-    if getattr(P, "dense_newton", False):
-        return DenseNewton(P, P.m, **dense_newton_options(atol))
-    _start_petsc()
-    from petsc4py import PETSc
-
-    db = PETSc.Options()
-    given = " ".join(f"-{k} {v}".rstrip() for k, v in sorted(db.getAll().items()) if k.startswith(NEWTON_PREFIX))
-    try:
-        newton = Newton(P, P.m, atol=atol)
-    except PETSc.Error as e:
-        lines = [ln.split("] ", 1)[-1].strip() for ln in str(e).splitlines() if ln.strip()]
-        why = lines[-1] if lines else str(e)
-        raise InputRefused(f"PETSC_OPTIONS (or the command line): PETSc rejected {given or 'the options'} of the "
-                           f"continuation's Newton solver (prefix -{NEWTON_PREFIX}): {why}") from None
-    return newton
-
-
-#: The options of the continuation's prefix that numpy's Newton reads (the others are SNES's: refused there), with
-#: their types; and those it takes as they are (its iteration is SNES's newtonls, basic line search, LU).
-DENSE_OPTIONS = {"snes_max_it": int, "snes_atol": float}
-DENSE_AS_IS = {"snes_type": "newtonls", "snes_linesearch_type": "basic", "ksp_type": "preonly", "pc_type": "lu"}
-
-
-def _petsc_options(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The options of ``PETSC_OPTIONS`` under the continuation's prefix (name without it → value, "" for none)."""
-    import os
-
-    words = (os.environ if env is None else env).get("PETSC_OPTIONS", "").split()
-    out = {}
-    for i, w in enumerate(words):
-        if w.startswith("-" + NEWTON_PREFIX):
-            nxt = words[i + 1] if i + 1 < len(words) else ""
-            is_value = nxt and not (nxt.startswith("-") and not _number(nxt))
-            out[w[1 + len(NEWTON_PREFIX):]] = nxt if is_value else ""
-    return out
-
-
-def _number(word: str) -> bool:
-    try:
-        float(word)
-    except ValueError:
-        return False
-    return True
-
-
-def dense_newton_options(atol: float = 1e-12, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The keyword arguments of :class:`~mfpde.continuation.DenseNewton` (``atol``, ``max_it``) with ``PETSC_OPTIONS``.
-
-    The spectral discretisations are solved without PETSc, by the iteration of its SNES; the options of the prefix
-    ``-mfpde_cont_`` that it has (``snes_max_it``, ``snes_atol``) are read from ``PETSC_OPTIONS`` as SNES would,
-    those naming its own choices (``snes_type newtonls``, ...) are accepted, the eigensolver's (``eps_``) do not
-    apply, and any other is refused as SNES refuses a bad one.
-
-    Raises:
-        InputRefused: naming ``PETSC_OPTIONS`` and the option.
-    """
-    given = _petsc_options(env)
-    kw: dict[str, Any] = {"atol": atol}
-    for name, value in given.items():
-        if name.startswith("eps_"):
-            continue
-        line = f"-{NEWTON_PREFIX}{name} {value}".rstrip()
-        if name in DENSE_OPTIONS:
-            try:
-                v = DENSE_OPTIONS[name](value)
-            except ValueError:
-                v = None
-            if v is None or not (v >= 0 if name == "snes_max_it" else v > 0):
-                raise InputRefused(f"PETSC_OPTIONS: {line}: the continuation's Newton solver takes a "
-                                   f"{'count >= 0' if name == 'snes_max_it' else 'number > 0'} there")
-            kw["max_it" if name == "snes_max_it" else "atol"] = v
-        elif DENSE_AS_IS.get(name) != value:
-            raise InputRefused(f"PETSC_OPTIONS: {line}: the spectral discretisation's Newton solver (numpy's: "
-                               f"newtonls, basic line search, LU) reads -{NEWTON_PREFIX}snes_max_it and "
-                               f"-{NEWTON_PREFIX}snes_atol only; continuation.discretisation = 'collocation' is solved "
-                               "by PETSc's SNES")
-    return kw
-
-
-def _start_petsc() -> None:
-    """Start PETSc as the command line does (its signal handler off), where the continuation first needs it."""
-    from mfpde import signals
-    from mfpde.petsc_start import start_petsc
-
-    start_petsc(signals.quiet_petsc)
-
-
 def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
     """|∫ μ cos kθ dθ| (circle), |∫ μ P_k dσ| (sphere, S^{d−1}) of the state u: the report's amplitude.
 
@@ -264,7 +162,7 @@ def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
     return np.concatenate([P.amplitude(k), [0.0]])
 
 
-def curvature(P: Stationary, newton: Newton | DenseNewton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+def curvature(P: Stationary, newton: Solver, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₂ = dK/d(a²) at the branch point x_bp of mode k (module docstring); NaN if a probe fails.
 
     Richardson on the even part K_e(a) = (K(a) + K(−a))/2 at ρ and 2ρ: the coefficient of a² whether or not the
@@ -285,7 +183,7 @@ def curvature(P: Stationary, newton: Newton | DenseNewton, x_bp: np.ndarray, dir
     return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)
 
 
-def slope(P: Stationary, newton: Newton | DenseNewton, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
+def slope(P: Stationary, newton: Solver, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₁ = dK/da at the branch point x_bp of mode k: (K(ρ) − K(−ρ))/2ρ by two Newton solves; NaN if one fails."""
     a = _amplitude_row(P, k)
     amp = float(a @ direction)
@@ -363,7 +261,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
     return {"branches": branches, "bifurcations": bifs, "newton_iterations": its, "warnings": warnings}
 
 
-def maxwell_points(P: Stationary, newton: Newton | DenseNewton, br: Branch, block: dict[str, Any], k: int,
+def maxwell_points(P: Stationary, newton: Solver, br: Branch, block: dict[str, Any], k: int,
                    index: int) -> list[dict[str, Any]]:
     """The Maxwell points on a bifurcating branch: where its STABLE part's free energy equals the uniform state's.
 
@@ -421,52 +319,6 @@ def maxwell_points(P: Stationary, newton: Newton | DenseNewton, br: Branch, bloc
     return out
 
 
-def brent(f: Any, a: float, b: float, xtol: float, rtol: float, maxiter: int = 100) -> float:
-    """A root of f in [a, b] (f(a), f(b) of opposite signs) by Brent's method, as scipy.optimize.brentq.
-
-    The algorithm of scipy's ``brentq`` (Brent 1973, ch. 4: inverse quadratic or secant steps kept inside the
-    bracket, bisection otherwise) to |Δx| ≤ xtol + rtol |x|; here so that the continuation does not import
-    scipy.optimize (half a second of start-up).
-    """
-    xpre, xcur = a, b
-    fpre, fcur = f(xpre), f(xcur)
-    if fpre == 0:
-        return xpre
-    if fcur == 0:
-        return xcur
-    if (fpre > 0) == (fcur > 0):
-        raise ValueError("f(a) and f(b) must have opposite signs")
-    xblk, fblk, spre, scur = 0.0, 0.0, 0.0, 0.0
-    for _ in range(maxiter):
-        if fpre != 0 and fcur != 0 and (fpre < 0) != (fcur < 0):
-            xblk, fblk = xpre, fpre
-            spre = scur = xcur - xpre
-        if abs(fblk) < abs(fcur):
-            xpre, xcur, xblk = xcur, xblk, xcur
-            fpre, fcur, fblk = fcur, fblk, fcur
-        delta = (xtol + rtol * abs(xcur)) / 2
-        sbis = (xblk - xcur) / 2
-        if fcur == 0 or abs(sbis) < delta:
-            return xcur
-        if abs(spre) > delta and abs(fcur) < abs(fpre):
-            if xpre == xblk:  # interpolate
-                stry = -fcur * (xcur - xpre) / (fcur - fpre)
-            else:  # extrapolate
-                dpre = (fpre - fcur) / (xpre - xcur)
-                dblk = (fblk - fcur) / (xblk - xcur)
-                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
-            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # good short step
-                spre, scur = scur, stry
-            else:  # bisect
-                spre, scur = sbis, sbis
-        else:
-            spre, scur = sbis, sbis
-        xpre, fpre = xcur, fcur
-        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
-        fcur = f(xcur)
-    return xcur
-
-
 #: The circle's name of :func:`noisy_branches`.
 noisy_circle_branches = noisy_branches
 
@@ -483,7 +335,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     if cfg.continuation.parameter == "lambda" and cfg.tokens.domain == "box":
         from mfpde.jit_cache import repair_jit_cache
 
-        _start_petsc()
+        start_petsc()
         repair_jit_cache()  # the command line leaves it to the continuation (mfpde.cli)
         from mfpde.training.gibbs_job import gibbs_job
 

@@ -381,3 +381,24 @@ def test_each_point_records_the_step_that_reached_it():
             t = br.tangents[br.bases[j]]
             assert abs(float(np.sum(W * t * (X[j] - X[br.bases[j]]))) - br.steps[j]) <= 1e-11, j
         assert all(abs(float(np.sum(W * t * t)) - 1) <= 1e-13 for t in br.tangents)
+
+
+def test_brent_is_scipys_brentq():
+    """The continuation's Brent (no scipy import) finds scipy.optimize.brentq's roots, to its tolerance."""
+    import math
+
+    from scipy.optimize import brentq
+
+    from mfpde.continuation_newton import brent
+
+    cases = [(lambda x: x**3 - 2 * x - 5, 2.0, 3.0), (lambda x: math.cos(x) - x, 0.0, 1.0),
+             (lambda x: math.exp(x) - 1e6, 0.0, 20.0), (lambda x: (x - 0.3) ** 3, 0.0, 1.0),
+             (lambda x: math.tanh(50 * (x - 0.7)), -1.0, 2.0)]
+    for f, a, b in cases:
+        want = brentq(f, a, b, xtol=1e-14, rtol=1e-15, maxiter=500)
+        got = brent(f, a, b, xtol=1e-14, rtol=1e-15, maxiter=500)
+        assert abs(got - want) <= 2e-14 + 2e-15 * abs(want), (got, want)
+    import pytest
+
+    with pytest.raises(ValueError):
+        brent(lambda x: x * x + 1, -1.0, 1.0, 1e-12, 1e-15)

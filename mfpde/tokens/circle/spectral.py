@@ -59,7 +59,7 @@ class CircleSpectral:
 
     domain = "circle"
     discretisation = "spectral"
-    #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation.DenseNewton`), not PETSc's SNES
+    #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation_newton.DenseNewton`), not PETSc's SNES
     dense_newton = True
     #: the kernel's eigenvalues below this times λ_0 are dropped (with the coefficients they multiply)
     KERNEL_TOL = 1e-18

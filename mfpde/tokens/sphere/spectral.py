@@ -13,7 +13,7 @@ and C the projection (C V = I),
 Λ = diag(λ_ℓ): the collocation of :class:`~mfpde.tokens.sphere.stationary.SphereStationary` at the same n nodes with
 its kernel matrix replaced by the exact one on the polynomials of degree < n (they differ by the quadrature error
 of the azimuthally integrated kernel: spectrally small). K_c = τβ/i_1(β) to round-off. Newton's method is numpy's
-(:class:`~mfpde.continuation.DenseNewton`: no PETSc).
+(:class:`~mfpde.continuation_newton.DenseNewton`: no PETSc).
 
 Stability against ZONAL perturbations: L δμ = ∇·(μ ∇(H δμ)), H δμ = τ δμ/μ − (K/β) G∗δμ (the Wasserstein gradient
 flow: L = −𝓜H, 𝓜 = −∇·μ∇ ≥ 0); in the degrees ℓ = 1..n−1 (mass zero) the Galerkin matrices
@@ -62,7 +62,7 @@ class SphereSpectral:
 
     domain = "sphere"
     discretisation = "spectral"
-    #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation.DenseNewton`), not PETSc's SNES
+    #: the continuation solves it by numpy's Newton (:class:`mfpde.continuation_newton.DenseNewton`), not PETSc's SNES
     dense_newton = True
     #: the kernel's eigenvalues (2ℓ+1) i_ℓ(β) below this times i_0(β) are dropped (with the coefficients they multiply)
     KERNEL_TOL = 1e-18
