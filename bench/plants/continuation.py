@@ -1,4 +1,7 @@
-"""Plants in the continuation (mfpde/continuation.py, mfpde/continuation_job.py) and the checks that catch them.
+"""Plants in the continuation and its spectral discretisations, and the checks that catch them.
+
+The files: mfpde/continuation.py, mfpde/continuation_job.py, mfpde/tokens/circle/spectral.py and
+mfpde/tokens/sphere/spectral.py.
 
 Read by bench/plant_bugs.py: name → (file, old text, new text, catching checks, what the bug is).
 """
@@ -52,4 +55,36 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/continuation_job.py", '"mode": k, "amplitude": [mode_amplitude(P, u, k) for u in br.u],',
         '"mode": k, "amplitude": [mode_amplitude(P, u, 1) for u in br.u],',
         ["continuation_stability"], "every branch reports mode 1's amplitude, not its own mode's"),
+    "spectral_circle_eigenvalue_index": (
+        "mfpde/tokens/circle/spectral.py", "self.lam = 2 * math.pi * self._iv[: self.m]",
+        "self.lam = 2 * math.pi * self._iv[1 : self.m + 1]",
+        ["noisy_threshold", "continuation_fold"],
+        "spectral circle: the kernel's eigenvalues one index off (λ_k = 2π I_{k+1}(β))"),
+    "spectral_circle_covariance_2x": (
+        "mfpde/tokens/circle/spectral.py", "SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)",
+        "SB = p[:, None] * self.CL - 2 * np.outer(p, (self.w * p) @ self.CL)",
+        ["continuation_fold"], "spectral circle: the Jacobian's covariance term (the normalisation's) doubled"),
+    "spectral_circle_translation_kept": (
+        "mfpde/tokens/circle/spectral.py", "S -= (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)",
+        "S += (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)",
+        ["continuation_stability"],
+        "spectral circle: the sine block's translation mode shifted to the top of the spectrum, not out of it"),
+    "spectral_sphere_gram_1d": (
+        "mfpde/tokens/sphere/spectral.py", "self.gram = 4 * math.pi / (2 * self.ell + 1)  # ∫_{S²} P_ℓ² dσ",
+        "self.gram = 2 / (2 * self.ell + 1)  # ∫_{S²} P_ℓ² dσ",
+        ["continuation_fold"], "spectral sphere: the Legendre norm ∫P_ℓ² of [−1, 1] (2/(2ℓ+1)), not of S²"),
+    "spectral_sphere_block_kernel_gram": (
+        "mfpde/tokens/sphere/spectral.py", "H[np.diag_indices_from(H)] -= K / self.beta * lam * gram",
+        "H[np.diag_indices_from(H)] -= K / self.beta * lam",
+        ["continuation_stability"],
+        "spectral sphere: the stability block's kernel term without the Gram matrix (λ_ℓ, not λ_ℓ ∫P_ℓ² dσ)"),
+    "spectral_sphere_eigenvalue_scale": (
+        "mfpde/tokens/sphere/spectral.py", "self.lam = 4 * math.pi * self._in[: self.m]",
+        "self.lam = 2 * math.pi * self._in[: self.m]",
+        ["noisy_threshold_sphere", "continuation_curvature"],
+        "spectral sphere: the Funk–Hecke eigenvalues 2π i_ℓ(β) (the circle's factor), not 4π i_ℓ(β)"),
+    "spectral_circle_translation_unremoved": (
+        "mfpde/tokens/circle/spectral.py", "S -= (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)", "pass",
+        ["continuation_stability"],
+        "spectral circle: the sine block's translation mode (eigenvalue 0 to the discretisation) left in"),
 }

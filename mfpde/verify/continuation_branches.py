@@ -1,6 +1,8 @@
 """Checks of the continuation's stability labels, its arclength condition and a step landing on a branch point.
 
 The references (:mod:`mfpde.verify.zonal_reference`) are written from the definitions, apart from the continuation.
+Each check runs on both discretisations (:data:`~mfpde.verify.continuation_checks.DISCRETISATIONS`: the spectral
+default, then the collocation), with the continuation's own Newton solver of each, the same cases and bounds.
 
 * ``continuation_stability``: the ``stable`` flag of every point of every branch (circle β = 4: the uniform branch,
   mode 1 through its fold, mode 2; sphere β = 3: the uniform branch, degree 1 through its fold) against the sign
@@ -10,11 +12,14 @@ The references (:mod:`mfpde.verify.zonal_reference`) are written from the defini
   here at the reference's state of the point's amplitude: for this gradient flow its sign is the linearisation's
   (Sylvester's law of inertia). Points within δ = 1e-8 max μ/min μ of 0 are not compared: the code calls a leading
   eigenvalue below 1e-9 stable (its eigensolver's round-off), and a marginal mode's eigenvalues of the two differ by
-  the mobility ∫μ|∇(ν/μ)|²/∫ν²/μ ≥ min μ/max μ (Poincaré). At every point also: K against the reference's K(a)
+  the mobility ∫μ|∇(ν/μ)|²/∫ν²/μ ≥ min μ/max μ (Poincaré). At a compared stable point the reported leading
+  eigenvalue must also be below −1e-9 (δ carried back by the same bound): a zero mode left in the spectrum (the
+  translation) would stand at the top. At every point also: K against the reference's K(a)
   (bifurcating branches; their first point against τβ/I_k, τβ/i_k), the free energy E and the order parameter by
   the reference's quadrature, to 1e-7 relative (the collocation's tail ≤ 1e-9 where continued, times a sensitivity
   ≤ 100); on the uniform branch the leading eigenvalue against max_k k²(K I_k/β − τ) (sphere: ℓ(ℓ+1)(K i_ℓ/β − τ)),
-  to 1e4 ε ‖L‖ (‖L‖ ≈ τ(N/2)², τN²: the round-off of the dense eigenvalues).
+  to 1e4 ε ‖L‖ (‖L‖ ≈ τ(N/2)², τN²: the round-off of the dense eigenvalues; the spectral blocks' degrees stop at
+  N/2 and N − 1, so their ‖L‖ is at most that).
 * ``continuation_arclength``: on the circle (β = 4, N = 81), the uniform branch over [0.38, 0.66] and the mode-1
   branch from K_c through its fold (clustered states, steps grown by 1.5 and halved): every point j satisfies
   Keller's condition ⟨t_b, x_j − x_b⟩_W = Δs_j for the point b it was predicted from (the branch's ``tangents``,
@@ -37,7 +42,16 @@ from typing import Any
 import numpy as np
 import scipy.special
 
-from mfpde.verify.continuation_checks import BUDGET_S, EPS, Array, continued, problem
+from mfpde.verify.continuation_checks import (
+    BUDGET_S,
+    DISCRETISATIONS,
+    EPS,
+    Array,
+    continued,
+    problem,
+    solver,
+    worst_line,
+)
 from mfpde.verify.registry import Outcome, register
 from mfpde.verify.zonal_reference import (
     ZonalReference,
@@ -111,6 +125,9 @@ STABILITY_CASES = (("circle", 4.0, 81, (0.38, 0.66)), ("sphere", 3.0, 48, (1.18,
 #: δ = 1e-8 max μ/min μ.
 STABILITY_BAND = 1e-8
 FINE = 256
+#: The code's stable band on the leading eigenvalue of L: at the points compared where δ²E's least is > δ, the
+#: leading eigenvalue must lie below −1e-9.
+LEAD_BAND = 1e-9
 #: Bound on the relative error of a point's K, E and order parameter against the reference's state of its amplitude:
 #: the collocation's tail (≤ 1e-9 where the branch is continued) times a sensitivity ≤ 100 (module docstring).
 POINT_TOL = 1e-7
@@ -123,8 +140,9 @@ def check_continuation_stability(quick: bool) -> Outcome:
     """Every point's ``stable`` against δ²E's least eigenvalue; its K, E, |μ̂₁|, λ_lead against the reference."""
     tau = 1.0
     bad, compared, skipped, rows, worst = 0, 0, 0, [], 0.0
-    for domain, beta, n, (lo, hi) in STABILITY_CASES:
-        P = problem(domain, n, beta, tau)
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    for disc, domain, beta, n, (lo, hi) in [(d, *c) for d in DISCRETISATIONS for c in STABILITY_CASES]:
+        P = problem(domain, n, beta, tau, disc)
         D = _Domain(domain, beta, tau)
         res = continued(P, lo, hi, 0.04 * (hi - lo))
         # the collocation linearisation's round-off: 1e4 ε ‖L‖, ‖L‖ ≈ τ (N/2)² (circle), τ N² (sphere)
@@ -145,6 +163,7 @@ def check_continuation_stability(quick: bool) -> Outcome:
                 if uniform:
                     errs.append(abs(lead - D.uniform_leading(K, n)) / lead_tol * POINT_TOL)
                 worst = max(worst, *errs)
+                per[disc] = max(per[disc], *errs)
                 if max(errs) > POINT_TOL:
                     mism.append(f"K = {K:.8g}: errors of K, E, order parameter, λ {[f'{e:.1e}' for e in errs]}")
                 lam = D.least(mu, dmu, K)
@@ -152,14 +171,19 @@ def check_continuation_stability(quick: bool) -> Outcome:
                     skipped += 1
                     continue
                 compared += 1
-                if (lam > 0) != bool(st):
-                    mism.append(f"K = {K:.8g}: δ²E's least {lam:.3g}, stable = {st}")
+                # a stable point's leading eigenvalue below the code's band −1e-9 (δ is ten times it through the
+                # mobility): a zero mode left in (the translation) would stand at the top (on S² the leading
+                # eigenvalue is the zonal block's, so only this side: an unstable state may be so off it)
+                if (lam > 0) != bool(st) or (lam > 0 and lead >= -LEAD_BAND):
+                    mism.append(f"K = {K:.8g}: δ²E's least {lam:.3g}, stable = {st}, λ_lead {lead:.3g}")
             bad += len(mism)
-            rows.append(f"{domain} β = {beta:g} {b['origin']}: {len(b['stable'])} points, {sum(b['stable'])} stable"
+            rows.append(f"{disc} {domain} β = {beta:g} {b['origin']}: {len(b['stable'])} points, "
+                        f"{sum(b['stable'])} stable"
                         + (f", mismatches {mism[:3]}" if mism else ""))
     return Outcome(float(bad), 0.0, f"0 mismatches ({compared} points compared, {skipped} within {STABILITY_BAND:g} "
                    f"max μ/min μ of marginal; K, E, order parameter within {POINT_TOL:g}, λ_lead on the uniform "
-                   "branch within 1e4 ε ‖L‖)", bad == 0 and compared > 0, f"worst {worst:.1e}; " + "; ".join(rows),
+                   "branch within 1e4 ε ‖L‖)", bad == 0 and compared > 0,
+                   f"{worst_line(per)} (K, E, order parameter, λ_lead); " + "; ".join(rows),
                    tolerance=0.0)
 
 
@@ -187,20 +211,32 @@ SINGULAR_NULL = 1e-8
           kind="error/tolerance", budget_s=BUDGET_S, distributed=False)
 def check_continuation_arclength(quick: bool) -> Outcome:
     """Max over the branches' points of |⟨t_b, x_j − x_b⟩_W − Δs_j| and ‖t_j − null vector‖_W over their bounds."""
-    from mfpde.continuation import Newton, StepControl, branch_direction, continue_branch
-
     beta, n, (lo, hi) = ARCLENGTH_CASE
-    P = problem("circle", n, beta, 1.0)
+    worst, rows, ok = 0.0, [], True
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    for disc in DISCRETISATIONS:
+        e, line = _arclength(problem("circle", n, beta, 1.0, disc), lo, hi)
+        worst, ok = max(worst, e), ok and e <= 1.0
+        per[disc] = e
+        rows.append(f"{disc}: {line}")
+    return Outcome(worst, None, "≤ 1 (|⟨t_b, x_j − x_b⟩_W − Δs_j| ≤ 1e-12 + 4(m+1)ε Σ|terms|; ‖t_j − null "
+                   "vector‖_W ≤ 20 ε σ_1/σ_m)", ok, worst_line(per) + "; " + "; ".join(rows), tolerance=1.0)
+
+
+def _arclength(P: Any, lo: float, hi: float) -> tuple[float, str]:
+    """(the largest error/bound, a line) of the arclength condition and the tangents of one discretisation."""
+    from mfpde.continuation import StepControl, branch_direction, continue_branch
+
     W = P.inner_weights()
     m = P.m
     ctl = StepControl(2e-3, 1e-9, 0.02, lo, hi, 400)
     e_K = np.zeros(m + 1)
     e_K[m] = 1.0
-    with Newton(P, m) as nw:
+    with solver(P) as nw:
         uni = continue_branch(P, nw, np.concatenate([P.uniform(), [lo]]), e_K, W, ctl, regular_start=True)
         bp = next((e for e in uni.events if e.kind == "branch_point"), None)
         if bp is None:
-            return Outcome(math.inf, 0.0, "≤ 1", False, "no branch point on the uniform branch")
+            return math.inf, "no branch point on the uniform branch"
         x_bp = np.concatenate([bp.u, [bp.K]])
         d = branch_direction(P, x_bp, bp.tangent, W)
         if float(P.amplitude(1) @ d[:m]) < 0:
@@ -210,8 +246,8 @@ def check_continuation_arclength(quick: bool) -> Outcome:
     for name, br in (("uniform", uni), ("mode 1", clustered)):
         X = [np.concatenate([u, [K]]) for u, K in zip(br.u, br.K, strict=True)]
         if not (len(br.tangents) == len(br.bases) == len(br.steps) == len(X)):
-            return Outcome(math.inf, 0.0, "≤ 1", False, f"{name}: {len(X)} points but {len(br.tangents)} tangents, "
-                           f"{len(br.bases)} bases, {len(br.steps)} steps")
+            return math.inf, (f"{name}: {len(X)} points but {len(br.tangents)} tangents, {len(br.bases)} bases, "
+                              f"{len(br.steps)} steps")
         arc, tan, skipped = 0.0, 0.0, 0
         for j in range(1, len(X)):
             b, t = br.bases[j], br.tangents[br.bases[j]]
@@ -235,8 +271,7 @@ def check_continuation_arclength(quick: bool) -> Outcome:
         rows.append(f"{name}: {len(X)} points, K in [{min(br.K):.6g}, {max(br.K):.6g}], Δs in "
                     f"[{min(br.steps[1:]):.2e}, {max(br.steps[1:]):.2e}], {len(br.events)} events; arclength "
                     f"error/bound {arc:.2g}, tangent error/bound {tan:.2g} ({skipped} branch points skipped)")
-    return Outcome(worst, None, "≤ 1 (|⟨t_b, x_j − x_b⟩_W − Δs_j| ≤ 1e-12 + 4(m+1)ε Σ|terms|; ‖t_j − null "
-                   "vector‖_W ≤ 20 ε σ_1/σ_m)", ok, "; ".join(rows), tolerance=1.0)
+    return (worst if ok else math.inf if math.isnan(worst) else max(worst, math.nextafter(1.0, 2.0))), "; ".join(rows)
 
 
 #: The landing cases: circle, τ = 1, N = 41, β = 1 and 2 (full: also 0.5 and 4); where the third step lands: K_c,
@@ -255,11 +290,12 @@ def _dyadic_step(K: float) -> float:
           kind="rel. error", budget_s=BUDGET_S, distributed=False)
 def check_continuation_landing(quick: bool) -> Outcome:
     """Steps landing on K_c (exactly, and 3e-14 before and after it): the branch points K_c and K_2, nothing else."""
-    from mfpde.continuation import Newton, StepControl, continue_branch
+    from mfpde.continuation import StepControl, continue_branch
 
     worst, rows, ok = 0.0, [], True
-    for beta in LANDING_BETAS[quick]:
-        P = problem("circle", 41, beta, 1.0)
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    for disc, beta in [(d, b) for d in DISCRETISATIONS for b in LANDING_BETAS[quick]]:
+        P = problem("circle", 41, beta, 1.0, disc)
         W = P.inner_weights()
         m = P.m
         e_K = np.zeros(m + 1)
@@ -267,7 +303,7 @@ def check_continuation_landing(quick: bool) -> Outcome:
         Kc = float(1.0 * beta / scipy.special.iv(1, beta))
         K2 = float(1.0 * beta / scipy.special.iv(2, beta))
         runs = []
-        with Newton(P, m) as nw:
+        with solver(P) as nw:
             for off in (*LANDING_OFFSETS, None):
                 if off is None:  # not landing: steps of an irrational size from an unrelated start
                     ds, lo = math.sqrt(2) * Kc / 11, 0.5 * Kc * math.sqrt(1.1)
@@ -290,9 +326,10 @@ def check_continuation_landing(quick: bool) -> Outcome:
                 e_ref = max(abs(a - b) / b for a, b in zip(bps, ref, strict=True)) if len(ref) == 2 else math.inf
                 good = e_c <= tol_c and e_2 <= 1e-10 and e_ref <= max(tol_c, 1e-10)
                 worst = max(worst, e_c)
+                per[disc] = max(per[disc], e_c)
             ok &= good
-            rows.append(f"β = {beta:g}, {'no landing' if off is None else f'landing at K_c(1 + {off:g})'}: "
+            rows.append(f"{disc} β = {beta:g}, {'no landing' if off is None else f'landing at K_c(1 + {off:g})'}: "
                         f"{'landed, ' if landed else ''}branch points {[f'{k:.16g}' for k in bps]}"
                         + ("" if good else " WRONG"))
     return Outcome(worst, 0.0, "one branch point at K_c within the landing's offset + 8 ε and K_2 within 1e-10, "
-                   "in every run (1e-10 where not landing)", ok, f"K_c = {Kc:.16g}; " + "; ".join(rows))
+                   "in every run (1e-10 where not landing)", ok, worst_line(per) + "; " + "; ".join(rows))

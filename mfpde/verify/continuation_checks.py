@@ -6,15 +6,23 @@ the circle's even states, P_ℓ(cos ϑ) on the sphere's zonal ones), where the k
 (λ_ℓ = 2π I_ℓ(β), 4π i_ℓ(β): scipy.special), parameterised by the amplitude a_k of the branch's mode and solved
 by Newton (exact Jacobian from covariances; the trapezoidal rule on 512 angles, Gauss–Legendre on 128 nodes: exact
 for the basis products, spectral for the Gibbs factor). No code of mfpde is used for it. The continuation under
-test is :func:`mfpde.continuation_job.noisy_branches` (collocation, Keller's pseudo-arclength, PETSc SNES) and,
-for the arclength and the landing, :func:`mfpde.continuation.continue_branch` itself.
+test is :func:`mfpde.continuation_job.noisy_branches` (Keller's pseudo-arclength) and, for the arclength and the
+landing, :func:`mfpde.continuation.continue_branch` itself, each in both discretisations of the circle and the
+sphere (:data:`DISCRETISATIONS`, :func:`problem`): the spectral one, the default of ``continuation.discretisation``
+(:class:`~mfpde.tokens.circle.spectral.CircleSpectral`, :class:`~mfpde.tokens.sphere.spectral.SphereSpectral`:
+the coefficients of the kernel's eigenfunctions, numpy's Newton) and the collocation, the cross-check
+(:class:`~mfpde.tokens.circle.stationary.CircleStationary`, :class:`~mfpde.tokens.sphere.stationary.SphereStationary`:
+values at the points, PETSc's SNES), on the same points N, against the same references and bounds: each bound
+below is the continuation's Newton tolerance (the same 1e-12 in both) plus the discretisation's error, which is
+the tail of the continued states in both (the spectral one drops only the kernel's eigenvalues below 1e-18 λ_0
+and the trapezoidal aliases I_{N−k}(β), far below it). Each record's detail starts with each one's worst figure.
 
 * ``continuation_fold``: each fold of the report (circle β = 4, N = 81; sphere β = 3, N = 48) against the
   reference's extreme parameter K_f = min_a K(a) (scipy's bounded Brent over the amplitude, xatol 1e-9), to 1e-8
   relative; on S^15 (β = 2, N = 96) against the independent Gegenbauer solve of
   :mod:`mfpde.verify.hypersphere_reference` (its root of dK/da). The continuation locates t_K = 0 to
   |Δs| ≤ 1e-13 of the step and K is stationary there, so its own error is the Newton tolerance (≈ 1e-12
-  relative); the collocation's is spectral, below the continued states' tail (≤ 1e-9 of the mean where the branch
+  relative); the discretisation's is spectral, below the continued states' tail (≤ 1e-9 of the mean where the branch
   is continued); 1e-8 keeps a decade over both. The fold must also be
   a point of its branch and the branch's least K (to 4 ulps: the located point, not the step's start), and its
   amplitude (and |μ̂₁|) must be a_f to the resolution K(a) gives a at its minimum, √(8εK_f/|K''|) + xatol.
@@ -63,12 +71,34 @@ C2_TOL, C1_TOL = 1e-7, 1e-8
 FOLD_TOL = 1e-8
 
 
-def problem(domain: str, points: int, beta: float, tau: float) -> Any:
-    """The collocation stationary problem of the circle or the sphere (the continuation's under test)."""
+#: The discretisations under test: the default (spectral: Fourier / Legendre coefficients, numpy's Newton) first,
+#: then the collocation (values at the points, PETSc's SNES), the cross-check; the same references and bounds.
+DISCRETISATIONS = ("spectral", "collocation")
+
+
+def problem(domain: str, points: int, beta: float, tau: float, discretisation: str = "spectral") -> Any:
+    """The stationary problem of the circle or the sphere in ``discretisation`` (the continuation's under test)."""
+    if discretisation == "spectral":
+        from mfpde.tokens.circle.spectral import CircleSpectral
+        from mfpde.tokens.sphere.spectral import SphereSpectral
+
+        return (SphereSpectral if domain == "sphere" else CircleSpectral)(points, beta, tau)
     from mfpde.tokens.circle.stationary import CircleStationary
     from mfpde.tokens.sphere.stationary import SphereStationary
 
     return (SphereStationary if domain == "sphere" else CircleStationary)(points, beta, tau)
+
+
+def solver(P: Any) -> Any:
+    """The continuation's own Newton solver of P (numpy's for the spectral problems, PETSc's SNES otherwise)."""
+    from mfpde.continuation_newton import newton_solver
+
+    return newton_solver(P)
+
+
+def worst_line(worst: dict[str, float]) -> str:
+    """The detail's "worst: spectral …, collocation …": each discretisation's worst figure."""
+    return "worst: " + ", ".join(f"{d} {w:.2e}" for d, w in worst.items())
 
 
 def continued(P: Any, lo: float, hi: float, step: float, max_points: int = 400) -> dict[str, Any]:
@@ -115,12 +145,15 @@ def _tail(P: Any, u: Array) -> float:
 def check_continuation_fold(quick: bool) -> Outcome:
     """Each reported fold within 1e-8 of the reference's K_f; the fold is its branch's least K and one of its points."""
     rows, worst, ok = [], 0.0, True
-    for domain, beta, n, (lo, hi) in (*FOLD_CASES, ("hypersphere", HYPERSPHERE_FOLD[1], HYPERSPHERE_FOLD[2], (0, 0))):
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    cases = [(disc, *c) for disc in DISCRETISATIONS for c in FOLD_CASES]
+    for disc, domain, beta, n, (lo, hi) in (*cases, ("collocation", "hypersphere", HYPERSPHERE_FOLD[1],
+                                                     HYPERSPHERE_FOLD[2], (0, 0))):
         if domain == "hypersphere":
             P, lo, hi, K_f, a_f, Kpp = _hypersphere_fold()
             domain = f"S^{HYPERSPHERE_FOLD[0] - 1}"
         else:
-            P = problem(domain, n, beta, 1.0)
+            P = problem(domain, n, beta, 1.0, disc)
             ref = ZonalReference(domain, beta, 1.0, 1)
             K_f, a_f = ref.fold()
             Kpp = ref.curvature_in_a(a_f)
@@ -130,7 +163,7 @@ def check_continuation_fold(quick: bool) -> Outcome:
         tol_a = FOLD_XATOL + math.sqrt(8 * EPS * K_f / abs(Kpp))
         folds = [e for e in res["bifurcations"] if e["kind"] == "fold"]
         if len(folds) != 1:
-            return Outcome(math.inf, 0.0, f"≤ {FOLD_TOL:g}", False, f"{domain} β = {beta:g}: {len(folds)} folds "
+            return Outcome(math.inf, 0.0, f"≤ {FOLD_TOL:g}", False, f"{disc} {domain} β = {beta:g}: {len(folds)} folds "
                            f"reported in [{lo:g}, {hi:g}], the reference has one at K = {K_f:.12g}")
         f = folds[0]
         Ks = np.asarray(res["branches"][f["branch"]]["parameter"])
@@ -141,11 +174,13 @@ def check_continuation_fold(quick: bool) -> Outcome:
         err_a = max(abs(f["amplitude"] - a_f), abs(f["order_parameter"] - a_f))  # mode 1: |μ̂₁| is the amplitude
         ok &= err <= FOLD_TOL and on_branch <= ulp and abs(least) <= ulp and err_a <= tol_a
         worst = max(worst, err)
-        rows.append(f"{domain} β = {beta:g} (N = {n}): K_f {f['parameter']:.13g} vs {K_f:.13g} ({err:.1e}), "
+        per[disc] = max(per[disc], err)
+        rows.append(f"{disc} {domain} β = {beta:g} (N = {n}): K_f {f['parameter']:.13g} vs {K_f:.13g} ({err:.1e}), "
                     f"amplitude {f['amplitude']:.10f} vs {a_f:.10f} ({err_a:.1e} ≤ {tol_a:.1e}); nearest point "
                     f"{on_branch:.1e}, above the branch's least K by {least:.1e}")
     return Outcome(worst, 0.0, f"≤ {FOLD_TOL:g}; the fold a point of its branch and its least K (4 ulps); its "
-                   "amplitude within K(a)'s resolution of a_f", ok, "; ".join(rows), tolerance=FOLD_TOL)
+                   "amplitude within K(a)'s resolution of a_f", ok, worst_line(per) + "; " + "; ".join(rows),
+                   tolerance=FOLD_TOL)
 
 
 #: The curvature cases: (domain, β, collocation points, the bifurcations' modes); τ = 1; the full check adds the
@@ -175,14 +210,16 @@ def _fitted_derivatives(probes: dict[float, float], K_c: float,
 def check_continuation_curvature(quick: bool) -> Outcome:
     """c₂ and c₁ of every bifurcation against the reference's probes and the closed forms (module docstring)."""
     rows, ok, worst = [], True, 0.0
-    for domain, beta, n, modes in CURVATURE_CASES + (() if quick else CURVATURE_FULL):
-        P = problem(domain, n, beta, 1.0)
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    cases = [(disc, *c) for disc in DISCRETISATIONS for c in CURVATURE_CASES + (() if quick else CURVATURE_FULL)]
+    for disc, domain, beta, n, modes in cases:
+        P = problem(domain, n, beta, 1.0, disc)
         for k in modes:
             Kk = P.threshold(k)
             res = continued(P, 0.97 * Kk, 1.03 * Kk, 0.02 * Kk, 60)
             bif = [e for e in res["bifurcations"] if "curvature" in e and e["mode"] == k]
             if len(bif) != 1:
-                return Outcome(math.inf, 0.0, "one bifurcation", False, f"{domain} β = {beta:g}: {len(bif)} "
+                return Outcome(math.inf, 0.0, "one bifurcation", False, f"{disc} {domain} β = {beta:g}: {len(bif)} "
                                f"bifurcations of mode {k} in [{0.97 * Kk:.6g}, {1.03 * Kk:.6g}]")
             c2, c1 = float(bif[0]["curvature"]), float(bif[0]["slope"])
             ref = ZonalReference(domain, beta, 1.0, k)
@@ -218,16 +255,19 @@ def check_continuation_curvature(quick: bool) -> Outcome:
             tols = (t2 + r2, t1 + r1, tol2, tol1, ref2, ref1)
             ok &= all(e <= t for e, t in zip(errs, tols, strict=True))
             worst = max(worst, max(e / t for e, t in zip(errs, tols, strict=True)))
-            rows.append(f"{domain} β = {beta:g} mode {k}: c₂ {c2:.10g} (definition {d2:.10g}, "
+            per[disc] = max(per[disc], max(e / t for e, t in zip(errs, tols, strict=True)))
+            rows.append(f"{disc} {domain} β = {beta:g} mode {k}: c₂ {c2:.10g} (definition {d2:.10g}, "
                         f"{'closed form' if closed else 'the reference fit'} "
                         f"{want2:.10g}), c₁ {c1:.4g} (definition {d1:.4g}, closed form {want1:.6g}); errors "
                         + ", ".join(f"{e:.1e}/{t:.1e}" for e, t in zip(errs, tols, strict=True)))
     e, line = _hypersphere_curvature()
     ok &= e <= 1.0
     worst = max(worst, e)
+    per["collocation"] = max(per["collocation"], e)
     rows.append(line)
     return Outcome(worst, None, "≤ 1 (error / tolerance: c₂ vs its definition 1e-7 max(1, K_k), c₁ 1e-8 "
-                   "max(1, K_k); vs the closed forms those plus the probes' truncation)", ok, "; ".join(rows),
+                   "max(1, K_k); vs the closed forms those plus the probes' truncation)", ok,
+                   worst_line(per) + "; " + "; ".join(rows),
                    tolerance=1.0)
 
 

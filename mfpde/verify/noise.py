@@ -1,5 +1,10 @@
 """Checks of the continuation of noisy tokens on the circle and the sphere (theory §10), against closed forms.
 
+Each check measures in both discretisations of the stationary states (the spectral default of
+``continuation.discretisation``, then the collocation: :func:`mfpde.verify.continuation_checks.problem`), with
+the continuation's own Newton solver, the same cases and thresholds: the spectral one's K_c is τβ/I_1(β) with the
+kernel's exact eigenvalues (to round-off), and its c₂ carries the same probes' truncation and Newton tolerance.
+
 * ``noisy_threshold``: the first branch point of the uniform branch, located by the continuation (the sign change
   of det ∂F/∂u along the branch, refined by the Illinois iteration with Newton corrections; the exact Jacobian),
   against K_c = τβ/I_1(β) (scipy.special.iv) at several β and τ: relative error ≤ 1e-8. The collocation of the
@@ -46,11 +51,10 @@ STEP = 0.0437
 C2_ERROR = 1e-7
 
 
-def _problem(domain: str, beta: float, tau: float, points: int) -> Stationary:
-    from mfpde.tokens.circle.stationary import CircleStationary
-    from mfpde.tokens.sphere.stationary import SphereStationary
+def _problem(domain: str, beta: float, tau: float, points: int, discretisation: str = "spectral") -> Stationary:
+    from mfpde.verify.continuation_checks import problem
 
-    return (SphereStationary if domain == "sphere" else CircleStationary)(points, beta, tau)
+    return problem(domain, points, beta, tau, discretisation)
 
 
 def closed_threshold(domain: str, beta: float, tau: float) -> float:
@@ -60,18 +64,19 @@ def closed_threshold(domain: str, beta: float, tau: float) -> float:
     return tau * beta / float(scipy.special.iv(1, beta))
 
 
-def _first_branch_point(beta: float, tau: float, points: int, deadline: float = math.inf,
-                        domain: str = "circle") -> tuple[float, Stationary, np.ndarray, np.ndarray]:
+def _first_branch_point(beta: float, tau: float, points: int, deadline: float = math.inf, domain: str = "circle",
+                        disc: str = "spectral") -> tuple[float, Stationary, np.ndarray, np.ndarray]:
     """(K of the first branch point of the uniform branch, the problem, its state x, the branch direction)."""
-    from mfpde.continuation import Newton, StepControl, branch_direction, continue_branch
+    from mfpde.continuation import StepControl, branch_direction, continue_branch
+    from mfpde.continuation_job import newton_solver
 
-    P = _problem(domain, beta, tau, points)
+    P = _problem(domain, beta, tau, points, disc)
     guess = closed_threshold(domain, beta, tau)  # only the range of the scan
     lo, hi = 0.8 * guess, 1.1 * guess
     W = P.inner_weights()
     t0 = np.zeros(P.m + 1)
     t0[-1] = 1.0
-    with Newton(P, P.m) as nw:
+    with newton_solver(P) as nw:
         br = continue_branch(P, nw, np.concatenate([P.uniform(), [lo]]), t0, W,
                              StepControl(STEP * guess, 1e-9, STEP * guess, lo, hi, 100), None, deadline)
     bps = [e for e in br.events if e.kind == "branch_point"]
@@ -82,19 +87,18 @@ def _first_branch_point(beta: float, tau: float, points: int, deadline: float = 
     return ev.K, P, x, branch_direction(P, x, ev.tangent, W)
 
 
-def measured_threshold(beta: float, tau: float, points: int, domain: str = "circle") -> float:
-    """K_c measured by the continuation (the first branch point of the uniform branch)."""
-    return _first_branch_point(beta, tau, points, domain=domain)[0]
+def measured_threshold(beta: float, tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> float:
+    """K_c measured by the continuation (the first branch point of the uniform branch) in the discretisation."""
+    return _first_branch_point(beta, tau, points, domain=domain, disc=disc)[0]
 
 
-def _c2(beta: float, tau: float, points: int, domain: str = "circle") -> float:
-    from mfpde.continuation import Newton
-    from mfpde.continuation_job import _amplitude_row, curvature
+def _c2(beta: float, tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> float:
+    from mfpde.continuation_job import _amplitude_row, curvature, newton_solver
 
-    _, P, x, d = _first_branch_point(beta, tau, points, domain=domain)
+    _, P, x, d = _first_branch_point(beta, tau, points, domain=domain, disc=disc)
     if _amplitude_row(P, 1) @ d < 0:
         d = -d
-    with Newton(P, P.m) as nw:
+    with newton_solver(P) as nw:
         return curvature(P, nw, x, d, 1)
 
 
@@ -102,12 +106,12 @@ def _c2(beta: float, tau: float, points: int, domain: str = "circle") -> float:
 BRACKET = {"circle": (1.5, 3.5), "sphere": (1.2, 2.6)}
 
 
-def measured_beta_star(tau: float, points: int, domain: str = "circle") -> tuple[float, float]:
+def measured_beta_star(tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> tuple[float, float]:
     """(β* as the root of the measured c₂(β) in BRACKET by brentq, |dc₂/dβ| at it by a central difference)."""
     lo, hi = BRACKET[domain]
-    root = float(scipy.optimize.brentq(lambda b: _c2(b, tau, points, domain), lo, hi, xtol=1e-12, rtol=1e-13))
+    root = float(scipy.optimize.brentq(lambda b: _c2(b, tau, points, domain, disc), lo, hi, xtol=1e-12, rtol=1e-13))
     h = 1e-3
-    slope = (_c2(root + h, tau, points, domain) - _c2(root - h, tau, points, domain)) / (2 * h)
+    slope = (_c2(root + h, tau, points, domain, disc) - _c2(root - h, tau, points, domain, disc)) / (2 * h)
     return root, abs(slope)
 
 
@@ -119,39 +123,54 @@ def beta_star_closed_form(domain: str = "circle") -> float:
 
 
 def _threshold_outcome(quick: bool, domain: str) -> Outcome:
-    """Max relative |K_c(measured) − closed form| over β, τ ≤ 1e-8."""
+    """Max relative |K_c(measured) − closed form| over β, τ and both discretisations ≤ 1e-8."""
+    from mfpde.verify.continuation_checks import DISCRETISATIONS, worst_line
+
     c0 = time.process_time()
     cases = [(1.0, 1.0), (4.0, 0.5)] if quick else [(0.5, 1.0), (1.0, 1.0), (2.0, 0.3), (4.0, 1.0), (8.0, 0.5)]
     points = POINTS[domain][quick]
     errs, lines = [], []
-    for beta, tau in cases:
-        kc = closed_threshold(domain, beta, tau)
-        try:
-            k = measured_threshold(beta, tau, points, domain)
-        except ArithmeticError as e:
-            return Outcome(math.nan, 0.0, "≤ 1e-8", False, str(e))
-        errs.append(abs(k - kc) / kc)
-        lines.append(f"β={beta:g} τ={tau:g}: K_c {k:.15g} vs {kc:.15g} (rel {errs[-1]:.1e})")
+    per = dict.fromkeys(DISCRETISATIONS, 0.0)
+    for disc in DISCRETISATIONS:
+        for beta, tau in cases:
+            kc = closed_threshold(domain, beta, tau)
+            try:
+                k = measured_threshold(beta, tau, points, domain, disc)
+            except ArithmeticError as e:
+                return Outcome(math.nan, 0.0, "≤ 1e-8", False, f"{disc}: {e}")
+            errs.append(abs(k - kc) / kc)
+            per[disc] = max(per[disc], errs[-1])
+            lines.append(f"{disc} β={beta:g} τ={tau:g}: K_c {k:.15g} vs {kc:.15g} (rel {errs[-1]:.1e})")
     worst = max(errs)
     return Outcome(worst, 0.0, "≤ 1e-8", worst <= 1e-8 and time.process_time() - c0 < BUDGET_S,
-                   f"N = {points}; " + "; ".join(lines), [], 1e-8)
+                   f"N = {points}; {worst_line(per)}; " + "; ".join(lines), [], 1e-8)
 
 
 def _tricritical_outcome(quick: bool, domain: str) -> Outcome:
-    """|β*(measured) − β*(closed form)| ≤ C2_ERROR/|dc₂/dβ| (module docstring); the sign of c₂ on either side."""
+    """|β*(measured) − β*(closed form)| ≤ C2_ERROR/|dc₂/dβ| and c₂'s sign on either side, in both discretisations.
+
+    The value reported is the β* farther from the closed form (over its bound).
+    """
+    from mfpde.verify.continuation_checks import DISCRETISATIONS
+
     points = POINTS[domain][quick]
     ref = beta_star_closed_form(domain)
     lo, hi = SIDES[domain]
-    try:
-        bs, slope = measured_beta_star(1.0, points, domain)
-        below, above = _c2(lo, 1.0, points, domain), _c2(hi, 1.0, points, domain)
-    except (ArithmeticError, ValueError) as e:
-        return Outcome(math.nan, ref, "bracket", False, f"no root of c₂(β) in {BRACKET[domain]}: {e}")
-    tol = C2_ERROR / max(slope, 1e-12)
-    ok = abs(bs - ref) <= tol and below > 0 > above
-    return Outcome(bs, ref, f"≤ {tol:.1e} (δc₂ ≤ {C2_ERROR:g} over |dc₂/dβ| = {slope:.3g}); c₂({lo:g}) > 0 > "
-                   f"c₂({hi:g})", ok, f"N = {points}: β* {bs:.12f} vs {ref:.12f} (error {abs(bs - ref):.1e}); "
-                   f"c₂({lo:g}) = {below:.6g}, c₂({hi:g}) = {above:.6g}", [], tol)
+    ok, worst, worst_bs, worst_tol, lines = True, -1.0, math.nan, math.nan, []
+    for disc in DISCRETISATIONS:
+        try:
+            bs, slope = measured_beta_star(1.0, points, domain, disc)
+            below, above = _c2(lo, 1.0, points, domain, disc), _c2(hi, 1.0, points, domain, disc)
+        except (ArithmeticError, ValueError) as e:
+            return Outcome(math.nan, ref, "bracket", False, f"{disc}: no root of c₂(β) in {BRACKET[domain]}: {e}")
+        tol = C2_ERROR / max(slope, 1e-12)
+        ok &= abs(bs - ref) <= tol and below > 0 > above
+        if abs(bs - ref) / tol > worst:
+            worst, worst_bs, worst_tol = abs(bs - ref) / tol, bs, tol
+        lines.append(f"{disc}: β* {bs:.12f} vs {ref:.12f} (error {abs(bs - ref):.1e} ≤ {tol:.1e}, |dc₂/dβ| = "
+                     f"{slope:.3g}); c₂({lo:g}) = {below:.6g}, c₂({hi:g}) = {above:.6g}")
+    return Outcome(worst_bs, ref, f"≤ {worst_tol:.1e} (δc₂ ≤ {C2_ERROR:g} over |dc₂/dβ|); c₂({lo:g}) > 0 > "
+                   f"c₂({hi:g})", ok, f"N = {points}; " + "; ".join(lines), [], worst_tol)
 
 
 #: Collocation points by domain, (full, quick).

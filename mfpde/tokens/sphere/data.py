@@ -21,7 +21,6 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-import scipy.optimize
 
 from mfpde.tokens.sphere.harmonics import synthesis
 
@@ -89,6 +88,8 @@ def modes_minimum(modes: list[list[float]], candidates: int = 24) -> float:
     h2 = 4 * math.pi / len(pts) * 4.0
     margin = L * (L + 1) * float(np.max(np.abs(vals - c[0] / math.sqrt(4 * math.pi)))) * h2
     order = np.argsort(vals)[:candidates]
+
+    import scipy.optimize  # here: its import costs the commands that never minimise 0.3–0.5 s
 
     def f(y: Array) -> float:
         return float(synthesis(L, c, y / np.linalg.norm(y))[0][0])
