@@ -68,7 +68,7 @@ def _first_branch_point(beta: float, tau: float, points: int, deadline: float = 
                         disc: str = "spectral") -> tuple[float, Stationary, np.ndarray, np.ndarray]:
     """(K of the first branch point of the uniform branch, the problem, its state x, the branch direction)."""
     from mfpde.continuation import StepControl, branch_direction, continue_branch
-    from mfpde.continuation_job import newton_solver
+    from mfpde.continuation_newton import newton_solver
 
     P = _problem(domain, beta, tau, points, disc)
     guess = closed_threshold(domain, beta, tau)  # only the range of the scan
@@ -93,7 +93,8 @@ def measured_threshold(beta: float, tau: float, points: int, domain: str = "circ
 
 
 def _c2(beta: float, tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> float:
-    from mfpde.continuation_job import _amplitude_row, curvature, newton_solver
+    from mfpde.continuation_job import _amplitude_row, curvature
+    from mfpde.continuation_newton import newton_solver
 
     _, P, x, d = _first_branch_point(beta, tau, points, domain=domain, disc=disc)
     if _amplitude_row(P, 1) @ d < 0:
