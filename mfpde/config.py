@@ -209,8 +209,14 @@ def heads_dim(h: Heads) -> int:
 
 
 def unread_sections(cfg: Config, command: str | None) -> frozenset[str]:
-    """The sections ``command`` does not read: ``transport`` (and ``continuation`` of noisy tokens) no [training]."""
-    if command == "transport" or (command == "continuation" and cfg.tokens.domain != "box"):
+    """The sections ``command`` does not read.
+
+    ``transport``: no [training]; ``continuation`` of noisy tokens: neither [training] nor [data] (its stationary
+    states do not depend on μ_0).
+    """
+    if command == "continuation" and cfg.tokens.domain != "box":
+        return frozenset({"training", "data"})
+    if command == "transport":
         return frozenset({"training"})
     return frozenset()
 
@@ -279,9 +285,9 @@ def validate(cfg: Config, problems: Problems | None = None, command: str | None 
             _check_heads(h)
     if P.clean("tokens", "data", "heads.family", "heads.init", "depth", "output.every"):
         with P.block():
-            check_domain(cfg)  # tokens.domain, and the rules of the circle or the sphere
+            check_domain(cfg, "data" not in unread)  # tokens.domain, and the rules of the circle or the sphere
     if omega_ok and P.clean("data"):
-        with P.block():
+        with into("data").block():
             check_data(cfg)
     for ok, key, msg in (
         (lo.readout in ("mean", "second_moment", "linear"), "loss.readout", "'mean', 'second_moment' or 'linear'"),

@@ -2,7 +2,8 @@
 
 A domain other than the box is a package under :mod:`mfpde.tokens` that implements one protocol:
 
-* a ``config`` module: ``KINDS`` (its data kinds), ``check(cfg)`` (the rules of its keys), and optionally
+* a ``config`` module: ``KINDS`` (its data kinds), ``check(cfg, reads_data)`` (the rules of its keys; the costly
+  ones of the data, such as μ_0's minimum, only where the command reads the data), and optionally
   ``keys(cfg)`` (``{"section.key": used}`` for the keys whose use it decides: the resolved config.toml),
   ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for keys given that it refuses) and
   ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
@@ -123,8 +124,8 @@ def domain_of_kind(kind: str) -> str | None:
     return next((d for d in DOMAINS if kind in data_kinds(d)), None)
 
 
-def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
-    """Check ``tokens.domain`` and hand the config to its domain's rules.
+def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: importing it would be a cycle
+    """Check ``tokens.domain`` and hand the config to its domain's rules (``reads_data``: the command reads [data]).
 
     On the box: refuse another domain's data kind, ``tokens.solver`` other than "dg", ``depth.spacing`` other
     than "uniform" and ``tokens.noise``.
@@ -137,7 +138,7 @@ def check_domain(cfg: Any) -> None:  # a Config: importing it would be a cycle
         names = ", ".join(repr(n) for n in DOMAINS)
         raise ConfigError(f"tokens.domain: must be one of {names}, got {t.domain!r}")
     if DOMAINS[t.domain] is not None:
-        _config(t.domain).check(cfg)
+        _config(t.domain).check(cfg, reads_data)
         return
     f = Found()
     other = domain_of_kind(da.kind)

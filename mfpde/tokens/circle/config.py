@@ -37,7 +37,7 @@ RTOL_RANGE = (1e-12, 1e-2)
 MAX_LABELS = 4096
 
 
-def check(cfg: Any) -> None:
+def check(cfg: Any, reads_data: bool = True) -> None:
     """Check the circle keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "circle"``.
 
     Raises:

@@ -52,7 +52,7 @@ def modes_minimum(modes: list[list[float]], d: int, samples: int = 4001) -> floa
     return float(np.min(nu))
 
 
-def check(cfg: Any) -> None:
+def check(cfg: Any, reads_data: bool = True) -> None:
     """Check the hypersphere keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "hypersphere"``.
 
     Raises:

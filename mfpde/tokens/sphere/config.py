@@ -52,7 +52,7 @@ def mesh_memory(refine: int, degree: int, size: int = 1) -> float:
     return mesh_cells(refine) * (degree + 1) * (degree + 2) / 2 * BYTES_PER_DOF / max(size, 1)
 
 
-def check(cfg: Any) -> None:
+def check(cfg: Any, reads_data: bool = True) -> None:
     """Check the sphere keys of a :class:`~mfpde.config.Config` with ``tokens.domain = "sphere"``.
 
     Raises:
@@ -89,14 +89,14 @@ def check(cfg: Any) -> None:
     if not f.need(da.kind in KINDS, "data.kind", f"must be 'sphere_modes' or 'sphere_noise', got {da.kind!r}"):
         return f.raise_all()
     if da.kind == "sphere_modes":
-        _check_modes(f, da.modes)
+        _check_modes(f, da.modes, reads_data)
     else:
         f.need(0 <= da.amplitude < 1, "data.amplitude", f"must be in [0, 1), got {da.amplitude}")
         f.need(da.seed >= 0, "data.seed", "must be >= 0")
     f.raise_all()
 
 
-def _check_modes(f: Found, modes: list[list[float]]) -> None:
+def _check_modes(f: Found, modes: list[list[float]], minimum: bool = True) -> None:
     """Rows [ℓ, m, amplitude] with integers 1 ≤ ℓ ≤ MAX_MODE_DEGREE, |m| ≤ ℓ, finite amplitudes, μ_0 ≥ 0."""
     if not f.need(len(modes) >= 1 and all(len(m) == 3 for m in modes), "data.modes",
                   "needs rows [l, m, amplitude] (real orthonormal Y_lm)"):
@@ -108,7 +108,7 @@ def _check_modes(f: Found, modes: list[list[float]]) -> None:
         ok &= f.need(float(m).is_integer() and abs(m) <= ll, f"data.modes[{i}]",
                      f"m must be an integer with |m| <= l = {ll:g}, got {m}")
         ok &= f.need(math.isfinite(a), f"data.modes[{i}]", f"the amplitude must be finite, got {a}")
-    if ok:
+    if ok and minimum:  # μ_0's minimum over S² (an optimisation) only where the command reads the data
         from mfpde.tokens.sphere.data import modes_minimum
 
         low = modes_minimum(modes)
