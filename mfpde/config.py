@@ -58,7 +58,8 @@ __all__ = ["FAMILY_DEFAULTS", "Config", "ConfigError", "ConfigErrors", "Data", "
 
 logger = logging.getLogger(__name__)
 
-#: Keys whose default NaN means "not set" (a NaN given is the same as the key left out).
+#: Keys whose default NaN means "not set"; a value given must be finite (NaN given is refused: it ran the default
+#: heads silently, β of either sign).
 UNSET_BY_NAN = frozenset({"tokens.beta", "tokens.coupling"})
 
 
@@ -69,8 +70,9 @@ def _check_type(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
         check_integer(key, value)  # an int beyond float's range (OverflowError in float())
-        if not math.isfinite(value) and not (key in UNSET_BY_NAN and math.isnan(value)):
-            raise ConfigError(f"{key}: must be finite, got {value!r}")
+        if not math.isfinite(value):
+            leave = " (leave the key out to give heads.init)" if key in UNSET_BY_NAN else ""
+            raise ConfigError(f"{key}: must be finite, got {value!r}{leave}")
         return float(value)
     if tp in (int, bool, str):  # a bool is an int to isinstance, but not a config integer
         if isinstance(value, bool) is not (tp is bool) or not isinstance(value, tp):

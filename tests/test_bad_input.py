@@ -557,7 +557,10 @@ def test_coupling_sets_the_single_heads_k():
     with pytest.raises(ConfigError, match="tokens.beta: heads.init is given too; .*tokens.coupling = K"):
         config.load(NOISY_CIRCLE, [init])
     with pytest.raises(ConfigError, match="tokens.coupling: needs tokens.beta"):
-        config.load(NOISY_CIRCLE, ["tokens.beta=nan", "tokens.coupling=0.5"])
+        config.from_dict({"tokens": {"domain": "circle", "coupling": 0.5}})
+    for key in ("tokens.beta", "tokens.coupling"):  # NaN given ran the default heads (β of either sign), exit 0
+        with pytest.raises(ConfigError, match=f"{key}: must be finite, got nan .leave the key out"):
+            config.load(NOISY_CIRCLE, [f"{key}=nan"])
     with pytest.raises(ConfigError, match="tokens.coupling: only for the domains of Dirac heads"):
         config.load(DEMO, ["tokens.coupling=0.5"])
 
@@ -643,14 +646,22 @@ def test_a_bad_petsc_option_of_the_continuation_is_exit_2(tempdir, ranks, demo, 
 
 
 @pytest.mark.parametrize(("sets", "names"), [
-    # a Gaussian ρ₀ on the default Θ box: β = a in [-2, 2]; the flow solver raised ValueError (exit 1)
-    (["tokens.solver='flow'", "tokens.beta=nan"], "heads.init: the flow solver takes inverse temperatures β >= 0"),
+    # a Gaussian ρ₀ on the default Θ box (tokens.beta left out): β = a in [-2, 2]; the flow solver raised ValueError
+    (["tokens.solver='flow'", "-tokens.beta"], "heads.init: the flow solver takes inverse temperatures β >= 0"),
     # the first step at e^700: exit 3 ("numerical failure") where DG said exit 2 naming tokens.beta
     (["tokens.solver='flow'", "tokens.beta=700"], "tokens.beta: the flow map cannot take its first step"),
     (["tokens.beta=700"], "tokens.beta: depth step 1"),
 ], ids=["flow-nan", "flow-700", "dg-700"])
 def test_the_circle_refuses_a_beta_it_cannot_solve_with_exit_2(tempdir, capfd, sets, names):
-    code = main(["transport", CIRCLE, "--out", str(tempdir / "out"), "--quiet", "--set", "output.fields=false",
+    path = CIRCLE
+    if "-tokens.beta" in sets:  # the file's tokens.beta left out: the default heads (β = a in [-2, 2])
+        sets = [s for s in sets if s != "-tokens.beta"]
+        path = str(tempdir / "circle.toml")
+        if MPI.COMM_WORLD.rank == 0:
+            text = Path(CIRCLE).read_text()
+            Path(path).write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("beta =")))
+        MPI.COMM_WORLD.barrier()
+    code = main(["transport", path, "--out", str(tempdir / "out"), "--quiet", "--set", "output.fields=false",
                  *[a for s in sets for a in ("--set", s)]])
     err = capfd.readouterr().err
     assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
