@@ -1,5 +1,5 @@
 """``python -m mfpde``: the command line."""
 
-from mfpde.cli import main
+from mfpde.launch import main
 
 raise SystemExit(main())

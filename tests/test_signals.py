@@ -339,3 +339,15 @@ def test_signal_to_a_serial_transport_writing_fields_exit_4(tmp_path):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert proc.returncode == EXIT_INTERRUPTED and len(lines) == 1 and "SIGTERM" in lines[0], err
     assert not out.exists() or not list(out.iterdir())
+
+
+@pytest.mark.serial
+def test_a_signal_while_the_command_starts_is_exit_4_with_one_line():
+    """Before mfpde.cli's handlers (its imports take a second) SIGTERM ended the command with 143 and no line."""
+    code = ("import os, signal, time\nfrom mfpde import launch\nlaunch.install()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(10)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                                             "SLURM_PROCID")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    assert r.stderr.strip().splitlines() == ["mfpde: interrupted by SIGTERM while starting (nothing was written)"]
