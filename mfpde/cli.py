@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="config TOML")
     t.add_argument("--quiet", action="store_true", help="no progress output")
     c = sub.add_parser("continuation", parents=[common], help="stationary states and their branches against a "
-                       "parameter (noisy tokens on the circle or the sphere; Gibbs fixed points of training in λ)")
+                       "parameter (noisy tokens on the circle, the sphere or S^(d-1); Gibbs fixed points of training "
+                       "in λ)")
     c.add_argument("config", help="config TOML with a [continuation] section")
     c.add_argument("--quiet", action="store_true", help="no progress output")
     w = sub.add_parser("twin", parents=[common], help="finite transformers (JAX) of H heads, N tokens, L layers "

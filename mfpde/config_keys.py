@@ -58,8 +58,10 @@ def in_use(cfg: Config, key: str) -> bool:
         "training.lambda": tr.regularization == "entropic",
         "petsc.token": bool(cfg.petsc.token), "petsc.param": bool(cfg.petsc.param),
         "twin.layers": d.model != "shallow", "twin.lr": cfg.twin.optimizer == "adam",
+        # the circle's and the sphere's stationary states only (the hypersphere's are on its Gauss rule, λ's on Θ)
+        "continuation.discretisation": t.domain in ("circle", "sphere") and t.noise > 0,
     }
-    # [continuation]: for configs `mfpde continuation` can run (noisy tokens on the circle or the sphere; λ of
+    # [continuation]: for configs `mfpde continuation` can run (noisy tokens off the box; λ of
     # training: no points)
     if not box:
         rules.update(domain_keys(cfg))  # a domain's own keys (:mod:`mfpde.domains`)
@@ -117,8 +119,7 @@ def unused_given(cfg: Config, given: frozenset[str], aside: list[str], command: 
     Returns:
         ``""`` when there is nothing to say.
     """
-    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k)
-                    and not (command == "continuation" and k.startswith("continuation.")))  # its own: it reads them
+    unused = sorted(k for k in given - _FOLDED if not in_use(cfg, k))
     if command == "continuation" and "tokens.coupling" in given and cfg.tokens.domain != "box":
         unused.append("tokens.coupling (continuation varies K from continuation.start to continuation.stop)")
     bad = [m for m in aside if m.split(":")[0] in given and m.split(":")[0] not in unused]

@@ -143,9 +143,9 @@ def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: import
     f = Found()
     other = domain_of_kind(da.kind)
     f.need(other is None, "data.kind", f"{da.kind!r} needs tokens.domain = {other!r}")
-    f.need(t.solver == "dg", "tokens.solver", f"{t.solver!r} needs tokens.domain = 'circle' or 'sphere' (boxes are "
-           "solved by DG)")
-    f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs tokens.domain = 'circle' or 'sphere'")
+    off_box = "tokens.domain = 'circle', 'sphere' or 'hypersphere'"
+    f.need(t.solver == "dg", "tokens.solver", f"{t.solver!r} needs {off_box} (boxes are solved by DG)")
+    f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs {off_box}")
     f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle', 'sphere' or 'hypersphere' "
            "(noise is not on boxes)")
     f.raise_all()
