@@ -346,8 +346,11 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     P = stationary_problem(cfg, c.points, beta, tau)
     ctl = StepControl(c.step, c.step_min, c.step_max, min(c.start, c.stop), max(c.start, c.stop), c.max_points)
-    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %d collocation points; K_c = τβ/λ_1(β) "
-                "= %.10g", _where(P), beta, tau, c.start, c.stop, c.points, P.threshold(1))
+    fields = getattr(P, "report_fields", {})
+    how = (f"{c.points} points, {fields['unknowns']} {fields['discretisation']} unknowns" if "unknowns" in fields
+           else f"{c.points} collocation points")
+    logger.info("continuation in K on the %s: β = %g, τ = %g, K from %g to %g, %s; K_c = τβ/λ_1(β) = %.10g",
+                _where(P), beta, tau, c.start, c.stop, how, P.threshold(1))
     t0, c0 = time.perf_counter(), time.process_time()
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
