@@ -243,6 +243,7 @@ DOC_BENCH: dict[str, str | list[str]] = {
     "digit_pairs": "test_digit_pairs_regenerates_the_screen_of_the_docs",
     "hypersphere_phase": "test_hypersphere_phase_quick_writes_under_out_only",
     "peer_noisy_particles": ["--quick", "--out", "{tmp}/peer.json"],
+    "peer_spectral_continuation": [],  # 0.3 s: it checks K_c, K_2 against the closed forms itself
     "phase_diagrams": "test_phase_diagrams_smoke_regenerates_the_threshold_table",
     "plant_bugs": ["--help"],
     "profile_run": ["--set", "training.steps=1", "--set", "data.split=0", "--set", "data.samples=2", "--set",
