@@ -72,6 +72,7 @@ def _load_checks() -> None:
         free_energy,
         gibbs,
         hypersphere,
+        hypersphere_fv,
         hypersphere_rates,
         noise,
         noise_energy,

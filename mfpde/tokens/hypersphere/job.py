@@ -25,11 +25,12 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.depths import kept_outputs, output_depths
+from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.hypersphere import transport as tr
 from mfpde.tokens.hypersphere.zonal import orthonormal_basis
 
-__all__ = ["REPORT_DEGREE", "initial_density", "transport_job"]
+__all__ = ["FV_SECONDS_PER_CELL", "FV_SECONDS_PER_STEP", "REPORT_DEGREE", "check_fv_work", "initial_density",
+           "transport_job"]
 
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers.
@@ -37,6 +38,32 @@ REPORT_DEGREE = 16
 #: Cells (a fraction of the peak mass) that hold a cluster; labels or cells closer than this many cell widths (or
 #: initial label spacings) are one cluster.
 CLUSTER_FLOOR, CLUSTER_GAP = 1e-3, 2.0
+#: The optimistic cost of a finite-volume step (three stages): measured 92, 131, 206, 2543 µs a step at 16, 64,
+#: 256, 1024 cells (d = 16, one head, one core; the velocity is an O(n²) sum), i.e. at least 92 µs plus 0.8 µs a
+#: cell; charged half the fixed part and a quarter of the least per-cell part.
+FV_SECONDS_PER_STEP, FV_SECONDS_PER_CELL = 5e-5, 2e-7
+
+
+def check_fv_work(cfg: Any) -> None:
+    """Refuse, before DIR or any array, finite volumes whose steps cannot end (:func:`mfpde.limits.check_work`).
+
+    The bound: :func:`~mfpde.tokens.hypersphere.transport.substeps_at_least` (the CFL rule at the state-free
+    bound of the drift, τ(d−2) cot θ at the face next to a pole: ≈ T τ d/(cfl h²) with noise) times
+    :data:`FV_SECONDS_PER_STEP` plus :data:`FV_SECONDS_PER_CELL` per cell.
+
+    Raises:
+        ConfigError: naming tokens.cells (or tokens.dim, depth.T) and the step bound.
+    """
+    from mfpde.limits import check_work
+
+    t = cfg.tokens
+    n, d, tau = t.cells[0], t.dim, t.noise
+    steps = tr.substeps_at_least(_heads(cfg), d, t.attention, tau, n, cfg.depth.T, t.cfl)
+    key = "tokens.cells" if n > 1000 else "tokens.dim" if tau > 0 else "depth.T"
+    check_work(steps * (FV_SECONDS_PER_STEP + FV_SECONDS_PER_CELL * n), key,
+               f"at least {steps:.3g} finite-volume steps of {n} cells (the CFL rule at the drift τ(d−2) cot θ next to "
+               f"a pole: ≈ T τ d/(cfl h²), d = {d}, τ = {tau:g}, T = {cfg.depth.T:g}, cfl = {t.cfl:g}), at "
+               f"{FV_SECONDS_PER_STEP:g} s a step and {FV_SECONDS_PER_CELL:g} s a cell")
 
 
 def initial_density(cfg: Any) -> Any:
@@ -71,6 +98,8 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     if t.noise > 0 and t.solver != "dg":
         raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' (the Scharfetter–Gummel finite "
                           "volumes): the flow map has no noise")
+    if t.solver == "dg":
+        check_fv_work(cfg)
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     depths = output_depths(cfg)[kept_outputs(cfg)]
@@ -80,6 +109,12 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
             else f"finite volumes on {t.cells[0]} cells in the polar angle, τ = {t.noise:g}")
     logger.info("transport on the hypersphere S^%d by %s: heads %s, %s attention, T = %g -> %s", d - 1, what,
                 [(round(b, 6), round(c, 6)) for b, c, _ in heads], t.attention, cfg.depth.T, out)
+    bar = progress(len(depths) - 1, 0) if progress is not None else LogProgress(len(depths) - 1, depths, "hypersphere")
+
+    def advanced(i: int, _t: float) -> None:
+        if i > 0:
+            bar.update()
+
     t0, c0 = time.perf_counter(), time.process_time()
     head = {"command": "transport", "version": __version__, "domain": "hypersphere", "dim": d,
             "comm_size": comm.size}
@@ -91,13 +126,17 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
                 theta = np.arccos(np.clip(z, -1.0, 1.0))
                 gap, floor, steps = CLUSTER_GAP * math.pi / t.labels, CLUSTER_FLOOR, 0
             else:
-                cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells[0], depths, t.cfl)
+                cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells[0], depths, t.cfl,
+                                         callback=advanced)
                 masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
                 z, gap, floor, steps = np.cos(theta), CLUSTER_GAP * math.pi / t.cells[0], CLUSTER_FLOOR, cells.steps
     except (FloatingPointError, RuntimeError, ValueError) as e:
         write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
                            "error": f"sample 0: {e}"}, comm)
         raise NumericalError(f"sample 0: the hypersphere's {t.solver} solve failed: {e}") from None
+    finally:
+        if progress is not None:
+            bar.close()
     solve_cpu = time.process_time() - c0
     power = tr.degree_power(z, masses, d, REPORT_DEGREE)
     counts = [tr.clusters(theta[i], masses[i], gap, floor) for i in range(len(depths))]
