@@ -20,7 +20,7 @@ one BLAS thread) of the default at ``--steps`` training steps (40 and 300) with 
 config (``--config``, default this tree's embedded default: the baseline's own may be another problem), the two
 codes run alternately ``--repeat`` times (a load that comes and goes biases neither; the least CPU of each kept),
 each run's final risk compared (relative difference; both trees' bytecode compiled first, as an installed package
-has it), the start-up CPU (``import mfpde.cli`` and the CLI's
+has it), the machine's load average before and after, the start-up CPU (``import mfpde.cli`` and the CLI's
 imports in a fresh process) of both, and a profile of the shortest run of each (``bench/profile_run.py``:
 where the CPU time goes, by category).
 
@@ -123,7 +123,7 @@ def profile(tree: Path, steps: int, config: str) -> dict[str, float]:
 
 def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -> dict:
     """The CPU comparison against the baseline tree (see the module), printed as markdown tables."""
-    res: dict = {"baseline": name, "config": config, "runs": [], "startup": {}}
+    res: dict = {"baseline": name, "config": config, "runs": [], "startup": {}, "load": [os.getloadavg()[0]]}
     for tree in (base, ROOT):  # bytecode as an installed package has it (PYTHONDONTWRITEBYTECODE would compile
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "mfpde")], check=True)  # every run)
     for _ in range(repeat):
@@ -131,6 +131,7 @@ def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -
             res["startup"].setdefault(code, []).append(startup(tree))
             for n in steps:
                 res["runs"].append({"code": code, **cpu_run(tree, n, config)})
+    res["load"].append(os.getloadavg()[0])  # the machine's 1-minute load before and after the runs
     print(f"| training steps | {name}: CPU [s] | this tree: CPU [s] | ratio | final risk, relative difference |\n"
           "|---|---|---|---|---|")
     for n in steps:
@@ -140,6 +141,8 @@ def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -
         diff = max(abs(x["risk"] - y["risk"]) / abs(y["risk"]) for x in t for y in b)
         print(f"| {n} | {cb:.2f} | {ct:.2f} | {ct / cb:.2f} ({cb / ct:.1f}× faster) | {diff:.1e} |")
     sb, st = (min(res["startup"][c]) for c in (name, "tree"))
+    print(f"\nconfig {config}; load average (1 min) before and after the runs: {res['load'][0]:.1f}, "
+          f"{res['load'][1]:.1f}")
     print(f"\nstart-up (CPU of `import mfpde.cli, mfpde.training.driver`): {name} {sb:.2f} s, this tree {st:.2f} s")
     res["profile"] = {code: profile(tree, min(steps), config) for code, tree in ((name, base), ("tree", ROOT))}
     cats = list(dict.fromkeys([*res["profile"][name], *res["profile"]["tree"]]))
