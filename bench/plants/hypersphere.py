@@ -19,4 +19,8 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "diffusive_drift = tau * (d - 2) * zc[:-1] / sc[:-1]",
         ["hypersphere_fv_rates"], "the weight sin^{d−2}θ's log-derivative (d−2) cot θ taken at the cell centre left "
         "of each face, not at the face (first order)"),
+    "hypersphere_fv_velocity_sine_at_the_centre": (
+        "mfpde/tokens/hypersphere/transport.py", "a = -sf * g + diffusive_drift", "a = -sc[1:] * g + diffusive_drift",
+        ["hypersphere_fv_rates"], "the polar velocity −sin θ G with the sine of the cell centre right of each face, "
+        "not the face's (first order; the uniform state's linear rates do not see it, the stationary states do)"),
 }
