@@ -27,7 +27,9 @@ the label quadrature of a smooth f is only as good as the cluster's spread.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -44,6 +46,9 @@ __all__ = ["Cells", "Flow", "bernoulli", "cell_masses", "clusters", "degree_ampl
 
 Array = npt.NDArray[np.float64]
 HeadsLike = npt.ArrayLike
+logger = logging.getLogger(__name__)
+#: Wall seconds between the finite volumes' progress lines inside an output interval.
+LOG_EVERY_S = 30.0
 
 
 class Flow(NamedTuple):
@@ -224,7 +229,8 @@ def finite_volume(nu0: Callable[[Array], Array] | npt.ArrayLike, beta_c_w: Heads
     |a| itself, so Δt stays O(h/|v|) where the drift vanishes, e.g. about the uniform state; capped to land on
     the depths). Every Euler stage is checked to have a non-negative diagonal, 1 − (Δt/h)(out-flux rates) ≥ 0,
     which with B ≥ 0 makes it positive (always so for cfl ≤ 1/2 while |v| ≤ its bound); a stage that fails
-    halves Δt and redoes the step. The flux form with zero end fluxes conserves Σ masses to round-off.
+    halves Δt and redoes the step. The flux form with zero end fluxes conserves Σ masses to round-off. A line is
+    logged every :data:`LOG_EVERY_S` wall seconds (the depth reached and the steps taken).
 
     Args:
         nu0: ν0(z) (vectorised): the cell masses of ν0 σ̄ (:func:`cell_masses`), normalised to total mass 1;
@@ -290,6 +296,7 @@ def finite_volume(nu0: Callable[[Array], Array] | npt.ArrayLike, beta_c_w: Heads
 
     result = np.empty((t_out.size, n))
     t, steps = 0.0, 0
+    next_log = time.monotonic() + LOG_EVERY_S
     for i, target in enumerate(t_out):
         while t < target:
             r0 = rates(m)
@@ -306,6 +313,10 @@ def finite_volume(nu0: Callable[[Array], Array] | npt.ArrayLike, beta_c_w: Heads
             steps += 1
             if steps > max_steps:
                 raise RuntimeError(f"finite_volume: more than {max_steps} steps")
+            if steps % 64 == 0 and time.monotonic() > next_log:
+                next_log = time.monotonic() + LOG_EVERY_S
+                logger.info("hypersphere finite volumes: t = %.6g of %.6g, %d steps of Δt ≈ %.3g", t, t_out[-1], steps,
+                            dt)
         result[i] = m
         if callback is not None:
             callback(i, float(target))

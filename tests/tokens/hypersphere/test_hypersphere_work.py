@@ -47,3 +47,12 @@ def test_a_long_transport_logs_its_progress(tmp_path, caplog):
                      "--set", "tokens.cells=[24]", "--set", "depth.T=0.2", "--set", "output.plots=false"]) == 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("hypersphere: output")]
     assert lines and lines[-1].startswith("hypersphere: output") and "t = 0.2" in lines[-1]
+
+
+def test_the_finite_volumes_log_inside_a_long_output_interval(monkeypatch, caplog):
+    """Between two output depths the finite volumes log the depth reached every LOG_EVERY_S wall seconds."""
+    monkeypatch.setattr(tr, "LOG_EVERY_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="mfpde.tokens.hypersphere.transport"):
+        res = tr.finite_volume(lambda z: 1 + 0.1 * z, (2.0, 1.0), 16, "unnormalised", 1.0, 24, [0.1])
+    lines = [r.getMessage() for r in caplog.records if "hypersphere finite volumes: t = " in r.getMessage()]
+    assert res.steps > 64 and len(lines) == res.steps // 64
