@@ -58,8 +58,10 @@ if MPI.COMM_WORLD.rank == 0:
     for j in range(6):
         (line,) = ax.semilogy(t, amp[:, j], label=f"k = {j + 1}")
         ax.semilogy(t, amp[0, j] * np.exp(gamma[j] * t), ":", color=line.get_color())
-    ax.set(xlabel="depth t", ylabel="|μ̂_k(t)|", title="β = 5: modes (dotted: e^{γ_k t})", ylim=(1e-6, 1))
-    ax.legend(fontsize=7)
+    ax.set(xlabel="depth t", ylabel=r"Fourier mode $|\hat\mu_k(t)|$", ylim=(1e-6, 1),
+           title=r"β = 5: Fourier modes (dotted: linear theory $e^{\gamma_k t}$, $\gamma_k = k^2 I_k(\beta)/\beta$)")
+    ax.title.set_fontsize(10)
+    ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(out / "circle.png", dpi=100)
 # -

@@ -80,25 +80,33 @@ if comm.rank == 0:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    mu = read_vtx(out / "fields" / "mu_T_train.bp")  # sample i at "time" i
     for ax, i in zip(axes[:2], (0, 1), strict=True):
-        mu = read_vtx(out / "fields" / "mu_T_train.bp")  # sample i at "time" i
-        x = mu.points[i][:, :2][mu.cells[i]].mean(axis=1)  # cell centres
-        dens = mu.values[i] if mu.cell_data else mu.values[i][mu.cells[i]].mean(axis=1)
-        im = ax.tripcolor(x[:, 0], x[:, 1], dens, cmap="viridis", shading="gouraud")
-        fig.colorbar(im, ax=ax, label=r"density $\mu_T$")
-        ax.set(aspect="equal", xlabel="$x_1$", ylabel="$x_2$",
+        xy = mu.points[i][:, :2]
+        corners = mu.cells[i][:, :4] if mu.cells[i].shape[1] >= 4 else mu.cells[i]  # quads (VTK order) or triangles
+        dens = mu.values[i] if mu.cell_data else mu.values[i][mu.cells[i]].mean(axis=1)  # per cell: drawn flat
+        im = ax.add_collection(PolyCollection(xy[corners], array=dens, cmap="viridis", edgecolors="face"))
+        fig.colorbar(im, ax=ax, label=r"density $\mu_T$ (per cell)")
+        (x0, y0), (x1, y1) = xy.min(axis=0), xy.max(axis=0)
+        ax.set(aspect="equal", xlim=(x0, x1), ylim=(y0, y1), xlabel="$x_1$", ylabel="$x_2$",
                title=f"image {i}: μ_T, mass {mu.integral(i):.4f}")
     ax = axes[2]
-    ax.semilogy(s, [h["risk"] for h in hist], "o-", ms=3, label="risk R(ρ_s)")
-    ax.semilogy(s, [h["free_energy"] for h in hist], "s-", ms=3, label=r"free energy $F_\lambda(\rho_s)$")
+    risk, free = [h["risk"] for h in hist], [h["free_energy"] for h in hist]
+    ax.plot(s, risk, "o-", ms=3, label="risk R(ρ_s)")
+    ax.plot(s, free, "s-", ms=3, label=r"free energy $F_\lambda(\rho_s)$")
+    if max(risk + free) > 10 * min(risk + free) > 0:  # over a decade: a log axis
+        ax.set_yscale("log")
+    else:  # plain ticks (0.3776), not 3.776×10⁻¹
+        ax.ticklabel_format(axis="y", style="plain", useOffset=False)
     ax2 = ax.twinx()
     ax2.plot(s, [h["train_accuracy"] for h in hist], "g--", label="train accuracy")
     if "test_accuracy" in hist[0]:
         ax2.plot(s, [h["test_accuracy"] for h in hist], "r--", label="held-out accuracy")
     ax2.set(ylabel="accuracy", ylim=(0, 1.05))
-    ax.set(xlabel="training time s", title="training")
+    ax.set(xlabel="training time s", ylabel="risk and free energy", title="training")
     legend_below(ax, ax2)  # below the panel: inside, the legends lay over the curves
     fig.tight_layout()
     fig.savefig(out / "digits.png", dpi=120)

@@ -33,17 +33,20 @@ def stop_label(branch: dict[str, Any]) -> str | None:
 
 
 def bifurcation_figure(report: dict[str, Any]) -> Figure:
-    """Each branch's amplitude against K: stable solid, unstable dashed, folds (×), bifurcations (○).
+    """Each branch's own-mode amplitude against K: stable solid, unstable dashed, folds (×), bifurcations (○).
 
     The amplitude of a branch of mode k is |∫ μ cos kθ dθ| on the circle (k = 1: the order parameter |μ̂₁|),
     |∫ μ P_k dσ| on the sphere (k = 1: |∫ x dμ|): a mode-2 branch does not lie on the uniform branch's axis. A branch
     that stopped before its range's end (:func:`stop_label`) ends in a filled square of its colour, the reason
-    beside it (it just ended, like one that ran out of range).
+    beside it (it just ended, like one that ran out of range). The legend lies below the axis, off the branches.
     """
-    from matplotlib.figure import Figure
+    from mfpde.plot_layout import _figure, _place, legend_below
 
-    fig = Figure(figsize=(6.4, 4.4))
-    ax = fig.add_subplot()
+    # inches: 0.95 left (tick labels and a two-line y label), 1.3 below (the x label, then the legend: outside the
+    # data, where it hides no branch), 0.45 above (the title)
+    height, bottom, top = 5.2, 1.3, 0.45
+    fig = _figure(6.6, height)
+    ax = _place(fig, 0.95, bottom, 5.45, height - bottom - top)
     stops = False
     for i, b in enumerate(report["branches"]):
         K, r, st = np.array(b["parameter"]), np.array(b["amplitude"]), np.array(b["stable"])
@@ -77,9 +80,9 @@ def bifurcation_figure(report: dict[str, Any]) -> Figure:
     ax.plot([], [], "k--", label="unstable")
     ax.set_xlabel("coupling K")
     sphere = report["domain"] != "circle"
-    ax.set_ylabel("amplitude |∫ μ Pₖ dσ| of the branch's degree k" if sphere
-                  else "amplitude |∫ μ cos kθ dθ| of the branch's mode k")
+    ax.set_ylabel("each branch's own-mode amplitude\n|∫ μ Pₖ dσ|, k the branch's degree" if sphere
+                  else "each branch's own-mode amplitude\n|∫ μ cos kθ dθ|, k the branch's mode")
     where = report.get("label", report["domain"])
-    ax.set_title(f"noisy tokens on the {where}: β = {report['beta']:g}, τ = {report['noise']:g}")
-    ax.legend(fontsize=8)
+    ax.set_title(f"noisy tokens on the {where}: β = {report['beta']:g}, noise τ = {report['noise']:g}", fontsize=10)
+    legend_below(ax, ncol=3, fontsize=8, drop=0.5 / (height - bottom - top))
     return fig

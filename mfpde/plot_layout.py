@@ -69,8 +69,6 @@ def _aspect(points: Array) -> float:
     return float(np.clip(ext[1] / ext[0], 0.5, 2.0)) if ext[0] > 0 and ext[1] > 0 else 1.0
 
 
-
-
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -119,11 +117,12 @@ def spread_tick_labels(ax: Axes) -> float:
     return angle
 
 
-def legend_below(ax: Axes, *twins: Axes, ncol: int = 2, fontsize: float = 8) -> Any:
+def legend_below(ax: Axes, *twins: Axes, ncol: int = 2, fontsize: float = 8, drop: float = 0.18) -> Any:
     """One legend for ``ax`` and its twin axes (twinx), below the axis, outside its data area.
 
     Legends inside a panel of curves that span it (the digits demo's risk and accuracies: "lower left" and
-    "lower right" lay over the curves) hide data wherever they go; below the x label they hide none.
+    "lower right" lay over the curves) hide data wherever they go; below the x label they hide none. ``drop``: the
+    legend's top, in axis heights below the axis (clear of the tick labels and the x label).
     """
     handles, labels = ax.get_legend_handles_labels()
     for tw in twins:
@@ -132,5 +131,5 @@ def legend_below(ax: Axes, *twins: Axes, ncol: int = 2, fontsize: float = 8) -> 
     for tw in twins:
         if (old := tw.get_legend()) is not None:
             old.remove()
-    return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=ncol, fontsize=fontsize,
+    return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -drop), ncol=ncol, fontsize=fontsize,
                      frameon=False)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mfpde.plot_layout import _col, _figure, _log_minor, _place
+from mfpde.plot_layout import _col, _figure, _log_minor, _place, legend_below
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -21,6 +21,10 @@ __all__ = ["INFORMATIVE", "informative_rate", "loss_figure"]
 
 #: A theorem's rate c is drawn only if it predicts at least this decay exponent over the run, c (s_end − s_0).
 INFORMATIVE = 0.1
+#: Font sizes of every panel's title and legend (one size across the panels).
+TITLE, LEGEND = 9.0, 7.5
+#: Inches below a panel's axis to the top of its legend (under the tick labels and the x label).
+LEGEND_DROP = 0.55
 
 
 def informative_rate(c: float | None, s: np.ndarray) -> bool:
@@ -41,15 +45,16 @@ def _objective_panel(ax: Axes, s: np.ndarray, risk: np.ndarray, F: np.ndarray, k
     plot(s, F, "s-", ms=3, color="C1", label="free energy F(ρ_s)")
     cert = lam * kl if kl is not None and lam > 0 else None
     if not certificate:
-        return "F* unknown (no bound on F − F* for this model)"
+        return "F* unknown (F* is the least F); no bound on F − F* for this model"
     if rate.get("converged"):
-        return "F* known to 10% (certificate): F − F* on its own panel"
+        bound = f" ≤ {cert[-1]:.2g}" if cert is not None and math.isfinite(cert[-1]) else ""
+        return f"F* (the least F) is known: F(ρ_S) − F*{bound}\nthe next panel plots the gap F(ρ_s) − F*"
     if cert is not None and math.isfinite(cert[-1]):
         lo = F[-1] - cert[-1]
         ax.axhspan(lo if lo > 0 or not log else F[-1] * 1e-3, F[-1], color="C1", alpha=0.15,
                    label="F* lies here (certificate, theory §5.4)")
-        return "F* not reached: F and the band holding F*"
-    return "F* unknown"
+        return "F* not reached (F* is the least F): F, and the band that holds F*"
+    return "F* unknown (F* is the least F)"
 
 
 def _gap_panel(ax: Axes, s: np.ndarray, F: np.ndarray, cert: np.ndarray, rate: dict[str, Any]) -> float | None:
@@ -65,7 +70,8 @@ def _gap_panel(ax: Axes, s: np.ndarray, F: np.ndarray, cert: np.ndarray, rate: d
     fstar = rate.get("fitted_f_star")
     gap = F - (F[-1] if fstar is None else fstar)  # F − F*, F* fitted with the rate in the certificate's bracket
     ax.semilogy(s[win], gap[win], "s-", ms=3, color="C1",
-                label="F(ρ_s) − F*  (F* = F(ρ_S) to 10%)" if fstar is None else "F(ρ_s) − F*  (F* fitted)")
+                label="F(ρ_s) − F*  (F* taken as F(ρ_S), to 10%)" if fstar is None
+                else "F(ρ_s) − F*  (F* estimated from the last F)")
     good = cert > 0
     ax.semilogy(s[good], cert[good], "^-", ms=3, color="C4", label="certificate λ·KL(ρ_s ‖ p_ρs)  (≥ F − F*)")
     c = rate.get("fitted")
@@ -75,7 +81,7 @@ def _gap_panel(ax: Axes, s: np.ndarray, F: np.ndarray, cert: np.ndarray, rate: d
         ax.semilogy(s[fit], level * np.exp(-c * (s[fit] - s0)), "--", color="C2", label=f"fitted rate: e^(−{c:.3g} s)")
     ax.set_xlabel("training time s (non-dimensional)")
     ax.set_ylabel("F − F* (non-dimensional, log)")
-    ax.set_title("free-energy gap", y=1.0, fontsize=8)
+    ax.set_title("free-energy gap F(ρ_s) − F* and its bound λ·KL", y=1.0, fontsize=TITLE)
     ax.grid(True, which="both", alpha=0.3)
     _log_minor(ax)
     return float(cert[good][0]) if good.any() else None
@@ -112,31 +118,33 @@ def loss_figure(history: list[dict[str, float]], rate: dict[str, Any], lam: floa
     cert = lam * kl if kl is not None and lam > 0 else None
     gap_panel = bool(certificate and cert is not None and rate.get("converged"))
     n_panels = 1 + gap_panel + (acc is not None)
-    # inches: 1.0 left of each panel, 0.6 below (0.9 with the accuracy panel's legend), 0.55 above, 0.8 right
-    w, bottom = 5.0, 0.9 if acc is not None else 0.6
-    h = 4.6 - bottom - 0.55  # two title lines
-    fig = _figure(7.0 + 6.8 * (n_panels - 1), 4.6)
+    # inches: 1.0 left of each panel, 1.45 below (the x label, then the legend: outside the data, it hides none),
+    # 0.75 above (three title lines), 0.8 right
+    w, bottom, top = 5.0, 1.45, 0.75
+    h = 5.2 - bottom - top
+    fig = _figure(7.0 + 6.8 * (n_panels - 1), 5.2)
     ax = _place(fig, 1.0, bottom, w, h)
     what = _objective_panel(ax, s, risk, F, kl, rate, lam, certificate)
     anchor, target = (float(risk[0]), ax) if lam == 0 and not certificate else (None, None)  # deep, §5.5: R's rate
+    gax = None
     if gap_panel:
         assert cert is not None
         gax = _place(fig, 7.8, bottom, w, h)
         anchor, target = _gap_panel(gax, s, F, cert, rate), gax
-        gax.legend(fontsize=7, loc="best")
     c = rate.get("theory")
     if c is not None and informative_rate(c, s) and anchor is not None and target is not None:
         kind = str(rate.get("theory_kind", "theory"))
         target.semilogy(s, anchor * np.exp(-c * (s - s[0])), ":", lw=2, color="C3",
-                        label=f"theorem's rate: e^(−{c:.3g} s)\n" + textwrap.fill(f"({kind})", 56))
-        target.legend(fontsize=7, loc="best")
+                        label=f"theorem's rate: e^(−{c:.3g} s)\n" + textwrap.fill(f"({kind})", 48))
     ax.set_xlabel("training time s (non-dimensional)")
     ax.set_ylabel("risk R and free energy F (non-dimensional" + (", log)" if ax.get_yscale() == "log" else ")"))
-    ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})\n{what}", y=1.0, fontsize=8)
+    ax.set_title(f"training to s = {s[-1]:.3g} (step {int(history[-1]['step'])})\n{what}", y=1.0, fontsize=TITLE)
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_yscale() == "log":
         _log_minor(ax)
-    ax.legend(fontsize=7, loc="best")
+    for a in (ax, gax):
+        if a is not None:
+            legend_below(a, ncol=2, fontsize=LEGEND, drop=LEGEND_DROP / h)
     if acc is not None:
         _accuracy_panel(fig, s, risk, acc, history, bottom, w, h, 1.0 + 6.8 * (n_panels - 1))
     return fig
@@ -160,8 +168,6 @@ def _accuracy_panel(fig: Figure, s: np.ndarray, risk: np.ndarray, acc: np.ndarra
     ax2.axhline(0.5, color="grey", lw=0.8, ls=":")
     ax2.set_ylim(0.0, 1.02)
     ax2.set_ylabel("accuracy (fraction, chance 0.5)")
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.52 / h), ncol=4)
-    ax.set_title("held-out and training risk, accuracy", y=1.0)
+    legend_below(ax, ax2, ncol=2, fontsize=LEGEND, drop=LEGEND_DROP / h)
+    ax.set_title("training and held-out risk, accuracy", y=1.0, fontsize=TITLE)
     ax.grid(True, alpha=0.3)

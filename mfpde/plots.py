@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.cm import ScalarMappable
     from matplotlib.figure import Figure
 
-__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "loss_figure", "plot_run", "rho_figure", "space_depth_figure",
-           "space_depth_plot", "tokens_figure"]
+__all__ = ["FIGURES", "RhoSeries", "TokenSeries", "circle_title", "loss_figure", "plot_run", "rho_figure",
+           "space_depth_figure", "space_depth_plot", "tokens_figure"]
 
 Array = npt.NDArray[np.float64]
 Box = tuple[float, float, float, float]
@@ -282,35 +282,76 @@ def plot_run(out: Path, history: list[dict[str, float]], rate: dict[str, Any], r
 
 
 def space_depth_plot(path: Path, ts: Any, dens: Any, h: float, log_depth: bool = False,
-                     marks: dict[str, list[float]] | None = None) -> None:
+                     marks: dict[str, list[float]] | None = None, title: str = "tokens on the circle") -> None:
     """Draw :func:`space_depth_figure` into the PNG ``path`` (rank 0; its directory is created)."""
     import matplotlib
 
     matplotlib.use("Agg")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _save(space_depth_figure(ts, dens, h, log_depth, marks), path)
+    _save(space_depth_figure(ts, dens, h, log_depth, marks, title), path)
+
+
+def circle_title(beta: Any, coupling: Any, noise: float) -> str:
+    """The title of the circle's picture: its heads (β_k, K_k) and noise τ.
+
+    "tokens on the circle: β = 5, K = 1, no noise (τ = 0)"; two or three heads listed, more by their range and total K.
+    """
+    b, k = np.atleast_1d(np.asarray(beta, float)), np.atleast_1d(np.asarray(coupling, float))
+    if len(b) == 1:
+        heads = f"β = {b[0]:.4g}, K = {k[0]:.4g}"
+    elif len(b) <= 3:
+        heads = "heads (β, K) = " + ", ".join(f"({x:.3g}, {y:.3g})" for x, y in zip(b, k, strict=True))
+    else:
+        heads = f"{len(b)} heads, β from {b.min():.3g} to {b.max():.3g}, total K = {k.sum():.4g}"
+    return f"tokens on the circle: {heads}, " + (f"noise τ = {noise:.4g}" if noise > 0 else "no noise (τ = 0)")
+
+
+_PI_HALVES = {-2: "−π", -1: "−π/2", 0: "0", 1: "π/2", 2: "π", 3: "3π/2", 4: "2π"}
+#: Where the angle axis of :func:`space_depth_figure` may start, in order of preference (fractions of 2π).
+_CUTS = (0.0, 0.5, 0.25, 0.75, 0.125, 0.375, 0.625, 0.875)
+
+
+def _cut(dens: Any) -> int:
+    """The cell the angle axis starts at: the first of :data:`_CUTS` whose edge cells hold no cluster.
+
+    The score of a cut is the greatest density over the depths in the two cells beside it; the first cut within 1.5
+    times the least score is taken (θ ∈ [0, 2π) where nothing sits at 0: a cluster at θ ≈ 0 ≡ 2π was split across
+    the top and bottom edges and read as two).
+    """
+    n = dens.shape[1]
+    cuts = [int(round(f * n)) % n for f in _CUTS if abs(f * n - round(f * n)) < 1e-9]
+    score = [float(np.maximum(dens[:, i - 1], dens[:, i]).max()) for i in cuts]
+    best = min(score)
+    return next(i for i, s in zip(cuts, score, strict=True) if s <= 1.5 * best)
 
 
 def space_depth_figure(ts: Any, dens: Any, h: float, log_depth: bool = False,
-                       marks: dict[str, list[float]] | None = None) -> Figure:
+                       marks: dict[str, list[float]] | None = None, title: str = "tokens on the circle") -> Figure:
     """θ against t, colour = cell-mean density on a log scale; the depth axis ends at the last output T.
 
     Args:
         ts: output depths (T,), the first 0.
-        dens: densities (T, n) on n equal cells.
+        dens: densities (T, n) on n equal cells, the first from θ = 0.
         h: the cells' width (radians).
         log_depth: a log depth axis (the first output, t = 0, drawn from a decade below the next).
         marks: depths to mark with vertical lines, by legend label (e.g. the merges, the stiff switch).
+        title: the figure's title (:func:`circle_title`).
 
     Each output's column spans the midpoints to its neighbours (geometric ones on a log axis), the first from its
     depth and the last to T: the axis ends at T (each column drawn from its depth to the next ran one output past T).
+    The angle axis starts where no cluster sits (:func:`_cut`): [0, 2π), else [−π, π), or another eighth of the
+    turn.
     """
     import matplotlib.colors
 
     ts = np.asarray(ts, dtype=float)
+    dens = np.asarray(dens, dtype=float)
     fig = _figure(7, 4)
     ax = fig.add_subplot()
-    theta = (np.arange(dens.shape[1] + 1)) * h
+    i = _cut(dens)
+    start = i * h if i * h < np.pi - 1e-9 else i * h - 2 * np.pi
+    dens = np.roll(dens, -i, axis=1)
+    theta = start + np.arange(dens.shape[1] + 1) * h
     log = log_depth and len(ts) > 2
     at = np.concatenate([[ts[1] / 10.0], ts[1:]]) if log else ts  # the first output, t = 0, a decade below the next
     if len(at) > 1:
@@ -327,16 +368,18 @@ def space_depth_figure(ts: Any, dens: Any, h: float, log_depth: bool = False,
         ax.set_xscale("log")
     ax.set_xlim(tt[0], tt[-1])
     ax.set_ylim(theta[0], theta[-1])
+    quarter = np.arange(np.ceil(theta[0] / (np.pi / 2) - 1e-9), np.floor(theta[-1] / (np.pi / 2) + 1e-9) + 1)
+    ax.set_yticks(quarter * np.pi / 2, [_PI_HALVES.get(int(q), f"{q / 2:g}π") for q in quarter])
     styles = iter([("white", "--"), ("cyan", ":"), ("lime", "-.")])
     for label, depths in (marks or {}).items():
         if depths:
             colour, ls = next(styles)
-            for i, t in enumerate(depths):
-                ax.axvline(t, color=colour, ls=ls, lw=0.8, label=label if i == 0 else None)
+            for j, d in enumerate(depths):
+                ax.axvline(d, color=colour, ls=ls, lw=0.8, label=label if j == 0 else None)
     if any(marks.values() if marks else []):
         ax.legend(loc="upper right", fontsize=8, framealpha=0.6)
     ax.set_xlabel("depth t")
-    ax.set_ylabel("θ")
-    ax.set_title("tokens on the circle")
+    ax.set_ylabel("angle θ (radians)")
+    ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -177,6 +177,13 @@ def _labels(fig):
     return [lab for ax in fig.axes for lab in ax.get_legend_handles_labels()[1]]
 
 
+def _renderer(fig):
+    """The Agg renderer of a figure made outside pyplot (mfpde.plot_layout._figure: no canvas of its own)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg(fig).get_renderer()
+
+
 def _titles(fig):
     return " ".join(ax.get_title() for ax in fig.axes)
 
@@ -229,6 +236,28 @@ def test_loss_figure_draws_r_and_f_on_one_axis_and_the_gap_on_its_own_panel():
     # converged but the certificate not a bound (scalar heads on digits): F* unknown, no gap panel, no band
     fig = plots.loss_figure(h, {"fitted": None, "converged": False, "theory": None}, lam=0.05, certificate=False)
     assert len(fig.axes) == 1 and not any("F*" in lab for lab in _labels(fig)), _labels(fig)
+    plt.close(fig)
+
+
+def test_loss_figure_panels_share_font_sizes_and_legends_lie_below_the_data():
+    """The left and middle titles were 8 pt, the right 12; the gap panel's legend lay over the fitted-rate and
+    certificate curves; "F* known to 10% (certificate)" said nothing plain. Now: one title size, every legend below
+    its axis (outside the data), and the title says that F* is the least F and how close F(ρ_S) is to it."""
+    h = _history(6)
+    fig = plots.loss_figure(h, {"fitted": 0.5, "converged": True, "theory": 0.2, "theory_kind": "2 λ₂"}, lam=0.05,
+                            certificate=True)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 3 and len({ax.title.get_fontsize() for ax in panels}) == 1
+    r = _renderer(fig)
+    legends = [ax.get_legend() for ax in panels]
+    assert all(leg is not None for leg in legends)
+    for ax, leg in zip(panels, legends, strict=True):
+        assert leg.get_window_extent(r).y1 < ax.get_window_extent(r).y0, ax.get_title()  # below the axis
+        assert len({t.get_fontsize() for t in leg.get_texts()}) == 1
+    assert len({t.get_fontsize() for leg in legends for t in leg.get_texts()}) == 1
+    cert = 0.05 * h[-1]["kl_gibbs"]
+    assert f"F(ρ_S) − F* ≤ {cert:.2g}" in panels[0].get_title() and "least F" in panels[0].get_title()
+    assert "10%" not in panels[0].get_title()
     plt.close(fig)
 
 
@@ -438,9 +467,33 @@ def test_space_depth_axis_ends_at_the_last_depth(log_depth):
     ax = fig.axes[0]
     lo, hi = ax.get_xlim()
     assert hi == pytest.approx(ts[-1]) and lo == pytest.approx(ts[1] / 10 if log_depth else 0.0)
-    assert ax.get_ylim() == pytest.approx((0.0, 2 * np.pi))
+    lo, hi = ax.get_ylim()
+    assert hi - lo == pytest.approx(2 * np.pi) and any(lo == pytest.approx(c) for c in (0.0, -np.pi, np.pi / 2))
     (mesh,) = ax.collections
     assert np.asarray(mesh.get_array()).size == len(ts) * 16  # every output drawn
+
+
+def test_space_depth_keeps_a_cluster_at_zero_in_one_piece_and_titles_its_parameters():
+    """A single cluster at θ ≈ 0 ≡ 2π was split across the top and bottom edges of [0, 2π) and read as two; the angle
+    axis now starts where no cluster sits ([−π, π) here), and the title gives β, K and the noise τ."""
+    from mfpde.plots import circle_title, space_depth_figure
+
+    n, h = 64, 2 * np.pi / 64
+    theta = (np.arange(n) + 0.5) * h
+    ts = np.array([0.0, 1.0, 2.0])
+    dens = np.stack([np.exp(c * np.cos(theta)) for c in (0.0, 2.0, 8.0)])
+    dens /= dens.sum(axis=1, keepdims=True) * h
+    fig = space_depth_figure(ts, dens, h, title=circle_title([4.0], [1.0], 1.0))
+    ax = fig.axes[0]
+    assert ax.get_ylim() == pytest.approx((-np.pi, np.pi))
+    (mesh,) = ax.collections
+    shown = np.asarray(mesh.get_array()).reshape(n, len(ts))  # rows along θ from the axis' start
+    assert 0 < np.argmax(shown[:, -1]) < n - 1 and shown[[0, -1], -1].max() < 1e-3 * shown[:, -1].max()
+    np.testing.assert_allclose(np.sort(shown[:, -1]), np.sort(dens[-1]))  # the same cells, rolled
+    assert ax.get_title() == "tokens on the circle: β = 4, K = 1, noise τ = 1"
+    assert circle_title([5.0], [1.0], 0.0) == "tokens on the circle: β = 5, K = 1, no noise (τ = 0)"
+    fig = space_depth_figure(ts, np.roll(dens, n // 2, axis=1), h)  # the cluster at π: [0, 2π) as before
+    assert fig.axes[0].get_ylim() == pytest.approx((0.0, 2 * np.pi))
 
 
 def test_a_branch_that_stopped_early_ends_in_a_mark_with_its_reason():
@@ -466,6 +519,10 @@ def test_a_branch_that_stopped_early_ends_in_a_mark_with_its_reason():
     texts = sorted(t.get_text() for t in ax.texts)
     assert texts == ["stopped: Newton failed", "stopped: continuation.max_points reached"]
     assert "branch stopped early (reason beside it)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    # the legend below the axis, off the branches; the y label says whose amplitude it is
+    r = _renderer(fig)
+    assert ax.get_legend().get_window_extent(r).y1 < ax.get_window_extent(r).y0
+    assert "own-mode amplitude" in ax.get_ylabel()
 
 
 def test_legend_below_covers_no_curve_and_tick_labels_do_not_overlap():

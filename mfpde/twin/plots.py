@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["twin_plots"]
+__all__ = ["gaps_figure", "twin_plots"]
 
 _LABELS = {
     "heads": {"risk": "|R_H − R(ρ_S)|, one seed", "risk_bias": "|E R_H − R(ρ_S)|, seed mean",
@@ -20,6 +20,8 @@ _LABELS = {
                "yhat": "mean |ŷ_N − ŷ_∞|, paired", "yhat_bias": "|E mean (ŷ_N − ŷ_∞)|, paired seed mean"},
     "layers": {"risk": "depth error of R, paired", "yhat": "depth error of ŷ, paired"},
 }
+_YLABELS = {"heads": "gap to the PDE (mean-field limit), log", "tokens": "gap to the token limit N → ∞, log",
+            "layers": "depth error against the next L, log"}
 _MARKERS = "osD^"
 
 
@@ -30,15 +32,27 @@ def _save(fig: Any, path: Path) -> None:
     tmp.replace(path)
 
 
+def _power_line(ax: Any, x: Any, y: Any, q: float, style: str, colour: str) -> None:
+    """The power law C x^q through the points (x, y), C by least squares on log axes, across their sizes.
+
+    A single size: the line spans a factor 1.4 either side of it.
+    """
+    c0 = np.exp(np.mean(np.log(y) - q * np.log(x)))
+    xs = np.array([x.min(), x.max()]) if x.max() > x.min() else x[0] * np.array([1 / 1.4, 1.4])
+    ax.plot(xs, c0 * xs**q, style, color=colour, lw=1.2)
+
+
 def _gaps_panel(ax: Any, sweep: str, fits: dict[str, Any]) -> None:
     """One sweep's gaps on log axes, with their fits.
 
-    Points with standard errors, the fit (solid), theory (dotted), 2× the PDE's error (dashed) where it is within
-    the axis.
+    Points with standard errors, the fit (solid, where the report has an exponent), theory's power law (dotted,
+    wherever the report has an expected exponent: through the fitted points, else through all), 2× the PDE's error
+    (dashed) where it is within the axis.
     """
+    from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    lo, hi, sizes = np.inf, 0.0, set()
+    lo, hi, sizes, styles = np.inf, 0.0, set(), set()
     for k, (name, f) in enumerate(fits.items()):
         x, y, e = (np.asarray(f[key], float) for key in ("sizes", "gaps", "gap_se"))
         ok = y > 0
@@ -49,18 +63,25 @@ def _gaps_panel(ax: Any, sweep: str, fits: dict[str, Any]) -> None:
         xs = x[ok] * 1.06 ** (k - (len(fits) - 1) / 2)  # side by side, not on top of each other
         e = np.where(np.isfinite(e[ok]), e[ok], 0.0)
         lab = _LABELS[sweep].get(name, name)
-        lab += f": {f['slope']:.2f} ± {f['se']:.2f}" if f["slope"] is not None else ": no fit"
+        lab += f": fit {f['slope']:.2f} ± {f['se']:.2f}" if f["slope"] is not None else ": no fit"
+        if f["expected"] is not None:
+            lab += f", theory {f['expected']:g}"
         ax.errorbar(xs, y[ok], yerr=[np.minimum(e, 0.9 * y[ok]), e], fmt=_MARKERS[k % 4], color=f"C{k}", ms=4,
                     capsize=2, label=lab)
         fit = np.asarray(f["fitted"], bool)[ok]
+        xf, yf = (x[ok][fit], y[ok][fit]) if fit.any() else (x[ok], y[ok])
         if f["slope"] is not None and fit.any():
-            xf, yf = x[ok][fit], y[ok][fit]
-            for q, style in ((f["slope"], "-"), (f["expected"], ":")):
-                if q is not None:
-                    c0 = np.exp(np.mean(np.log(yf) - q * np.log(xf)))
-                    ax.plot(xf, c0 * xf**q, style, color=f"C{k}", lw=1.2)
+            _power_line(ax, xf, yf, f["slope"], "-", f"C{k}")
+            styles.add("-")
+        if f["expected"] is not None:
+            _power_line(ax, xf, yf, f["expected"], ":", f"C{k}")
+            styles.add(":")
+    for style, what in (("-", "fitted power law (solid)"), (":", "theory's power law (dotted)")):
+        if style in styles:
+            ax.add_line(Line2D([], [], color="0.3", ls=style, lw=1.2, label=what))
     if not sizes:
-        ax.text(0.5, 0.5, "nothing to fit", transform=ax.transAxes, ha="center")
+        ax.text(0.5, 0.5, "no gap above zero to draw", transform=ax.transAxes, ha="center")
+        ax.set_ylabel(_YLABELS[sweep])
         return
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -77,24 +98,33 @@ def _gaps_panel(ax: Any, sweep: str, fits: dict[str, Any]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticklabels([f"{int(v)}" for v in sorted(sizes)])
     ax.set_xlim(min(sizes) / 1.5, max(sizes) * 1.5)
+    ax.set_ylabel(_YLABELS[sweep])
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
 
 
-def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
-               exps: dict[str, Any]) -> None:
-    """Write ``gaps.png``, ``risk.png`` and ``heads.png`` into ``out`` (rank 0)."""
+def gaps_figure(exps: dict[str, Any]) -> Any:
+    """``gaps.png``: one panel per sweep of the report's ``exponents`` (:func:`_gaps_panel`)."""
     from matplotlib.figure import Figure
 
     sweeps = list(exps)
-    fig = Figure(figsize=(4.4 * max(len(sweeps), 1), 5.0), layout="constrained")
+    fig = Figure(figsize=(4.6 * max(len(sweeps), 1), 5.2), layout="constrained")
     for i, sweep in enumerate(sweeps):
         ax = fig.add_subplot(1, len(sweeps), i + 1)
         _gaps_panel(ax, sweep, exps[sweep])
         ax.set_xlabel({"heads": "heads H", "tokens": "tokens N", "layers": "layers L"}[sweep])
         ax.set_title({"heads": "against the PDE", "tokens": "against the token limit",
                       "layers": "against the next L"}[sweep], fontsize=9)
-    fig.suptitle("gaps: fit solid, theory dotted", fontsize=9)
-    _save(fig, out / "gaps.png")
+    fig.suptitle("gaps of the finite network: fitted power law solid, theory's dotted, 2× the PDE's own error "
+                 "dashed", fontsize=9)
+    return fig
+
+
+def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
+               exps: dict[str, Any]) -> None:
+    """Write ``gaps.png`` (:func:`gaps_figure`), ``risk.png`` and ``heads.png`` into ``out`` (rank 0)."""
+    from matplotlib.figure import Figure
+
+    _save(gaps_figure(exps), out / "gaps.png")
 
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()

@@ -160,12 +160,13 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
         dens = np.array(pictures)
         if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
             dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
-        from mfpde.plots import space_depth_plot
+        from mfpde.plots import circle_title, space_depth_plot
 
         switch = (block.get("integrator") or {}).get("switch_t")
         marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
         space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
-                         log_depth=cfg.depth.spacing == "log", marks=marks)
+                         log_depth=cfg.depth.spacing == "log", marks=marks,
+                         title=circle_title(heads.a, heads.c, t.noise))
     write_report(out, report, comm)
     logger.info("circle (%s): %s, clusters at T: %d at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
                 t.solver, f"{block['substeps']} steps" if flow else
