@@ -35,9 +35,6 @@ __all__ = ["FV_SECONDS_PER_CELL", "FV_SECONDS_PER_STEP", "REPORT_DEGREE", "check
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers.
 REPORT_DEGREE = 16
-#: Cells (a fraction of the peak mass) that hold a cluster; labels or cells closer than this many cell widths (or
-#: initial label spacings) are one cluster.
-CLUSTER_FLOOR, CLUSTER_GAP = 1e-3, 2.0
 #: The optimistic cost of a finite-volume step (three stages): measured 92, 131, 206, 2543 µs a step at 16, 64,
 #: 256, 1024 cells (d = 16, one head, one core; the velocity is an O(n²) sum), i.e. at least 92 µs plus 0.8 µs a
 #: cell; charged half the fixed part and a quarter of the least per-cell part.
@@ -124,12 +121,12 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
                 res = tr.flow(nu0, heads, d, t.attention, depths, t.labels, t.rtol)
                 z, masses = res.z, np.broadcast_to(res.masses, res.z.shape)
                 theta = np.arccos(np.clip(z, -1.0, 1.0))
-                gap, floor, steps = CLUSTER_GAP * math.pi / t.labels, CLUSTER_FLOOR, 0
+                steps = 0
             else:
                 cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells[0], depths, t.cfl,
                                          callback=advanced)
                 masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
-                z, gap, floor, steps = np.cos(theta), CLUSTER_GAP * math.pi / t.cells[0], CLUSTER_FLOOR, cells.steps
+                z, steps = np.cos(theta), cells.steps
     except (FloatingPointError, RuntimeError, ValueError) as e:
         write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
                            "error": f"sample 0: {e}"}, comm)
@@ -139,7 +136,8 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
             bar.close()
     solve_cpu = time.process_time() - c0
     power = tr.degree_power(z, masses, d, REPORT_DEGREE)
-    counts = [tr.clusters(theta[i], masses[i], gap, floor) for i in range(len(depths))]
+    bins = t.cells[0] if t.solver != "flow" else max(8, masses.shape[1] // 8)  # a few labels a bin
+    counts = [tr.clusters(theta[i], masses[i], d, bins) for i in range(len(depths))]
     total = masses.sum(axis=1)
     block = {"solver": t.solver, "dim": d, "mass_error": float(np.abs(total - total[0]).max()),
              "min_mass": float(masses.min()), "substeps": int(steps),

@@ -358,18 +358,33 @@ def degree_power(z: npt.ArrayLike, masses: npt.ArrayLike, d: int, lmax: int) -> 
     return degree_amplitudes(z, masses, d, lmax) ** 2
 
 
-def clusters(theta: npt.ArrayLike, masses: npt.ArrayLike, gap: float, floor: float = 0.0) -> int:
-    """The number of clusters of the 1-D measure Σ m_j δ_{θ_j}.
+def clusters(theta: npt.ArrayLike, masses: npt.ArrayLike, d: int, bins: int, least: float = 1e-3) -> int:
+    """The number of clusters of the zonal measure Σ m_j δ_{θ_j} on S^{d−1}, as on the circle.
 
-    A cluster is a maximal group of the atoms with m_j > floor·max m, sorted in θ, whose neighbours are at most
-    ``gap`` apart. Labels: floor = 0 and a gap below the initial spacing; cells: a floor (e.g. 1e-3: the cells
-    that hold a cluster) and a gap of a cell or two.
+    A cluster is a maximal run of the ``bins`` equal bins of [0, π] in θ whose mass exceeds twice the uniform
+    state's (the normalised measure σ̄'s mass of the bin, by the regularised incomplete beta function: z = cos θ
+    has the density ∝ (1 − z²)^((d−3)/2)) and that holds at least ``least`` of the mass: a cap about a pole or a
+    ring. The uniform state has none; the cells of the finite volumes are their own bins, the flow's labels are
+    binned (a few labels a bin).
 
     Raises:
-        ValueError: gap ≤ 0, floor outside [0, 1) or no atom of positive mass.
+        ValueError: bins < 1, d < 2 or no atom of positive mass.
     """
+    from scipy.special import betainc
+
     th, mm = np.asarray(theta, dtype=float).ravel(), np.asarray(masses, dtype=float).ravel()
-    if not (gap > 0 and 0 <= floor < 1) or not mm.max(initial=0) > 0:
-        raise ValueError(f"need gap > 0, 0 <= floor < 1 and a positive mass, got {gap}, {floor}")
-    kept = np.sort(th[mm > floor * mm.max()])
-    return int(1 + np.count_nonzero(np.diff(kept) > gap))
+    if bins < 1 or d < 2 or not mm.sum() > 0:
+        raise ValueError(f"need bins >= 1, d >= 2 and a positive mass, got {bins}, {d}")
+    edges = np.linspace(0.0, math.pi, bins + 1)
+    got = np.histogram(np.clip(th, 0.0, math.pi), edges, weights=mm)[0] / mm.sum()
+    a = (d - 1) / 2
+    uniform = np.diff(betainc(a, a, (1 - np.cos(edges)) / 2))
+    over = got > 2 * uniform
+    count, run = 0, 0.0
+    for k in range(bins + 1):
+        if k < bins and over[k]:
+            run += got[k]
+        else:
+            count += run >= least
+            run = 0.0
+    return int(count)

@@ -299,8 +299,8 @@ def test_noise_free_clusters_positive_and_conservative() -> None:
     d, beta, depths = 3, 4.0, [0.5, 1.0, 2.0, 4.0]
     f = T.flow(_nu0, (beta, 1.0), d, "unnormalised", depths, 48, rtol=1e-10)
     r = T.finite_volume(_nu0, (beta, 1.0), d, "unnormalised", 0.0, 100, depths)
-    n_flow = [T.clusters(np.arccos(z), f.masses, gap=0.02) for z in f.z]
-    n_fv = [T.clusters(r.theta, m, gap=1.5 * np.pi / 100, floor=1e-3) for m in r.masses]
+    n_flow = [T.clusters(np.arccos(z), f.masses, d, 8) for z in f.z]
+    n_fv = [T.clusters(r.theta, m, d, 100) for m in r.masses]
     assert n_flow[2:] == [2, 2] and n_fv[2:] == [2, 2], (n_flow, n_fv)
     assert np.all(r.masses >= 0)
     assert np.abs(r.masses.sum(axis=1) - 1.0).max() <= conservation(r.steps, 30, 100)
@@ -319,13 +319,20 @@ def test_bernoulli() -> None:
 
 
 def test_clusters() -> None:
-    th = np.array([0.1, 0.11, 0.12, 1.0, 1.01, 2.5, 3.0])
-    m = np.array([1, 1, 1, 1, 1, 1, 1e-6])
-    assert T.clusters(th, m, gap=0.05) == 4
-    assert T.clusters(th, m, gap=0.05, floor=1e-3) == 3
-    assert T.clusters(th[::-1], m[::-1], gap=2.0) == 1
+    """Runs of bins above twice the uniform state's mass: none for the uniform state (cells of σ̄'s masses, any d),
+    a cap, a ring and a cap at the other pole; a run below the least mass is not a cluster."""
+    from scipy.special import betainc
+
+    for d in (2, 3, 16, 512):
+        edges = np.linspace(0, np.pi, 65)
+        m = np.diff(betainc((d - 1) / 2, (d - 1) / 2, (1 - np.cos(edges)) / 2))
+        assert T.clusters((edges[1:] + edges[:-1]) / 2, m, d, 64) == 0
+    th = np.array([0.01, 0.02, 1.5, 1.52, 3.1, 2.0])
+    m = np.array([0.3, 0.3, 0.2, 0.1, 0.1, 1e-9])
+    assert T.clusters(th, m, 3, 64) == 3
+    assert T.clusters(th, m, 3, 64, least=0.15) == 2
     with pytest.raises(ValueError):
-        T.clusters(th, m, gap=0.0)
+        T.clusters(th, m, 3, 0)
 
 
 def test_degree_power_of_the_labels() -> None:
