@@ -225,7 +225,8 @@ class Objective:
         else:
             reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
                             outflow_tol=cfg.tokens.outflow_tol)
-        D = bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a)[1] if tape is not None else []
+        D = (bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a, costate=False)[1]  # ∂R/∂c only
+             if tape is not None else [])
         self._count(tape)
         # ∂ŷ/∂c of the batch as (S, layers, N_a) once (one view a sample) where the layer blocks' head counts agree
         DY = np.stack(D, axis=1) if D and len({Dk.shape for Dk in D}) == 1 else None

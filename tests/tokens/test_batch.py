@@ -295,3 +295,25 @@ def test_untaped_batch_from_its_own_footprint(monkeypatch):
     monkeypatch.setattr(batch_module, "UNTAPED_CHUNK_BYTES", 1)  # one head a chunk
     Vc, _ = obj.batch.velocity(U, heads[0], False)
     assert np.allclose(Vc, V1, rtol=1e-12, atol=1e-14 * np.abs(V1).max()) and np.allclose(V, V1, rtol=1e-12, atol=0)
+
+
+def test_backward_without_costate_keeps_dc():
+    """The single-layer model's reverse pass with ``costate=False`` (the training's: ∂R/∂c only) skips P_0 and
+    gives ∂R/∂c bit for bit as the full pass; the digits' weights vanish on part of the grid, so the separable
+    products run over the support of the batch's marginals (TensorSoftmax._ysup), against whole-grid factors."""
+    cfg = C.load(DEEP, [*SMALL, 'depth.model="shallow"'])
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    bt = cp.objective.batch
+    assert bt is not None
+    heads = cp.heads()[0]
+    g = readout_function("linear", [0.0, 4.0], 0.0)
+    U0 = np.stack([u.x.array.copy() for u in cp.objective._initial(cp.problem.train, [0, 1, 2])])
+    out = []
+    for costate in (True, False):
+        tape: list = []
+        bt.solve_shallow(U0.copy(), heads, 1.0, g, tape=tape)
+        assert tape[0].vel[0][1]._ysup is not None  # the products over the support only
+        out.append(bt.backward(tape, np.ones_like(U0), 1, [len(heads.a)], costate=costate))
+    (P1, D1), (P0, D0) = out
+    assert P1 is not None and P0 is None
+    assert np.array_equal(D1[0], D0[0]) and np.any(D1[0] != 0.0)

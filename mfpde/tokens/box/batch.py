@@ -91,6 +91,7 @@ class BatchTransport:
         self.vgrid_shape = self.vel.grid.shape
         self.vertex: tuple[Any, ...] = (slice(None), *self.vel.index)  # [:, grid index of every P1 vertex]
         self._tape_bytes = 0
+        self._no_costate: Array | None = None  # the stage state whose F'ᵀ forms ∂(p·F)/∂c only (see backward)
 
     # -- the pieces of one stage -------------------------------------------------------------------
     def weights(self, U: Array) -> Array:
@@ -244,15 +245,17 @@ class BatchTransport:
         Z = P * self.inv_m  # M symmetric: M⁻ᵀ = M⁻¹
         r = np.zeros_like(v)
         xi = np.zeros((S, self.vel.x.size))
-        self.fv.transpose(v, Z, self.fv.normal_flux(V), r, xi)
+        skip = self._no_costate is v  # the first step's stage 0 with ``backward(costate=False)``: g_c only
+        self.fv.transpose(v, Z, self.fv.normal_flux(V), None if skip else r, xi)
         Xi = np.zeros((S, *self.vgrid_shape, self.vel.d))
         Xi[self.vertex] = xi.reshape(S, -1, self.vel.d)
-        gW, gc = ts.vjp(heads.c, Xi)
-        r[:, self.cells] += self.tokens.quad.local_m * gW.reshape(S, -1)[:, self.cell_grid]
+        gW, gc = ts.vjp(heads.c, Xi, costate=not skip)
+        if not skip:
+            r[:, self.cells] += self.tokens.quad.local_m * gW.reshape(S, -1)[:, self.cell_grid]
         return r, gc
 
-    def backward(self, tape: list[rk.TapedStep] | CheckpointedTape, P_T: Array, n_layers: int, n_a: list[int]
-                 ) -> tuple[Array, list[Array]]:
+    def backward(self, tape: list[rk.TapedStep] | CheckpointedTape, P_T: Array, n_layers: int, n_a: list[int],
+                 costate: bool = True) -> tuple[Array | None, list[Array]]:
         """The reverse pass (the batched :meth:`~mfpde.tokens.box.adjoint.DiscreteAdjoint.backward`, DG0: no limiter).
 
         Args:
@@ -260,18 +263,24 @@ class BatchTransport:
             P_T: the costates at depth T, shape (S, n_cells).
             n_layers: number of layer blocks.
             n_a: the number of distinct a of each block's head measure.
+            costate: form P_0 = ∂R/∂μ_0. False (the training, which takes ∂R/∂c only): the first depth step's
+                first stage (of a one-step tape: the single-layer model) skips the state part of F'ᵀ and the
+                attention's ∂/∂W, whose only use is P_0, and P_0 is returned as None; ∂R/∂c is bit-identical.
 
         Returns:
-            (P_0, [∂R/∂c per layer block, shape (S, N_a)]).
+            (P_0 or None, [∂R/∂c per layer block, shape (S, N_a)]).
         """
         P = P_T.copy()
         D = [np.zeros((len(P), k)) for k in n_a]
+        skip = not costate and isinstance(tape, list) and len(tape) == 1
         for st in reverse(tape):
+            self._no_costate = st.states[0] if skip else None
             rows = np.arange(len(P)) if st.idx is None else st.idx
             P[rows], gc = rk.step_transpose(self, st, P[rows])
             D[st.layer][rows] += gc
             del st  # let a checkpointed tape's next replay go without this step's linearisation alive
-        return P, D
+        self._no_costate = None
+        return (None if skip else P), D
 
     def rate_transpose(self, state: Array, heads: HeadMeasure, vel: BatchVelocity | None, costate: Array
                        ) -> tuple[Array, Array]:

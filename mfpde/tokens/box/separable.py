@@ -28,6 +28,7 @@ Inputs are non-dimensional; no dolfinx here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -150,6 +151,16 @@ class TensorSoftmax:
             E.append(Ej)
             Ey.append(Ej * yg.axes[j])
             shifts.append(shift)
+        #: Shared factors span the whole grid; a batch's weights vanish off the support of its marginals (the
+        #: digits fill the middle 8 × 8 of 16 × 16 cells), so the products run over that support only (the
+        #: factors' columns there, taken when used: the tape keeps the shared factors): the terms dropped are
+        #: exact zeros (E_j W with W = 0 there).
+        self._ysup: tuple[npt.NDArray[np.intp], ...] | None = None
+        if factors is not None:
+            sups = [np.flatnonzero(Wb.sum(axis=tuple(k for k in range(d + 1) if k != j + 1)) > 0) for j in range(d)]
+            if sum(map(len, sups)) < sum(yg.shape):
+                self._ysup = tuple(sups)
+                Wb = Wb[self._grid_index()]
         self.separable = sep = rng <= _TENSOR_RANGE_MAX
         self._E, self._Ey = (tuple(E), tuple(Ey)) if sep.all() else (tuple(e[sep] for e in E),
                                                                      tuple(e[sep] for e in Ey))
@@ -177,14 +188,13 @@ class TensorSoftmax:
         and measures are one matrix product, (2 N_sep m₁ × n₁) by (n₁ × S n₂), the right ones one stacked
         product per head with S m₁ rows; five half-products where Z̃, Σ y₁ and Σ y₂ each would take six.
         """
-        E0, Ey0 = self._E[0], self._Ey[0]
+        (E0, E1), (Ey0, Ey1) = self._factors()
         K, m1, n1 = E0.shape
         S = len(Wb)
         P = np.concatenate([E0, Ey0]).reshape(2 * K * m1, n1) @ np.moveaxis(Wb, 0, 1).reshape(n1, -1)
-        if len(self._E) == 1:
+        if E1 is None or Ey1 is None:
             buf = P.reshape(2, K, m1, S, 1)
         else:
-            E1, Ey1 = self._E[1], self._Ey[1]
             m2, n2 = E1.shape[1:]
             out = np.empty((3, K, m1 * S, m2))
             Pk = P.reshape(2, K, m1 * S, n2)  # (E₁W, E₁ diag(y₁) W) per head, rows (x₁, measure); K = 0 allowed
@@ -205,21 +215,38 @@ class TensorSoftmax:
         the right products one stacked product per head with S m₁ rows, the left ones and the sum over heads
         one matrix product with inner dimension 2 N_sep m₁.
         """
-        E0, Ey0 = self._E[0], self._Ey[0]
+        (E0, E1), (Ey0, Ey1) = self._factors()
         K, m1, n1 = E0.shape
         S = G.shape[3]
-        if len(self._E) == 1:
+        if E1 is None or Ey1 is None:
             Q = G.reshape(2, K * m1, S)
             np.negative(Q[0], out=Q[0])
         else:
-            E1, Ey1 = self._E[1], self._Ey[1]
             m2, n2 = E1.shape[1:]
             Q = np.empty((3, K * m1, S, n2))
             np.matmul(G[:2].reshape(2, K, m1 * S, m2), E1, out=Q[:2].reshape(2, K, m1 * S, n2))
             np.matmul(G[2].reshape(K, m1 * S, m2), Ey1, out=Q[2].reshape(K, m1 * S, n2))
             np.subtract(Q[2], Q[0], out=Q[0])
         out = np.concatenate([E0, Ey0]).reshape(2 * K * m1, n1).T @ Q[:2].reshape(2 * K * m1, -1)  # (n₁, S n₂)
-        return np.moveaxis(out.reshape(n1, S, -1), 1, 0).reshape(S, *self.yg.shape)
+        if self._ysup is None:
+            return np.moveaxis(out.reshape(n1, S, -1), 1, 0).reshape(S, *self.yg.shape)
+        g = np.zeros((S, *self.yg.shape))  # 0 off the support (support_only would zero it there anyway)
+        g[self._grid_index()] = np.moveaxis(out.reshape(n1, S, -1), 1, 0).reshape(
+            S, *map(len, self._ysup))
+        return g
+
+    def _factors(self) -> tuple[tuple[Array, Array | None], tuple[Array, Array | None]]:
+        """(E₁, E₂), (E₁ diag(y₁), E₂ diag(y₂)) of the separable heads on the support's columns (E₂ None: d = 1)."""
+        E, Ey = self._E, self._Ey
+        if self._ysup is not None:
+            E = tuple(e[:, :, ix] for e, ix in zip(E, self._ysup, strict=True))
+            Ey = tuple(e[:, :, ix] for e, ix in zip(Ey, self._ysup, strict=True))
+        return (E[0], E[1] if len(E) == 2 else None), (Ey[0], Ey[1] if len(Ey) == 2 else None)
+
+    def _grid_index(self) -> tuple[Any, ...]:
+        """The index of the support's sub-grid in an array (S, *yshape)."""
+        assert self._ysup is not None
+        return (slice(None), *np.ix_(*self._ysup))
 
     @property
     def m(self) -> Array:
@@ -257,12 +284,14 @@ class TensorSoftmax:
         V = np.stack([c @ self._m[j].reshape(len(c), m1 * nb * m2) for j in range(d)]).reshape(d, m1, nb, m2)
         return self._unbatch(V.transpose(2, 1, 3, 0).reshape(nb, *self.xg.shape, d), 0)
 
-    def vjp(self, c: Array, Xi: Array) -> tuple[Array, Array]:
+    def vjp(self, c: Array, Xi: Array, costate: bool = True) -> tuple[Array, Array]:
         """The transpose of the derivative of Σ_x ξ·V with respect to (W, c) (theory §3.1 (B)).
 
         Args:
             c: the heads' value-weighted masses, shape (N_a,) (zero allowed).
             Xi: the cotangent on xg, shape ((S,) *xg.shape, d).
+
+            costate: form g_W (False: zeros, for a caller that needs g_c only; the reverse products skipped).
 
         Returns:
             (g_W, g_c): shapes ((S,) *yg.shape) and ((S,) N_a,), per measure of a batch.
@@ -274,6 +303,8 @@ class TensorSoftmax:
             xm += self._m[j] * X[j]
         gc = xm.sum(axis=(1, 3)).T  # (S, N_a)
         gW = np.zeros((nb, *self.yg.shape))
+        if not costate:
+            return self._unbatch(gW, 0), self._unbatch(gc, 0)
         if sep.any():
             cz = c[sep][:, None, None, None] / self._z  # c_k / Z̃_k
             G = np.empty((d + 1, *cz.shape))

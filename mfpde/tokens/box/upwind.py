@@ -184,16 +184,18 @@ class UpwindFiniteVolume:
         Fp, Fm = self._split(F)
         return self._to_cells(Fp, -Fm)
 
-    def transpose(self, u: Array, z: Array, F: Array, gu: Array, gV: Array) -> None:
+    def transpose(self, u: Array, z: Array, F: Array, gu: Array | None, gV: Array) -> None:
         """Add J_uᵀ z to ``gu`` (shape ((S,) n_local)) and J_Vᵀ z to ``gV`` (shape ((S,) n_vertices d)).
 
-        ``u`` and ``z`` hold the values of the local cells, ghosts up to date; F from :meth:`normal_flux`.
+        ``gu`` None: J_uᵀ z is not formed (a caller that needs J_Vᵀ z only). ``u`` and ``z`` hold the values of
+        the local cells, ghosts up to date; F from :meth:`normal_flux`.
         """
         right, inner = self._right_or_left, self._inner
         zl, ul = z[..., self.left], u[..., self.left]
         dz = z[..., right] * inner - zl  # −z_L on ∂Ω
-        Fp, Fm = self._split(F)
-        gu += self._to_cells(Fp * dz, Fm * dz)
+        if gu is not None:
+            Fp, Fm = self._split(F)
+            gu += self._to_cells(Fp * dz, Fm * dz)
         ur = u[..., right] * inner  # u_R, 0 on ∂Ω
         # ½(1 + sgn F) u_L + ½(1 − sgn F) u_R at each Gauss point, times w_q Δz
         y = np.empty(F.shape)  # C order: einsum is several times slower on a strided operand
