@@ -60,10 +60,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "self.lam = 2 * math.pi * self._iv[1 : self.m + 1]",
         ["noisy_threshold", "continuation_fold"],
         "spectral circle: the kernel's eigenvalues one index off (λ_k = 2π I_{k+1}(β))"),
-    "spectral_circle_covariance_2x": (
-        "mfpde/tokens/circle/spectral.py", "SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)",
-        "SB = p[:, None] * self.CL - 2 * np.outer(p, (self.w * p) @ self.CL)",
-        ["continuation_fold"], "spectral circle: the Jacobian's covariance term (the normalisation's) doubled"),
+    "spectral_covariance_2x": (
+        "mfpde/tokens/spectral_gibbs.py", "SB = p[:, None] * self._VL - np.outer(p, (self._q * p) @ self._VL)",
+        "SB = p[:, None] * self._VL - 2 * np.outer(p, (self._q * p) @ self._VL)",
+        ["continuation_fold"], "spectral (circle and sphere): the Jacobian's covariance term (the normalisation's) "
+        "doubled"),
     "spectral_circle_translation_kept": (
         "mfpde/tokens/circle/spectral.py", "S -= (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)",
         "S += (10 * float(np.abs(S).max()) + 1) * np.outer(y, y)",

@@ -33,13 +33,14 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.tokens.bessel import iv_orders
+from mfpde.tokens.spectral_gibbs import SpectralGibbs
 
 __all__ = ["CircleSpectral"]
 
 Array = npt.NDArray[np.float64]
 
 
-class CircleSpectral:
+class CircleSpectral(SpectralGibbs):
     """The even stationary states in the cosine coefficients c_0..c_{M′}; β, τ fixed, K the parameter.
 
     N = ``points`` equispaced angles carry the nonlinearity (its resolution: the states' sharpness); the unknowns are
@@ -93,8 +94,7 @@ class CircleSpectral:
         self.gram = np.where(self.k == 0, 2 * math.pi, math.pi)  # ∫ cos jθ cos kθ dθ (diagonal)
         self._I = np.eye(self.m)
         self._fine: tuple[Array, ...] | None = None
-        self._last_gibbs: tuple[float, Array, Array, float] | None = None
-        self._last_jacobian: tuple[float, Array, Array, Array] | None = None
+        self._gibbs_setup(self.CL, self.T, self.w)
         #: what the continuation's report adds: the discretisation and its number of unknowns
         self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
 
@@ -141,41 +141,6 @@ class CircleSpectral:
         c = np.abs(np.asarray(u, float))
         c[0] = 0.0
         return int(np.argmax(c))
-
-    def _gibbs(self, c: Array, K: float) -> tuple[Array, float]:
-        """(p(c) at the quadrature points, κ), not to be written.
-
-        The last point's is kept: Newton's residual and Jacobian, det ∂F/∂c and the tangent ask for the same point.
-        """
-        last = self._last_gibbs
-        if last is not None and last[0] == K and np.array_equal(last[1], c):
-            return last[2], last[3]
-        p, kappa = self._gibbs_at(c, K)
-        self._last_gibbs = (K, np.array(c, dtype=float), p, kappa)
-        return p, kappa
-
-    def _gibbs_at(self, c: Array, K: float) -> tuple[Array, float]:
-        kappa = K / (self.noise * self.beta)
-        g = kappa * (self.CL @ c)
-        p = np.exp(g - g.max())
-        return p / float(self.w @ p), kappa
-
-    # -- the equation ---------------------------------------------------------------------------
-    def residual(self, u: Array, K: float) -> Array:
-        """F(c, K) = c − T p(c), shape (m,)."""
-        return np.asarray(u, float) - self.T @ self._gibbs(u, K)[0]  # a failed trial: non-finite, rejected
-
-    def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
-        """(∂F/∂c (m, m), ∂F/∂K (m,)), exact (module docstring)."""
-        last = self._last_jacobian  # the same point's, asked in turn by det ∂F/∂c and the tangent (not to be written)
-        if last is not None and last[0] == K and np.array_equal(last[1], u):
-            return last[2], last[3]
-        p, kappa = self._gibbs(u, K)
-        SB = p[:, None] * self.CL - np.outer(p, (self.w * p) @ self.CL)
-        TSB = self.T @ SB
-        Ju, JK = self._I - kappa * TSB, -(TSB @ u) / (self.noise * self.beta)
-        self._last_jacobian = (K, np.array(u, dtype=float), Ju, JK)
-        return Ju, JK
 
     # -- what a branch reports ----------------------------------------------------------------------
     def order_parameter(self, u: Array) -> float:

@@ -35,6 +35,7 @@ import numpy.typing as npt
 from numpy.polynomial import legendre
 
 from mfpde.tokens.bessel import iv_orders, spherical_in_orders
+from mfpde.tokens.spectral_gibbs import SpectralGibbs
 
 __all__ = ["SphereSpectral"]
 
@@ -43,7 +44,7 @@ Array = npt.NDArray[np.float64]
 AZIMUTHAL_ORDERS = 8
 
 
-class SphereSpectral:
+class SphereSpectral(SpectralGibbs):
     """The zonal stationary states in the Legendre coefficients c_0..c_{L′}; β, τ fixed; K the parameter.
 
     n = ``points`` Gauss–Legendre nodes carry the nonlinearity (its resolution: the states' sharpness); the unknowns
@@ -95,8 +96,7 @@ class SphereSpectral:
         # √(1−t²) P_ℓ′(t_i), ℓ ≤ L′: the rotations' f = √(1−t²) μ′ at the nodes (μ′ = κ μ (G∗μ)′ from the unknowns)
         self.sdVL = _sine_derivatives(self.t, V)[:, : self.m] * self.lam[None, :]
         self._fine: tuple[Array, ...] | None = None
-        self._last_gibbs: tuple[float, Array, Array, float] | None = None
-        self._last_jacobian: tuple[float, Array, Array, Array] | None = None
+        self._gibbs_setup(self.VL, self.C, self.q)
         #: what the continuation's report adds: the discretisation and its number of unknowns
         self.report_fields = {"discretisation": self.discretisation, "unknowns": self.m}
         self._B: dict[int, Array] = {}
@@ -144,41 +144,6 @@ class SphereSpectral:
         c = np.abs(np.asarray(u, float)) * np.sqrt(self.gram)
         c[0] = 0.0
         return int(np.argmax(c))
-
-    def _gibbs(self, c: Array, K: float) -> tuple[Array, float]:
-        """(p(c) at the quadrature points, κ), not to be written.
-
-        The last point's is kept: Newton's residual and Jacobian, det ∂F/∂c and the tangent ask for the same point.
-        """
-        last = self._last_gibbs
-        if last is not None and last[0] == K and np.array_equal(last[1], c):
-            return last[2], last[3]
-        p, kappa = self._gibbs_at(c, K)
-        self._last_gibbs = (K, np.array(c, dtype=float), p, kappa)
-        return p, kappa
-
-    def _gibbs_at(self, c: Array, K: float) -> tuple[Array, float]:
-        kappa = K / (self.noise * self.beta)
-        g = kappa * (self.VL @ c)
-        p = np.exp(g - g.max())
-        return p / float(self.q @ p), kappa
-
-    # -- the equation ---------------------------------------------------------------------------
-    def residual(self, u: Array, K: float) -> Array:
-        """F(c, K) = c − C p(c), shape (n,)."""
-        return np.asarray(u, float) - self.C @ self._gibbs(u, K)[0]  # a failed trial: non-finite, rejected
-
-    def jacobian(self, u: Array, K: float) -> tuple[Array, Array]:
-        """(∂F/∂c (n, n), ∂F/∂K (n,)), exact (module docstring)."""
-        last = self._last_jacobian  # the same point's, asked in turn by det ∂F/∂c and the tangent (not to be written)
-        if last is not None and last[0] == K and np.array_equal(last[1], u):
-            return last[2], last[3]
-        p, kappa = self._gibbs(u, K)
-        SB = p[:, None] * self.VL - np.outer(p, (self.q * p) @ self.VL)
-        CSB = self.C @ SB
-        Ju, JK = self._I - kappa * CSB, -(CSB @ u) / (self.noise * self.beta)
-        self._last_jacobian = (K, np.array(u, dtype=float), Ju, JK)
-        return Ju, JK
 
     # -- what a branch reports ----------------------------------------------------------------------
     def order_parameter(self, u: Array) -> float:
