@@ -318,7 +318,8 @@ def test_the_circles_fastest_modes_in_theory_are_the_closed_form():
 def test_the_user_guides_config_rows_are_regenerated(tempdir):
     """The user guide's table of example configs: `mfpde run demos/<name>.toml` for the three that take seconds
     (shallow, value_heads, gaussian_2d): the risk, free energy, rates and ρ_S the rows state; `mfpde transport` of
-    the noisy circle and sphere: their sub-steps (timings are not compared)."""
+    the noisy circle and sphere: their sub-steps, and the noisy sphere's mass error docs/sphere.md states (timings
+    are not compared)."""
     import csv
     import json
 
@@ -344,8 +345,12 @@ def test_the_user_guides_config_rows_are_regenerated(tempdir):
     for name, shown in (("noisy_circle", lambda n: f"{round(n, -3):,}".replace(",", " ")), ("noisy_sphere", str)):
         out = tempdir / name  # `mfpde transport` with noise: the sub-steps the row states (12 000, 780)
         assert main(["transport", str(ROOT / "demos" / f"{name}.toml"), "--out", str(out), "--quiet"]) == 0
-        steps = json.loads((out / "report.json").read_text())["samples"][0]["substeps"]
+        sample = json.loads((out / "report.json").read_text())["samples"][0]
+        steps = sample["substeps"]
         assert f"({shown(steps)} sub-steps)" in rows[name], (name, steps, rows[name])
+        if name == "noisy_sphere":  # docs/sphere.md's noisy tokens state the same run
+            sphere = " ".join((DOCS / "sphere.md").read_text().split())
+            assert f"(mass error {sample['mass_error']:.0e} after {steps} sub-steps in the demo)" in sphere, sample
 
 
 #: a number as a page prints it: 0.609014, 8.0e-5, 5e-13 (integers, which name sizes and counts, are left out)
@@ -405,3 +410,180 @@ def test_the_single_layer_gibbs_branch_of_the_continuation_page_is_regenerated(t
     assert abs(b["order_parameter"][-1] - abar) <= 2e-16 and closed == k * (y - m0) / (lam2 + k * k)
     (at1,) = [v[0] for lam, v in zip(b["parameter"], b["variance"], strict=True) if lam == 1.0]
     assert f"variance {at1:.3f} at λ = 1" in text.replace("\n", " ")
+
+
+def _continued(tempdir: Path, demo: str, name: str, *sets: str) -> dict:
+    """`mfpde continuation demos/<demo>.toml --set ...`: its report.json."""
+    import json
+
+    from mfpde.cli import main
+
+    out = tempdir / name
+    args = [a for s in sets for a in ("--set", s)]
+    assert main(["continuation", str(ROOT / "demos" / f"{demo}.toml"), "--out", str(out), "--quiet", *args]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def _event(rep: dict, kind: str, mode: int = 1) -> dict:
+    (e,) = [e for e in rep["bifurcations"] if e["kind"] == kind and e["mode"] == mode]
+    return e
+
+
+def test_the_noisy_continuation_diagrams_numbers_are_regenerated(tempdir):
+    """docs/continuation.md (the circle at β = 4, the sphere at β = 3 and 5) and docs/phase_transitions.md (the
+    hysteresis prose's K_c and K_f, the curvatures c₂): `mfpde continuation demos/noisy_circle.toml` and
+    `demos/noisy_sphere.toml`, with the `--set` overrides the pages give for the other β (five runs, seconds)."""
+    import scipy.special
+
+    c4 = _continued(tempdir, "noisy_circle", "c4")
+    c2 = _continued(tempdir, "noisy_circle", "c2", "tokens.beta=2.0", "continuation.start=1.0", "continuation.stop=2.0")
+    s3 = _continued(tempdir, "noisy_sphere", "s3")
+    s1 = _continued(tempdir, "noisy_sphere", "s1", "tokens.beta=1.0", "continuation.start=2.0", "continuation.stop=4.0")
+    s5 = _continued(tempdir, "noisy_sphere", "s5", "tokens.beta=5.0", "continuation.start=0.3")
+    cont = " ".join((DOCS / "continuation.md").read_text().split())
+    kc, kf = _event(c4, "subcritical")["parameter"], _event(c4, "fold")["parameter"]
+    for want in (f"fold at K = {kf:.4f} |", f"stable up to K_c = {kc:.6f} and the one-cluster state from the fold at "
+                 f"K = {kf:.6f} on"):
+        assert want in cont, want
+    sphere = cont.split("## The sphere")[1]
+    fold = _event(s3, "fold")
+    assert f"fold at K = {fold['parameter']:.6g} |" in sphere
+    assert f"| K = {fold['parameter']:.9f}, \\|∫ x dμ\\| = {fold['order_parameter']:.4f} |" in sphere
+    assert f"slope dK/da = {_event(s5, 'transcritical', 2)['slope']:.3f}".replace("-", "−") in sphere
+    phase = " ".join((DOCS / "phase_transitions.md").read_text().split())
+    c = [_event(r, k)["curvature"] for r, k in ((c2, "supercritical"), (c4, "subcritical"), (s1, "supercritical"),
+                                               (s3, "subcritical"))]
+    want = (f"{c[0]:.3f} (circle, β = 2), {c[1]:.3f} (circle, β = 4), {c[2]:.3f} (sphere, β = 1), {c[3]:.3f} "
+            "(sphere, β = 3)").replace("-", "−")
+    assert f"The curvatures c₂ at the branch point: {want}" in phase, c
+    grow = 0.41 * float(scipy.special.iv(1, 4.0)) / 4.0 - 1.0  # K I_1(β)/β − τ at K = 0.41, β = 4, τ = 1
+    for want in (f"to K = 0.41, just above K_c = {kc:.6f}", f"K I_1(β)/β − τ = {_sci(grow)} per unit depth",
+                 f"down to the fold K_f = {kf:.6f} (continuation)"):
+        assert want in phase, want
+
+
+def _sci2(x: float) -> str:
+    """x to two digits as the docs print it: 1.4·10⁻⁹."""
+    mant, exp = f"{x:.1e}".split("e")
+    return f"{mant}·10{str(int(exp)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
+
+
+def test_the_noisy_threshold_tables_are_regenerated():
+    """docs/continuation.md's tables of measured K_c and β* (the collocation, by the functions the page names) and
+    docs/phase_transitions.md's |dc₂/dβ| (about a CPU second)."""
+    from mfpde.verify.noise import (
+        C2_ERROR,
+        beta_star_closed_form,
+        closed_threshold,
+        measured_beta_star,
+        measured_threshold,
+    )
+
+    text = " ".join((DOCS / "continuation.md").read_text().split())
+    circle, sphere = text.split("## The sphere")
+    cases = {"circle": [(1.0, 1.0), (2.0, 1.0), (4.0, 1.0)],
+             "sphere": [(0.5, 1.0), (1.0, 1.0), (2.0, 0.3), (4.0, 1.0), (8.0, 0.5)]}
+    slopes = {}
+    for domain, page, n, stars in (("circle", circle, 41, (41,)), ("sphere", sphere, 40, (24, 40))):
+        kc = [measured_threshold(b, t, n, domain, "collocation") for b, t in cases[domain]]
+        err = max(abs(k / closed_threshold(domain, b, t) - 1) for k, (b, t) in zip(kc, cases[domain], strict=True))
+        row = re.search(rf"\| K_c, β = [^|]*N = {n} \| ([^|]*) \| [^|]* \| ≤ ([^|]*) relative \|", page)
+        assert row, (domain, "K_c row")
+        assert row[1] == ", ".join(f"{k:.15g}" for k in kc) and row[2] == _sci2(err), (row[0], kc, err)
+        star = [measured_beta_star(1.0, m, domain, "collocation") for m in stars]
+        ref = beta_star_closed_form(domain)
+        slopes[domain] = star[-1][1]
+        root = "I₂/I₁ = 1/2" if domain == "circle" else "I_{5/2}/I_{3/2} = 1/3"
+        want = (f"| {'; '.join(f'{s:.9f}' for s, _ in star)} | root of {root}: {ref:.9f} | "
+                f"{'; '.join(_sci2(abs(s - ref)) for s, _ in star)} (threshold {_sci2(C2_ERROR / star[-1][1])}) |")
+        assert want in page, want
+    phase = " ".join((DOCS / "phase_transitions.md").read_text().split())
+    assert f"|dc₂/dβ| ({slopes['circle']:.2f} on the circle, {slopes['sphere']:.2f} on the sphere:" in phase, slopes
+
+
+def test_the_sphere_pages_closed_forms_and_mesh_areas_are_regenerated():
+    """docs/sphere.md: the fastest degree ℓ_max(β), the kernel's degree L for the flow solver's and DG's Bessel
+    tails, the tilted kernel's centres at β = 20, the allreduce's bytes at β = 9 (closed forms, by the functions
+    of mfpde.tokens.sphere), and the icosahedral meshes' area shortfall (the function the page names); a second."""
+    import math
+
+    from mpi4py import MPI
+
+    from mfpde.tokens.sphere.mesh import icosphere, sphere_area
+    from mfpde.tokens.sphere.series import harmonic_degree
+    from mfpde.tokens.sphere.theory import fastest_degree
+    from mfpde.tokens.sphere.tilted import fibonacci_centres, tilt_radius
+
+    text = " ".join((DOCS / "sphere.md").read_text().split())
+    listed = re.search(r"The fastest degree ℓ_max\(β\) \((.*?)\) sets", text)
+    assert listed, "sphere.md's list of ℓ_max"
+    pairs = re.findall(r"(\d+) at β = (\d+)(?:–(\d+))?", listed[1])
+    assert len(pairs) == 5, listed[1]
+    for degree, lo, hi in pairs:
+        assert all(fastest_degree(b) == int(degree) for b in range(int(lo), int(hi or lo) + 1)), (degree, lo, hi)
+    flow, dg = ([harmonic_degree(b, tol) for b in (5, 9, 16)] for tol in (1e-14, 1e-10))
+    assert (f"below 1e-14 (L = {flow[0]}, {flow[1]}, {flow[2]} at β = 5, 9, 16) for the flow solver, 1e-10 for DG, "
+            f"whose own error is far larger (L = {dg[0]}, {dg[1]}, {dg[2]})") in text, (flow, dg)
+    assert f"(K ≈ 8β²/{tilt_radius(1e-6):.1f}², {len(fibonacci_centres(tilt_radius(1e-6) / 20))} at β = 20)" in text
+    assert f"8(L+1)² bytes per evaluation ({8 * (flow[1] + 1) ** 2 / 1e3:.1f} kB at β = 9)" in text
+    short = {order: [f"{1 - sphere_area(icosphere(MPI.COMM_SELF, r, order)) / (4 * math.pi):.1e}".replace("e-0", "e-")
+                     for r in (2, 3, 4)] for order in (1, 2)}
+    assert (f"r = 2, 3, 4: {', '.join(short[1])} flat; {', '.join(short[2])} quadratic") in text, short
+
+
+def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
+    """docs/sphere.md: `mfpde transport demos/sphere.toml --set tokens.solver='"flow"'` with the default labels
+    (explicit steps only, their count) and with `--set tokens.labels=512` (the collapsed clusters at t = 12);
+    about 6 CPU s (the CPU times are not compared)."""
+    import json
+
+    from mfpde.cli import main
+
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    text = " ".join((DOCS / "sphere.md").read_text().split())
+    got = {}
+    for labels in (None, 512):
+        out = tempdir / f"flow{labels}"
+        extra = ["--set", f"tokens.labels={labels}"] if labels else []
+        assert main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(out), "--quiet", "--set",
+                     "tokens.solver='flow'", "--set", "output.plots=false", "--set", "output.fields=false",
+                     *extra]) == 0
+        got[labels] = json.loads((out / "report.json").read_text())["samples"][0]
+    demo = got[None]["integrator"]
+    assert demo["stiff_steps"] == 0 and demo["switch_t"] is None
+    assert f"`--set tokens.solver='\"flow\"'`) stays explicit: {demo['explicit_steps']} steps" in text, demo
+    s = got[512]
+    assert s["labels"] == 512 and s["t"][-1] == 12.0
+    assert f"collapsed to a point ({words[s['clusters_T']]} at t = 12)" in text, s["clusters_T"]
+    assert f"{words[s['clusters_T']]} collapsed clusters at t = 12" in text
+
+
+def test_the_circle_atlas_closed_form_rows_are_regenerated():
+    """docs/circle.md's atlas table: the rows of linear theory, k_max(β) and the runner-up's rate over γ_max from
+    γ_k = k² I_k(β)/β (scipy), √(2β), and the least-squares c √(β log β) through k_max with its c (closed forms;
+    the PDE's cluster counts are `python bench/circle_atlas.py`'s, not regenerated here)."""
+    import numpy as np
+    import scipy.special
+
+    lines = (DOCS / "circle.md").read_text().splitlines()
+    (head,) = [r for r in lines if r.startswith("| β | 1 | 2 |")]
+    betas = np.array([float(b) for b in head.strip("| ").split(" | ")[1:]])
+    rows = {r.split(" | ")[0].strip("| "): r.strip("| ").split(" | ")[1:] for r in lines
+            if r.startswith(("| k_max(β) (linear theory)", "| runner-up rate", "| √(2β)", "| 0.76 √(β log β)"))}
+    assert len(rows) == 4, rows.keys()
+    k = np.arange(1, 80)
+    kmax, ratio = [], []
+    for beta in betas:
+        g = k**2 * scipy.special.ive(k, beta)
+        top = np.argsort(g)[::-1]
+        kmax.append(int(k[top[0]]))
+        ratio.append(f"{g[top[1]] / g[top[0]]:.2f}")
+    assert rows["k_max(β) (linear theory)"] == [str(m) for m in kmax], kmax
+    assert rows["runner-up rate / γ_max"] == ratio, ratio
+    assert rows["√(2β)"] == [f"{x:.1f}" for x in np.sqrt(2 * betas)]
+    s = np.sqrt(betas * np.log(betas))
+    c = float(s @ np.array(kmax) / (s @ s))
+    text = " ".join((DOCS / "circle.md").read_text().split())
+    assert f"through k_max (c = {c:.2f})" in text, c
+    assert rows["0.76 √(β log β)"] == [f"{x:.1f}".replace("0.0", "0") for x in c * s]
+    assert f"to {kmax[-1] - c * s[-1]:.1f} at β = {betas[-1]:g}".replace("-", "−") in text
