@@ -215,7 +215,7 @@ def test_the_deep_ntk_row_is_its_stored_full_output():
 
 def test_the_circle_pages_flow_map_w1_is_regenerated(tempdir):
     """docs/circle.md: W1 between the flow map's `cdf_T` at M = 128, 512 and 2048 labels on the demo at t = 1.5,
-    from the command the page names (three runs, under a CPU second)."""
+    from the command the page names, and its three collapsed clusters (three runs, under a CPU second)."""
     import json
 
     import numpy as np
@@ -228,7 +228,9 @@ def test_the_circle_pages_flow_map_w1_is_regenerated(tempdir):
         out = tempdir / f"m{m}"
         assert main(["transport", str(ROOT / "demos" / "circle.toml"), "--out", str(out), "--quiet", "--set",
                      "tokens.solver='flow'", "--set", f"tokens.labels={m}"]) == 0
-        cdf[m] = np.array(json.loads((out / "report.json").read_text())["samples"][0]["cdf_T"])
+        sample = json.loads((out / "report.json").read_text())["samples"][0]
+        assert sample["t"][-1] == 1.5 and sample["clusters_T"] == 3, (m, sample["clusters_T"])  # "three collapsed"
+        cdf[m] = np.array(sample["cdf_T"])
     a, b = w1_circle(cdf[128], cdf[2048]), w1_circle(cdf[512], cdf[2048])
     text = " ".join((DOCS / "circle.md").read_text().split())
     assert f"M = 128 and M = 2048 is {a:.3f}, between M = 512 and 2048 {b:.2g}" in text, (a, b)
@@ -587,3 +589,24 @@ def test_the_circle_atlas_closed_form_rows_are_regenerated():
     assert f"through k_max (c = {c:.2f})" in text, c
     assert rows["0.76 √(β log β)"] == [f"{x:.1f}".replace("0.0", "0") for x in c * s]
     assert f"to {kmax[-1] - c * s[-1]:.1f} at β = {betas[-1]:g}".replace("-", "−") in text
+
+
+def test_the_circle_pages_merge_command_runs_as_stated(tempdir):
+    """docs/circle.md's command for two clusters to t = 10⁹ with their merge, as the page prints it (a CPU second):
+    two clusters form, one merge, one cluster at T = 10⁹."""
+    import json
+    import shlex
+
+    from mfpde.cli import main
+
+    (block,) = re.findall(r"```sh\n(mfpde transport .*?)```", (DOCS / "circle.md").read_text(), re.S)
+    args = shlex.split(block.replace("\\\n", " "))[1:]
+    assert "depth.T=1e9" in args
+    args[1] = str(ROOT / args[1])
+    out = tempdir / "merge"
+    assert main([*args, "--out", str(out), "--quiet", "--set", "output.plots=false", "--set",
+                 "output.fields=false"]) == 0
+    sample = json.loads((out / "report.json").read_text())["samples"][0]
+    assert max(sample["clusters_t"]) == 2 and len(sample["merge_times"]) == 1 and sample["clusters_T"] == 1, sample
+    assert sample["t"][-1] == 1e9
+    assert "two clusters to t = 10⁹ with their merge" in " ".join((DOCS / "circle.md").read_text().split())
