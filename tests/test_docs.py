@@ -610,3 +610,28 @@ def test_the_circle_pages_merge_command_runs_as_stated(tempdir):
     assert max(sample["clusters_t"]) == 2 and len(sample["merge_times"]) == 1 and sample["clusters_T"] == 1, sample
     assert sample["t"][-1] == 1e9
     assert "two clusters to t = 10⁹ with their merge" in " ".join((DOCS / "circle.md").read_text().split())
+
+
+def test_the_free_energy_pages_lie_law_rates_are_regenerated():
+    """docs/free_energy.md: the exact Lie law's asymptotic rates in the table and the prose, the continuous-time
+    rate and the theorem's rate of the scalar heads, from `lie_law` and `fixed_point` of bench/fe_models.py (the
+    closed forms bench/bench_free_energy.py prints; a second or two). The runs' gaps and fitted rates are the
+    benchmark's (minutes), not regenerated here."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fe_models import fixed_point, lie_law
+
+    horizon = {"value": 16.0, "scalar": 14.0}  # bench_free_energy.run's S
+    page = (DOCS / "free_energy.md").read_text()
+    rows = re.findall(r"^\| (value|scalar) \| [^|]*, Δs = ([\d.]+) \| .*; ([\d.]+)\) \|$", page, re.M)
+    assert len(rows) == 12, rows
+    rate = {(fam, ds): f"{lie_law(fam, float(ds), round(horizon[fam] / float(ds)))[1]:.4f}"
+            for fam, ds in {(f, d) for f, d, _ in rows}}
+    assert all(rate[(f, d)] == shown for f, d, shown in rows), (rate, rows)
+    text = " ".join(page.split())
+    fp = {fam: fixed_point(fam) for fam in ("value", "scalar")}
+    assert (f"the Lie law's {rate[('value', '0.1')]} at Δs = 0.1 against {rate[('value', '0.05')]} at 0.05, "
+            f"{rate[('value', '0.5')]} at 0.5 and {fp['value']['rate']:.4f} in continuous time") in text
+    assert f"2αλ is 2λ₂ = {fp['value']['theorem']:g} for value heads" in text
+    assert f"known only at ρ*, where it gives {fp['scalar']['theorem']:.2f}" in text
