@@ -635,3 +635,36 @@ def test_the_free_energy_pages_lie_law_rates_are_regenerated():
             f"{rate[('value', '0.5')]} at 0.5 and {fp['value']['rate']:.4f} in continuous time") in text
     assert f"2αλ is 2λ₂ = {fp['value']['theorem']:g} for value heads" in text
     assert f"known only at ρ*, where it gives {fp['scalar']['theorem']:.2f}" in text
+
+
+def test_the_free_energy_pages_finest_pde_rows_are_regenerated():
+    """docs/free_energy.md's refinement table, the finest Θ mesh at Δs = 0.1 (value heads 120 cells, scalar heads
+    40²; closed-form δR/δρ and token solve): the gap at s = 0, the final gap and λ KL, the fitted rate and the exact
+    Lie law's rate on the same rows, by `pde` of bench/fe_runs.py as bench/bench_free_energy.py runs it (about
+    3 CPU s). Final values at round-off (|x| < 1e-15) are compared as round-off, not digit by digit."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fe_models import lie_law
+    from fe_runs import pde
+
+    from mfpde.fitting import fit_rate
+
+    page = (DOCS / "free_energy.md").read_text()
+    for fam, cells, shown, horizon in (("value", 120, "120 cells", 16.0), ("scalar", 40, "40² cells", 14.0)):
+        steps = round(horizon / 0.1)
+        lie_gap, _ = lie_law(fam, 0.1, steps)
+        for kind, label in (("closed", "closed form"), ("token", "token solve")):
+            r = pde(fam, cells, 0.1, steps, kind)
+            g, s = np.asarray(r["gap"]), np.asarray(r["s"])
+            w = (g < 1e-2 * g[0]) & (g > 1e-8 * g[0])
+            row = re.search(rf"^\| {fam} \| {label}, {shown}, Δs = 0.1 \| (\S+) \| (\S+) \| (\S+) \| (\S+) \((\S+);",
+                            page, re.M)
+            assert row, (fam, label)
+            assert row[1] == f"{g[0]:.3e}" and row[4] == f"{fit_rate(s[w], g[w]):.4f}", (row[0], g[0])
+            assert row[5] == f"{fit_rate(s[w], np.asarray(lie_gap)[w]):.4f}", row[0]
+            for cell, x in ((row[2], g[-1]), (row[3], r["cert"][-1])):
+                want = f"{x:.1e}" if x >= 0 else f"−{-x:.1e}"
+                assert cell == want or (abs(x) < 1e-15 and abs(float(cell.replace("−", "-"))) < 1e-15), (cell, x)
