@@ -637,11 +637,12 @@ def test_the_free_energy_pages_lie_law_rates_are_regenerated():
     assert f"known only at ρ*, where it gives {fp['scalar']['theorem']:.2f}" in text
 
 
-def test_the_free_energy_pages_finest_pde_rows_are_regenerated():
-    """docs/free_energy.md's refinement table, the finest Θ mesh at Δs = 0.1 (value heads 120 cells, scalar heads
-    40²; closed-form δR/δρ and token solve): the gap at s = 0, the final gap and λ KL, the fitted rate and the exact
-    Lie law's rate on the same rows, by `pde` of bench/fe_runs.py as bench/bench_free_energy.py runs it (about
-    3 CPU s). Final values at round-off (|x| < 1e-15) are compared as round-off, not digit by digit."""
+def test_the_free_energy_pages_pde_rows_are_regenerated():
+    """docs/free_energy.md's table *PDE: refinement and rates*, every row (value heads on 30–120 cells, scalar heads
+    on 20²–40², closed-form δR/δρ or token solve, Δs = 0.05, 0.1, 0.5): the gap at s = 0, the final gap and λ KL,
+    the fitted rate and the exact Lie law's rate on the same rows, by `pde` of bench/fe_runs.py as
+    bench/bench_free_energy.py runs it, and the prose's rate errors and their fitted orders (about 12 CPU s).
+    Final values at round-off (|x| < 1e-15) are compared as round-off, not digit by digit."""
     import sys
 
     import numpy as np
@@ -650,21 +651,34 @@ def test_the_free_energy_pages_finest_pde_rows_are_regenerated():
     from fe_models import lie_law
     from fe_runs import pde
 
-    from mfpde.fitting import fit_rate
+    from mfpde.fitting import fit_order, fit_rate
 
-    page = (DOCS / "free_energy.md").read_text()
-    for fam, cells, shown, horizon in (("value", 120, "120 cells", 16.0), ("scalar", 40, "40² cells", 14.0)):
-        steps = round(horizon / 0.1)
-        lie_gap, _ = lie_law(fam, 0.1, steps)
-        for kind, label in (("closed", "closed form"), ("token", "token solve")):
-            r = pde(fam, cells, 0.1, steps, kind)
-            g, s = np.asarray(r["gap"]), np.asarray(r["s"])
-            w = (g < 1e-2 * g[0]) & (g > 1e-8 * g[0])
-            row = re.search(rf"^\| {fam} \| {label}, {shown}, Δs = 0.1 \| (\S+) \| (\S+) \| (\S+) \| (\S+) \((\S+);",
-                            page, re.M)
-            assert row, (fam, label)
-            assert row[1] == f"{g[0]:.3e}" and row[4] == f"{fit_rate(s[w], g[w]):.4f}", (row[0], g[0])
-            assert row[5] == f"{fit_rate(s[w], np.asarray(lie_gap)[w]):.4f}", row[0]
-            for cell, x in ((row[2], g[-1]), (row[3], r["cert"][-1])):
-                want = f"{x:.1e}" if x >= 0 else f"−{-x:.1e}"
-                assert cell == want or (abs(x) < 1e-15 and abs(float(cell.replace("−", "-"))) < 1e-15), (cell, x)
+    horizon = {"value": 16.0, "scalar": 14.0}  # bench_free_energy.run's S
+    rows = re.findall(r"^\| (value|scalar) \| (closed form|token solve), (\d+)(?:²)? cells, Δs = ([\d.]+) \| (\S+) \| "
+                      r"(\S+) \| (\S+) \| (\S+) \((\S+);", (DOCS / "free_energy.md").read_text(), re.M)
+    assert len(rows) == 12, rows
+    errors: dict[str, dict[int, float]] = {}
+    for fam, label, cells, ds, gap0, gap, kl, fitted, same in rows:
+        steps = round(horizon[fam] / float(ds))
+        r = pde(fam, int(cells), float(ds), steps, "closed" if label == "closed form" else "token")
+        g, s = np.asarray(r["gap"]), np.asarray(r["s"])
+        w = (g < 1e-2 * g[0]) & (g > 1e-8 * g[0])
+        lie_gap, _ = lie_law(fam, float(ds), steps)
+        where = (fam, label, cells, ds)
+        assert gap0 == f"{g[0]:.3e}" and fitted == f"{fit_rate(s[w], g[w]):.4f}", (where, g[0])
+        c, c_lie = fit_rate(s[w], g[w]), fit_rate(s[w], np.asarray(lie_gap)[w])
+        assert same == f"{c_lie:.4f}", where
+        if label == "token solve" and ds == "0.1":
+            errors.setdefault(fam, {})[int(cells)] = abs(c - c_lie)
+        for cell, x in ((gap, g[-1]), (kl, r["cert"][-1])):
+            want = f"{x:.1e}" if x >= 0 else f"−{-x:.1e}"
+            assert cell == want or (abs(x) < 1e-15 and abs(float(cell.replace("−", "-"))) < 1e-15), (where, cell, x)
+    text = " ".join((DOCS / "free_energy.md").read_text().split())
+    err, order = {}, {}
+    for fam, by in errors.items():
+        n = sorted(by)
+        err[fam] = [f"{by[k]:.1e}".replace("e-0", "e-") for k in n]
+        order[fam] = f"{fit_order([6.0 / k for k in n], [by[k] for k in n]):.2f}"
+    assert f"The fitted orders are {order['value']} for value heads and {order['scalar']} for scalar heads" in text
+    assert (f"The rate errors are {err['value'][0]}, {err['value'][1]} and {err['value'][2]} on 30, 60 and 120 cells, "
+            f"and {err['scalar'][0]}, {err['scalar'][1]} and {err['scalar'][2]} on 20², 28² and 40²") in text, err
