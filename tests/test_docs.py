@@ -320,12 +320,15 @@ def test_the_circles_fastest_modes_in_theory_are_the_closed_form():
 def test_the_user_guides_config_rows_are_regenerated(tempdir):
     """The user guide's table of example configs: `mfpde run demos/<name>.toml` for the three that take seconds
     (shallow, value_heads, gaussian_2d): the risk, free energy, rates and ρ_S the rows state; `mfpde transport` of
-    the noisy circle and sphere: their sub-steps, and the noisy sphere's mass error docs/sphere.md states (timings
-    are not compared)."""
+    the noisy circle and sphere: their sub-steps, and the noisy sphere's mass error docs/sphere.md states; the rate
+    with F* = F(ρ_S) against the report's that docs/outputs.md states (timings are not compared)."""
     import csv
     import json
 
+    import numpy as np
+
     from mfpde.cli import main
+    from mfpde.fitting import fit_rate_offset
 
     guide = (DOCS / "user-guide.md").read_text()
     rows = {m[0]: m[1] for m in re.findall(r"^\| `(\w+)\.toml` \| .* \| (.*?) \|$", guide, re.M)}
@@ -335,8 +338,15 @@ def test_the_user_guides_config_rows_are_regenerated(tempdir):
         assert main(["run", str(ROOT / "demos" / f"{name}.toml"), "--out", str(out), "--quiet",
                      "--set", "output.plots=false"]) == 0
         got[name] = (json.loads((out / "report.json").read_text()), list(csv.DictReader((out / "history.csv").open())))
-    rep, _ = got["shallow"]
+    rep, h = got["shallow"]
     assert f"rate: fitted {rep['rate']['fitted']:.2f}, theory {rep['rate']['theory']:.1f}" in rows["shallow"]
+    s, f = (np.array([float(r[k]) for r in h]) for k in ("s", "free_energy"))  # docs/outputs.md: F* = F(ρ_S) biased
+    gap = f - f[-1]  # the rate, on the same rows as the report's fit (mfpde.training.theory.certified_fit)
+    win = (gap >= 10 * rep["rate"]["certificate"]) & (gap > 1e-14 * max(1.0, abs(f[-1])))
+    biased = fit_rate_offset(s[win], f[win], f[-1], f[-1])[0]
+    outputs = " ".join((DOCS / "outputs.md").read_text().split())
+    want = f"the rate high ({biased:.3f} for {rep['rate']['fitted']:.3f} with `mfpde run demos/shallow.toml`)"
+    assert want in outputs, want
     rep, h = got["value_heads"]
     mean, cov = rep["final"]["rho_mean"][0], rep["final"]["rho_cov"][0][0]
     assert (f"risk {float(h[0]['risk']):.3f} → {float(h[-1]['risk']):.4f}, ρ_S = N({mean:.3f}, {cov:.3f})"
