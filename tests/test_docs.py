@@ -545,8 +545,8 @@ def test_the_sphere_pages_closed_forms_and_mesh_areas_are_regenerated():
 
 def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
     """docs/sphere.md: `mfpde transport demos/sphere.toml --set tokens.solver='"flow"'` with the default labels
-    (explicit steps only, their count) and with `--set tokens.labels=512` (the collapsed clusters at t = 12);
-    about 6 CPU s (the CPU times are not compared)."""
+    (explicit steps only, their count; the kernel's degree at β = 9) and with `--set tokens.labels=512` (the
+    collapsed clusters at t = 12); about 6 CPU s (the CPU times are not compared)."""
     import json
 
     from mfpde.cli import main
@@ -561,6 +561,8 @@ def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
                      "tokens.solver='flow'", "--set", "output.plots=false", "--set", "output.fields=false",
                      *extra]) == 0
         got[labels] = json.loads((out / "report.json").read_text())["samples"][0]
+    degrees = re.search(r"\(L = (\d+), (\d+), (\d+) at β = 5, 9, 16\) for the flow solver", text)
+    assert degrees and int(degrees[2]) == got[None]["kernel_degree"], got[None]["kernel_degree"]
     demo = got[None]["integrator"]
     assert demo["stiff_steps"] == 0 and demo["switch_t"] is None
     assert f"`--set tokens.solver='\"flow\"'`) stays explicit: {demo['explicit_steps']} steps" in text, demo
@@ -692,3 +694,16 @@ def test_the_free_energy_pages_pde_rows_are_regenerated():
     assert f"The fitted orders are {order['value']} for value heads and {order['scalar']} for scalar heads" in text
     assert (f"The rate errors are {err['value'][0]}, {err['value'][1]} and {err['value'][2]} on 30, 60 and 120 cells, "
             f"and {err['scalar'][0]}, {err['scalar'][1]} and {err['scalar'][2]} on 20², 28² and 40²") in text, err
+
+
+def test_the_spectral_continuations_unknown_counts_are_the_closed_form():
+    """docs/continuation.md: the degrees above round-off that the spectral discretisation keeps, 2 I_k(β) >
+    10⁻¹⁸ I_0(β) on the circle at β = 4 and (2ℓ+1) i_ℓ(β) > 10⁻¹⁸ i_0(β) on the sphere at β = 3 (scipy)."""
+    import scipy.special
+
+    text = " ".join((DOCS / "continuation.md").read_text().split())
+    circle = sum(2 * scipy.special.iv(k, 4.0) > 1e-18 * scipy.special.iv(0, 4.0) for k in range(200))
+    sphere = sum((2 * n + 1) * scipy.special.spherical_in(n, 3.0) > 1e-18 * scipy.special.spherical_in(0, 3.0)
+                 for n in range(200))
+    assert f"(2 I_k(β) > 10⁻¹⁸ I_0(β): {circle} at β = 4)" in text, circle
+    assert f"(2ℓ+1) i_ℓ(β) > 10⁻¹⁸ i_0(β) ({sphere} at β = 3)" in text, sphere
