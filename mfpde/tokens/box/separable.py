@@ -157,7 +157,8 @@ class TensorSoftmax:
         #: exact zeros (E_j W with W = 0 there).
         self._ysup: tuple[npt.NDArray[np.intp], ...] | None = None
         if factors is not None:
-            sups = [np.flatnonzero(Wb.sum(axis=tuple(k for k in range(d + 1) if k != j + 1)) > 0) for j in range(d)]
+            sups = [np.flatnonzero(np.abs(Wb).sum(axis=tuple(k for k in range(d + 1) if k != j + 1)) > 0)
+                    for j in range(d)]  # exact zeros only: a column of values of either sign is kept
             if sum(map(len, sups)) < sum(yg.shape):
                 self._ysup = tuple(sups)
                 Wb = Wb[self._grid_index()]
