@@ -239,6 +239,7 @@ DOC_BENCH: dict[str, str | list[str]] = {
     "circle_peer": "library",
     "compare_reports": "import",
     "digit_box": ["--help"],
+    "fe_models": "tests/test_docs.py",  # its models, imported by the free-energy page's tests
     "digit_lift": ["--help"],
     "digit_pairs": "test_digit_pairs_regenerates_the_screen_of_the_docs",
     "hypersphere_phase": "test_hypersphere_phase_quick_writes_under_out_only",
