@@ -742,3 +742,23 @@ def test_the_circle_pages_dg_w1_rows_are_regenerated():
         row = rows[f"DG{p} W1"]
         assert row[:len(ns)] == [f"{e:.1e}".replace("e-0", "e-") for e in err], (p, err)
         assert row[-1] == f"{math.log2(err[0] / err[1]):.1f} → {math.log2(err[-2] / err[-1]):.1f}", (p, row[-1])
+
+
+def test_the_sphere_flow_fields_integral_of_outputs_md_is_regenerated(tempdir):
+    """docs/outputs.md: the sphere flow solver's field integrates to 1 less the flat icosahedron's (refine 4) area
+    shortfall, the number the page prints, at every output depth (a short run of demos/sphere.toml)."""
+    from mpi4py import MPI
+
+    from mfpde import read_vtx
+    from mfpde.cli import main
+
+    out = tempdir / "flow"
+    assert main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(out), "--quiet", "--set",
+                 "tokens.solver='flow'", "--set", "tokens.labels=512", "--set", "depth.T=0.5", "--set",
+                 "output.plots=false"]) == 0
+    if MPI.COMM_WORLD.rank == 0:
+        mu = read_vtx(out / "fields" / "mu_0.bp")
+        got = {round(mu.integral(k), 6) for k in range(len(mu.times))}
+        assert len(got) == 1, got
+        text = " ".join((DOCS / "outputs.md").read_text().split())
+        assert f"({got.pop():.6f} for mass 1)" in text
