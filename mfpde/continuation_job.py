@@ -44,9 +44,8 @@ from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 
-__all__ = ["PARAMETERS", "check_continuation", "continuation_job", "curvature", "maxwell_points", "mode_amplitude",
-           "noisy_branches",
-           "noisy_circle_branches", "slope", "threshold"]
+__all__ = ["PARAMETERS", "amplitude_row", "check_continuation", "continuation_job", "curvature", "maxwell_points",
+           "mode_amplitude", "noisy_branches", "noisy_circle_branches", "slope", "threshold"]
 
 #: A discrete stationary problem of noisy tokens (the circle's even states or the sphere's zonal ones).
 Stationary = Any  # CircleStationary, SphereStationary, a domain's own (mfpde.domains: the stationary protocol)
@@ -157,7 +156,7 @@ def mode_amplitude(P: Stationary, u: np.ndarray, k: int) -> float:
     return abs(float(own(u, k))) if own is not None else abs(float(P.amplitude(k) @ u))
 
 
-def _amplitude_row(P: Stationary, k: int) -> np.ndarray:
+def amplitude_row(P: Stationary, k: int) -> np.ndarray:
     """A with aᵀx = mode k's amplitude (∫ μ cos kθ dθ; on the sphere ∫ μ P_k dσ), x = (u, K), shape (m+1,)."""
     return np.concatenate([P.amplitude(k), [0.0]])
 
@@ -168,7 +167,7 @@ def curvature(P: Stationary, newton: Solver, x_bp: np.ndarray, direction: np.nda
     Richardson on the even part K_e(a) = (K(a) + K(−a))/2 at ρ and 2ρ: the coefficient of a² whether or not the
     branch is symmetric (K_e = K then); a transcritical branch's linear term c₁a would otherwise enter as 14c₁/(12ρ).
     """
-    a = _amplitude_row(P, k)
+    a = amplitude_row(P, k)
     amp = float(a @ direction)
     Ks = []
     for rho in (PROBE, 2 * PROBE):
@@ -185,7 +184,7 @@ def curvature(P: Stationary, newton: Solver, x_bp: np.ndarray, direction: np.nda
 
 def slope(P: Stationary, newton: Solver, x_bp: np.ndarray, direction: np.ndarray, k: int) -> float:
     """c₁ = dK/da at the branch point x_bp of mode k: (K(ρ) − K(−ρ))/2ρ by two Newton solves; NaN if one fails."""
-    a = _amplitude_row(P, k)
+    a = amplitude_row(P, k)
     amp = float(a @ direction)
     Ks = []
     for rho in (PROBE, -PROBE):
@@ -232,7 +231,7 @@ def noisy_branches(P: Stationary, start: float, stop: float, ctl: StepControl,
             x = np.concatenate([ev.u, [ev.K]])
             d = branch_direction(P, x, ev.tangent, W)
             k = P.dominant_mode(d[: P.m])
-            if _amplitude_row(P, k) @ d < 0:
+            if amplitude_row(P, k) @ d < 0:
                 d = -d
             c2, c1 = curvature(P, newton, x, d, k), slope(P, newton, x, d, k)
             kind = "transcritical" if abs(c1) > TRANSCRITICAL else ("supercritical" if c2 > 0 else "subcritical")

@@ -128,17 +128,6 @@ def _hypersphere_fold() -> tuple[Any, float, float, float, float, float]:
     return HypersphereStationary(n, beta, 1.0, d), lo, hi, ref.K_f, ref.a_f, Kpp
 
 
-def _tail(P: Any, u: Array) -> float:
-    """The state's highest spectral coefficients (last eighth) over its mean, computed here (FFT; Legendre fit)."""
-    mu = P.density(u)
-    if P.domain == "circle":
-        c = np.abs(np.fft.rfft(mu))
-    else:
-        z, _ = np.polynomial.legendre.leggauss(len(mu))
-        c = np.abs(np.polynomial.legendre.legfit(z, mu, len(mu) - 1))
-    return float(c[-max(2, len(c) // 8):].max() / c[0])
-
-
 @register("continuation_fold", "§10 (folds of the bifurcating branches)",
           "K_f = min_a K(a) of an independent Newton solve in zonal coefficients (Fourier; Legendre), scipy Brent",
           kind="relative error", budget_s=BUDGET_S, distributed=False)

@@ -93,11 +93,11 @@ def measured_threshold(beta: float, tau: float, points: int, domain: str = "circ
 
 
 def _c2(beta: float, tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> float:
-    from mfpde.continuation_job import _amplitude_row, curvature
+    from mfpde.continuation_job import amplitude_row, curvature
     from mfpde.continuation_newton import newton_solver
 
     _, P, x, d = _first_branch_point(beta, tau, points, domain=domain, disc=disc)
-    if _amplitude_row(P, 1) @ d < 0:
+    if amplitude_row(P, 1) @ d < 0:
         d = -d
     with newton_solver(P) as nw:
         return curvature(P, nw, x, d, 1)
