@@ -56,7 +56,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "vals = lin.tensor.velocity(c)[self.index][..., ::-1]",
         ["gaussian_exact_d2", "offcentre_exact"], "the d = 2 velocity field with its components swapped"),
     "kl_without_log_z": (
-        "mfpde/params/free_energy.py", "logp = -(f - fmin) / lam - math.log(z)", "logp = -(f - fmin) / lam",
+        "mfpde/params/free_energy.py", "logp = -(phi - fmin) / lam - math.log(z)", "logp = -(phi - fmin) / lam",
         ["free_energy_certificate"], "KL(ρ‖p_ρ) without the log Z of the Gibbs density"),
     "muscl_half_substeps": (
         "mfpde/params/muscl.py", "max(1, math.ceil(ds / (0.5 * cfl)))", "max(1, math.ceil(ds / cfl))",
@@ -129,15 +129,15 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/box/transport.py", "self.cfl = cfl * (1.0 if degree == 0 else 0.5)", "self.cfl = cfl",
         ["token_cfl_substeps"], "the DG1 CFL limit not halved (the Zhang–Shu condition for P1; found by a breaker)"),
     "substeps_floor": (
-        "mfpde/tokens/rk.py", "need = np.ceil(dt / op.max_stable_dt(vel) - 1e-12)",
-        "need = np.floor(dt / op.max_stable_dt(vel))", ["token_cfl_substeps"],
+        "mfpde/tokens/rk.py", "need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)",
+        "need = np.floor(dt / (op.max_stable_dt(vel) * ssp))", ["token_cfl_substeps"],
         "the CFL sub-step count rounded down (one sub-step over the limit, redone with twice as many)"),
     "redo_every_row": (
         "mfpde/tokens/rk.py", "        nsub[broken] *= 2", "        nsub *= 2", ["token_cfl_substeps"],
         "a redone depth step doubles every row's sub-steps, not only the rows that broke the bound (a breaker's)"),
     "redo_late": (
-        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)",
-        "broken[idx] = h > op.max_stable_dt(vel) * 1.1", ["token_cfl_substeps"],
+        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * (1 + 1e-9)",
+        "broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * 1.1", ["token_cfl_substeps"],
         "a sub-step up to 10% over the CFL bound not redone"),
     "depth_block_switch_early": (
         "mfpde/tokens/box/transport.py", "layer = layers[k // per_layer]",
@@ -148,8 +148,8 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "hk, layer = heads[min((k + 1) // per_layer, len(heads) - 1)], min((k + 1) // per_layer, len(heads) - 1)",
         ["batched_gradient_d2"], "the same in the batched solver (caught once the blocks' heads differ)"),
     "redo_tolerance": (
-        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * (1 + 1e-9)",
-        "broken[idx] = h > op.max_stable_dt(vel) * 1.005", ["token_cfl_substeps"],
+        "mfpde/tokens/rk.py", "broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * (1 + 1e-9)",
+        "broken[idx] = h > op.max_stable_dt(vel) * table.ssp_coefficient * 1.005", ["token_cfl_substeps"],
         "a sub-step up to 0.5% over the CFL bound not redone (the batched redo row is 9% over: only its tight case "
         "sees it)"),
     "dg1_cfl_without_boundary": (

@@ -287,3 +287,13 @@ def test_bench_command_runs(name, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), *args], cwd=ROOT, capture_output=True,
                        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     assert r.returncode == 0, (name, r.stdout[-2000:], r.stderr[-4000:])
+
+
+def test_every_plant_site_is_in_the_code():
+    """bench/plant_bugs.py's plants (bench/plants/ included): each one's text occurs exactly once in its file, so a
+    change of the code under a plant shows here, not as "plant site not found" in a later audit."""
+    import runpy
+
+    plants = runpy.run_path(str(ROOT / "bench" / "plant_bugs.py"), run_name="plants")["PLANTS"]
+    stale = [name for name, (file, old, *_) in plants.items() if (ROOT / file).read_text().count(old) != 1]
+    assert not stale, stale
