@@ -21,6 +21,12 @@ sums' N_x N_y exponentials: (n + 1)² > 4 N_x, ``max_points``).
 The grid and the degree depend only on the global bounding box and on μ, never on the partition, so the
 velocity at a vertex is the same on any number of ranks.
 
+**Without gathering μ** (``comm``, :mod:`mfpde.tokens.box.reduced`): y and w are one rank's part of μ. The sums
+over y are split: the shifts s_j(i) are reduced with MAX over the ranks, the grid sums (E₁ ∘ w f) E₂ᵀ with SUM (3
+(n + 1)² N_a numbers per degree tried), and every rank then holds the same grid values, so the degree test, the
+grid and the interpolated velocity are those of the gathered μ up to the order of the sums. A head whose exponent
+range is too large has no direct sums to fall back on there: :attr:`ok` is then False (the caller gathers).
+
 The vector–Jacobian product transposes exactly this map (so the discrete adjoint stays exact, theory §3.1 (B)):
 the cotangent is carried to the grid, Ξ_j = B₁ᵀ diag(ξ_j) B₂, and
 
@@ -31,10 +37,13 @@ Inputs are non-dimensional; no dolfinx here.
 
 from __future__ import annotations
 
+from mpi4py import MPI
+
 import numpy as np
 import numpy.typing as npt
 
 from mfpde.tokens.attention import chebyshev_coefficients, softmax_moments_direct
+from mfpde.tokens.box.reduced import global_support
 
 __all__ = ["InterpolatedSoftmax"]
 
@@ -62,6 +71,9 @@ class InterpolatedSoftmax:
         max_points: the largest grid (n + 1)² worth building (the caller: 4 N_x, an exponential costing about
             12 flops).
         tol: the tail tolerance of the Chebyshev coefficients, relative to max |y|.
+        comm: where given, y and w are this rank's part of μ and the grid sums are reduced over ``comm``
+            (collective: every rank calls with the same box, heads and arguments). The velocity is then that of
+            the whole μ; :meth:`vjp` gives g_w for this rank's points only.
 
     Attributes:
         ok: whether a degree ≤ 64 converged for every head on the grid path; if not, the caller uses the direct
@@ -72,17 +84,26 @@ class InterpolatedSoftmax:
         grid: which heads are on the grid path, shape (N_a,) (the others: direct sums at the points).
     """
 
-    def __init__(self, box: Array, y: Array, w: Array, a: Array, max_points: int, tol: float = 1e-14) -> None:
-        self.box, self.y, self.w = np.asarray(box, dtype=np.float64), y, w
+    def __init__(self, box: Array, y: Array, w: Array, a: Array, max_points: int, tol: float = 1e-14,
+                 comm: MPI.Comm | None = None) -> None:
+        self.box, self.y, self.w, self.comm = np.asarray(box, dtype=np.float64), y, w, comm
         self.a = a = np.asarray(a, dtype=np.float64)
-        sup = w > 0
-        ys = y[sup]
-        span = [np.ptp(ys[:, j]) for j in range(2)]
+        self.ok, self.n = False, 0
+        if comm is None:
+            ys = y[w > 0]
+            span, ymax = [float(np.ptp(ys[:, j])) for j in range(2)], float(np.abs(y).max())
+        else:
+            support = global_support(comm, y, w)
+            if support is None:  # μ = 0
+                self.grid, self.rest = np.zeros(len(a), bool), np.arange(len(a))
+                return
+            span, ymax = list(support[1] - support[0]), support[2]
         reach = [np.abs(self.box[j]).max() for j in range(2)]
         self.grid = np.abs(a) * sum(r * s for r, s in zip(reach, span, strict=True)) <= _RANGE_MAX
         self.rest = np.flatnonzero(~self.grid)
-        self.ok, self.n = False, 0
-        scale = max(float(np.abs(y).max()), 1e-300)
+        if comm is not None and len(self.rest):  # no direct sums without all of μ: the caller gathers
+            return
+        scale = max(ymax, 1e-300)
         for n in _DEGREES:
             if (n + 1) ** 2 > max_points:
                 return
@@ -101,13 +122,17 @@ class InterpolatedSoftmax:
         E = []
         for j in range(2):
             S = a[:, None, None] * np.outer(self.nodes[j], y[:, j])[None]  # (K, n + 1, N_y)
-            shift = S[:, :, sup].max(axis=2)
+            shift = S[:, :, sup].max(axis=2, initial=-np.inf)
+            if self.comm is not None:
+                self.comm.Allreduce(MPI.IN_PLACE, shift, op=MPI.MAX)
             Ej = np.zeros_like(S)  # 0 off the support (zero weights; the VJP is 0 there: attention.support_only)
             Ej[:, :, sup] = np.exp(S[:, :, sup] - shift[..., None])
             E.append(Ej)
         self._E = E
         F = np.stack([w, w * y[:, 0], w * y[:, 1]])  # (3, N_y)
         num = np.matmul(E[0][:, None] * F[None, :, None, :], E[1].transpose(0, 2, 1)[:, None])  # (K, 3, n+1, n+1)
+        if self.comm is not None:  # every rank's part of the sums over y
+            self.comm.Allreduce(MPI.IN_PLACE, num, op=MPI.SUM)
         self._z = num[:, 0]
         self.m_grid = np.moveaxis(num[:, 1:] / self._z[:, None], 1, -1)  # (K, n + 1, n + 1, 2)
 

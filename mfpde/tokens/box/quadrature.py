@@ -3,6 +3,8 @@
 The nonlocal attention integrals need all of μ on every rank: the nodes x_i (dof coordinates) and
 weights m_i = ∫ φ_i are fixed at set-up, the weights m_i μ_i are gathered per evaluation in a global
 order fixed by the original cell index, so sums are the same on any number of ranks (theory §1.3).
+The gather-free velocity (:mod:`mfpde.tokens.box.reduced`) takes each rank's own part instead
+(:attr:`TokenQuadrature.local_points`, :meth:`TokenQuadrature.local_weights`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class TokenQuadrature:
         orig = np.asarray(msh.topology.original_cell_index[:ncells], dtype=np.int64)
         keys = (orig[:, None] * nd + np.arange(nd)[None, :]).ravel()
         xyz = W.tabulate_dof_coordinates()[self.local_dofs, :gdim]
+        self.local_points = np.ascontiguousarray(xyz, dtype=np.float64)  # this rank's nodes, shape (N_local, d)
         self.counts = np.array(self.comm.allgather(len(keys)))
         all_keys = self._allgather(keys.astype(np.float64))
         self.order = np.argsort(all_keys, kind="stable")
@@ -63,6 +66,10 @@ class TokenQuadrature:
         out = np.empty(int(self.counts.sum()), dtype=np.float64)
         self.comm.Allgatherv(np.ascontiguousarray(a, dtype=np.float64), (out, self.counts))
         return out
+
+    def local_weights(self, u: dolfinx.fem.Function) -> Array:
+        """This rank's quadrature weights m_i μ_i of u at :attr:`local_points`, shape (N_local,); no communication."""
+        return np.asarray(self.local_m * u.x.array[self.local_dofs], dtype=np.float64)
 
     def gather(self, u: dolfinx.fem.Function) -> Array:
         """The global quadrature weights m_i μ_i of the density u, shape (N_y,), same on every rank."""

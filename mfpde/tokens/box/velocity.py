@@ -5,6 +5,15 @@ of μ: each rank gathers the quadrature data of μ (:class:`~mfpde.tokens.box.qu
 calls the kernels of :mod:`mfpde.tokens.attention`, on tensor grids by separable products. The
 vector–Jacobian product is the nonlocal term of the discrete adjoint (the source S_t of theory §3.1 (B));
 in d = 1 it interpolates in s = a x (:mod:`mfpde.tokens.box.chebyshev`).
+
+**Gather-free forward** (:mod:`mfpde.tokens.box.reduced`): the gather sends all N_y weights of μ to every rank at
+every evaluation. On more than one rank a plain (not linearised) update instead sums each rank's own quadrature
+points against the Chebyshev points of the mesh's global bounding box and reduces those sums ((n + 1)^d (d + 1)
+N_a numbers, fewer than N_y on any mesh where it pays), then interpolates at the local vertices: the same map on
+any number of ranks, to the order of the sums, and within the Chebyshev tail tolerance (1e-14 · max |y|) of the
+gathered paths. Where it does not converge, or a head's exponent range is too large, it gathers as before.
+Linearised updates (training's forward, whose :meth:`VelocityOperator.vjp` must be the exact transpose of the map
+used) always take the gathered paths below.
 """
 
 from __future__ import annotations
@@ -29,11 +38,15 @@ from mfpde.tokens.attention import (
 from mfpde.tokens.box.chebyshev import velocity_vjp_1d
 from mfpde.tokens.box.interpolated import InterpolatedSoftmax
 from mfpde.tokens.box.quadrature import TokenQuadrature
+from mfpde.tokens.box.reduced import global_support, reduced_tilted_interpolant
 from mfpde.tokens.box.separable import SeparableFactors, TensorSoftmax
 
 __all__ = ["VelocityLinearization", "VelocityOperator"]
 
 Array = npt.NDArray[np.float64]
+
+#: The first degree of the gather-free grid, which fixes its smallest message (:meth:`VelocityOperator.update`).
+_FIRST_DEGREE = 16
 
 
 class VelocityOperator:
@@ -48,6 +61,11 @@ class VelocityOperator:
         P: the vector P1 space of the velocity; field: the velocity (set by :meth:`update`).
         x: vertex coordinates of the local dofs of P, shape (n_local, d).
         grid, index: the vertex grid and each local vertex's grid index (tensor path), or None.
+        gather_free: whether plain updates reduce kernel sums instead of gathering μ (:mod:`mfpde.tokens.box.reduced`):
+            None (the default) on more than one rank where the first grid's message, 17^d (d + 1) numbers (× N_a in
+            d = 2), is not larger than the N_y weights a gather moves; True always (one rank too: for tests and
+            benchmarks); False never. The same on every rank. Linearised updates always gather.
+        path: the path of the last update, "gathered" or "reduced".
     """
 
     def __init__(self, msh: dolfinx.mesh.Mesh, quad: TokenQuadrature,
@@ -76,6 +94,9 @@ class VelocityOperator:
         self.comm.Allreduce(MPI.IN_PLACE, hi, op=MPI.MAX)
         self._box = np.stack([lo, hi], axis=1)
         self._n_vertices = self.comm.allreduce(self.n_owned, op=MPI.SUM)
+        self._n_y = int(quad.counts.sum())
+        self.gather_free: bool | None = None
+        self.path = "gathered"
         self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
         self._lin: VelocityLinearization | None = None
         self._factor_cache: SeparableFactors | None = None
@@ -87,9 +108,19 @@ class VelocityOperator:
         With ``linearize`` every head is evaluated (also those with c_k = 0) and the softmax factors are kept
         for the next :meth:`vjp`: the reverse pass then costs one batched product more than the forward
         instead of a second evaluation of the kernels.
+
+        A plain update on more than one rank reduces kernel sums instead of gathering μ (:attr:`gather_free`); a
+        linearised one always gathers, so that :meth:`vjp` is the exact transpose of the map it evaluated.
         """
-        wts = self.quad.gather(u)
         self._lin = None
+        if not linearize and self._reduce(heads):
+            vals = self._reduced(u, heads)
+            if vals is not None:
+                self.path = "reduced"
+                self.field.x.array[:] = vals.reshape(-1, self.d).ravel()
+                return
+        self.path = "gathered"
+        wts = self.quad.gather(u)
         lin = VelocityLinearization(wts, heads, np.empty(0))  # the field is copied in below
         if wts.sum() <= 0:
             self.field.x.array[:] = 0.0
@@ -114,6 +145,38 @@ class VelocityOperator:
         self.field.x.array[:] = vals.reshape(-1, self.d).ravel()
         if linearize:
             self._lin = replace(lin, field=np.array(self.field.x.array, dtype=np.float64))
+
+    def _reduce(self, heads: HeadMeasure) -> bool:
+        """Whether a plain update takes the gather-free path (:attr:`gather_free`); the same on every rank."""
+        if self.gather_free is not None:
+            return self.gather_free
+        n_a = 1 if self.d == 1 else len(active_heads(heads, False)[0])
+        return self.comm.size > 1 and (_FIRST_DEGREE + 1) ** self.d * (self.d + 1) * n_a <= self._n_y
+
+    def _reduced(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> Array | None:
+        """V at the local vertices from this rank's part of μ and reductions of kernel sums. Collective.
+
+        :mod:`mfpde.tokens.box.reduced`; None (on every rank alike) where the Chebyshev series does not converge,
+        the interval in s = a x is one point (d = 1), or a head's exponent range is too large (d = 2).
+        """
+        y, w = self.quad.local_points, self.quad.local_weights(u)
+        a, c = active_heads(heads, False)
+        if not len(a):
+            return np.zeros_like(self.x)
+        if self.d == 2:
+            S = InterpolatedSoftmax(self._box, y, w, a, max_points=(64 + 1) ** 2, comm=self.comm)
+            return S.velocity(self.x, c) if S.ok else None
+        support = global_support(self.comm, y, w)
+        if support is None:  # μ = 0
+            return np.zeros_like(self.x)
+        s = np.concatenate([a * self._box[0, 0], a * self._box[0, 1]])
+        lo, hi = float(s.min()), float(s.max())
+        if hi - lo < 1e-12:
+            return None
+        interp = reduced_tilted_interpolant(self.comm, lo, hi, y[:, 0], w, max(support[2], 1e-300))
+        if interp is None:
+            return None
+        return (c @ interp.outer(a, self.x[:, 0]))[:, None] if len(self.x) else np.zeros_like(self.x)
 
     def _chebyshev_1d(self, lin: VelocityLinearization, wts: Array, a: Array, c: Array, linearize: bool
                       ) -> Array | None:
