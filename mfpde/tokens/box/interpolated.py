@@ -42,7 +42,7 @@ from mpi4py import MPI
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.tokens.attention import chebyshev_coefficients, softmax_moments_direct
+from mfpde.tokens.attention import EXP_CAP, chebyshev_coefficients, softmax_moments_direct
 from mfpde.tokens.box.reduced import global_support
 
 __all__ = ["InterpolatedSoftmax"]
@@ -73,7 +73,8 @@ class InterpolatedSoftmax:
         tol: the tail tolerance of the Chebyshev coefficients, relative to max |y|.
         comm: where given, y and w are this rank's part of μ and the grid sums are reduced over ``comm``
             (collective: every rank calls with the same box, heads and arguments). The velocity is then that of
-            the whole μ; :meth:`vjp` gives g_w for this rank's points only.
+            the whole μ; there is no :meth:`vjp` then (its factors are not kept).
+        start: the first degree tried (the degree of the previous call of a solve is a good guess).
 
     Attributes:
         ok: whether a degree ≤ 64 converged for every head on the grid path; if not, the caller uses the direct
@@ -85,26 +86,27 @@ class InterpolatedSoftmax:
     """
 
     def __init__(self, box: Array, y: Array, w: Array, a: Array, max_points: int, tol: float = 1e-14,
-                 comm: MPI.Comm | None = None) -> None:
+                 comm: MPI.Comm | None = None, start: int = _DEGREES[0]) -> None:
         self.box, self.y, self.w, self.comm = np.asarray(box, dtype=np.float64), y, w, comm
         self.a = a = np.asarray(a, dtype=np.float64)
         self.ok, self.n = False, 0
         if comm is None:
             ys = y[w > 0]
-            span, ymax = [float(np.ptp(ys[:, j])) for j in range(2)], float(np.abs(y).max())
+            self._lo, self._hi, ymax = ys.min(axis=0), ys.max(axis=0), float(np.abs(y).max())
         else:
             support = global_support(comm, y, w)
             if support is None:  # μ = 0
                 self.grid, self.rest = np.zeros(len(a), bool), np.arange(len(a))
                 return
-            span, ymax = list(support[1] - support[0]), support[2]
+            self._lo, self._hi, ymax = support
+        span = list(self._hi - self._lo)
         reach = [np.abs(self.box[j]).max() for j in range(2)]
         self.grid = np.abs(a) * sum(r * s for r, s in zip(reach, span, strict=True)) <= _RANGE_MAX
         self.rest = np.flatnonzero(~self.grid)
         if comm is not None and len(self.rest):  # no direct sums without all of μ: the caller gathers
             return
         scale = max(ymax, 1e-300)
-        for n in _DEGREES:
+        for n in (d for d in _DEGREES if d >= min(start, _DEGREES[-1])):
             if (n + 1) ** 2 > max_points:
                 return
             self._build(n)
@@ -115,22 +117,31 @@ class InterpolatedSoftmax:
                 return
 
     def _build(self, n: int) -> None:
-        """Factors, normalisations and tilted means of the grid heads at the (n + 1)² Chebyshev points."""
+        """Factors, normalisations and tilted means of the grid heads at the (n + 1)² Chebyshev points.
+
+        Head by head (the temporaries stay (n + 1) N_y); the shifts are the exact maxima over the support, from its
+        bounding box (monotone rounding of t y in y), so they need no pass over y nor, with ``comm``, a reduction.
+        The factors E_j are kept for :meth:`vjp` (not with ``comm``: no VJP there).
+        """
         a, y, w = self.a[self.grid], self.y, self.w
-        sup = w > 0
+        off = ~(w > 0)
         self.nodes = [0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n) for lo, hi in self.box]
-        E = []
-        for j in range(2):
-            S = a[:, None, None] * np.outer(self.nodes[j], y[:, j])[None]  # (K, n + 1, N_y)
-            shift = S[:, :, sup].max(axis=2, initial=-np.inf)
-            if self.comm is not None:
-                self.comm.Allreduce(MPI.IN_PLACE, shift, op=MPI.MAX)
-            Ej = np.zeros_like(S)  # 0 off the support (zero weights; the VJP is 0 there: attention.support_only)
-            Ej[:, :, sup] = np.exp(S[:, :, sup] - shift[..., None])
-            E.append(Ej)
-        self._E = E
+        t = [np.outer(a, X) for X in self.nodes]  # a X_{j,i}, (K, n + 1)
+        shift = [np.maximum(tj * lo, tj * hi) for tj, lo, hi in zip(t, self._lo, self._hi, strict=True)]
         F = np.stack([w, w * y[:, 0], w * y[:, 1]])  # (3, N_y)
-        num = np.matmul(E[0][:, None] * F[None, :, None, :], E[1].transpose(0, 2, 1)[:, None])  # (K, 3, n+1, n+1)
+        K, keep = len(a), self.comm is None
+        E = [np.empty((K, n + 1, len(y))) for _ in range(2)] if keep else []
+        num = np.empty((K, 3, n + 1, n + 1))
+        for k in range(K):
+            Ek = []
+            for j in range(2):
+                e = np.multiply.outer(t[j][k], y[:, j], out=E[j][k] if keep else None)  # (n + 1, N_y)
+                e -= shift[j][k][:, None]
+                np.exp(np.minimum(e, EXP_CAP, out=e), out=e)
+                e[:, off] = 0.0  # 0 off the support (zero weights; the VJP is 0 there: attention.support_only)
+                Ek.append(e)
+            num[k] = ((Ek[0][None] * F[:, None, :]).reshape(3 * (n + 1), -1) @ Ek[1].T).reshape(3, n + 1, n + 1)
+        self._E = E
         if self.comm is not None:  # every rank's part of the sums over y
             self.comm.Allreduce(MPI.IN_PLACE, num, op=MPI.SUM)
         self._z = num[:, 0]
@@ -181,6 +192,8 @@ class InterpolatedSoftmax:
             (g_w, g_c): shapes (N_y,) and (N_a,); zero for the heads not on the grid path (:attr:`grid`), whose
             part the caller takes from the direct sums.
         """
+        if self.comm is not None:
+            raise ValueError("InterpolatedSoftmax: no VJP of the gather-free grid (comm); linearise on the gathered μ")
         gw = np.zeros(len(self.y))
         gc = np.zeros(len(self.a))
         g = self.grid

@@ -76,8 +76,8 @@ def _partial_sums(nodes: Array, y: Array, w: Array, comm: MPI.Comm) -> tuple[Arr
 
 
 def reduced_tilted_interpolant(comm: MPI.Comm, lo: float, hi: float, y: Array, w: Array, scale: float,
-                               tol: float = 1e-14, max_degree: int = CHEBYSHEV_DEGREES[-1]
-                               ) -> TiltedInterpolant | None:
+                               tol: float = 1e-14, max_degree: int = CHEBYSHEV_DEGREES[-1],
+                               start: int = CHEBYSHEV_DEGREES[0]) -> TiltedInterpolant | None:
     """The Chebyshev interpolant of f = (log Z)' on [lo, hi] (d = 1) from every rank's own part of μ. Collective.
 
     :func:`~mfpde.tokens.attention.tilted_interpolant` with the sum over y split between the ranks: the same
@@ -94,13 +94,15 @@ def reduced_tilted_interpolant(comm: MPI.Comm, lo: float, hi: float, y: Array, w
         scale: max |y| over all ranks (:func:`global_support`).
         tol: the tail tolerance, relative to ``scale``.
         max_degree: the largest degree tried.
+        start: the first degree tried (the degree of the previous call of a solve is a good guess; the same on
+            every rank).
 
     Returns:
         The interpolant (no kernel coefficients: the VJP does not use this path), or None where ``max_degree`` is
         not enough.
     """
     Z, N = np.empty(0), np.empty(0)
-    for n in (d for d in CHEBYSHEV_DEGREES if d <= max_degree):
+    for n in (d for d in CHEBYSHEV_DEGREES if min(start, max_degree) <= d <= max_degree):
         nodes = 0.5 * (lo + hi) + 0.5 * (hi - lo) * np.cos(np.pi * np.arange(n + 1) / n)
         if len(Z):  # the odd points are new; the even ones are the previous degree's points
             z_odd, n_odd = _partial_sums(nodes[1::2], y, w, comm)

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from mfpde.heads import HeadMeasure
 from mfpde.tokens.attention import (
+    CHEBYSHEV_DEGREES,
     TensorGrid,
     TiltedInterpolant,
     active_heads,
@@ -62,8 +63,9 @@ class VelocityOperator:
         x: vertex coordinates of the local dofs of P, shape (n_local, d).
         grid, index: the vertex grid and each local vertex's grid index (tensor path), or None.
         gather_free: whether plain updates reduce kernel sums instead of gathering μ (:mod:`mfpde.tokens.box.reduced`):
-            None (the default) on more than one rank where the first grid's message, 17^d (d + 1) numbers (× N_a in
-            d = 2), is not larger than the N_y weights a gather moves; True always (one rank too: for tests and
+            None (the default) on more than one rank where the grid's message, (n + 1)^d (d + 1) numbers (× N_a in
+            d = 2; n the degree of the last gather-free evaluation, 16 at first), is not larger than the N_y weights
+            a gather moves; True always (one rank too: for tests and
             benchmarks); False never. The same on every rank. Linearised updates always gather.
         path: the path of the last update, "gathered" or "reduced".
     """
@@ -96,6 +98,8 @@ class VelocityOperator:
         self._n_vertices = self.comm.allreduce(self.n_owned, op=MPI.SUM)
         self._n_y = int(quad.counts.sum())
         self.gather_free: bool | None = None
+        # the degree of the last gather-free evaluation: its message size, and where the next one starts
+        self._reduced_degree = _FIRST_DEGREE
         self.path = "gathered"
         self._vjp_degree = 16  # the d = 1 VJP's last Chebyshev degree: where the next call starts
         self._lin: VelocityLinearization | None = None
@@ -151,7 +155,7 @@ class VelocityOperator:
         if self.gather_free is not None:
             return self.gather_free
         n_a = 1 if self.d == 1 else len(active_heads(heads, False)[0])
-        return self.comm.size > 1 and (_FIRST_DEGREE + 1) ** self.d * (self.d + 1) * n_a <= self._n_y
+        return self.comm.size > 1 and (self._reduced_degree + 1) ** self.d * (self.d + 1) * n_a <= self._n_y
 
     def _reduced(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> Array | None:
         """V at the local vertices from this rank's part of μ and reductions of kernel sums. Collective.
@@ -164,8 +168,13 @@ class VelocityOperator:
         if not len(a):
             return np.zeros_like(self.x)
         if self.d == 2:
-            S = InterpolatedSoftmax(self._box, y, w, a, max_points=(64 + 1) ** 2, comm=self.comm)
-            return S.velocity(self.x, c) if S.ok else None
+            S = InterpolatedSoftmax(self._box, y, w, a, max_points=(64 + 1) ** 2, comm=self.comm,
+                                    start=self._reduced_degree)
+            if not S.ok:  # not converged by degree 64 (the next call starts there), or a head too sharp
+                self._reduced_degree = 64 if not len(S.rest) else self._reduced_degree
+                return None
+            self._reduced_degree = S.n
+            return S.velocity(self.x, c)
         support = global_support(self.comm, y, w)
         if support is None:  # μ = 0
             return np.zeros_like(self.x)
@@ -173,9 +182,12 @@ class VelocityOperator:
         lo, hi = float(s.min()), float(s.max())
         if hi - lo < 1e-12:
             return None
-        interp = reduced_tilted_interpolant(self.comm, lo, hi, y[:, 0], w, max(support[2], 1e-300))
-        if interp is None:
+        interp = reduced_tilted_interpolant(self.comm, lo, hi, y[:, 0], w, max(support[2], 1e-300),
+                                            start=self._reduced_degree)
+        if interp is None:  # not converged by the last degree: the next call starts there
+            self._reduced_degree = CHEBYSHEV_DEGREES[-1]
             return None
+        self._reduced_degree = interp.n
         return (c @ interp.outer(a, self.x[:, 0]))[:, None] if len(self.x) else np.zeros_like(self.x)
 
     def _chebyshev_1d(self, lin: VelocityLinearization, wts: Array, a: Array, c: Array, linearize: bool
