@@ -48,6 +48,9 @@ Array = npt.NDArray[np.float64]
 
 #: The first degree of the gather-free grid, which fixes its smallest message (:meth:`VelocityOperator.update`).
 _FIRST_DEGREE = 16
+#: The cost of the gather-free grid sums per point and grid node, in units of one multiply-add of the d = 2 tensor
+#: path's separable product (whose factors are cached): about 2.4 measured by bench/bench_box_scaling.py (2 cores).
+_GRID_COST = 2.4
 
 
 class VelocityOperator:
@@ -65,7 +68,9 @@ class VelocityOperator:
         gather_free: whether plain updates reduce kernel sums instead of gathering μ (:mod:`mfpde.tokens.box.reduced`):
             None (the default) on more than one rank where the grid's message, (n + 1)^d (d + 1) numbers (× N_a in
             d = 2; n the degree of the last gather-free evaluation, 16 at first), is not larger than the N_y weights
-            a gather moves; True always (one rank too: for tests and
+            a gather moves, and, on a d = 2 tensor grid, where the grid sums of the largest rank, ``_GRID_COST``
+            (n + 1)² N_y,local, cost less than the exact separable product m₁n₁n₂ + m₁m₂n₂ that every rank computes
+            on the gathered μ (from about 20 ranks of 4096 cells each); True always (one rank too: for tests and
             benchmarks); False never. The same on every rank. Linearised updates always gather.
         path: the path of the last update, "gathered" or "reduced".
     """
@@ -97,6 +102,7 @@ class VelocityOperator:
         self._box = np.stack([lo, hi], axis=1)
         self._n_vertices = self.comm.allreduce(self.n_owned, op=MPI.SUM)
         self._n_y = int(quad.counts.sum())
+        self._n_y_max = int(quad.counts.max())  # the most quadrature points of one rank
         self.gather_free: bool | None = None
         # the degree of the last gather-free evaluation: its message size, and where the next one starts
         self._reduced_degree = _FIRST_DEGREE
@@ -155,7 +161,14 @@ class VelocityOperator:
         if self.gather_free is not None:
             return self.gather_free
         n_a = 1 if self.d == 1 else len(active_heads(heads, False)[0])
-        return self.comm.size > 1 and (self._reduced_degree + 1) ** self.d * (self.d + 1) * n_a <= self._n_y
+        grid = (self._reduced_degree + 1) ** self.d
+        if self.comm.size == 1 or grid * (self.d + 1) * n_a > self._n_y:  # one rank, or the gather's message is smaller
+            return False
+        if self.grid is not None and self.d == 2:  # the exact separable product: cheaper on few ranks
+            assert self.quad.grid_axes is not None
+            (m1, m2), (n1, n2) = self.grid.shape, self.quad.grid_axes.shape
+            return _GRID_COST * grid * self._n_y_max <= m1 * n1 * n2 + m1 * m2 * n2
+        return True  # the gathered d = 1 and grid paths also cost ∝ N_y on every rank: the reduced sums N_y / P
 
     def _reduced(self, u: dolfinx.fem.Function, heads: HeadMeasure) -> Array | None:
         """V at the local vertices from this rank's part of μ and reductions of kernel sums. Collective.
