@@ -116,7 +116,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    head = ("| d, cells | ranks | cells | N_y | gathered: wall / CPU ms | msgs, bytes/rank "
+    head = ("| d, cell | ranks | cells | N_y | gathered: wall / CPU ms | msgs, bytes/rank "
             "| gather-free: wall / CPU ms | msgs, bytes/rank | default path | max diff |\n" + "|---" * 10 + "|")
     lines = [head]
     for r in rows:

@@ -218,6 +218,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: argument parser and every import only), or "import" for the scripts that read sys.argv themselves (the atlases:
 #: the module imports and has its main). "library" for the peers, run by the benchmark that names them.
 DOC_BENCH: dict[str, str | list[str]] = {
+    "bench_box_scaling": ["--ranks", "1", "2", "--cells-1d", "200", "--cells-2d", "100", "--repeat", "1"],
     "bench_circle": ["--quick", "--repeat", "1", "--cases", "A", "--json", "{tmp}/circle.json"],
     "bench_circle_notebook": ["--help"],
     "bench_continuation": "test_bench_continuation_shrunk",
