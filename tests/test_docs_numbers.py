@@ -1,0 +1,311 @@
+"""The numbers of the user docs that tests/test_docs.py does not regenerate: each from the command its page names,
+at the page's quick settings or on the smallest meshes it quotes, compared to the digits printed (half a unit of
+the last digit shown, unless a test says otherwise). Timings are not compared. The whole file costs about two CPU
+minutes on one core."""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+BENCH = ROOT / "bench"
+_SUP = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
+
+
+def _text(page: str) -> str:
+    """The page with its line breaks as spaces."""
+    return " ".join((DOCS / page).read_text().split())
+
+
+def _num(shown: str) -> float:
+    """A number as the docs print it: 0.41, −1.9e-5, 3.16·10³, 4·10⁻⁴."""
+    s = shown.strip().replace("−", "-").replace("·10", "e").translate(_SUP)
+    return float(s)
+
+
+def _rounds_to(shown: str, value: float) -> bool:
+    """``value`` rounded to the digits of ``shown`` (0.827, 2.5e-3, 1.5·10⁻⁹) is ``shown``: within half a unit of
+    its last digit."""
+    s = shown.strip().replace("−", "-").replace("·10", "e").translate(_SUP)
+    mant, _, exp = s.partition("e")
+    decimals = len(mant.split(".")[1]) if "." in mant else 0
+    unit = 10.0 ** ((int(exp) if exp else 0) - decimals)
+    return abs(float(s) - value) <= 0.5 * unit * (1 + 1e-9)
+
+
+def _bench(name: str):
+    sys.path.insert(0, str(BENCH))
+    import importlib
+
+    return importlib.import_module(name)
+
+
+# --- docs/phase_transitions.md -----------------------------------------------------------------------------------
+
+
+def test_the_phase_threshold_tables_k_c_and_beta_star_rows_are_regenerated():
+    """docs/_static/phase_thresholds.md (`python bench/phase_diagrams.py --write-docs`, included by
+    docs/phase_transitions.md): every K_c and β* row against `thresholds` of that script (a CPU second): the β, the
+    closed forms and Mun–Rosenzweig's K_# as printed; the measured K_c within half a unit of its 15th digit or
+    5e-14 relative (the continuation's round-off, as tests/test_bench.py allows); relative errors at round-off
+    (below 1e-13) as round-off, others and the measured β* and its error to the digits printed. The folds are the
+    smoke run's (tests/test_bench.py)."""
+    pd = _bench("phase_diagrams")
+    th = pd.thresholds(False)
+    text = (DOCS / "_static" / "phase_thresholds.md").read_text()
+    rows = re.findall(r"^\| K_c, (\w+) \| ([\d.]+) \| ([\d.]+) \| (?:.*= )?([\d.]+) \| ([^|]+) \| ([\d.]+) \| "
+                      r"([\d.]+) \|$", text, re.M)
+    assert len(rows) == len(th["K_c"]) == 7, rows
+    for (domain, beta, kc, ref, rel, sharp, ratio), r in zip(rows, th["K_c"], strict=True):
+        assert (domain, float(beta)) == (r["domain"], r["beta"])
+        assert ref == f"{r['closed_form']:.15g}" and sharp == f"{r['K_sharp_MR']:.10g}", (domain, beta)
+        assert _rounds_to(kc, r["K_c"]) or abs(float(kc) / r["K_c"] - 1) <= 5e-14, (domain, beta, kc, r["K_c"])
+        if r["rel_error"] < 1e-13:
+            assert rel.strip() == "0" or _num(rel) < 1e-13, (domain, beta, rel)
+        else:
+            assert _rounds_to(rel, r["rel_error"]), (domain, beta, rel, r["rel_error"])
+        assert ratio == f"{r['K_c'] / r['K_sharp_MR']:.12g}", (domain, beta, ratio)
+    stars = re.findall(r"^\| β\*, (\w+) \(N = (\d+)\) \| \| ([\d.]+) \| .*: ([\d.]+) \| (\S+) \(absolute\)", text,
+                       re.M)
+    assert len(stars) == 2, stars
+    for (domain, n, got, ref, err), s in zip(stars, th["beta_star"], strict=True):
+        assert (domain, int(n), ref) == (s["domain"], s["points"], f"{s['closed_form']:.10f}")
+        assert _rounds_to(got, s["beta_star"]) and _rounds_to(err, s["error"]), (domain, got, err, s)
+
+
+# --- docs/sphere_atlas.md ----------------------------------------------------------------------------------------
+
+
+def _atlas_rows() -> tuple[list[str], dict[str, list[str]]]:
+    lines = (DOCS / "sphere_atlas.md").read_text().splitlines()
+    (head,) = [r for r in lines if r.startswith("| β | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | 10 |")]
+    rows = {r.split(" | ")[0].strip("| "): r.strip("| ").split(" | ")[1:] for r in lines if r.startswith("| ")}
+    return head.strip("| ").split(" | ")[1:], rows
+
+
+def test_the_sphere_atlas_closed_form_rows_and_the_fits_through_its_tables_are_regenerated():
+    """docs/sphere_atlas.md (a): ℓ_max(β), ℓ(ℓ+1)/(2√3) and the runner-up's rate over γ_max (closed forms, the
+    functions `python bench/sphere_atlas.py` uses), the least-squares factor through the cluster counts at T₁ and at
+    1.5 T₁ and the largest distance of a count from it; (c): the fitted T_meta ∝ e^{cβ} through the table's SA
+    β = 3..7 and USA β = 3..6 lifetimes and through the medians (β = 2..4 and all five), the medians against the
+    tilted pair's lifetimes; the side-by-side: DG2's error ratio 80 → 320 cells and its order (the fits by
+    `fit_power` as the script fits them, on the values the tables print; a second)."""
+    from mfpde.fitting import fit_power
+    from mfpde.tokens.sphere.theory import fastest_degree
+    from mfpde.verify.sphere_flow import growth_rate
+
+    betas, rows = _atlas_rows()
+    text = _text("sphere_atlas.md")
+    x, at1, at15, ratio = [], [], [], []
+    for b, lmax, share, counts, runner in zip(betas, rows["ℓ_max(β)"], rows["ℓ(ℓ+1)/(2√3)"], rows["clusters (flow)"],
+                                              rows["runner-up rate / γ_max"], strict=True):
+        lm = fastest_degree(float(b))
+        g = np.sort(growth_rate(np.arange(1, 60), float(b), "softmax"))
+        ratio.append(float(g[-2] / g[-1]))
+        assert lmax == str(lm) and share == f"{lm * (lm + 1) / (2 * math.sqrt(3)):.1f}", (b, lmax, share)
+        assert runner == f"{ratio[-1]:.2f}", (b, runner, ratio[-1])
+        for c in counts.split("/"):
+            m = re.fullmatch(r"(\d+)(?: \((\d+)\))?", c.strip())
+            assert m, (b, c)
+            x.append(lm * (lm + 1) / (2 * math.sqrt(3)))
+            at15.append(int(m[1]))
+            at1.append(int(m[2] or m[1]))
+    xs = np.array(x)
+    fits = [float(xs @ np.array(y) / (xs @ xs)) for y in (at1, at15)]
+    worst = max(float(np.max(np.abs(np.array(y) - c * xs))) for y, c in zip((at1, at15), fits, strict=True))
+    assert (f"the least-squares factor through the counts at T₁ is {fits[0]:.2f} ({fits[1]:.2f} at 1.5 T₁), every "
+            f"count within ±{worst:.1f} of it") in text, (fits, worst)
+    late = [1 - r for b, r in zip(betas, ratio, strict=True) if float(b) >= 8]
+    m = re.search(r"the runner-up degree grows within 0–(\d+)% as fast as ℓ_max \(β = ([\d, ]+): within (\d+)%\)",
+                  text)
+    assert m and round(100 * max(late)) <= int(m[1]) and min(late) < 0.005, (m, late)
+    close = [1 - ratio[betas.index(b)] for b in m[2].split(", ")]
+    assert max(close) <= int(m[3]) / 100, close
+
+    def cells(name: str) -> list[float]:
+        return [_num(c) if re.fullmatch(r"[\d.]+(·10\S+)?", c) else math.nan for c in rows[name]]
+
+    sa, usa = cells("T_meta (SA)"), cells("T_meta (USA)")
+    for law, want in ((fit_power(np.exp(np.arange(3.0, 8.0)), sa[2:7]), "c = {:.3f} ± {:.3f} (SA, β = 3..7)"),
+                      (fit_power(np.exp(np.arange(3.0, 7.0)), usa[2:6]), "and {:.2f} ± {:.2f} (USA, β = 3..6)")):
+        assert want.format(law.q, law.se_q) in text, (want, law.q, law.se_q)
+    med = [_num(c) for c in rows["T_meta median"]]
+    three, five = fit_power(np.exp([2.0, 3.0, 4.0]), med[:3]), fit_power(np.exp([2.0, 3.0, 4.0, 5.0, 6.0]), med)
+    assert f"T_meta ∝ e^{{cβ}} with c ≈ {three.q:.1f}" in text and f"(c ≈ {three.q:.1f} ± {three.se_q:.1f})" in text
+    assert f"gives c = {five.q:.1f} ± {five.se_q:.1f}".replace("-", "−") in text, (five.q, five.se_q)
+    factor = max(max(a / b, b / a) for a, b in zip(med[:3], sa[1:4], strict=True))
+    assert f"within a factor {factor:.1f} of the tilted pair's lifetimes ({rows['T_meta (SA)'][1]}, " \
+           f"{rows['T_meta (SA)'][2]}, {rows['T_meta (SA)'][3]})" in text, factor
+    dg = {(r.split(" | ")[0].strip("| "), r.split(" | ")[1]): r.strip("| ").split(" | ")
+          for r in (DOCS / "sphere_atlas.md").read_text().splitlines() if re.match(r"\| DG\d \| \d+ \| \d+ \|", r)}
+    e80, e320 = _num(dg[("DG2", "80")][3]), _num(dg[("DG2", "320")][3])
+    assert f"DG2's error falls {e80 / e320:.1f}× from 80 to 320 cells (order ≈ {math.log2(e80 / e320):.1f} in h)" in text
+
+
+def test_the_sphere_atlas_small_beta_runs_are_regenerated():
+    """docs/sphere_atlas.md: `python bench/sphere_atlas.py`'s runs at the smallest β, by its functions: the cluster
+    counts of (a) at β = 1 and 2 (seeds 0, 1, 2; 288 particles) and the two-cluster lifetimes of (c) at β = 1 and
+    2, SA and USA (128 particles), to the 3 digits printed (about 6 CPU s; the larger β take minutes each and are
+    the script's measurements)."""
+    atlas = _bench("sphere_atlas")
+    betas, rows = _atlas_rows()
+    for b in (1.0, 2.0):
+        got = atlas.counts([b], (0, 1, 2))
+        want = "/".join(str(r["clusters_1.5T"]) + (f" ({r['clusters_T']})" if r["clusters_T"] != r["clusters_1.5T"]
+                                                    else "") for r in got)
+        assert rows["clusters (flow)"][betas.index(f"{b:g}")] == want, (b, want)
+    for att, name in (("softmax", "T_meta (SA)"), ("unnormalised", "T_meta (USA)")):
+        for b in (1, 2):
+            r = atlas.lifetime(float(b), att, atlas.TWO_MODES, 8, 1e10, 2)
+            assert rows[name][b - 1] == f"{r['T_meta']:.3g}", (att, b, r["T_meta"])
+
+
+# --- docs/sphere.md ----------------------------------------------------------------------------------------------
+
+
+def test_the_sphere_pages_stiff_switch_rule_and_jacobian_memory_are_the_codes():
+    """docs/sphere.md: the switch to the stiff integrator (15 accepted steps with h ρ above 6.1, reset by 6 calm
+    steps) is the flow solver's rule, and the dense Jacobian and its LU, 2 × (3n)² doubles, take the bytes the
+    solver's memory test uses (`stiff_bytes`) at 20 000 particles."""
+    from mfpde.tokens.sphere import flow
+
+    text = _text("sphere.md")
+    assert (f"{flow.SWITCH_STEPS} accepted steps with h ρ above {flow.SWITCH_H_RHO:g} (ρ its estimate of the largest "
+            f"eigenvalue of the Jacobian), a count that only {flow.SWITCH_RESET} non-stiff steps in a row reset") in text
+    assert flow.stiff_bytes(20000) == 2 * 8 * (3 * 20000) ** 2
+    assert f"2 × (3n)² doubles ({flow.stiff_bytes(20000) / 1e9:.0f} GB at 20 000 particles)" in text
+
+
+def test_the_sphere_pages_noisy_orders_are_regenerated():
+    """docs/sphere.md, noisy tokens: the relative errors of the decay rate −τℓ(ℓ+1) of Y_ℓ0 without drift (τ = 1, to
+    depth 0.05) at 320, 1280 and 5120 cells, the offset of the discrete threshold from K_c = τβ/i_1(β) at 320 and
+    1280 cells (β = 1 and 3, τ = 1/2; from the growth rate of Y_10 at K_c, 2(K i_1(β)/β − τ) = 0 exactly: the
+    offset is |rate|/2τ of K_c) and its order, and the sub-steps per unit depth at 5120 cells and τ = 1, by the
+    solver of `mfpde transport` with `tokens.noise` (the runs of tests/tokens/sphere/test_sphere_noise.py; about 12
+    CPU s)."""
+    import scipy.special as sp
+    from mpi4py import MPI
+
+    from mfpde.fitting import fit_order
+    from mfpde.tokens.sphere.harmonics import real_harmonics
+    from mfpde.tokens.sphere.kernel import HarmonicVelocity
+    from mfpde.tokens.sphere.mesh import edge_lengths, icosphere
+    from mfpde.tokens.sphere.noise import NoisySphereFV
+    from mfpde.tokens.sphere.velocity import RotationVelocity
+
+    comm = MPI.COMM_SELF
+
+    def amplitude(op, mu, ell: int, col: int) -> float:
+        x, w = op.quadrature(mu)
+        return float(real_harmonics(ell, x)[:, col] @ w)
+
+    def rate(op, ell: int, col: int, mu0, T: float):
+        mu = op.project(mu0)
+        rep = op.solve(mu, T, 1)
+        return math.log(amplitude(op, rep.mu_T, ell, col) / amplitude(op, mu, ell, col)) / T, rep.substeps
+
+    text = _text("sphere.md")
+    still = RotationVelocity([0.0, 0.0, 0.0])
+    decay = {}
+    for ell in (1, 2):
+        col = ell * ell + ell
+        decay[ell] = []
+        for r in (2, 3, 4):
+            op = NoisySphereFV(icosphere(comm, r), still, 1.0)
+            got, steps = rate(op, ell, col, lambda x, ell=ell, col=col: 1 / (4 * math.pi) + 0.01 * real_harmonics(
+                ell, x)[:, col], 0.05)
+            decay[ell].append(f"{abs(got + ell * (ell + 1)) / (ell * (ell + 1)):.1e}".replace("e-0", "e-"))
+    per_depth = steps / 0.05  # refine 4, τ = 1: Δt ∝ h²/τ
+    assert (f"relative errors {', '.join(decay[1])} (ℓ = 1) and {', '.join(decay[2])} (ℓ = 2) at 320, 1280, 5120 "
+            "cells") in text, decay
+    m = re.search(r"\(5120 cells at τ = 1: about (\d+) sub-steps per unit depth\)", text)
+    assert m and abs(int(m[1]) - per_depth) <= 0.05 * per_depth, (m, per_depth)
+    tau = 0.5
+    offsets = {}
+    for beta in (1.0, 3.0):
+        kc = tau * beta / sp.spherical_in(1, beta)
+        offsets[beta] = []
+        for r in (2, 3):
+            op = NoisySphereFV(icosphere(comm, r), HarmonicVelocity(beta, "unnormalised", comm, c=kc, tol=1e-10), tau)
+            got, _ = rate(op, 1, 2, lambda x: 1 / (4 * math.pi) + 1e-3 * real_harmonics(1, x)[:, 2], 0.1)
+            offsets[beta].append(abs(got) / (2 * tau))
+    shown = [f"{e:.1e}".replace("e-0", "e-") for e in offsets[1.0]]
+    assert [f"{e:.1e}" for e in offsets[3.0]] == [f"{e:.1e}" for e in offsets[1.0]], offsets  # "β = 1 and 3 alike"
+    hs = [edge_lengths(icosphere(comm, r))[1] for r in (2, 3)]
+    order = fit_order(hs, offsets[1.0])
+    assert (f"the discrete threshold is off by {shown[0]}, {shown[1]} of K_c at 320, 1280 cells (order {order:.1f}; "
+            "β = 1 and 3 alike)") in text, (shown, order)
+
+
+def test_the_sphere_pages_measured_rotation_errors_and_flow_rates_are_regenerated():
+    """docs/sphere.md's *Measured*: DG1's relative L2 errors of the rotated cap at T = π/2 on 80, 320 and 1280 cells
+    (`rotation_error` of the check `sphere_rotation`), also the check row's 1280-cell value, and the flow solver's
+    growth-rate errors at N = 16, rtol 1e-13 (β = 5 SA, β = 9 USA; `sphere_flow_rates` of the check
+    `sphere_flow_rates`), to the digits printed (about 8 CPU s)."""
+    from mfpde.verify.sphere_dg import rotation_error
+    from mfpde.verify.sphere_flow import DEGREES, growth_rate, sphere_flow_rates
+
+    text = _text("sphere.md")
+    from mfpde.fitting import fit_order
+
+    err, h = zip(*(rotation_error(r, 1, 1) for r in (1, 2, 3)), strict=True)
+    shown = [f"{err[0]:.2f}"] + [f"{e:.1e}".replace("e-0", "e-") for e in err[1:]]
+    order = fit_order(list(h), list(err))
+    assert f"DG1 rotation errors {', '.join(shown)} at 80, 320, 1280 cells (order {order:.0f})" in text, (shown, order)
+    assert f"at 1280 cells (measured {shown[2]})" in text
+    flow = []
+    for beta, att in ((5.0, "softmax"), (9.0, "unnormalised")):
+        ex = growth_rate(DEGREES, beta, att)
+        flow.append(float(np.max(np.abs(sphere_flow_rates(16, beta, att) - ex)) / ex.max()))
+    assert f"flow growth rates {flow[0]:.0e} (β = 5) and {flow[1]:.0e} (β = 9, USA)".replace("e-0", "e-") in text, flow
+
+
+@pytest.mark.serial
+def test_the_sphere_pages_dg_demo_is_regenerated(tempdir):
+    """docs/sphere.md: `mfpde transport demos/sphere.toml` (DG1 on 1280 cells, about 80 CPU s: the costliest test of
+    this file): its sub-steps, mass error, the bumps at t = 8 and t = 12 and the merge between them, in the text
+    and in the figure's caption (the CPU time is not compared)."""
+    import json
+
+    from mfpde.cli import main
+
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    out = tempdir / "sphere_dg"
+    assert main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(out), "--quiet", "--set",
+                 "output.plots=false", "--set", "output.fields=false"]) == 0
+    s = json.loads((out / "report.json").read_text())["samples"][0]
+    at = dict(zip(s["t"], s["clusters_t"], strict=True))
+    assert s["cells"] == 1280 and s["t"][-1] == 12.0 and at[12.0] == s["clusters_T"]
+    merges = [t for t in s["merge_times"] if 8.0 < t <= 12.0]
+    text = _text("sphere.md")
+    assert (f"CPU, {s['substeps']} sub-steps, mass error {s['mass_error']:.0e}): {words[at[8.0]]} bumps at t = 8, "
+            f"{words[at[12.0]]} at t = 12 (one merge at t = {merges[0]:g})") in text, s
+    assert len(merges) == 1 and at[8.0] - at[12.0] == 1
+    assert f"from small modes to {words[at[8.0]]} clusters at t = 8, {words[at[12.0]]} at t = 12 (DG1 on 1280" in text
+
+
+def test_the_sphere_pages_stiff_switch_of_the_usa_run_is_regenerated(tempdir):
+    """docs/sphere.md: the unnormalised β = 20 flow run the page gives, to depth 10⁻⁵ only (the switch happens
+    before it; the stiff phase to T = 12 takes a CPU minute): the kernel's degree, the particles, the switch depth
+    and the explicit steps before it (about 7 CPU s)."""
+    import json
+
+    from mfpde.cli import main
+
+    out = tempdir / "usa20"
+    assert main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(out), "--quiet", "--set",
+                 "tokens.solver='flow'", "--set", "tokens.attention='unnormalised'", "--set", "tokens.beta=20",
+                 "--set", "depth.T=1e-5", "--set", "depth.steps=1", "--set", "output.plots=false", "--set",
+                 "output.fields=false"]) == 0
+    s = json.loads((out / "report.json").read_text())["samples"][0]
+    mant, exp = f"{s['integrator']['switch_t']:.1e}".split("e")
+    switch = f"{mant}·10{str(int(exp)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
+    assert (f"({s['labels']} particles, harmonic kernel of degree {s['kernel_degree']}): about a CPU minute, the "
+            f"switch at t = {switch} after {s['integrator']['explicit_steps']} explicit steps") in _text("sphere.md"), s
