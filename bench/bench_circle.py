@@ -48,8 +48,9 @@ from mfpde.environment import blas_threads  # noqa: E402
 from mfpde.fitting import fit_power  # noqa: E402
 from mfpde.tokens.attention import HeadMeasure  # noqa: E402
 from mfpde.tokens.circle.dg import CircleMesh, CircleTransport  # noqa: E402
-from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, merge_times, w1_circle  # noqa: E402
+from mfpde.tokens.circle.diag import cdf_at, clusters_cdf, initial_density, w1_circle  # noqa: E402
 from mfpde.tokens.circle.flow import FlowMap, modes_labels  # noqa: E402
+from mfpde.tokens.resolution import merge_times  # noqa: E402
 
 MODES = [[1, 2e-4, 0.0], [2, 1e-4, 1.3], [3, 1e-4, 1.0], [4, 1e-4, 2.5], [5, 5e-5, 2.0]]
 CASES = {"A": ("unnormalised", 5.0, 0.5, MODES), "B": ("softmax", 9.0, 13.5, MODES + [[6, 5e-5, 0.7]])}

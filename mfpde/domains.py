@@ -7,7 +7,8 @@ A domain other than the box is a package under :mod:`mfpde.tokens` that implemen
   ``keys(cfg)`` (``{"section.key": used}`` for the keys whose use it decides: the resolved config.toml),
   ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for keys given that it refuses) and
   ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
-  ``POINTS_RULE = (predicate, words)`` on the collocation points);
+  ``POINTS_RULE = (predicate, words)`` on the collocation points), and ``coarser(cfg)`` (the config of the
+  resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
 * a ``job`` module: ``transport_job(cfg, out, comm, progress)``.
 
 This module holds what is common: the list of domains, the rules a box applies to the other domains' keys, and the

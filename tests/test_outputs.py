@@ -475,3 +475,47 @@ def test_sphere_cluster_counts_carry_a_resolution_check(tempdir, caplog):
     assert rep["samples"][0]["resolution_check"] == {"at": "20 cells", "clusters_t": [0, 0], "clusters_T": 0,
                                                      "merge_times": [], "agrees": True}
     assert rep["warnings"] == []
+
+
+def test_circle_cluster_counts_carry_a_resolution_check(tempdir, caplog):
+    """The circle's clusters are counted again at half the labels (flow) or half the cells (DG); noisy data on 64
+    cells read by 16 quantile labels merge at t = 5.5, by 8 labels at t = 3: the report and the log say so. The demo's
+    three clusters are the same at half the labels: nothing to warn."""
+    import json
+
+    circle = str(ROOT / "demos" / "circle.toml")
+    quiet = ["--set", "output.fields=false", "--set", "output.plots=false", "--set", 'tokens.solver="flow"']
+    out = tempdir / "noise"
+    with caplog.at_level(logging.WARNING, logger="mfpde"):
+        assert cli.main(["transport", circle, "--out", str(out), *quiet, "--set", 'data.kind="circle_noise"',
+                         "--set", "data.amplitude=0.05", "--set", "tokens.cells=[64]", "--set", "tokens.labels=16",
+                         "--set", "depth.T=20", "--set", "depth.steps=40", "--set", "output.every=1"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    block = rep["samples"][0]
+    check = block["resolution_check"]
+    assert check["at"] == "8 labels" and check["agrees"] is False
+    assert block["merge_times"] == [5.5] and check["merge_times"] == [3.0] and len(rep["warnings"]) == 1  # outputs.md
+    assert rep["warnings"][0].startswith("tokens.labels: the clusters depend on the resolution")
+    assert any(r.getMessage() == rep["warnings"][0] for r in caplog.records)
+    out = tempdir / "demo"
+    assert cli.main(["transport", circle, "--out", str(out), *quiet]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    check = rep["samples"][0]["resolution_check"]
+    assert check["at"] == "64 labels" and check["agrees"] is True and check["clusters_T"] == 3
+    assert rep["warnings"] == []
+
+
+def test_circle_noise_at_half_the_cells_is_the_pair_means_of_the_same_draw():
+    """The DG resolution check draws ``circle_noise`` on the job's cells and gives each coarser cell its pair's mean:
+    the same data, coarser (a fresh draw on half the cells would be other data)."""
+    import numpy as np
+
+    from mfpde.tokens.circle.dg import CircleMesh
+    from mfpde.tokens.circle.diag import initial_density
+
+    fine = initial_density(CircleMesh(64, 0), "circle_noise", amplitude=0.3, seed=7)[:, 0]
+    coarse = initial_density(CircleMesh(32, 1), "circle_noise", amplitude=0.3, seed=7, data_cells=64)
+    assert np.array_equal(coarse[:, 0], coarse[:, 1])  # constant on each cell
+    np.testing.assert_allclose(coarse[:, 0], fine.reshape(32, 2).mean(axis=1), rtol=4 * np.finfo(float).eps)
+    with pytest.raises(ValueError, match="not a multiple"):
+        initial_density(CircleMesh(24, 0), "circle_noise", amplitude=0.3, seed=7, data_cells=64)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from mfpde import config as C
-from mfpde.tokens.circle.diag import clusters_cdf, merge_times, w1_circle
+from mfpde.tokens.circle.diag import clusters_cdf, w1_circle
 from mfpde.tokens.circle.flow import (
     CDF_POINTS,
     FlowMap,
@@ -30,6 +30,7 @@ from mfpde.tokens.circle.flow import (
     series_length,
 )
 from mfpde.tokens.circle.particles import dense_velocity, dense_velocity_derivative
+from mfpde.tokens.resolution import merge_times
 from mfpde.verify.circle import gamma_k
 from mfpde.verify.circle_flow import flow_rates, two_cluster_merge
 

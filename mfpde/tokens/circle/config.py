@@ -11,12 +11,14 @@ depths geometrically over ``depth.decades`` decades below ``depth.T``. Errors na
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from mfpde.domains import Found
+from mfpde.tokens.resolution import Coarser
 
-__all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check"]
+__all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check", "coarser"]
 
 #: The data kinds of the circle.
 CIRCLE_KINDS = ("circle_modes", "circle_noise")
@@ -121,3 +123,26 @@ def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
     from mfpde.tokens.circle.spectral import CircleSpectral
 
     return CircleSpectral(points, beta, noise)
+
+
+def coarser(cfg: Any) -> Coarser | None:
+    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the flow's labels, or DG on half the cells.
+
+    None where there is none: fewer than 8 labels or cells, a data mode that would alias on half the cells, or
+    ``circle_noise`` on an odd number of cells (the coarser solve draws the noise on the job's cells and takes each
+    pair's mean: the same data, coarser).
+    """
+    t, da = cfg.tokens, cfg.data
+    if t.solver == "flow":
+        half = t.labels // 2
+        if half < 8:
+            return None
+        return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), "tokens.labels",
+                       f"{half} labels", f"{t.labels} labels")
+    n = t.cells[0]
+    half = n // 2
+    if half < 8 or (da.kind == "circle_modes" and any(k > half // 2 for k, _, _ in da.modes)) or (
+            da.kind == "circle_noise" and n % 2):
+        return None
+    return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, cells=[half])), "tokens.cells",
+                   f"{half} cells", f"{n} cells")

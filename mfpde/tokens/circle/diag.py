@@ -21,14 +21,18 @@ import numpy.typing as npt
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 
 __all__ = ["cdf_at", "cdf_density", "cdf_points", "clusters", "clusters_cdf", "fourier", "initial_density",
-           "merge_times", "moments", "w1_circle"]
+           "moments", "w1_circle"]
 
 Array = npt.NDArray[np.float64]
 
 
 def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None = None, amplitude: float = 0.0,
-                    seed: int = 0) -> Array:
-    """μ_0 at the DG nodes (n, p+1), mass 1 (``kind``: ``"circle_modes"`` or ``"circle_noise"``)."""
+                    seed: int = 0, data_cells: int | None = None) -> Array:
+    """μ_0 at the DG nodes (n, p+1), mass 1 (``kind``: ``"circle_modes"`` or ``"circle_noise"``).
+
+    ``data_cells``: the cells ``circle_noise`` is drawn on (default the mesh's n; a multiple of n), each of the
+    mesh's cells taking the mean of its draws: the same data at a coarser resolution (the resolution check).
+    """
     if kind == "circle_modes":
         def f(t: Array) -> Array:
             terms = (a * np.cos(k * (t - ph)) for k, a, ph in (modes or []))
@@ -36,8 +40,11 @@ def initial_density(mesh: CircleMesh, kind: str, modes: list[list[float]] | None
 
         mu = mesh.interpolate(f)
     else:
-        xi = np.random.default_rng(seed).standard_normal(mesh.n)
-        cell = np.maximum(1.0 + amplitude * xi, 0.0) / (2 * math.pi)
+        m = data_cells or mesh.n
+        if m % mesh.n:
+            raise ValueError(f"the noise's {m} cells are not a multiple of the mesh's {mesh.n}")
+        xi = np.random.default_rng(seed).standard_normal(m)
+        cell = (np.maximum(1.0 + amplitude * xi, 0.0) / (2 * math.pi)).reshape(mesh.n, -1).mean(axis=1)
         mu = np.repeat(cell[:, None], mesh.degree + 1, axis=1)
     return mu / mesh.mass(mu)
 
@@ -168,9 +175,3 @@ def clusters_cdf(F: Array) -> tuple[int, list[float]]:
         z = sum(np.sum(m[a:b] * np.exp(1j * ang[a:b])) for a, b in parts)
         out.append(float(np.mod(np.angle(z), 2 * math.pi)))
     return len(out), sorted(out)
-
-
-def merge_times(t: Array, counts: list[int]) -> list[float]:
-    """The output depths at which the cluster count drops below the previous output's (clusters merged)."""
-    return [float(t[i]) for i in range(1, len(counts)) if counts[i] < counts[i - 1]]
-

@@ -10,8 +10,9 @@ Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle.dg`, upwind
 ``report.json`` (per sample: ``solver``, mass, positivity, ``fourier``, ``t``, ``clusters_t`` and ``merge_times``
 at the output depths, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``, ``cdf_T`` at the 1024 angles 2πj/1024,
 ``solve_cpu_s``; DG also ``noise`` and, unnormalised, ``free_energy_t`` (E(μ) of theory §10); the flow solver
-also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``), ``fields/mu_0.bp`` and
-``plots/space_depth_0.png`` (θ against t, log colour).
+also ``labels``, ``rtol``, ``integrator``, ``reconstruction_T``; ``resolution_check``: the counts again at half
+the labels or cells, :mod:`mfpde.tokens.resolution`, and the report's ``warnings`` where they differ),
+``fields/mu_0.bp`` and ``plots/space_depth_0.png`` (θ against t, log colour).
 """
 
 from __future__ import annotations
@@ -32,19 +33,20 @@ from mfpde.errors import NumericalError
 from mfpde.heads import HeadMeasure
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
+from mfpde.tokens.circle.config import coarser
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (
     cdf_at,
     clusters_cdf,
     fourier,
     initial_density,
-    merge_times,
     moments,
     w1_circle,
 )
 from mfpde.tokens.circle.noise import circle_operator, free_energy
 from mfpde.tokens.circle.work import check_dg_work, dg_substep_estimate
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
 
 if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
     from mfpde.config import Config
@@ -154,8 +156,10 @@ def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD
     finally:
         if bar is not None:
             bar.close()
+    warnings = resolution_check(block, coarser(cfg), lambda c: circle_solve(c, heads, comm, None, Quiet(),
+                                                                            data_cells=t.cells[0])[0])
     report = {"status": "ok", "command": "transport", "version": __version__, "domain": "circle",
-              "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block]}
+              "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         dens = np.array(pictures)
         if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
@@ -181,7 +185,8 @@ Density = tuple[Any, Any, Any, int]
 
 
 def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path | None = None,
-                 bar: Any = None) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
+                 bar: Any = None, data_cells: int | None = None
+                 ) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
     """Solve the circle problem of ``cfg`` by ``tokens.solver`` (replicated on every rank of ``comm``).
 
     Args:
@@ -190,6 +195,7 @@ def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path |
         comm: the ranks.
         fields: a directory to write ``fields/mu_0.bp`` into, or None.
         bar: a progress display (``update()`` per output depth) or None.
+        data_cells: the cells ``circle_noise`` is drawn on, a multiple of ``tokens.cells`` (default: those).
 
     Returns:
         (the report's sample block, the densities pictured at the output depths (bins or cells), (μ_0, μ_T)).
@@ -206,7 +212,7 @@ def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path |
         if fields is not None:
             _write_flow_fields(comm, fields, out[0]["t"], out[1])
         return out
-    return _solve_dg(cfg, heads, depths, keep, fields, comm, bar)
+    return _solve_dg(cfg, heads, depths, keep, fields, comm, bar, data_cells)
 
 
 def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: float) -> dict[str, Any]:
@@ -225,10 +231,10 @@ def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: flo
 
 
 def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out: Path | None, comm: MPI.Comm,
-              bar: Any) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
+              bar: Any, data_cells: int | None = None) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
     t, da = cfg.tokens, cfg.data
     mesh = CircleMesh(t.cells[0], t.degree)
-    mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)
+    mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed, data_cells)
     lo, hi = dg_substep_estimate(cfg, heads, mesh)
     logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the step rule at the velocity bound)", lo, hi)
     if lo >= HINT_SUBSTEPS:

@@ -12,14 +12,16 @@ the Gegenbauer polynomial of S^{d−1} normalised to P_ℓ(1) = 1) or ``zonal_ca
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import numpy as np
 
 from mfpde.domains import Found, check_dirac_heads
+from mfpde.tokens.resolution import Coarser
 
-__all__ = ["DIM_RANGE", "KINDS", "check", "keys", "modes_minimum", "not_applying"]
+__all__ = ["DIM_RANGE", "KINDS", "check", "coarser", "keys", "modes_minimum", "not_applying"]
 
 #: The stationary problem's unknowns are log-densities: a Gibbs density spanning more than the double range is
 #: fine (the continuation's underflow guard does not apply).
@@ -131,3 +133,14 @@ def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
     from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 
     return HypersphereStationary(points, beta, noise, cfg.tokens.dim)
+
+
+def coarser(cfg: Any) -> Coarser | None:
+    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the labels or cells (None below 8)."""
+    t = cfg.tokens
+    key, n = ("tokens.labels", t.labels) if t.solver == "flow" else ("tokens.cells", t.cells[0])
+    if n // 2 < 8:
+        return None
+    what = "labels" if t.solver == "flow" else "cells"
+    half = dataclasses.replace(t, labels=n // 2) if t.solver == "flow" else dataclasses.replace(t, cells=[n // 2])
+    return Coarser(dataclasses.replace(cfg, tokens=half), key, f"{n // 2} {what}", f"{n} {what}")

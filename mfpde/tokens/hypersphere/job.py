@@ -5,7 +5,9 @@ map is smooth) or the finite volumes in the polar angle (``"dg"``, degree 0: upw
 ``tokens.noise``), replicated on every rank (a 1-D problem). Writes into DIR: ``config.toml`` and ``report.json``
 (``samples[0]``: ``solver``, ``dim``, ``mass_error``, ``min_mass``, ``harmonics = {t, l, power}`` (μ̂_ℓ² of each
 degree in the orthonormal zonal basis of the normalised measure, ℓ = 0..REPORT_DEGREE), ``clusters_t``,
-``clusters_T``, ``solve_cpu_s``) and ``plots/hypersphere_0.png`` (μ_t against the polar angle).
+``merge_times``, ``clusters_T``, ``solve_cpu_s``, ``resolution_check``: the counts again at half the labels or
+cells, :mod:`mfpde.tokens.resolution`, and the report's ``warnings`` where they differ) and
+``plots/hypersphere_0.png`` (μ_t against the polar angle).
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.hypersphere import transport as tr
+from mfpde.tokens.hypersphere.config import coarser
 from mfpde.tokens.hypersphere.zonal import orthonormal_basis
+from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
 
 __all__ = ["FV_SECONDS_PER_CELL", "FV_SECONDS_PER_STEP", "REPORT_DEGREE", "check_fv_work", "initial_density",
-           "transport_job"]
+           "solve", "transport_job"]
 
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers.
@@ -100,21 +104,50 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
     prepare_output_dir(out, comm)
     write_atomic(out / "config.toml", to_toml(cfg), comm)
     depths = output_depths(cfg)[kept_outputs(cfg)]
-    heads = _heads(cfg)
-    nu0 = initial_density(cfg)
     what = (f"the flow map on {t.labels} Gauss labels (rtol {t.rtol:g})" if t.solver == "flow"
             else f"finite volumes on {t.cells[0]} cells in the polar angle, τ = {t.noise:g}")
     logger.info("transport on the hypersphere S^%d by %s: heads %s, %s attention, T = %g -> %s", d - 1, what,
-                [(round(b, 6), round(c, 6)) for b, c, _ in heads], t.attention, cfg.depth.T, out)
+                [(round(b, 6), round(c, 6)) for b, c, _ in _heads(cfg)], t.attention, cfg.depth.T, out)
     bar = progress(len(depths) - 1, 0) if progress is not None else LogProgress(len(depths) - 1, depths, "hypersphere")
+    t0 = time.perf_counter()
+    head = {"command": "transport", "version": __version__, "domain": "hypersphere", "dim": d,
+            "comm_size": comm.size}
+    try:
+        block, (theta, masses) = solve(cfg, bar)
+    except NumericalError as e:
+        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
+                           "error": str(e)}, comm)
+        raise
+    finally:
+        if progress is not None:
+            bar.close()
+    warnings = resolution_check(block, coarser(cfg), lambda c: solve(c, Quiet())[0])
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
+        _picture(out / "plots" / "hypersphere_0.png", depths, theta, masses, t.solver, d)
+    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
+    write_report(out, report, comm)
+    logger.info("hypersphere (%s): mass error %.3g, min mass %.3g, clusters at T: %d, merges at %s, solve %.3g CPU s",
+                t.solver, block["mass_error"], block["min_mass"], block["clusters_T"],
+                [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
+    return report
+
+
+def solve(cfg: Any, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
+    """The zonal sample of ``cfg`` by ``tokens.solver`` (replicated): (the sample block, (θ, masses) per depth).
+
+    Raises:
+        NumericalError: the solve failed (overflow, a step that does not end).
+    """
+    t, d = cfg.tokens, cfg.tokens.dim
+    depths = output_depths(cfg)[kept_outputs(cfg)]
+    heads = _heads(cfg)
+    nu0 = initial_density(cfg)
 
     def advanced(i: int, _t: float) -> None:
         if i > 0:
             bar.update()
 
-    t0, c0 = time.perf_counter(), time.process_time()
-    head = {"command": "transport", "version": __version__, "domain": "hypersphere", "dim": d,
-            "comm_size": comm.size}
+    c0 = time.process_time()
     try:
         with np.errstate(over="raise", invalid="raise"):
             if t.solver == "flow":
@@ -128,12 +161,7 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
                 masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
                 z, steps = np.cos(theta), cells.steps
     except (FloatingPointError, RuntimeError, ValueError) as e:
-        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
-                           "error": f"sample 0: {e}"}, comm)
         raise NumericalError(f"sample 0: the hypersphere's {t.solver} solve failed: {e}") from None
-    finally:
-        if progress is not None:
-            bar.close()
     solve_cpu = time.process_time() - c0
     power = tr.degree_power(z, masses, d, REPORT_DEGREE)
     bins = t.cells[0] if t.solver != "flow" else max(8, masses.shape[1] // 8)  # a few labels a bin
@@ -143,14 +171,9 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
              "min_mass": float(masses.min()), "substeps": int(steps),
              "harmonics": {"t": [float(x) for x in depths], "l": list(range(REPORT_DEGREE + 1)),
                            "power": power.tolist()},
-             "clusters_t": counts, "clusters_T": counts[-1], "solve_cpu_s": solve_cpu}
-    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        _picture(out / "plots" / "hypersphere_0.png", depths, theta, masses, t.solver, d)
-    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block]}
-    write_report(out, report, comm)
-    logger.info("hypersphere (%s): mass error %.3g, min mass %.3g, clusters at T: %d, solve %.3g CPU s", t.solver,
-                block["mass_error"], block["min_mass"], block["clusters_T"], solve_cpu)
-    return report
+             "clusters_t": counts, "merge_times": merge_times(depths, counts), "clusters_T": counts[-1],
+             "solve_cpu_s": solve_cpu}
+    return block, (theta, masses)
 
 
 def _picture(path: Path, depths: np.ndarray, theta: np.ndarray, masses: np.ndarray, solver: str, d: int) -> None:

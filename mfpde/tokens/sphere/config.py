@@ -13,12 +13,14 @@ continuation`` computes the zonal stationary states of noisy tokens; ``mfpde tra
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from mfpde.domains import Found, check_dirac_heads
+from mfpde.tokens.resolution import Coarser
 
-__all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "mesh_cells", "mesh_memory"]
+__all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "coarser", "mesh_cells", "mesh_memory", "particles"]
 
 #: The data kinds of the sphere.
 KINDS = ("sphere_modes", "sphere_noise")
@@ -133,3 +135,26 @@ def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
     from mfpde.tokens.sphere.spectral import SphereSpectral
 
     return SphereSpectral(points, beta, noise)
+
+
+def particles(labels: int) -> int:
+    """The flow solver's particles for ``tokens.labels``: 2N², N = ⌈√(labels/2)⌉."""
+    return 2 * math.ceil(math.sqrt(labels / 2)) ** 2
+
+
+def coarser(cfg: Any) -> Coarser | None:
+    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the labels, or one refinement fewer.
+
+    None where there is none (DG on the icosahedron itself, refine 0; the flow with 2 particles).
+    """
+    t = cfg.tokens
+    if t.solver == "flow":
+        half = max(1, t.labels // 2)
+        if particles(half) >= particles(t.labels):
+            return None
+        return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), "tokens.labels",
+                       f"{particles(half)} labels", f"{particles(t.labels)} labels")
+    if t.refine < 1:
+        return None
+    return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, refine=t.refine - 1)), "tokens.refine",
+                   f"{20 * 4 ** (t.refine - 1)} cells", f"{20 * 4 ** t.refine} cells")

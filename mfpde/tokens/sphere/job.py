@@ -7,7 +7,7 @@ mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and `
 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise`` and, unnormalised,
 ``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0 with the
 Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``resolution_check`` (the counts again at half the
-labels or one refinement fewer, :mod:`mfpde.tokens.sphere.resolution`) and the report's ``warnings`` where they
+labels or one refinement fewer, :mod:`mfpde.tokens.resolution`) and the report's ``warnings`` where they
 differ; ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png`` (Mollweide views of
 μ_t at up to four depths, clusters marked, each title the report's count there).
 """
@@ -29,11 +29,11 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.circle.diag import merge_times
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
+from mfpde.tokens.sphere.config import coarser, particles
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
 from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
-from mfpde.tokens.sphere.resolution import Quiet, particles, resolution_check
 
 __all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_of", "transport_job"]
 
@@ -171,7 +171,7 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
         raise NumericalError(f"sample 0: {e}") from None
     finally:
         bar.close()
-    warnings = resolution_check(cfg, block, lambda c: (solve_flow if c.tokens.solver == "flow" else solve_dg)(
+    warnings = resolution_check(block, coarser(cfg), lambda c: (solve_flow if c.tokens.solver == "flow" else solve_dg)(
         c, comm, None, Quiet())[0])
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         ts, snaps, centres = panels

@@ -130,3 +130,21 @@ def test_the_docs_table_is_regenerated():
         if (d, beta) != (128, 4.0):  # the reference's Newton fails there (the page says so)
             ref = fold_maxwell_point(beta, 1.0, d, 160)
             assert abs(ref.K_f - got_kf) <= 1e-9 * got_kf and abs(ref.K_M - got_km) <= 1e-9 * got_km, (d, beta)
+
+
+def test_transport_counts_carry_a_resolution_check(tmp_path):
+    """The clusters are counted again at half the labels (flow) or cells (finite volumes): 16 labels merge two
+    clusters at t = 1 where 8 labels see one cluster form only at T; the report warns. The demo agrees at 32 cells."""
+    out = tmp_path / "flow"
+    assert main(["transport", DEMO, "--out", str(out), "--quiet", "--set", "output.plots=false", "--set",
+                 "tokens.noise=0", "--set", "tokens.solver='flow'", "--set", "tokens.labels=16"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    block = rep["samples"][0]
+    assert block["merge_times"] == [1.0] and block["resolution_check"]["at"] == "8 labels"
+    assert block["resolution_check"]["agrees"] is False
+    assert len(rep["warnings"]) == 1 and rep["warnings"][0].startswith("tokens.labels: the clusters depend")
+    out = tmp_path / "fv"
+    assert main(["transport", DEMO, "--out", str(out), "--quiet", "--set", "output.plots=false"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["samples"][0]["resolution_check"]["at"] == "32 cells" and rep["warnings"] == []
+    assert rep["samples"][0]["resolution_check"]["agrees"] is True
