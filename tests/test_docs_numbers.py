@@ -309,3 +309,43 @@ def test_the_sphere_pages_stiff_switch_of_the_usa_run_is_regenerated(tempdir):
     switch = f"{mant}·10{str(int(exp)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
     assert (f"({s['labels']} particles, harmonic kernel of degree {s['kernel_degree']}): about a CPU minute, the "
             f"switch at t = {switch} after {s['integrator']['explicit_steps']} explicit steps") in _text("sphere.md"), s
+
+
+# --- docs/digits.md ----------------------------------------------------------------------------------------------
+
+
+def test_the_digits_screen_summary_is_regenerated(tmp_path):
+    """docs/digits.md: `python bench/digit_pairs.py` (the screen over all 45 pairs × 2 readouts, about 45 CPU s):
+    the number of cases, the cases whose first-order bound gains more than 0.1 over max(mean sign, 1 − mean sign)
+    with their mean sign and bound, and the count of the others that gain more than 0.1 over the mean sign only."""
+    digit_pairs = _bench("digit_pairs")
+    rows = digit_pairs.main(["--out", str(tmp_path / "screen.json")])
+    both = [r for r in rows if r["constrained"] - max(r["mean_sign"], 1 - r["mean_sign"]) > 0.1]
+    only = [r for r in rows if r["constrained"] - r["mean_sign"] > 0.1 and r not in both]
+    assert len(both) == 2 and all(r["readout"] == "horizontal" for r in both), both
+    a, b = sorted(both, key=lambda r: -r["constrained"])
+    text = _text("digits.md")
+    assert (f"of the {len(rows)} cases only **{a['pair'][0]} vs {a['pair'][1]} horizontal** (mean sign "
+            f"{a['mean_sign']:.3f}, bound {a['constrained']:.3f}) and {b['pair'][0]} vs {b['pair'][1]} horizontal "
+            f"({b['mean_sign']:.3f} → {b['constrained']:.3f}) gain more than 0.1 over max(mean sign, 1 − mean sign); "
+            f"{len(only)} more gain more than 0.1 over the mean sign only") in text, (len(rows), both, len(only))
+
+
+def test_the_digits_box_tables_value_heads_row_is_the_embedded_default():
+    """docs/digits.md: the box table's row of value heads at a = −4 is the embedded default (`mfpde run`), whose
+    accuracies, risk and boundary mass tests/test_docs.py regenerates from the page's prose; here the row against
+    that prose (the other rows are `python bench/digit_box.py`'s, about 20 CPU minutes)."""
+    text = _text("digits.md")
+    (row,) = [r for r in (DOCS / "digits.md").read_text().splitlines() if r.startswith("| value, a = ")]
+    cells = [c.strip() for c in row.strip("| ").split(" | ")]
+    alist = [a.strip("* ") for a in cells[0].removeprefix("value, a = ").split("/")]
+    accs = [c.strip("* ") for c in cells[3].split(" → ")[1].split("/")]
+    best = alist.index("−4")
+    start = cells[3].split(" → ")[0]
+    m = re.search(r"held-out accuracy (\S+) → (\S+) \(\+(\d+) points\)", text)
+    assert m and (m[1], m[2]) == (start, accs[best]), (m, start, accs[best])
+    assert int(m[3]) == round(100 * (float(m[2]) - float(m[1]))), m[3]
+    assert cells[2] == "< 10⁻¹⁷" and "Θ boundary mass 3·10⁻¹⁹" in text
+    risks = re.search(r"a = −4 has the least training risk \(([\d.]+); ([\d.]+) at −6, ([\d.]+) at −2, ([\d.]+) at −8",
+                      text)
+    assert risks and float(risks[1]) < min(float(x) for x in risks.groups()[1:]), risks
