@@ -349,3 +349,55 @@ def test_the_digits_box_tables_value_heads_row_is_the_embedded_default():
     risks = re.search(r"a = −4 has the least training risk \(([\d.]+); ([\d.]+) at −6, ([\d.]+) at −2, ([\d.]+) at −8",
                       text)
     assert risks and float(risks[1]) < min(float(x) for x in risks.groups()[1:]), risks
+
+
+# --- docs/free_energy.md -----------------------------------------------------------------------------------------
+
+
+def test_the_free_energy_pages_particle_floors_at_h_1024_are_regenerated():
+    """docs/free_energy.md's *MFLD particles: floors*, the H = 1024 rows (value and scalar heads, 8 seeds, Δs = 0.1):
+    the mean floor of the k-NN and of the KDE estimate ± their standard errors over the seeds and one run's RMS
+    error ε_H, by `particles` of bench/fe_runs.py as bench/bench_free_energy.py runs it and reduced as its
+    `floors_table` does, to the digits printed (about 10 CPU s; H = 4096 and 16 384 take minutes, their rows and the
+    timings are the benchmark's). The same ε_H in the table of times."""
+    fe_runs = _bench("fe_runs")
+    horizon = {"value": 16.0, "scalar": 14.0}  # bench_free_energy.run's S
+    page = (DOCS / "free_energy.md").read_text()
+    for fam in ("value", "scalar"):
+        steps = round(horizon[fam] / 0.1)
+        kde_rows = sorted({0, *np.unique(np.geomspace(1, steps, 22).astype(int)).tolist()})
+        runs = [fe_runs.particles(fam, 1024, sd, 0.1, steps, kde_rows) for sd in range(8)]
+        last = max(1, len(runs[0]["s"]) // 4)
+        knn = np.array([r["knn"] for r in runs])[:, -last:]
+        kf = knn.mean(axis=1)
+        rows = [i for i in kde_rows if i >= len(runs[0]["s"]) - last]
+        kd = np.array([np.mean(np.asarray(r["kde"])[rows]) for r in runs])
+        se_k, se_d = kf.std(ddof=1) / math.sqrt(len(kf)), kd.std(ddof=1) / math.sqrt(len(kd))
+        rms = float(np.sqrt(np.mean(knn**2)))
+        m = re.search(rf"^\| {fam} \| 1024 \| 8 \| (\S+) ± (\S+) \| (\S+) ± (\S+) \| (\S+) \|", page, re.M)
+        assert m, fam
+        for shown, value in zip(m.groups(), (kf.mean(), se_k, kd.mean(), se_d, rms), strict=True):
+            assert _rounds_to(shown.replace("+", ""), value), (fam, shown, value)
+        timed = re.search(rf"^\| {fam} \| MFLD H = 1024, closed form \| .* \| (\S+): ", page, re.M)
+        assert timed and timed[1] == m[5], (fam, timed)
+
+
+def test_the_free_energy_pages_particle_prose_follows_from_its_tables():
+    """docs/free_energy.md, the particles' prose: the scalar heads' bias at H = 4096 as a multiple of 1/H, the heads
+    a single run needs for 1e-5 at the H^{−1/2} rate from ε_H at H = 16 384, and the Euler–Maruyama bias of the
+    stationary law in closed form, λ·½(r − 1 − log r) with r = 1/(1 − λ₂Δs/2) (value heads, λ = 0.1, λ₂ = 1,
+    Δs = 0.1; the constants of bench/fe_runs.py)."""
+    fe_runs = _bench("fe_runs")
+    page = (DOCS / "free_energy.md").read_text()
+    text = _text("free_energy.md")
+    bias = re.search(r"^\| scalar \| 4096 \| 8 \| \+(\S+) ± (\S+) \|", page, re.M)
+    assert bias and f"H = 4096 (+{bias[1]} ± {bias[2]}, about {float(bias[1]) * 4096:.1f}/H)" in text, bias
+    eps = re.search(r"^\| value \| 16 384 \| 8 \(2 KDE\) \| \S+ ± \S+ \| \S+ ± \S+ \| (\S+) \|", page, re.M)
+    assert eps
+    heads = 16384 * (float(eps[1]) / 1e-5) ** 2
+    mant, exp = f"{heads:.0e}".split("e")
+    assert f"a single run would need about {mant}·10{str(int(exp)).translate(str.maketrans('0123456789', '⁰¹²³⁴⁵⁶⁷⁸⁹'))} heads to see 1e-5" in text, heads
+    assert (fe_runs.LAM, fe_runs.LAM2) == (0.1, 1.0)
+    r = 1 / (1 - fe_runs.LAM2 * 0.1 / 2)
+    em = fe_runs.LAM * 0.5 * (r - 1 - math.log(r))
+    assert f"λ·½(r − 1 − log r) ≈ {em:.0e} in the gap".replace("e-05", "e-5") in text, em
