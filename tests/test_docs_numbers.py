@@ -401,3 +401,39 @@ def test_the_free_energy_pages_particle_prose_follows_from_its_tables():
     r = 1 / (1 - fe_runs.LAM2 * 0.1 / 2)
     em = fe_runs.LAM * 0.5 * (r - 1 - math.log(r))
     assert f"λ·½(r − 1 − log r) ≈ {em:.0e} in the gap".replace("e-05", "e-5") in text, em
+
+
+# --- docs/benchmarks.md ------------------------------------------------------------------------------------------
+# The timings are machine-dependent and not compared; tests/test_bench.py runs every command shortened (DOC_BENCH).
+
+
+def test_the_benchmarks_pages_deterministic_numbers_are_regenerated(tempdir):
+    """docs/benchmarks.md: the final risk of the embedded default at 40 training steps, to the last bit, as
+    `python bench/bench_run.py --steps 40` runs it (`mfpde run --set training.steps=40`; 3 CPU s); K_c = τβ/I_1(β)
+    at β = 2 (closed form) and K_M on S^15 (`fold_maxwell_point`, the independent spectral solve the table
+    compares with), to the digits printed; the reference solve of `python bench/bench_transport.py` in d = 1 (its
+    sub-steps and mass error; a CPU second)."""
+    import json
+
+    import scipy.special
+
+    from mfpde.cli import main
+    from mfpde.verify.hypersphere_reference import fold_maxwell_point
+
+    text = _text("benchmarks.md")
+    out = tempdir / "default40"
+    assert main(["run", "--out", str(out), "--quiet", "--set", "training.steps=40", "--set", "output.fields=false",
+                 "--set", "output.plots=false"]) == 0
+    risk = json.loads((out / "report.json").read_text())["final"]["risk"]
+    assert f"the same to the last bit ({risk!r} at 40 steps)" in text, risk
+    kc = 2.0 / float(scipy.special.iv(1, 2.0))
+    assert f"K_c = τβ/I_1(β) = {kc:.15g}" in text and f"| continuation, N = 63 | {kc:.15g} |" in text, kc
+    km = fold_maxwell_point(2.0, 1.0, 16, 80).K_M
+    m = re.search(r"\| continuation, 64 points \| ([\d.]+) \|", text)
+    assert m and _rounds_to(m[1], km), (m, km)
+    transport = _bench("bench_transport")
+    hm, _ = transport._heads(48)
+    tt, u = transport._solver(1, 400)
+    rep = tt.solve(u, hm, 1.0, 100, g=lambda x: x[:, 0])
+    assert f"d = 1, 400 cells, 48×48 Θ mesh: **0.80 s** ({rep.substeps} sub-steps)" in text, rep.substeps
+    assert f"Mass error {rep.mass_error:.0e} in both" in text, rep.mass_error
