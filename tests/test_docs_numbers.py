@@ -437,3 +437,33 @@ def test_the_benchmarks_pages_deterministic_numbers_are_regenerated(tempdir):
     rep = tt.solve(u, hm, 1.0, 100, g=lambda x: x[:, 0])
     assert f"d = 1, 400 cells, 48×48 Θ mesh: **0.80 s** ({rep.substeps} sub-steps)" in text, rep.substeps
     assert f"Mass error {rep.mass_error:.0e} in both".replace("e-0", "e-") in text, rep.mass_error
+
+
+# --- docs/development.md -----------------------------------------------------------------------------------------
+
+
+def test_the_development_pages_sphere_kernel_sizes_are_the_closed_forms():
+    """docs/development.md, the sphere's kernel: the Allreduce's 8(L+1)² bytes at L = 28 and 32, the tilted kernel's
+    ρ = ½ log(1e-6/4ε), its K centres at β = 20 and 40, its degree L and its Allreduce of 4K(L+1)² doubles, by the
+    functions of mfpde.tokens.sphere the kernel uses (closed forms; the timings are `bench/bench_sphere_kernel.py`'s
+    as measured)."""
+    from mfpde.tokens.sphere.series import harmonic_degree
+    from mfpde.tokens.sphere.tilted import fibonacci_centres, tilt_radius
+
+    text = _text("development.md")
+    assert (f"8 (L+1)² bytes gives every rank the whole series ({8 * 29**2 / 1e3:.1f} kB at L = 28, β = 9; "
+            f"{8 * 33**2 / 1e3:.1f} kB at L = 32)") in text
+    rho = tilt_radius(1e-6)
+    assert f"ρ = ½ log(1e-6/4ε) ≈ {rho:.1f})" in text, rho
+    k = {b: len(fibonacci_centres(rho / b)) for b in (20, 40)}
+    L = harmonic_degree(rho, 1e-14)
+    assert f"K ≈ 8β²/ρ² ({k[20]} at β = 20, {k[40]} at β = 40), L = {L};" in text, (k, L)
+    mb = {b: 4 * k[b] * (L + 1) ** 2 * 8 / 1e6 for b in (20, 40)}
+    assert f"4K(L+1)² doubles ({mb[20]:.2f} MB at β = 20, {mb[40]:.1f} MB at β = 40)" in text, mb
+
+
+def test_the_development_pages_hypothesis_config_count_is_the_tests():
+    """docs/development.md: the configs hypothesis draws in tests/test_fuzz_configs.py (its `max_examples`)."""
+    fuzz = (ROOT / "tests" / "test_fuzz_configs.py").read_text()
+    (n,) = re.findall(r"@settings\(max_examples=(\d+)", fuzz)
+    assert f"{n} configs drawn by hypothesis end 0, 2 or 3" in _text("development.md"), n
