@@ -5,6 +5,8 @@
   (the reference) and the solid-body rotation.
 * :mod:`~mfpde.tokens.sphere.harmonics`: real orthonormal spherical harmonics Y_ℓm by stable recurrences, the
   analysis Σ_j w_j Y_ℓm(x_j) and the synthesis of a series with its surface gradient.
+* :mod:`~mfpde.tokens.sphere.sht`: the same analysis and synthesis by ducc0 where installed (``mfpde[ducc]``,
+  optional, 4–60× faster), else by :mod:`~mfpde.tokens.sphere.harmonics`; ``MFPDE_SHT=numpy`` forces numpy.
 * :mod:`~mfpde.tokens.sphere.kernel`: the velocity without a gather (the Funk–Hecke series of K∗μ, one
   Allreduce), the log-domain direct quadrature (the exact reference, gathers) and the rule that picks a kernel.
 * :mod:`~mfpde.tokens.sphere.tilted`: the SA kernel past β ≈ 10 without a gather (series about K centres).

@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.spatial
 
-from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.kernel import degree_power
+from mfpde.tokens.sphere.sht import analysis
 
 __all__ = ["CLUSTER_FACTOR", "cell_clusters", "kde", "lonlat", "measure_power"]
 
@@ -31,7 +31,7 @@ def measure_power(x: Array, w: Array, L: int, comm: MPI.Comm = MPI.COMM_SELF) ->
     The measure of each rank is its own points (x (n, 3) unit vectors, w (n,) masses); one allreduce of the
     (L+1)² coefficients. The uniform probability measure has power 1/4π at ℓ = 0 and 0 elsewhere.
     """
-    c = np.asarray(w, float) @ real_harmonics(L, x) if len(x) else np.zeros((L + 1) ** 2)
+    c = analysis(L, x, np.asarray(w, float)) if len(x) else np.zeros((L + 1) ** 2)
     return degree_power(comm.allreduce(c, op=MPI.SUM) if comm.size > 1 else c)
 
 

@@ -56,8 +56,8 @@ import scipy.spatial
 
 from mfpde.tokens.adaptive import DOP853PI, record_reached
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
-from mfpde.tokens.sphere.harmonics import real_harmonics
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
+from mfpde.tokens.sphere.sht import analysis
 from mfpde.tokens.sphere.velocity import SphereVelocity
 
 __all__ = ["CLUSTER_ANGLE", "SWITCH_H_RHO", "SWITCH_RESET", "SWITCH_STEPS", "SphereFlow", "SphereFlowSolution",
@@ -73,7 +73,7 @@ CLUSTER_ANGLE = 1e-3
 
 def degree_powers(x: Array, w: Array, L: int) -> tuple[Array, Array]:
     """(μ̂_ℓm = Σ_j w_j Y_ℓm(x_j), shape ((L+1)²,); the powers Σ_m μ̂_ℓm², shape (L+1,)) of a weighted point set."""
-    c = np.asarray(real_harmonics(L, x).T @ w, dtype=np.float64)
+    c = np.asarray(analysis(L, x, np.asarray(w, float)), dtype=np.float64)
     p = np.array([np.sum(c[ll * ll:(ll + 1) ** 2] ** 2) for ll in range(L + 1)])
     return c, p
 

@@ -7,7 +7,8 @@ Funk–Hecke diagonalises the convolution: with μ̂_ℓm = ∫ Y_ℓm dμ,
 
 and v = c β⁻¹ ∇_S(K∗μ) (USA), c β⁻¹ ∇_S(K∗μ)/(K∗μ) (SA). :class:`HarmonicVelocity` integrates each rank's
 points against Y_ℓm (O(n (L+1)²)), sums the (L+1)² numbers over the ranks with one ``Allreduce`` and evaluates
-the series and its analytic surface gradient at the local points (:mod:`~mfpde.tokens.sphere.harmonics`):
+the series and its analytic surface gradient at the local points (:mod:`~mfpde.tokens.sphere.sht`: ducc0 where
+installed, else the recurrences of :mod:`~mfpde.tokens.sphere.harmonics`):
 memory O(n), one message of 8 (L+1)² bytes per update whatever the number of ranks.
 
 The series is summed in doubles with terms up to ‖μ‖ e^β, so K∗μ carries an absolute error ≈ ε ‖μ‖ e^β. Far
@@ -31,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 import scipy.special
 
-from mfpde.tokens.sphere.harmonics import analysis, synthesis
 from mfpde.tokens.sphere.series import DEFAULT_TOL, EPS, degree_power, harmonic_degree, harmonic_tail
+from mfpde.tokens.sphere.sht import analysis, synthesis
 from mfpde.tokens.sphere.theory import ATTENTIONS
 from mfpde.tokens.sphere.tilted import TiltedVelocity
 from mfpde.tokens.sphere.velocity import DirectVelocity, tangent

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.special
 
+from mfpde.tokens.sphere import sht
 from mfpde.tokens.sphere.harmonics import analysis, radial_synthesis
 from mfpde.tokens.sphere.series import EPS, degree_power, harmonic_degree
 from mfpde.tokens.sphere.theory import ATTENTIONS
@@ -114,7 +115,7 @@ class TiltedVelocity:
             weights = np.concatenate([t[:, None, :], t[:, None, :] * xb.T[None]], axis=1)  # (K, 4, b)
             series += analysis(self.L, xb, weights.reshape(-1, len(xb)))
         self.comm.Allreduce(series.reshape(self._series.shape), self._series, op=MPI.SUM)
-        self.comm.Allreduce(analysis(self.L_report, x, w), self.coefficients, op=MPI.SUM)
+        self.comm.Allreduce(sht.analysis(self.L_report, x, w), self.coefficients, op=MPI.SUM)
 
     def degree_power(self) -> Array:
         """Σ_m μ̂_ℓm² per degree ℓ = 0..L_report, shape (L_report+1,)."""
