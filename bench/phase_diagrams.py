@@ -13,8 +13,9 @@ Noisy tokens (USA, one head β, coupling K, noise τ = 1) on the circle and the 
   I_{5/2}/I_{3/2} = 1/3, with the conventions of Mun–Rosenzweig for comparison.
 
 Writes ``--out``/phase_*.png and ``--out``/phase_diagrams.json (``--out`` default out/phase_diagrams; the figures
-into docs/figures/ with ``--write-docs``, refused with ``--quick`` and ``--smoke``), prints the table. Run from
-the repository root:
+into docs/figures/ with ``--write-docs``, refused with ``--quick`` and ``--smoke``), prints the table. With
+``--write-docs`` it also writes the table docs/_static/phase_thresholds.md, which the page includes, and the sweep's
+end states docs/_static/phase_hysteresis.json, whose values the page's prose quotes. Run from the repository root:
 
     python bench/phase_diagrams.py [--quick | --smoke] [--write-docs] [--out DIR]
 
@@ -200,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     (out / "phase_diagrams.json").write_text(json.dumps(result, indent=1))
     table = threshold_table(result)
     (out / "phase_thresholds.md").write_text(table)
-    if args.write_docs:  # the page includes it
+    if args.write_docs:  # the page includes the table and quotes the sweep
         (ROOT / "docs" / "_static" / "phase_thresholds.md").write_text(table)
+        (ROOT / "docs" / "_static" / "phase_hysteresis.json").write_text(json.dumps(result["hysteresis"], indent=1))
     print("| domain | β | K_c measured | closed form | rel. error | Mun–Rosenzweig K_# | ratio |")
     print("|---|---|---|---|---|---|---|")
     for r in result["thresholds"]["K_c"]:

@@ -467,3 +467,35 @@ def test_the_development_pages_hypothesis_config_count_is_the_tests():
     fuzz = (ROOT / "tests" / "test_fuzz_configs.py").read_text()
     (n,) = re.findall(r"@settings\(max_examples=(\d+)", fuzz)
     assert f"{n} configs drawn by hypothesis end 0, 2 or 3" in _text("development.md"), n
+
+
+def test_the_hysteresis_prose_is_the_stored_sweep():
+    """docs/phase_transitions.md, *Hysteresis by time stepping*: the sweep's settings and the end states the prose
+    quotes against docs/_static/phase_hysteresis.json, which `python bench/phase_diagrams.py --write-docs` writes
+    with the figure (the sweep is 38 runs to depth 200, about 10 CPU minutes: tests/test_bench.py runs it shortened
+    with --smoke). |μ̂₁| ≤ 10⁻³ is the page's "uniform"."""
+    import json
+
+    sweep = json.loads((DOCS / "_static" / "phase_hysteresis.json").read_text())
+    K, up, down = np.array(sweep["K"]), np.array(sweep["up"]), np.array(sweep["down"])[::-1]  # down: along K[::-1]
+    text = _text("phase_transitions.md")
+    step = float(np.round(K[1] - K[0], 6))
+    assert (f"DG0 Scharfetter–Gummel solver of `mfpde transport` ({sweep['cells']} cells) is run to depth "
+            f"{sweep['depth']:g} at each K of a sweep from {K[0]:g} up to {K[-1]:g} and back in steps of {step:g}") in text
+    at = {round(float(k), 6): i for i, k in enumerate(K)}
+    m = re.search(r"Going up, the uniform state stays \(\|μ̂₁\| ≤ 10⁻³\) to K = ([\d.]+), .* at ([\d.]+) it has grown to "
+                  r"([\d.]+) and at ([\d.]+) the solution has jumped onto the clustered branch \(\|μ̂₁\| = ([\d.]+)\)",
+                  text)
+    assert m, "the prose of the sweep up"
+    last = at[float(m[1])]
+    assert np.all(up[: last + 1] <= 1e-3) and up[last + 1] > 1e-3, up
+    assert at[float(m[2])] == last + 1 and _rounds_to(m[3], up[last + 1]), (m[3], up[last + 1])
+    assert at[float(m[4])] == last + 2 and _rounds_to(m[5], up[last + 2]), (m[5], up[last + 2])
+    d = re.search(r"Going down, the clustered state stays on its branch to K = ([\d.]+), .* at ([\d.]+), below the "
+                  r"fold, it is still on its way down after depth (\d+) \(\|μ̂₁\| = ([\d.]+):.* and at ([\d.]+) it is "
+                  r"uniform", text)
+    assert d, "the prose of the sweep down"
+    low = at[float(d[1])]
+    assert np.all(down[low:] > 0.3) and float(d[3]) == sweep["depth"], down  # on the clustered branch (|μ̂₁| ≈ 0.5–0.8)
+    assert at[float(d[2])] == low - 1 and _rounds_to(d[4], down[low - 1]) and 1e-3 < down[low - 1] < 0.3
+    assert at[float(d[5])] == low - 2 and np.all(down[: low - 1] <= 1e-3), down
