@@ -499,3 +499,25 @@ def test_the_hysteresis_prose_is_the_stored_sweep():
     assert np.all(down[low:] > 0.3) and float(d[3]) == sweep["depth"], down  # on the clustered branch (|μ̂₁| ≈ 0.5–0.8)
     assert at[float(d[2])] == low - 1 and _rounds_to(d[4], down[low - 1]) and 1e-3 < down[low - 1] < 0.3
     assert at[float(d[5])] == low - 2 and np.all(down[: low - 1] <= 1e-3), down
+
+
+def test_the_continuation_benchmarks_deterministic_columns_are_regenerated():
+    """docs/benchmarks.md, *Locating a phase transition* (`python bench/bench_continuation.py`), and its summary in
+    docs/phase_transitions.md: the continuation rows' K_c, relative error (round-off compared as round-off), points,
+    and the whole diagram's points and Newton iterations, and the fit bias row (the fit on the exact stationary
+    |μ̂₁|²), by the script's `continuation` and `exact_fit_bias` (a CPU second; the scan and the particles take
+    minutes and are the script's output; the CPU times are not compared)."""
+    bc = _bench("bench_continuation")
+    page = (DOCS / "benchmarks.md").read_text()
+    for n in (41, 63):
+        c = bc.continuation(n)
+        m = re.search(rf"^\| continuation, N = {n} \| ([\d.]+) \| ([^|]+) \| [\d.]+ \| (\d+) points; whole diagram: "
+                      rf"(\d+) points, (\d+) Newton iterations", page, re.M)
+        assert m and m[1] == f"{c['K_c']:.15g}", (n, m, c)
+        assert (m[2].strip() == "0" or _num(m[2]) < 1e-15) and c["rel_error"] < 1e-15, (n, m[2], c["rel_error"])
+        assert (int(m[3]), int(m[4]), int(m[5])) == (c["branch_points"], c["diagram_points"],
+                                                     c["diagram_newton_iterations"]), (n, m.groups(), c)
+    e = bc.exact_fit_bias()
+    m = re.search(r"^\| fit bias \(the fit on the exact stationary \\\|μ̂₁\\\|²\) \| ([\d.]+) \| ([^|]+) \|", page, re.M)
+    assert m and _rounds_to(m[1], e["K_c"]) and _rounds_to(m[2], e["rel_error"]), (m, e)
+    assert f"the fit of |μ̂₁|² is itself off by {m[2].strip()} on a grid 1–5 % above K_c" in _text("phase_transitions.md")
