@@ -146,7 +146,8 @@ def test_the_sphere_atlas_closed_form_rows_and_the_fits_through_its_tables_are_r
     dg = {(r.split(" | ")[0].strip("| "), r.split(" | ")[1]): r.strip("| ").split(" | ")
           for r in (DOCS / "sphere_atlas.md").read_text().splitlines() if re.match(r"\| DG\d \| \d+ \| \d+ \|", r)}
     e80, e320 = _num(dg[("DG2", "80")][3]), _num(dg[("DG2", "320")][3])
-    assert f"DG2's error falls {e80 / e320:.1f}× from 80 to 320 cells (order ≈ {math.log2(e80 / e320):.1f} in h)" in text
+    falls = f"DG2's error falls {e80 / e320:.1f}× from 80 to 320 cells (order ≈ {math.log2(e80 / e320):.1f} in h)"
+    assert falls in text, falls
 
 
 def test_the_sphere_atlas_small_beta_runs_are_regenerated():
@@ -177,8 +178,9 @@ def test_the_sphere_pages_stiff_switch_rule_and_jacobian_memory_are_the_codes():
     from mfpde.tokens.sphere import flow
 
     text = _text("sphere.md")
-    assert (f"{flow.SWITCH_STEPS} accepted steps with h ρ above {flow.SWITCH_H_RHO:g} (ρ its estimate of the largest "
-            f"eigenvalue of the Jacobian), a count that only {flow.SWITCH_RESET} non-stiff steps in a row reset") in text
+    assert (f"{flow.SWITCH_STEPS} accepted steps with h ρ above {flow.SWITCH_H_RHO:g} (ρ its estimate of the "
+            f"largest eigenvalue of the Jacobian), a count that only {flow.SWITCH_RESET} non-stiff steps in a row "
+            "reset") in text
     assert flow.stiff_bytes(20000) == 2 * 8 * (3 * 20000) ** 2
     assert f"2 × (3n)² doubles ({flow.stiff_bytes(20000) / 1e9:.0f} GB at 20 000 particles)" in text
 
@@ -190,8 +192,9 @@ def test_the_sphere_pages_noisy_orders_are_regenerated():
     offset is |rate|/2τ of K_c) and its order, and the sub-steps per unit depth at 5120 cells and τ = 1, by the
     solver of `mfpde transport` with `tokens.noise` (the runs of tests/tokens/sphere/test_sphere_noise.py; about 12
     CPU s)."""
-    import scipy.special as sp
     from mpi4py import MPI
+
+    import scipy.special as sp
 
     from mfpde.fitting import fit_order
     from mfpde.tokens.sphere.harmonics import real_harmonics
@@ -396,7 +399,8 @@ def test_the_free_energy_pages_particle_prose_follows_from_its_tables():
     assert eps
     heads = 16384 * (float(eps[1]) / 1e-5) ** 2
     mant, exp = f"{heads:.0e}".split("e")
-    assert f"a single run would need about {mant}·10{str(int(exp)).translate(str.maketrans('0123456789', '⁰¹²³⁴⁵⁶⁷⁸⁹'))} heads to see 1e-5" in text, heads
+    power = str(int(exp)).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    assert f"a single run would need about {mant}·10{power} heads to see 1e-5" in text, heads
     assert (fe_runs.LAM, fe_runs.LAM2) == (0.1, 1.0)
     r = 1 / (1 - fe_runs.LAM2 * 0.1 / 2)
     em = fe_runs.LAM * 0.5 * (r - 1 - math.log(r))
@@ -481,10 +485,12 @@ def test_the_hysteresis_prose_is_the_stored_sweep():
     text = _text("phase_transitions.md")
     step = float(np.round(K[1] - K[0], 6))
     assert (f"DG0 Scharfetter–Gummel solver of `mfpde transport` ({sweep['cells']} cells) is run to depth "
-            f"{sweep['depth']:g} at each K of a sweep from {K[0]:g} up to {K[-1]:g} and back in steps of {step:g}") in text
+            f"{sweep['depth']:g} at each K of a sweep from {K[0]:g} up to {K[-1]:g} and back in steps of "
+            f"{step:g}") in text
     at = {round(float(k), 6): i for i, k in enumerate(K)}
-    m = re.search(r"Going up, the uniform state stays \(\|μ̂₁\| ≤ 10⁻³\) to K = ([\d.]+), .* at ([\d.]+) it has grown to "
-                  r"([\d.]+) and at ([\d.]+) the solution has jumped onto the clustered branch \(\|μ̂₁\| = ([\d.]+)\)",
+    m = re.search(r"Going up, the uniform state stays \(\|μ̂₁\| ≤ 10⁻³\) to K = ([\d.]+), .* at ([\d.]+) it has "
+                  r"grown to ([\d.]+) and at ([\d.]+) the solution has jumped onto the clustered branch "
+                  r"\(\|μ̂₁\| = ([\d.]+)\)",
                   text)
     assert m, "the prose of the sweep up"
     last = at[float(m[1])]
@@ -520,4 +526,5 @@ def test_the_continuation_benchmarks_deterministic_columns_are_regenerated():
     e = bc.exact_fit_bias()
     m = re.search(r"^\| fit bias \(the fit on the exact stationary \\\|μ̂₁\\\|²\) \| ([\d.]+) \| ([^|]+) \|", page, re.M)
     assert m and _rounds_to(m[1], e["K_c"]) and _rounds_to(m[2], e["rel_error"]), (m, e)
-    assert f"the fit of |μ̂₁|² is itself off by {m[2].strip()} on a grid 1–5 % above K_c" in _text("phase_transitions.md")
+    phase = _text("phase_transitions.md")
+    assert f"the fit of |μ̂₁|² is itself off by {m[2].strip()} on a grid 1–5 % above K_c" in phase
