@@ -169,3 +169,39 @@ def test_zero_density_gives_zero_velocity(monkeypatch):
     tt.velocity.field.x.array[:] = 1.0
     tt.velocity.update(u, HEADS)
     assert tt.velocity.path == "reduced" and not np.any(tt.velocity.field.x.array)
+
+
+def test_reduced_interpolant_is_the_serial_one_on_one_rank():
+    """On one rank the distributed d = 1 interpolant is tilted_interpolant's: the same nodes, shifts and stopping
+    rule, so the same degree, and coefficients that differ only by rounding (the weights enter as log w in the
+    exponent here, as factors there), within 4γ_{N_y} max|y| Λ_n."""
+    from mfpde.tokens.attention import tilted_interpolant
+    from mfpde.tokens.box.reduced import reduced_tilted_interpolant
+
+    y = np.linspace(-1.0, 1.0, 500)
+    w = np.exp(-((y - 0.2) ** 2) / 0.1)
+    a = reduced_tilted_interpolant(MPI.COMM_SELF, -3.0, 3.0, y, w, 1.0)
+    b = tilted_interpolant(-3.0, 3.0, y, w)
+    assert a is not None and b is not None and a.n == b.n
+    assert np.abs(a.coef - b.coef).max() <= 4 * gamma(len(y)) * _lebesgue(a.n)
+
+
+def test_unconverged_series_falls_back_to_the_gather(monkeypatch):
+    """d = 1 where the series does not converge (here: a degree cap of 16 on a sharp μ): every rank gathers, the
+    field is the gathered one bit for bit, and the next evaluation starts at the largest degree."""
+    import mfpde.tokens.box.velocity as velocity_module
+    from mfpde.tokens.attention import CHEBYSHEV_DEGREES
+    from mfpde.tokens.box.reduced import reduced_tilted_interpolant
+
+    tt, u = _problem(MPI.COMM_WORLD, 1, [400], "quadrilateral", 0)
+    heads = HeadMeasure(np.array([40.0]), np.array([1.0]))
+    v = tt.velocity
+    v.gather_free = False
+    v.update(u, heads)
+    ref = v.field.x.array.copy()
+    monkeypatch.setattr(velocity_module, "reduced_tilted_interpolant",
+                        lambda *args, **kw: reduced_tilted_interpolant(*args, **{**kw, "max_degree": 16}))
+    v.gather_free = True
+    v.update(u, heads)
+    assert v.path == "gathered" and np.array_equal(v.field.x.array, ref)
+    assert v._reduced_degree == CHEBYSHEV_DEGREES[-1]
