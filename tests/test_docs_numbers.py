@@ -528,3 +528,15 @@ def test_the_continuation_benchmarks_deterministic_columns_are_regenerated():
     assert m and _rounds_to(m[1], e["K_c"]) and _rounds_to(m[2], e["rel_error"]), (m, e)
     phase = _text("phase_transitions.md")
     assert f"the fit of |μ̂₁|² is itself off by {m[2].strip()} on a grid 1–5 % above K_c" in phase
+
+
+def test_the_free_energy_pages_digits_prose_follows_from_its_table():
+    """docs/free_energy.md, *The digits problem*: the Θ-mesh error of F*_h (8×8 against 16×16 cells at λ = 0.1),
+    absolute and relative, from the table's F*_h (the table is `python bench/bench_free_energy_digits.py`'s, about
+    two CPU minutes, not rerun here)."""
+    page = (DOCS / "free_energy.md").read_text()
+    f = {c: float(v) for c, v in re.findall(r"^\| 0\.1, (\d+)×\d+ \| ([\d.]+) \|", page, re.M)}
+    diff = f["16"] - f["8"]
+    text = _text("free_energy.md")
+    assert f"F*_h on 8×8 cells lies {diff:.2e} below F*_h on 16×16".replace("e-0", "e-") in text, diff
+    assert f"the coarse mesh's minimum ({diff / f['16']:.0e} relative)".replace("e-0", "e-") in text
