@@ -8,16 +8,22 @@ analytic (theory §1.2), so it is enough to know the kernel sums
 
 at the Chebyshev points X of the global bounding box of the mesh: they are sums over y, so each rank sums its own
 quadrature points, one ``Allreduce(SUM)`` of the (n + 1)^d (d + 1) N_a partial sums adds them up, and each rank
-interpolates m = N / Z at its own vertices. The log-domain shift s(X) (the maximum of a X·y + log w_y over the
-support of μ) is global: one ``Allreduce(MAX)`` before the sums. The degree is doubled from 16 until the last
-three Chebyshev coefficients fall below ``tol`` · max |y| (Trefethen, *Approximation Theory and Approximation
-Practice*, SIAM 2013, ch. 3 and 8): the test is made on the reduced numbers, the same on every rank, so every rank
-takes the same number of rounds, and the result differs between rank counts only by the order of the sums.
+interpolates m = N / Z at its own vertices. The log-domain shift s(X) is global: in d = 1 the maximum of
+a X y + log w_y over the support of μ, one ``Allreduce(MAX)`` of the n + 1 shifts before the sums; in d = 2 the
+maximum of a X·y over the support's bounding box, which :func:`global_support` has reduced already. The degree
+is doubled from 16 until the last three Chebyshev coefficients fall below ``tol`` · max |y| (Trefethen,
+*Approximation Theory and Approximation Practice*, SIAM 2013, ch. 3 and 8): the test is made on the reduced
+numbers, the same on every rank, so every rank takes the same number of rounds, and the result differs between
+rank counts only by the order of the sums.
 
 * d = 1: one function f(σ) = (log Z)'(σ) of σ = a x serves every head (:func:`reduced_tilted_interpolant`, the
-  distributed form of :func:`~mfpde.tokens.attention.tilted_interpolant`), 2 (n + 1) numbers per round.
+  distributed form of :func:`~mfpde.tokens.attention.tilted_interpolant`), n + 1 and 2 (n + 1) numbers per round.
 * d = 2: the separable grid sums of :class:`~mfpde.tokens.box.interpolated.InterpolatedSoftmax` with ``comm``,
   3 (n + 1)² N_a numbers per round.
+
+Each evaluation starts at the degree of the previous one (the caller's ``start``), so a solve's evaluations take
+one round each while μ does not sharpen. The reduction adds the partial sums in another order than one rank does:
+the velocity on P ranks differs from one rank's by round-off only (tests/test_gather_free.py).
 
 Inputs are non-dimensional; no dolfinx here.
 """
