@@ -34,6 +34,8 @@ from mfpde.environment import (
     exit_timeout,
     keep_freed_memory,
     private_caches,
+    sht_choice,
+    sht_threads,
 )
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import setup_logging
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         with signals.handlers():
             check_launcher(comm)
             exit_timeout(EXIT_TIMEOUT)  # read at the end of the job: a bad value is refused now
+            sht_choice(), sht_threads()  # read by the sphere's transforms mid-solve: refused now
             private_caches()  # before dolfinx and matplotlib are imported (in _dispatch)
             if args.command != "continuation":  # it starts PETSc (and FFCx's cache) where a solver needs them
                 # before petsc4py is imported: PETSc's signal handler off; PETSC_OPTIONS it cannot read: one line

@@ -37,7 +37,8 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError
 
-__all__ = ["OutputLock", "blas_threads", "check_launcher", "exit_timeout", "keep_freed_memory", "private_caches"]
+__all__ = ["OutputLock", "blas_threads", "check_launcher", "exit_timeout", "keep_freed_memory", "private_caches",
+           "sht_choice", "sht_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,53 @@ def exit_timeout(default: float, env: dict[str, str] | None = None) -> float:
     if not lo <= value <= hi:
         raise ConfigError(f"MFPDE_MPI_EXIT_TIMEOUT: must be a number of seconds in [{lo:g}, {hi:g}] (how long a rank "
                           f"that ended waits for the others before it aborts the MPI job), got {text!r}")
+    return value
+
+
+#: The values of ``MFPDE_SHT``: the sphere's harmonic transforms by ducc0 where installed ("auto", or unset), by
+#: ducc0 or by numpy (the reference); and the range of ``MFPDE_SHT_THREADS`` (ducc0's threads per rank, default 1).
+SHT_CHOICES = ("auto", "ducc0", "numpy")
+SHT_THREADS_RANGE = (1, 1024)
+
+
+def sht_choice(env: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """The backend ``MFPDE_SHT`` asks for: "auto" (unset or empty), "ducc0" or "numpy".
+
+    Raises:
+        ConfigError: another value, or "ducc0" where ducc0 is not installed (checked at a command's start: exit 2).
+    """
+    env = os.environ if env is None else env
+    choice = env.get("MFPDE_SHT", "").strip().lower() or "auto"
+    if choice not in SHT_CHOICES:
+        raise ConfigError(f"MFPDE_SHT: must be one of {', '.join(SHT_CHOICES)} (the sphere's harmonic transforms), "
+                          f"got {env.get('MFPDE_SHT')!r}")
+    if choice == "ducc0":
+        import importlib.util
+
+        if importlib.util.find_spec("ducc0") is None:
+            raise ConfigError("MFPDE_SHT: ducc0 is asked for but not installed (pip install mfpde[ducc], "
+                              "GPL-2.0-or-later; or MFPDE_SHT=numpy)")
+    return choice
+
+
+def sht_threads(env: dict[str, str] | os._Environ[str] | None = None) -> int:
+    """ducc0's threads per rank, ``MFPDE_SHT_THREADS`` (default 1).
+
+    Raises:
+        ConfigError: not an integer in :data:`SHT_THREADS_RANGE`.
+    """
+    env = os.environ if env is None else env
+    text = env.get("MFPDE_SHT_THREADS", "").strip()
+    if not text:
+        return 1
+    lo, hi = SHT_THREADS_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not lo <= value <= hi:
+        raise ConfigError(f"MFPDE_SHT_THREADS: must be an integer in {lo}..{hi} (ducc0's threads per rank), "
+                          f"got {text!r}")
     return value
 
 

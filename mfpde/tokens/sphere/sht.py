@@ -27,13 +27,13 @@ points (where the FFT's set-up dominates) the numpy path runs whatever the backe
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.environment import sht_choice, sht_threads
 from mfpde.tokens.sphere import harmonics
 
 __all__ = ["BACKENDS", "ENV", "EPSILON", "MIN_POINTS", "analysis", "backend", "from_ducc", "synthesis", "to_ducc"]
@@ -61,24 +61,19 @@ def _ducc0() -> ModuleType | None:
 def backend() -> str:
     """The backend the transforms use now: "ducc0" if importable and ``MFPDE_SHT`` is not "numpy", else "numpy".
 
+    ``MFPDE_SHT`` is read by :func:`mfpde.environment.sht_choice` (the commands check it at their start).
+
     Raises:
-        ImportError: ``MFPDE_SHT=ducc0`` without ducc0 installed.
-        ValueError: ``MFPDE_SHT`` is none of "", "auto", "numpy", "ducc0".
+        ConfigError: ``MFPDE_SHT`` is none of "", "auto", "numpy", "ducc0", or "ducc0" without ducc0 installed.
     """
-    choice = os.environ.get(ENV, "").strip().lower()
-    if choice not in ("", "auto", *BACKENDS):
-        raise ValueError(f"{ENV} must be one of 'auto', {', '.join(map(repr, BACKENDS))}; got {choice!r}")
-    if choice == "numpy":
-        return "numpy"
-    if _ducc0() is None:
-        if choice == "ducc0":
-            raise ImportError(f"{ENV}=ducc0 but ducc0 is not installed (pip install mfpde[ducc])")
+    choice = sht_choice()
+    if choice == "numpy" or _ducc0() is None:
         return "numpy"
     return "ducc0"
 
 
 def _threads() -> int:
-    return max(1, int(os.environ.get("MFPDE_SHT_THREADS", "1")))
+    return sht_threads()
 
 
 @lru_cache(maxsize=16)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mfpde.errors import ConfigError
 from mfpde.tokens.sphere import harmonics, sht
 
 EPS = np.finfo(float).eps
@@ -27,17 +28,41 @@ def _points(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def test_backend_follows_the_environment(monkeypatch):
+    """MFPDE_SHT picks the backend; a bad value, or ducc0 asked for where it is missing, is a ConfigError (exit 2
+    at the command's start, below), and so is a bad MFPDE_SHT_THREADS."""
+    import importlib.util
+
+    from mfpde.environment import sht_threads
+
     monkeypatch.setenv(sht.ENV, "numpy")
     assert sht.backend() == "numpy"
     monkeypatch.setenv(sht.ENV, "fftw")
-    with pytest.raises(ValueError, match="MFPDE_SHT"):
+    with pytest.raises(ConfigError, match="^MFPDE_SHT: must be one of"):
         sht.backend()
     monkeypatch.setattr(sht, "_ducc0", lambda: None)  # as without ducc0 installed
-    monkeypatch.setenv(sht.ENV, "ducc0")
-    with pytest.raises(ImportError, match="mfpde\\[ducc\\]"):
-        sht.backend()
     monkeypatch.delenv(sht.ENV)
     assert sht.backend() == "numpy"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ducc0" else real(name, *a))
+    monkeypatch.setenv(sht.ENV, "ducc0")
+    with pytest.raises(ConfigError, match=r"^MFPDE_SHT: ducc0 is asked for but not installed \(pip install"):
+        sht.backend()
+    for bad in ("0", "x", "100000"):
+        with pytest.raises(ConfigError, match="^MFPDE_SHT_THREADS: must be an integer"):
+            sht_threads({"MFPDE_SHT_THREADS": bad})
+    assert sht_threads({}) == 1 and sht_threads({"MFPDE_SHT_THREADS": "4"}) == 4
+
+
+@pytest.mark.parametrize("var,value", [("MFPDE_SHT", "fftw"), ("MFPDE_SHT_THREADS", "-3")])
+def test_a_bad_transform_variable_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, var, value):
+    """Read mid-solve by the sphere's kernel, the variables are checked at the start: exit 2, one line, no DIR."""
+    from mfpde.cli import main
+
+    monkeypatch.setenv(var, value)
+    out = tmp_path / "o"
+    assert main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{var}: must be" in err[0] and not out.exists()
 
 
 def test_numpy_backend_is_the_reference_exactly(monkeypatch):
