@@ -540,3 +540,20 @@ def test_the_free_energy_pages_digits_prose_follows_from_its_table():
     text = _text("free_energy.md")
     assert f"F*_h on 8×8 cells lies {diff:.2e} below F*_h on 16×16".replace("e-0", "e-") in text, diff
     assert f"the coarse mesh's minimum ({diff / f['16']:.0e} relative)".replace("e-0", "e-") in text
+
+
+@pytest.mark.serial
+def test_the_main_job_tables_final_risk_of_the_deep_digits_is_regenerated(tempdir):
+    """docs/benchmarks.md, *Main job*: the final risk of `demos/digits_deep.toml` (30 steps) that every row of the
+    table states, as `python bench/bench_run.py --config demos/digits_deep.toml` runs it (fields and plots off,
+    which do not change it; about 25 CPU s), to the digits printed."""
+    import json
+
+    from mfpde.cli import main
+
+    out = tempdir / "digits_deep"
+    assert main(["run", str(ROOT / "demos" / "digits_deep.toml"), "--out", str(out), "--quiet", "--set",
+                 "output.fields=false", "--set", "output.plots=false"]) == 0
+    risk = json.loads((out / "report.json").read_text())["final"]["risk"]
+    rows = re.findall(r"^\| [12] \| (?:empty|warm) \| .* \| ([\d.]+) \|$", (DOCS / "benchmarks.md").read_text(), re.M)
+    assert len(rows) == 3 and all(_rounds_to(r, risk) for r in rows), (rows, risk)
