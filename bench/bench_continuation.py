@@ -34,7 +34,7 @@ Prints a table and writes out/bench_continuation.json. Run from the repository r
 on t_K for the fold), in one process, CPU of the solve by ``time.process_time`` (best of 5; set
 OMP_NUM_THREADS=1): mfpde's **events** (the same results as the peer's: the uniform branch with K_c and K_2
 located, the mode-1 branch with its fold, by :func:`mfpde.continuation.continue_branch` on the discretisation of
-``continuation.discretisation``) and its **whole diagram** (:func:`mfpde.continuation_job.noisy_branches`: also
+``continuation.discretisation``) and its **whole diagram** (:func:`mfpde.bifurcation.noisy_branches`: also
 the curvature probes, the other branches, the Maxwell points, E and the stability at every point); then the
 whole command's process CPU (``mfpde continuation``, with and without the diagram's plot) against the peer's
 process for one solve (its imports included); and the located values' differences.
@@ -64,8 +64,8 @@ GRID = (1.32, 1.31, 1.30, 1.29, 1.28, 1.27)
 
 def continuation(points: int) -> dict:
     """Locate K_c on the uniform branch; then the whole diagram. Costs and the error of K_c."""
+    from mfpde.bifurcation import noisy_branches
     from mfpde.continuation import Newton, StepControl, continue_branch
-    from mfpde.continuation_job import noisy_branches
     from mfpde.tokens.circle.stationary import CircleStationary
 
     c0 = time.process_time()
@@ -200,8 +200,8 @@ def _best(fn, repeats: int = 5) -> tuple[float, object]:
 
 def mfpde_events(name: str, discretisation: str = "spectral") -> dict:
     """The peer's results by mfpde's code: K_c and K_2 on the uniform branch, the fold of the mode-1 branch."""
+    from mfpde.bifurcation import threshold
     from mfpde.continuation import StepControl, branch_direction, continue_branch
-    from mfpde.continuation_job import threshold
     from mfpde.continuation_newton import newton_solver
 
     cfg = _demo(name)
@@ -237,10 +237,11 @@ def mfpde_diagram(name: str, discretisation: str = "spectral") -> Callable[[], d
 
     In process: no start-up, no config, no report, no plot.
     """
+    from mfpde.bifurcation import noisy_branches
     from mfpde.config import load
     from mfpde.continuation import StepControl
-    from mfpde.continuation_job import check_continuation, noisy_branches
     from mfpde.domains import stationary_problem
+    from mfpde.jobs.continuation import check_continuation
 
     cfg = load(ROOT / "demos" / f"noisy_{name}.toml", [f"continuation.discretisation={discretisation!r}"],
                command="continuation")

@@ -1,7 +1,7 @@
 """The phase diagram of noisy tokens on S^{d−1}: β*⁽ᵈ⁾, K_c, and above β* the fold K_f and the Maxwell point K_M.
 
 For each d the tricritical β*⁽ᵈ⁾ is the root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d; for β above it ``mfpde
-continuation``'s machinery (:func:`mfpde.continuation_job.noisy_branches` on the hypersphere's zonal stationary
+continuation``'s machinery (:func:`mfpde.bifurcation.noisy_branches` on the hypersphere's zonal stationary
 problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = τβ/λ_1(β), locating its fold K_f and
 the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
 Each (d, β) is solved on n and 3n/2 collocation points: the table gives the change, the grid's error. Also the
@@ -32,8 +32,8 @@ from mpi4py import MPI  # noqa: F401  (before petsc4py)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mfpde.bifurcation import noisy_branches  # noqa: E402
 from mfpde.continuation import StepControl  # noqa: E402
-from mfpde.continuation_job import noisy_branches  # noqa: E402
 from mfpde.tokens.hypersphere.stationary import HypersphereStationary  # noqa: E402
 from mfpde.tokens.hypersphere.theory import beta_star, critical_coupling, fastest_degree, growth_rate  # noqa: E402
 

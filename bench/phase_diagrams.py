@@ -41,8 +41,8 @@ DOCS_FIG = ROOT / "docs" / "figures"
 
 def branches(domain: str, beta: float, start: float, stop: float, points: int) -> dict:
     """The report part of ``mfpde continuation`` (branches, bifurcations) for τ = 1."""
+    from mfpde.bifurcation import noisy_branches
     from mfpde.continuation import StepControl
-    from mfpde.continuation_job import noisy_branches
     from mfpde.tokens.circle.stationary import CircleStationary
     from mfpde.tokens.sphere.stationary import SphereStationary
 

@@ -204,7 +204,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["noisy_threshold", "tests/test_continuation.py::test_jacobian_is_exact"],
         "the stationary equation's Jacobian ∂F/∂u with a missing factor 2 in the nonlocal term (K_c at 2τβ/I_1)"),
     "continuation_probe_ratio": (
-        "mfpde/continuation_job.py", "for rho in (PROBE, 2 * PROBE):", "for rho in (PROBE, 3 * PROBE):",
+        "mfpde/bifurcation.py", "for rho in (PROBE, 2 * PROBE):", "for rho in (PROBE, 3 * PROBE):",
         ["noisy_tricritical", "noisy_tricritical_sphere"],
         "the curvature probes at ρ and 3ρ under the Richardson weights of ρ and 2ρ"),
     "continuation_growth_sign": (
@@ -260,7 +260,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/hypersphere/transport.py", "/ (f0 * (d - 1))", "/ (f0 * (d - 2))",
         ["hypersphere_rates"], "the zonal kernel's derivative with 2(ν+1) = d − 2 for d − 1 (the flow's velocity)"),
     "maxwell_on_unstable_branch": (
-        "mfpde/continuation_job.py", "if not (st[i] and st[i + 1]) or", "if (st[i] and st[i + 1]) or",
+        "mfpde/bifurcation.py", "if not (st[i] and st[i + 1]) or", "if (st[i] and st[i + 1]) or",
         ["hypersphere_maxwell"], "the Maxwell condition sought on the branch's unstable part"),
     "twin_adjoint_readout_weight": (
         "mfpde/tokens/box/adjoint.py", "return tokens.m[:n] * g(x)", "return 1.01 * tokens.m[:n] * g(x)",

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.special
 
 from mfpde import config
-from mfpde.transport_job import transport_job
+from mfpde.jobs.transport import transport_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 here = Path(__file__).resolve().parent

@@ -1,7 +1,7 @@
 """The public Python API: configs, problems, a transport and a training run, results as numpy arrays.
 
 A thin layer over what the ``mfpde`` commands run (:mod:`mfpde.config`, :mod:`mfpde.problem`,
-:mod:`mfpde.transport_job`, :mod:`mfpde.training.driver`, :mod:`mfpde.io`). Every function is collective under
+:mod:`mfpde.jobs.transport`, :mod:`mfpde.training.driver`, :mod:`mfpde.io`). Every function is collective under
 MPI (call it on every rank of ``comm``); the arrays it returns are global and the same on every rank.
 Import ``mpi4py`` before anything of DOLFINx, as these functions do::
 
@@ -176,7 +176,7 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
     ``solve_cpu_s``, ...); the flow solver's μ is the density on 1024 equal bins of its reconstructed CDF.
     """
     from mfpde.environment import blas_threads
-    from mfpde.transport_job import sample_report, transport_sample
+    from mfpde.jobs.transport import sample_report, transport_sample
 
     if isinstance(cfg, Config) and cfg.tokens.domain == "circle":
         if sample != 0:

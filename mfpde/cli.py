@@ -1,7 +1,7 @@
 """The command line: ``mfpde run | transport | continuation | twin | verify | --version`` (interface.md).
 
 The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
-and an exit status; the jobs (:mod:`mfpde.transport_job`, :mod:`mfpde.training.driver`) solve and write.
+and an exit status; the jobs (:mod:`mfpde.jobs.transport`, :mod:`mfpde.training.driver`) solve and write.
 
 Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
 (one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 4 interrupted
@@ -330,10 +330,10 @@ def _out_dir(args: argparse.Namespace) -> Path:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "continuation":  # neither dolfinx nor the training (a second of start-up)
-        from mfpde.continuation_job import continuation_job
+        from mfpde.jobs.continuation import continuation_job
     else:
+        from mfpde.jobs.transport import transport_job  # imports dolfinx: after private_caches
         from mfpde.training.driver import run_job
-        from mfpde.transport_job import transport_job  # imports dolfinx: after private_caches
 
     gc.freeze()  # the modules imported so far live for the whole job: the cycle collector skips them from now on
     comm = MPI.COMM_WORLD

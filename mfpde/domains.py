@@ -9,7 +9,9 @@ A domain other than the box is a package under :mod:`mfpde.tokens` that implemen
   ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
   ``POINTS_RULE = (predicate, words)`` on the collocation points), and ``coarser(cfg)`` (the config of the
   resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
-* a ``job`` module: ``transport_job(cfg, out, comm, progress)``.
+* a ``job`` module: its part of the ``transport`` job (:func:`mfpde.jobs.transport.domain_transport`):
+  ``check(cfg, comm)``, ``describe(cfg)``, ``solve(cfg, comm, fields, bar, **options)``, ``picture(path, cfg,
+  block, panels)``, ``summary(cfg, block)``, ``PICTURE`` and optionally ``head(cfg)``.
 
 This module holds what is common: the list of domains, the rules a box applies to the other domains' keys, and the
 dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
@@ -18,13 +20,12 @@ dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
 from mfpde.errors import ConfigError, ConfigErrors
 
 __all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_attribute", "domain_keys",
-           "domain_not_applying", "domain_of_kind", "stationary_problem", "transport_job"]
+           "domain_job", "domain_not_applying", "domain_of_kind", "stationary_problem"]
 
 #: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
 DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
@@ -152,9 +153,8 @@ def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: import
     f.raise_all()
 
 
-def transport_job(cfg: Any, out: Path, comm: Any, progress: Any = None) -> dict[str, Any] | None:
-    """Run the ``transport`` job of a non-box domain (its report), or return None for the box."""
-    if DOMAINS.get(cfg.tokens.domain) is None:
-        return None
-    job = importlib.import_module(f"{DOMAINS[cfg.tokens.domain]}.job")
-    return job.transport_job(cfg, out, comm, progress)
+def domain_job(domain: str) -> Any:
+    """The ``job`` module of a domain other than the box: its part of the ``transport`` job (module docstring)."""
+    if DOMAINS.get(domain) is None:
+        raise ValueError(f"{domain!r} has no job module (the box's transport is mfpde.jobs.transport's own)")
+    return importlib.import_module(f"{DOMAINS[domain]}.job")

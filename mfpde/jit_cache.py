@@ -1,6 +1,6 @@
 """FFCx's JIT cache on clusters and in containers: a damaged entry repaired, an unusable cache named in one line.
 
-Called by :mod:`mfpde.cli` and :mod:`mfpde.continuation_job` only:
+Called by :mod:`mfpde.cli` and :mod:`mfpde.jobs.continuation` only:
 
 * :func:`jit_cache_problem`: an exception caused by a damaged or unusable FFCx cache (a truncated ``.so``,
   a ``.c`` left by a killed compile, a read-only cache lacking a module) becomes one line naming the cache

@@ -591,7 +591,7 @@ def test_thresholds_beyond_any_double_are_infinite():
     raised ZeroDivisionError (exit 1); K_k is then beyond any double, ∞, and outside every range."""
     import math
 
-    from mfpde.continuation_job import threshold
+    from mfpde.bifurcation import threshold
     from mfpde.tokens.circle.stationary import CircleStationary
 
     P = CircleStationary(413, 4.0, 1.0)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from mfpde.bifurcation import noisy_circle_branches
 from mfpde.continuation import Newton, StepControl
-from mfpde.continuation_job import noisy_circle_branches
 from mfpde.tokens.circle.stationary import CircleStationary
 
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
@@ -175,7 +175,7 @@ def test_cli_bad_input_is_exit_2_naming_the_key(tmp_path, override, key):
 
 def test_the_demo_is_a_valid_continuation_config():
     from mfpde import config as C
-    from mfpde.continuation_job import check_continuation
+    from mfpde.jobs.continuation import check_continuation
 
     assert check_continuation(C.load("demos/noisy_circle.toml")) == (4.0, 1.0)
 
@@ -188,8 +188,8 @@ def test_a_stationary_density_beyond_the_double_range_is_refused(demo, override,
     """K (e^β − e^−β)/(τβ) > 708: the Gibbs density underflows on part of the domain. These ended "ok" with the
     order parameter 1 on the "uniform" branch (circle) or in a traceback of scipy's eigh (sphere, β = 700)."""
     from mfpde import config as C
-    from mfpde.continuation_job import check_continuation
     from mfpde.errors import ConfigError
+    from mfpde.jobs.continuation import check_continuation
 
     with pytest.raises(ConfigError, match=f"^{key}: .*underflow"):
         check_continuation(C.load(f"demos/{demo}.toml", [override]))
@@ -202,8 +202,8 @@ def test_a_gibbs_exponent_beyond_its_digits_is_refused_on_the_hypersphere(overri
     """Log-density unknowns take any span of the density (d = 512 reaches K_c ≈ 2d sinh β/β past the circle's
     bound), but an exponent K e^β/(τβ) past 1e10 loses its digits: refused, naming the key."""
     from mfpde import config as C
-    from mfpde.continuation_job import check_continuation
     from mfpde.errors import ConfigError
+    from mfpde.jobs.continuation import check_continuation
 
     with pytest.raises(ConfigError, match=f"^{key}: .*round-off"):
         check_continuation(C.load("demos/noisy_hypersphere.toml", [override]))

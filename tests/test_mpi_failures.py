@@ -68,7 +68,7 @@ def launch(args: list[str], n: int = 2, timeout: float = 240, env: dict[str, str
 PLANT = '''
 import sys
 from mpi4py import MPI
-import mfpde.transport_job as job
+import mfpde.jobs.transport as job
 from mfpde import cli
 from mfpde.errors import ConfigError
 

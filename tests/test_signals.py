@@ -114,7 +114,7 @@ def test_signal_checkpoints_then_resume_gives_the_straight_run(tmp_path, n, sig,
 PLANT = '''
 import sys
 from mpi4py import MPI
-import mfpde.transport_job as job
+import mfpde.jobs.transport as job
 from mfpde import cli
 
 def planted(pb, out, write_fields=True):
@@ -259,19 +259,19 @@ def test_a_signal_during_the_picture_leaves_no_report(tmp_path, monkeypatch, job
 
     small = ["output.fields=false"]
     if job == "sphere":
-        from mfpde.tokens.sphere.job import transport_job
+        from mfpde.jobs.transport import domain_transport as transport_job
 
         monkeypatch.setattr("mfpde.tokens.sphere.job.sphere_picture", _interrupt)
         cfg = C.load(ROOT / "demos/sphere.toml", [*small, "tokens.refine=1", "depth.T=1.0", "depth.steps=2"])
     elif job == "circle":
-        from mfpde.tokens.circle.job import circle_transport_job as transport_job
+        from mfpde.jobs.transport import domain_transport as transport_job
 
         monkeypatch.setattr("mfpde.plots.space_depth_plot", _interrupt)
         cfg = C.load(ROOT / "demos/circle.toml", [*small, "tokens.cells=[64]", "depth.T=1.0", "depth.steps=2"])
     else:
-        from mfpde.continuation_job import continuation_job as transport_job
+        from mfpde.jobs.continuation import continuation_job as transport_job
 
-        monkeypatch.setattr("mfpde.continuation_job.bifurcation_plot", _interrupt)
+        monkeypatch.setattr("mfpde.jobs.continuation.bifurcation_plot", _interrupt)
         cfg = C.load(ROOT / "demos/noisy_circle.toml", ["continuation.points=33", "continuation.stop=0.5"])
     with pytest.raises(Interrupted):
         transport_job(cfg, tmp_path)

@@ -1,6 +1,6 @@
 """Plants in the continuation and its spectral discretisations, and the checks that catch them.
 
-The files: mfpde/continuation.py, mfpde/continuation_job.py, mfpde/tokens/circle/spectral.py and
+The files: mfpde/continuation.py, mfpde/bifurcation.py, mfpde/tokens/circle/spectral.py and
 mfpde/tokens/sphere/spectral.py.
 
 Read by bench/plant_bugs.py: name → (file, old text, new text, catching checks, what the bug is).
@@ -17,18 +17,18 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         'br.events.append(Event("fold", x[:m], float(x[m]), len(br.K), tangent(problem, z, t, W)))',
         ["continuation_fold"], "a fold reported at the step's start, not at the located point"),
     "curvature_4x": (
-        "mfpde/continuation_job.py", "return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)",
+        "mfpde/bifurcation.py", "return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (12 * PROBE**2)",
         "return (16 * (Ks[0] - K0) - (Ks[1] - K0)) / (3 * PROBE**2)",
         ["continuation_curvature"], "c₂ (the branch's curvature at K_c) 4× too large (β*, its root, unchanged)"),
     "slope_2x": (
-        "mfpde/continuation_job.py", "return (Ks[0] - Ks[1]) / (2 * PROBE)", "return (Ks[0] - Ks[1]) / PROBE",
+        "mfpde/bifurcation.py", "return (Ks[0] - Ks[1]) / (2 * PROBE)", "return (Ks[0] - Ks[1]) / PROBE",
         ["continuation_curvature"], "c₁ (the branch's slope at its branch point) 2× too large"),
     "landing_sign_lost": (
         "mfpde/continuation.py", "x, t, det0 = y, t_new, det0 if singular else det1", "x, t, det0 = y, t_new, det1",
         ["continuation_landing"],
         "the determinant's sign lost after a step that lands exactly on a branch point (its round-off sign kept)"),
     "stability_at_first_parameter": (
-        "mfpde/continuation_job.py", "vals, ok = P.stability(u, K, 2, solver)",
+        "mfpde/bifurcation.py", "vals, ok = P.stability(u, K, 2, solver)",
         "vals, ok = P.stability(u, br.K[0], 2, solver)",
         ["continuation_stability"], "each point's stability evaluated at the branch's first K, not its own"),
     "fold_point_not_inserted": (
@@ -37,22 +37,22 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "            br.K.append(float(z[m]))\n",
         "", ["continuation_fold"], "the located fold reported but not made a point of its branch"),
     "fold_amplitude_of_last_point": (
-        "mfpde/continuation_job.py", '"amplitude": mode_amplitude(P, f.u, k)})',
+        "mfpde/bifurcation.py", '"amplitude": mode_amplitude(P, f.u, k)})',
         '"amplitude": mode_amplitude(P, br.u[-1], k)})',
         ["continuation_fold"], "a fold's amplitude read at its branch's last point, not at the fold"),
     "leading_eigenvalue_second": (
-        "mfpde/continuation_job.py", "lead.append(float(vals[0].real))", "lead.append(float(vals[1].real))",
+        "mfpde/bifurcation.py", "lead.append(float(vals[0].real))", "lead.append(float(vals[1].real))",
         ["continuation_stability"], "the second eigenvalue reported as the leading one"),
     "tangent_unit_in_euclid": (
         "mfpde/continuation.py", "    return t / math.sqrt(float(np.sum(W * t * t)))\n",
         "    return t / math.sqrt(float(np.sum(t * t)))\n",
         ["continuation_arclength"], "the tangent normalised in the Euclidean norm, not in W (steps not of length Δs)"),
     "curvature_with_the_slope": (
-        "mfpde/continuation_job.py", "        for r in (rho, -rho):\n", "        for r in (rho, rho):\n",
+        "mfpde/bifurcation.py", "        for r in (rho, -rho):\n", "        for r in (rho, rho):\n",
         ["continuation_curvature"],
         "c₂ from K(ρ), K(2ρ) alone: a transcritical branch's linear term enters it as 14c₁/(12ρ)"),
     "amplitude_of_mode_one": (
-        "mfpde/continuation_job.py", '"mode": k, "amplitude": [mode_amplitude(P, u, k) for u in br.u],',
+        "mfpde/bifurcation.py", '"mode": k, "amplitude": [mode_amplitude(P, u, k) for u in br.u],',
         '"mode": k, "amplitude": [mode_amplitude(P, u, 1) for u in br.u],',
         ["continuation_stability"], "every branch reports mode 1's amplitude, not its own mode's"),
     "spectral_circle_eigenvalue_index": (

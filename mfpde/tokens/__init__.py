@@ -7,6 +7,7 @@
   :mod:`~mfpde.tokens.stepping` (CFL and depth-step checks), :mod:`~mfpde.tokens.limiter` (Zhang–Shu),
   :mod:`~mfpde.tokens.attention` (softmax kernels, §1.2; the head measure is :mod:`mfpde.heads`),
   :mod:`~mfpde.tokens.adaptive` (DOP853 with a PI controller), :mod:`~mfpde.tokens.depths` (output depths);
-  :mod:`~mfpde.domains` (the list of domains, their rules, the dispatch); :mod:`~mfpde.transport_job` (the ``transport``
-  command, above the domains).
+  :mod:`~mfpde.tokens.resolution` (the resolution check of cluster counts); :mod:`~mfpde.domains` (the list of
+  domains, their rules, the dispatch); :mod:`~mfpde.jobs.transport` (the ``transport`` command, above the
+  domains).
 """

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,22 +51,25 @@ class Coarser:
         key: the config key changed (``tokens.labels``, ``tokens.cells``, ``tokens.refine``).
         at: the coarser resolution ("144 labels", "64 cells").
         here: the job's own resolution, in the same words.
+        options: what the domain's solve takes besides the config to solve the same data coarser (the circle's
+            ``data_cells``: its noise drawn on the job's cells).
     """
 
     config: Any
     key: str
     at: str
     here: str
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 def resolution_check(block: dict[str, Any], coarser: Coarser | None,
-                     solve: Callable[[Any], dict[str, Any]]) -> list[str]:
+                     solve: Callable[..., dict[str, Any]]) -> list[str]:
     """Solve again at the coarser resolution and compare the cluster counts and merge times.
 
     Args:
         block: the job's sample block (``clusters_T``, ``merge_times``); gains ``resolution_check``.
         coarser: the domain's coarser resolution, or None where there is none.
-        solve: the job's solve of a config (collective), returning its sample block.
+        solve: the job's solve of a config and ``coarser.options`` (collective), returning its sample block.
 
     Returns:
         The warnings (also logged). ``block["resolution_check"]`` holds ``at`` (the coarser resolution),
@@ -77,7 +80,7 @@ def resolution_check(block: dict[str, Any], coarser: Coarser | None,
         block["resolution_check"] = {"at": None, "agrees": None, "reason": "no coarser resolution"}
         return []
     try:
-        coarse = solve(coarser.config)
+        coarse = solve(coarser.config, **coarser.options)
     except NumericalError as e:
         block["resolution_check"] = {"at": coarser.at, "agrees": None, "reason": f"the coarser solve failed: {e}"}
         return []

@@ -6,7 +6,7 @@ the circle's even states, P_ℓ(cos ϑ) on the sphere's zonal ones), where the k
 (λ_ℓ = 2π I_ℓ(β), 4π i_ℓ(β): scipy.special), parameterised by the amplitude a_k of the branch's mode and solved
 by Newton (exact Jacobian from covariances; the trapezoidal rule on 512 angles, Gauss–Legendre on 128 nodes: exact
 for the basis products, spectral for the Gibbs factor). No code of mfpde is used for it. The continuation under
-test is :func:`mfpde.continuation_job.noisy_branches` (Keller's pseudo-arclength) and, for the arclength and the
+test is :func:`mfpde.bifurcation.noisy_branches` (Keller's pseudo-arclength) and, for the arclength and the
 landing, :func:`mfpde.continuation.continue_branch` itself, each in both discretisations of the circle and the
 sphere (:data:`DISCRETISATIONS`, :func:`problem`): the spectral one, the default of ``continuation.discretisation``
 (:class:`~mfpde.tokens.circle.spectral.CircleSpectral`, :class:`~mfpde.tokens.sphere.spectral.SphereSpectral`:
@@ -103,8 +103,8 @@ def worst_line(worst: dict[str, float]) -> str:
 
 def continued(P: Any, lo: float, hi: float, step: float, max_points: int = 400) -> dict[str, Any]:
     """The report's part of the continuation in K ∈ [lo, hi] (dense eigenvalues)."""
+    from mfpde.bifurcation import noisy_branches
     from mfpde.continuation import StepControl
-    from mfpde.continuation_job import noisy_branches
 
     return noisy_branches(P, lo, hi, StepControl(step, 1e-9, 5 * step, lo, hi, max_points), eig_solver="scipy")
 

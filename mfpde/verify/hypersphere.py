@@ -39,17 +39,17 @@ K_TOL, BETA_TOL = 1e-8, 1e-6
 
 
 def continued(P: Any, lo: float, hi: float, step: float) -> dict[str, Any]:
-    """The branches of :func:`mfpde.continuation_job.noisy_branches` in K ∈ [lo, hi] (scipy eigenvalues)."""
+    """The branches of :func:`mfpde.bifurcation.noisy_branches` in K ∈ [lo, hi] (scipy eigenvalues)."""
+    from mfpde.bifurcation import noisy_branches
     from mfpde.continuation import StepControl
-    from mfpde.continuation_job import noisy_branches
 
     return noisy_branches(P, lo, hi, StepControl(step, 1e-9, 100 * step, lo, hi, 600), eig_solver="scipy")
 
 
 def curvature_at(beta: float, d: int, points: int = 32) -> float:
     """c₂ = dK/d(a²) of the degree-1 branch at its branch point K_c, by the continuation's probes (τ = 1)."""
+    from mfpde.bifurcation import curvature
     from mfpde.continuation import Newton
-    from mfpde.continuation_job import curvature
     from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 
     P = HypersphereStationary(points, beta, 1.0, d, rule="gauss")  # exact for the uniform state's polynomials

@@ -13,7 +13,7 @@ kernel's exact eigenvalues (to round-off), and its c₂ carries the same probes'
   tolerance (|Δs| ≤ 1e-13 of the step) and round-off, ≈ 1e-15.
 * ``noisy_tricritical``: β*, where the bifurcation from the uniform state switches from supercritical to
   subcritical: the root in β of the measured curvature c₂(β) = dK/d(a²) of the bifurcating branch at its branch
-  point (:func:`~mfpde.continuation_job.curvature`: two Newton solves at amplitudes ρ, 2ρ, ρ = 10⁻², Richardson),
+  point (:func:`~mfpde.bifurcation.curvature`: two Newton solves at amplitudes ρ, 2ρ, ρ = 10⁻², Richardson),
   by scipy.optimize.brentq, against the root of I₂(β)/I₁(β) = 1/2 (brentq on scipy.special.iv). Threshold,
   derived: c₂'s error is the Richardson remainder O(ρ⁴) ≈ 10⁻⁸ plus the Newton tolerance over ρ², 10⁻¹²/10⁻⁴ =
   10⁻⁸: δc₂ ≤ 10⁻⁷ with a factor 5 to spare; β*'s error is δc₂/|dc₂/dβ|, with the slope measured at the root
@@ -39,7 +39,7 @@ import scipy.special
 from mfpde.verify.registry import Outcome, register
 
 if TYPE_CHECKING:
-    from mfpde.continuation_job import Stationary
+    from mfpde.bifurcation import Stationary
 
 __all__ = ["beta_star_closed_form", "closed_threshold", "measured_beta_star", "measured_threshold"]
 
@@ -93,7 +93,7 @@ def measured_threshold(beta: float, tau: float, points: int, domain: str = "circ
 
 
 def _c2(beta: float, tau: float, points: int, domain: str = "circle", disc: str = "spectral") -> float:
-    from mfpde.continuation_job import amplitude_row, curvature
+    from mfpde.bifurcation import amplitude_row, curvature
     from mfpde.continuation_newton import newton_solver
 
     _, P, x, d = _first_branch_point(beta, tau, points, domain=domain, disc=disc)

@@ -137,7 +137,7 @@ def test_transport_job_on_the_circle(tmp_path):
     """The demo at a shorter depth: report keys, K = 32 modes at every output, 3 clusters (k_max(5) = 3), the
     field's integral over the polygon (chords 2 sin(h/2)) equal to the mass, and the space–depth picture."""
     from mfpde.io import read_vtx
-    from mfpde.transport_job import transport_job
+    from mfpde.jobs.transport import transport_job
 
     cfg = C.load(DEMO, ["tokens.degree=1", "depth.T=1.5", "depth.steps=30", "output.every=10"])
     rep = transport_job(cfg, tmp_path)

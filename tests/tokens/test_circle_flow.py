@@ -320,7 +320,7 @@ def test_transport_flow_report_and_both_solvers_agree(tmp_path):
         initial_density(mesh, "circle_modes", cfg.data.modes), heads, 0.5, 10).mu_T
     e_dg = w1_circle(np.array(dg["cdf_T"]), cdf_at(mesh, half, ANGLES)) * 8 / 7
     assert w1_circle(np.array(flow["cdf_T"]), np.array(dg["cdf_T"])) <= 2 * e_dg
-    from mfpde.transport_job import transport_job
+    from mfpde.jobs.transport import transport_job
 
     cfg = C.load(DEMO, ["tokens.solver='flow'", "tokens.labels=48", "depth.T=1e9", "depth.spacing='log'",
                         "depth.decades=10", "depth.steps=200", "output.every=1", "tokens.attention='softmax'",

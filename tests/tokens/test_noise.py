@@ -113,7 +113,7 @@ def test_noise_on_a_box_is_refused():
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
 def test_transport_job_reports_the_free_energy(tmp_path):
-    from mfpde.transport_job import transport_job
+    from mfpde.jobs.transport import transport_job
 
     cfg = C.load(DEMO, ["tokens.degree=0", "tokens.noise=0.5", "tokens.attention='unnormalised'", "depth.T=0.5",
                         "depth.steps=4", "output.every=1", "output.fields=false", "output.plots=false"])
@@ -125,8 +125,8 @@ def test_transport_job_reports_the_free_energy(tmp_path):
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
 def test_a_first_step_too_long_for_the_noise_names_tokens_noise(tmp_path):
     """τ = 1e300: the diffusion alone needs ~1e302 sub-steps; the error (exit 2) named tokens.beta ("lower β")."""
+    from mfpde.jobs.transport import transport_job
     from mfpde.tokens.stepping import StepTooLong
-    from mfpde.transport_job import transport_job
 
     cfg = C.load("demos/noisy_circle.toml", ["tokens.noise=1e300", "output.fields=false", "output.plots=false"])
     with pytest.raises(StepTooLong, match=r"^tokens\.noise: depth step 1"):
@@ -168,9 +168,9 @@ def test_the_logged_substep_bounds_hold(tmp_path, noise):
     """The DG run's up-front estimate says "at most N sub-steps": N held for noise-free runs but not with noise (the
     Scharfetter–Gummel step, h²/(2τ + 2|u|h) per cfl, is smaller than the CFL rule's) nor with the rounding up of
     every depth step's count (57 618 sub-steps against a logged "at most 55 614")."""
+    from mfpde.jobs.transport import transport_job
     from mfpde.tokens.circle.job import circle_heads
     from mfpde.tokens.circle.work import dg_substep_estimate
-    from mfpde.transport_job import transport_job
 
     cfg = C.load("demos/noisy_circle.toml", [f"tokens.noise={noise}", "tokens.cells=[64]", "depth.T=2.0",
                                              "depth.steps=20", "output.fields=false", "output.plots=false"])

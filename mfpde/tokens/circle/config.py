@@ -145,4 +145,4 @@ def coarser(cfg: Any) -> Coarser | None:
             da.kind == "circle_noise" and n % 2):
         return None
     return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, cells=[half])), "tokens.cells",
-                   f"{half} cells", f"{n} cells")
+                   f"{half} cells", f"{n} cells", {"data_cells": n})

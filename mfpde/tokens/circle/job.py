@@ -1,4 +1,8 @@
-"""The ``transport`` job on the circle (``tokens.domain = "circle"``, theory §9; interface.md).
+"""The circle's part of the ``transport`` job (``tokens.domain = "circle"``, theory §9; interface.md).
+
+The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
+module gives it the domain's protocol: :func:`check`, :func:`describe`, :func:`solve`, :func:`picture`,
+:func:`summary` and :data:`PICTURE`.
 
 The 1-D density is small: every rank runs the same solve on the whole circle (replicated, so the report is the
 same on any number of ranks); only the ParaView field is distributed: a DOLFINx mesh of the circle (a closed
@@ -6,7 +10,7 @@ polygon of n edges in R², vertex j at (cos jh, sin jh)) carries μ_t as a DG_p 
 owned cells from the replicated nodal array and writing them once (:class:`mfpde.fields.FieldWriter`).
 
 Two solvers (``tokens.solver``): ``"dg"`` (:mod:`mfpde.tokens.circle.dg`, upwind DG on cells) and ``"flow"``
-(:mod:`mfpde.tokens.circle.flow`, the flow map on quantile labels). Writes into DIR: ``config.toml``,
+(:mod:`mfpde.tokens.circle.flow`, the flow map on quantile labels). The job writes into DIR: ``config.toml``,
 ``report.json`` (per sample: ``solver``, mass, positivity, ``fourier``, ``t``, ``clusters_t`` and ``merge_times``
 at the output depths, ``clusters_T``, ``cluster_angles_T``, ``w1_uniform_T``, ``cdf_T`` at the 1024 angles 2πj/1024,
 ``solve_cpu_s``; DG also ``noise`` and, unnormalised, ``free_energy_t`` (E(μ) of theory §10); the flow solver
@@ -27,13 +31,8 @@ from mpi4py import MPI
 
 import numpy as np
 
-from mfpde import __version__
-from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.heads import HeadMeasure
-from mfpde.io import write_atomic, write_report
-from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.circle.config import coarser
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (
     cdf_at,
@@ -46,13 +45,13 @@ from mfpde.tokens.circle.diag import (
 from mfpde.tokens.circle.noise import circle_operator, free_energy
 from mfpde.tokens.circle.work import check_dg_work, dg_substep_estimate
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
-from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
+from mfpde.tokens.resolution import merge_times
 
 if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
     from mfpde.config import Config
 
-__all__ = ["circle_heads", "circle_solve", "circle_transport_job", "dolfinx_circle",
-           "transport_job"]
+__all__ = ["PICTURE", "check", "circle_heads", "circle_solve", "describe", "dolfinx_circle", "picture", "solve",
+           "summary"]
 
 logger = logging.getLogger(__name__)
 #: The number of Fourier modes in the report (at most the mesh's Nyquist number).
@@ -114,70 +113,66 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
     return msh, f, fill
 
 
-def circle_transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD,
-                         progress: Any = None) -> dict[str, Any]:
-    """Validate, prepare DIR, transport the circle sample by ``tokens.solver`` and write the report (fields, picture).
+#: The picture of the transport job, under DIR/plots.
+PICTURE = "space_depth_0.png"
 
-    Args:
-        cfg: the config (``tokens.domain = "circle"``).
-        out: the output directory.
-        comm: the communicator (the solve is replicated; the field is written in parallel).
-        progress: a factory progress(total, initial) of a display with ``update()`` and ``close()`` (e.g. a tqdm
-            bar), or None.
 
-    Returns:
-        The report (also in ``DIR/report.json``).
+def check(cfg: Config, comm: MPI.Comm) -> None:
+    """Refuse, before DIR, a DG transport whose sub-steps cannot end (:func:`mfpde.tokens.circle.work.check_dg_work`).
 
     Raises:
-        ConfigError: invalid input (nothing is written). NumericalError: a failed solve (status "failed", the last
-        good output depth's block in the report).
+        ConfigError: naming the key.
     """
-    t = cfg.tokens
-    heads = circle_heads(cfg, comm)
-    if t.solver != "flow":
-        check_dg_work(cfg, heads)
-    prepare_output_dir(out, comm)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
-    flow = t.solver == "flow"
-    logger.info("transport on the circle by %s: %s, β = %s, T = %g (%s depths) -> %s",
-                "the flow map" if flow else "DG", f"M = {t.labels} labels, rtol {t.rtol:g}" if flow else
-                f"n = {t.cells[0]}, DG{t.degree}", np.round(heads.a, 6).tolist(), cfg.depth.T,
-                cfg.depth.spacing, out)
-    t0 = time.perf_counter()
-    bar = progress(len(kept_outputs(cfg)) - 1, 0) if progress is not None else None
-    try:
-        block, pictures, _ = circle_solve(cfg, heads, comm, out if cfg.output.fields else None, bar)
-    except NumericalError as e:
-        partial = getattr(e, "block", None)
-        write_report(out, {"status": "failed", "command": "transport", "version": __version__, "domain": "circle",
-                           "comm_size": comm.size, "wall_s": time.perf_counter() - t0,
-                           "samples": [partial] if partial else [], "error": f"sample 0: {e}"}, comm)
-        raise NumericalError(f"sample 0: {e}") from None
-    finally:
-        if bar is not None:
-            bar.close()
-    warnings = resolution_check(block, coarser(cfg), lambda c: circle_solve(c, heads, comm, None, Quiet(),
-                                                                            data_cells=t.cells[0])[0])
-    report = {"status": "ok", "command": "transport", "version": __version__, "domain": "circle",
-              "comm_size": comm.size, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
-    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        dens = np.array(pictures)
-        if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
-            dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
-        from mfpde.plots import circle_title, space_depth_plot
+    if cfg.tokens.solver != "flow":
+        check_dg_work(cfg, circle_heads(cfg, comm))
 
-        switch = (block.get("integrator") or {}).get("switch_t")
-        marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
-        space_depth_plot(out / "plots" / "space_depth_0.png", np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
-                         log_depth=cfg.depth.spacing == "log", marks=marks,
-                         title=circle_title(heads.a, heads.c, t.noise))
-    write_report(out, report, comm)
-    logger.info("circle (%s): %s, clusters at T: %d at %s, merges at %s, W1(μ_T, uniform) %.4g, solve %.3g CPU s",
-                t.solver, f"{block['substeps']} steps" if flow else
-                f"mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, {block['substeps']} sub-steps",
-                block["clusters_T"], np.round(block["cluster_angles_T"], 3).tolist(),
-                [float(f"{m:.4g}") for m in block["merge_times"]], block["w1_uniform_T"], block["solve_cpu_s"])
-    return report
+
+def describe(cfg: Config) -> str:
+    """The transport job's first log line: the solver, its resolution, β, T."""
+    t = cfg.tokens
+    flow = t.solver == "flow"
+    how = f"M = {t.labels} labels, rtol {t.rtol:g}" if flow else f"n = {t.cells[0]}, DG{t.degree}"
+    return (f"transport on the circle by {'the flow map' if flow else 'DG'}: {how}, β = "
+            f"{np.round(_betas(cfg), 6).tolist()}, T = {cfg.depth.T:g} ({cfg.depth.spacing} depths)")
+
+
+def _betas(cfg: Config) -> list[float]:
+    """The inverse temperatures of ``heads.init`` as given (Diracs' a, a Gaussian's mean a)."""
+    h = cfg.heads
+    return [p[0] for p in h.init["points"]] if h.init["kind"] == "diracs" else [h.init["mean"][0]]
+
+
+def solve(cfg: Config, comm: MPI.Comm, fields: Path | None, bar: Any, data_cells: int | None = None
+          ) -> tuple[dict[str, Any], Any]:
+    """The transport job's solve (:func:`circle_solve` under ρ₀): (the sample block, what :func:`picture` draws)."""
+    heads = circle_heads(cfg, comm)
+    block, pictures, _ = circle_solve(cfg, heads, comm, fields, bar, data_cells)
+    return block, (pictures, heads.a, heads.c)
+
+
+def picture(path: Path, cfg: Config, block: dict[str, Any], panels: Any) -> None:
+    """θ against t, the merges and the stiff integrator's switch marked (rank 0)."""
+    from mfpde.plots import circle_title, space_depth_plot
+
+    pictures, a, c = panels
+    dens = np.array(pictures)
+    if dens.shape[1] > PICTURE_BINS and dens.shape[1] % PICTURE_BINS == 0:  # a collapsed cluster in one bin of
+        dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
+    switch = (block.get("integrator") or {}).get("switch_t")
+    marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
+    space_depth_plot(path, np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
+                     log_depth=cfg.depth.spacing == "log", marks=marks, title=circle_title(a, c, cfg.tokens.noise))
+
+
+def summary(cfg: Config, block: dict[str, Any]) -> str:
+    """The transport job's last log line."""
+    t = cfg.tokens
+    how = (f"{block['substeps']} steps" if t.solver == "flow" else f"mass error {block['mass_error']:.3g}, min "
+           f"{block['min_density']:.3g}, {block['substeps']} sub-steps")
+    return (f"circle ({t.solver}): {how}, clusters at T: {block['clusters_T']} at "
+            f"{np.round(block['cluster_angles_T'], 3).tolist()}, merges at "
+            f"{[float(f'{m:.4g}') for m in block['merge_times']]}, W1(μ_T, uniform) {block['w1_uniform_T']:.4g}, "
+            f"solve {block['solve_cpu_s']:.3g} CPU s")
 
 
 #: μ at depths 0 and T as arrays: (values (n,), angles of the points (n,), quadrature weights (n,), DG degree).
@@ -350,7 +345,3 @@ def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: lis
         for depth, dens in zip(ts, pictures, strict=True):
             fill(np.asarray(dens)[:, None])
             writer.write(depth)
-
-
-#: The domain's job under the name :mod:`mfpde.domains` calls.
-transport_job = circle_transport_job

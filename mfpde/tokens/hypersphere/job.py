@@ -1,10 +1,14 @@
-"""The ``transport`` job on the hypersphere (``tokens.domain = "hypersphere"``, theory §11; interface.md).
+"""The hypersphere's part of the ``transport`` job (``tokens.domain = "hypersphere"``, theory §11; interface.md).
+
+The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
+module gives it the domain's protocol: :func:`check`, :func:`head`, :func:`describe`, :func:`solve`,
+:func:`picture`, :func:`summary` and :data:`PICTURE`.
 
 Zonal tokens on S^{d−1}: the flow map on Gauss labels (``tokens.solver = "flow"``, noise-free, spectral while the
 map is smooth) or the finite volumes in the polar angle (``"dg"``, degree 0: upwind, Scharfetter–Gummel with
-``tokens.noise``), replicated on every rank (a 1-D problem). Writes into DIR: ``config.toml`` and ``report.json``
-(``samples[0]``: ``solver``, ``dim``, ``mass_error``, ``min_mass``, ``harmonics = {t, l, power}`` (μ̂_ℓ² of each
-degree in the orthonormal zonal basis of the normalised measure, ℓ = 0..REPORT_DEGREE), ``clusters_t``,
+``tokens.noise``), replicated on every rank (a 1-D problem). The job writes into DIR: ``config.toml`` and
+``report.json`` (``samples[0]``: ``solver``, ``dim``, ``mass_error``, ``min_mass``, ``harmonics = {t, l, power}``
+(μ̂_ℓ² of each degree in the orthonormal zonal basis of the normalised measure, ℓ = 0..REPORT_DEGREE), ``clusters_t``,
 ``merge_times``, ``clusters_T``, ``solve_cpu_s``, ``resolution_check``: the counts again at half the labels or
 cells, :mod:`mfpde.tokens.resolution`, and the report's ``warnings`` where they differ) and
 ``plots/hypersphere_0.png`` (μ_t against the polar angle).
@@ -22,19 +26,14 @@ from mpi4py import MPI
 
 import numpy as np
 
-from mfpde import __version__
-from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import write_atomic, write_report
-from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+from mfpde.tokens.depths import kept_outputs, output_depths
 from mfpde.tokens.hypersphere import transport as tr
-from mfpde.tokens.hypersphere.config import coarser
 from mfpde.tokens.hypersphere.zonal import orthonormal_basis
-from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
+from mfpde.tokens.resolution import merge_times
 
-__all__ = ["FV_SECONDS_PER_CELL", "FV_SECONDS_PER_STEP", "REPORT_DEGREE", "check_fv_work", "initial_density",
-           "solve", "transport_job"]
+__all__ = ["FV_SECONDS_PER_CELL", "FV_SECONDS_PER_STEP", "REPORT_DEGREE", "PICTURE", "check", "check_fv_work",
+           "describe", "head", "initial_density", "picture", "solve", "summary"]
 
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers.
@@ -88,52 +87,55 @@ def _heads(cfg: Any) -> list[tuple[float, float, float]]:
     return [(float(p[0]), float(p[1]), float(w)) for p, w in zip(h.init["points"], h.init["weights"], strict=True)]
 
 
-def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
-    """Validate, prepare DIR, transport the zonal sample and write the report and the picture.
+#: The picture of the transport job, under DIR/plots.
+PICTURE = "hypersphere_0.png"
+
+
+def check(cfg: Any, comm: MPI.Comm) -> None:
+    """Refuse, before DIR, noise on the flow map and finite volumes whose steps cannot end.
 
     Raises:
-        ConfigError: ``tokens.noise`` > 0 with the flow solver (nothing written).
-        NumericalError: a failed solve (status "failed" in the report).
+        ConfigError: ``tokens.noise`` > 0 with the flow solver; the work of the finite volumes.
     """
-    t, d = cfg.tokens, cfg.tokens.dim
+    t = cfg.tokens
     if t.noise > 0 and t.solver != "dg":
         raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' (the Scharfetter–Gummel finite "
                           "volumes): the flow map has no noise")
     if t.solver == "dg":
         check_fv_work(cfg)
-    prepare_output_dir(out, comm)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
-    depths = output_depths(cfg)[kept_outputs(cfg)]
+
+
+def head(cfg: Any) -> dict[str, Any]:
+    """The report's head fields of the hypersphere: ``dim``."""
+    return {"dim": cfg.tokens.dim}
+
+
+def describe(cfg: Any) -> str:
+    """The transport job's first log line: the solver, its resolution, the heads, attention, T."""
+    t = cfg.tokens
     what = (f"the flow map on {t.labels} Gauss labels (rtol {t.rtol:g})" if t.solver == "flow"
             else f"finite volumes on {t.cells[0]} cells in the polar angle, τ = {t.noise:g}")
-    logger.info("transport on the hypersphere S^%d by %s: heads %s, %s attention, T = %g -> %s", d - 1, what,
-                [(round(b, 6), round(c, 6)) for b, c, _ in _heads(cfg)], t.attention, cfg.depth.T, out)
-    bar = progress(len(depths) - 1, 0) if progress is not None else LogProgress(len(depths) - 1, depths, "hypersphere")
-    t0 = time.perf_counter()
-    head = {"command": "transport", "version": __version__, "domain": "hypersphere", "dim": d,
-            "comm_size": comm.size}
-    try:
-        block, (theta, masses) = solve(cfg, bar)
-    except NumericalError as e:
-        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0, "samples": [],
-                           "error": str(e)}, comm)
-        raise
-    finally:
-        if progress is not None:
-            bar.close()
-    warnings = resolution_check(block, coarser(cfg), lambda c: solve(c, Quiet())[0])
-    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        _picture(out / "plots" / "hypersphere_0.png", depths, theta, masses, t.solver, d)
-    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
-    write_report(out, report, comm)
-    logger.info("hypersphere (%s): mass error %.3g, min mass %.3g, clusters at T: %d, merges at %s, solve %.3g CPU s",
-                t.solver, block["mass_error"], block["min_mass"], block["clusters_T"],
-                [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
-    return report
+    return (f"transport on the hypersphere S^{t.dim - 1} by {what}: heads "
+            f"{[(round(b, 6), round(c, 6)) for b, c, _ in _heads(cfg)]}, {t.attention} attention, T = {cfg.depth.T:g}")
 
 
-def solve(cfg: Any, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
+def picture(path: Path, cfg: Any, block: dict[str, Any], panels: Any) -> None:
+    """The distribution of the polar angle at up to five depths (rank 0)."""
+    theta, masses = panels
+    _picture(path, np.asarray(block["harmonics"]["t"]), theta, masses, cfg.tokens.solver, cfg.tokens.dim)
+
+
+def summary(cfg: Any, block: dict[str, Any]) -> str:
+    """The transport job's last log line."""
+    return (f"hypersphere ({cfg.tokens.solver}): mass error {block['mass_error']:.3g}, min mass "
+            f"{block['min_mass']:.3g}, clusters at T: {block['clusters_T']}, merges at "
+            f"{[float(f'{m:.4g}') for m in block['merge_times']]}, solve {block['solve_cpu_s']:.3g} CPU s")
+
+
+def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
     """The zonal sample of ``cfg`` by ``tokens.solver`` (replicated): (the sample block, (θ, masses) per depth).
+
+    The hypersphere writes no fields (``fields`` is not used): its state is the 1-D array of the report.
 
     Raises:
         NumericalError: the solve failed (overflow, a step that does not end).
@@ -161,7 +163,7 @@ def solve(cfg: Any, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
                 masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
                 z, steps = np.cos(theta), cells.steps
     except (FloatingPointError, RuntimeError, ValueError) as e:
-        raise NumericalError(f"sample 0: the hypersphere's {t.solver} solve failed: {e}") from None
+        raise NumericalError(f"the hypersphere's {t.solver} solve failed: {e}") from None
     solve_cpu = time.process_time() - c0
     power = tr.degree_power(z, masses, d, REPORT_DEGREE)
     bins = t.cells[0] if t.solver != "flow" else max(8, masses.shape[1] // 8)  # a few labels a bin

@@ -7,7 +7,7 @@ are ``sphere_modes`` (μ_0 = 1/4π + Σ amplitude·Y_ℓm, real orthonormal Y_�
 start); the model is weight-tied. ``tokens.solver`` is "dg" (cells) or "flow" (the flow map on a spherical
 quadrature of μ_0 with ``tokens.labels`` nodes at tolerance ``tokens.rtol``). ``tokens.noise`` τ ≥ 0: ``mfpde
 continuation`` computes the zonal stationary states of noisy tokens; ``mfpde transport`` takes τ > 0 with DG0 only
-(:func:`mfpde.tokens.sphere.job.transport_job` refuses other degrees and the flow solver). Errors name the key
+(:func:`mfpde.tokens.sphere.job.check` refuses other degrees and the flow solver). Errors name the key
 (:class:`~mfpde.errors.ConfigError`, exit 2).
 """
 

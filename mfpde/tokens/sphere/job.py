@@ -1,12 +1,16 @@
-"""The ``transport`` job on the sphere (``tokens.domain = "sphere"``, theory §9; interface.md).
+"""The sphere's part of the ``transport`` job (``tokens.domain = "sphere"``, theory §9; interface.md).
+
+The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
+module gives it the domain's protocol: :func:`check`, :func:`describe`, :func:`solve`, :func:`picture`,
+:func:`summary` and :data:`PICTURE`.
 
 The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by one
 allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver (``"flow"``)
-is replicated on every rank. Writes into DIR: ``config.toml``; ``report.json`` (per sample: ``solver``, ``kernel``,
-mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and ``harmonics`` (power per degree ℓ =
-0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise`` and, unnormalised,
-``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0 with the
-Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``resolution_check`` (the counts again at half the
+is replicated on every rank. The job writes into DIR: ``config.toml``; ``report.json`` (per sample: ``solver``,
+``kernel``, mass, positivity, ``substeps``, at the output depths ``t``, ``clusters_t`` and ``harmonics`` (power per
+degree ℓ = 0..L), ``merge_times``, ``clusters_T``, ``cluster_centres_T``, ``solve_cpu_s``; DG also ``noise``
+and, unnormalised, ``free_energy_t``: E(μ) of theory §10 at the output depths); ``tokens.noise`` τ > 0 takes DG0
+with the Scharfetter–Gummel flux (:mod:`mfpde.tokens.sphere.noise`); ``resolution_check`` (the counts again at half the
 labels or one refinement fewer, :mod:`mfpde.tokens.resolution`) and the report's ``warnings`` where they
 differ; ``fields/mu_0.bp`` (μ_t on the sphere at the output depths) and ``plots/sphere_0.png`` (Mollweide views of
 μ_t at up to four depths, clusters marked, each title the report's count there).
@@ -24,18 +28,15 @@ from mpi4py import MPI
 
 import numpy as np
 
-from mfpde import __version__
-from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import write_atomic, write_report
-from mfpde.outdir import prepare_output_dir
-from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
-from mfpde.tokens.resolution import Quiet, merge_times, resolution_check
-from mfpde.tokens.sphere.config import coarser, particles
+from mfpde.tokens.depths import kept_outputs, output_depths
+from mfpde.tokens.resolution import merge_times
+from mfpde.tokens.sphere.config import particles
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
 from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
 
-__all__ = ["REPORT_DEGREE", "initial_density", "sphere_heads", "sphere_velocity_of", "transport_job"]
+__all__ = ["PICTURE", "REPORT_DEGREE", "check", "describe", "initial_density", "picture", "solve", "solve_dg",
+           "solve_flow", "sphere_heads", "sphere_velocity_of", "summary"]
 
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers (the kernel's own degree if lower).
@@ -130,15 +131,15 @@ def check_dg_memory(cfg: Any, size: int) -> None:
                  f"{t.refine} (DG{t.degree}, {values:.3g} values)")
 
 
-def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
-    """Validate, prepare DIR, transport the sphere sample by ``tokens.solver`` and write the report, fields, picture.
+#: The picture of the transport job, under DIR/plots.
+PICTURE = "sphere_0.png"
 
-    Returns:
-        The report (also in ``DIR/report.json``).
+
+def check(cfg: Any, comm: MPI.Comm) -> None:
+    """Refuse, before DIR, noise on the flow solver or DG above degree 0, and DG that cannot fit this node.
 
     Raises:
-        ConfigError: ``tokens.noise`` > 0 with the flow solver or a degree other than 0 (nothing written).
-        NumericalError: a failed solve (status "failed", the block up to the last good output depth).
+        ConfigError: ``tokens.noise`` > 0 with the flow solver or a degree other than 0; ``tokens.refine`` too fine.
     """
     t = cfg.tokens
     if t.noise > 0 and (t.solver != "dg" or t.degree != 0):
@@ -146,44 +147,35 @@ def transport_job(cfg: Any, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress
                           f"sphere (finite volumes with the Scharfetter–Gummel flux), got {t.solver!r}, {t.degree}")
     if t.solver == "dg":
         check_dg_memory(cfg, comm.size)
-    prepare_output_dir(out, comm)
-    write_atomic(out / "config.toml", to_toml(cfg), comm)
-    betas, _ = sphere_heads(cfg)
-    logger.info("transport on the sphere by %s: β = %s, %s attention, T = %g -> %s",
-                f"the flow map ({particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
-                f"DG{t.degree} on {20 * 4 ** t.refine} cells", np.round(betas, 6).tolist(), t.attention,
-                cfg.depth.T, out)
-    t0 = time.perf_counter()
-    keep = kept_outputs(cfg)
-    bar = progress(len(keep) - 1, 0) if progress is not None else None
-    if bar is None:
-        bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], "sphere")
-    head = {"command": "transport", "version": __version__, "domain": "sphere", "comm_size": comm.size}
-    try:
-        if t.solver == "flow":
-            block, panels = solve_flow(cfg, comm, out if cfg.output.fields else None, bar)
-        else:
-            block, panels = solve_dg(cfg, comm, out if cfg.output.fields else None, bar)
-    except NumericalError as e:
-        partial = getattr(e, "block", None)
-        write_report(out, {"status": "failed", **head, "wall_s": time.perf_counter() - t0,
-                           "samples": [partial] if partial else [], "error": f"sample 0: {e}"}, comm)
-        raise NumericalError(f"sample 0: {e}") from None
-    finally:
-        bar.close()
-    warnings = resolution_check(block, coarser(cfg), lambda c: (solve_flow if c.tokens.solver == "flow" else solve_dg)(
-        c, comm, None, Quiet())[0])
-    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        ts, snaps, centres = panels
-        sphere_picture(out / "plots" / "sphere_0.png", ts, snaps, centres,
-                       f"μ_t on S² ({block['solver']}, {t.attention}, β = {', '.join(f'{b:g}' for b in betas)})",
-                       collapsed=block["solver"] == "flow")
-    report = {"status": "ok", **head, "wall_s": time.perf_counter() - t0, "samples": [block], "warnings": warnings}
-    write_report(out, report, comm)
-    logger.info("sphere (%s): mass error %.3g, min %.3g, %d sub-steps, clusters at T: %d, merges at %s, "
-                "solve %.3g CPU s", t.solver, block["mass_error"], block["min_density"], block["substeps"],
-                block["clusters_T"], [float(f"{m:.4g}") for m in block["merge_times"]], block["solve_cpu_s"])
-    return report
+
+
+def describe(cfg: Any) -> str:
+    """The transport job's first log line: the solver, its resolution, β, attention, T."""
+    t = cfg.tokens
+    how = (f"the flow map ({particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
+           f"DG{t.degree} on {20 * 4 ** t.refine} cells")
+    return (f"transport on the sphere by {how}: β = {np.round(sphere_heads(cfg)[0], 6).tolist()}, {t.attention} "
+            f"attention, T = {cfg.depth.T:g}")
+
+
+def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+    """The transport job's solve by ``tokens.solver``: :func:`solve_flow` or :func:`solve_dg`."""
+    return (solve_flow if cfg.tokens.solver == "flow" else solve_dg)(cfg, comm, fields, bar)
+
+
+def picture(path: Path, cfg: Any, block: dict[str, Any], panels: Any) -> None:
+    """Mollweide views of μ_t at up to four depths, clusters marked (rank 0)."""
+    ts, snaps, centres = panels
+    betas = sphere_heads(cfg)[0]
+    sphere_picture(path, ts, snaps, centres, f"μ_t on S² ({block['solver']}, {cfg.tokens.attention}, β = "
+                   f"{', '.join(f'{b:g}' for b in betas)})", collapsed=block["solver"] == "flow")
+
+
+def summary(cfg: Any, block: dict[str, Any]) -> str:
+    """The transport job's last log line."""
+    return (f"sphere ({cfg.tokens.solver}): mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, "
+            f"{block['substeps']} sub-steps, clusters at T: {block['clusters_T']}, merges at "
+            f"{[float(f'{m:.4g}') for m in block['merge_times']]}, solve {block['solve_cpu_s']:.3g} CPU s")
 
 
 class _Series:

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from mfpde.bifurcation import noisy_branches
 from mfpde.continuation import Newton, StepControl
-from mfpde.continuation_job import noisy_branches
 from mfpde.continuation_newton import DenseNewton, dense_newton_options
 from mfpde.errors import InputRefused
 from mfpde.tokens.bessel import iv_orders, spherical_in_orders

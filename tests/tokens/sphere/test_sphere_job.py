@@ -15,7 +15,7 @@ from roundoff import gamma
 import mfpde.config as C
 from mfpde.cli import main
 from mfpde.io import read_vtx
-from mfpde.tokens.sphere.job import transport_job
+from mfpde.jobs.transport import domain_transport as transport_job
 
 DEMO = "demos/sphere.toml"
 #: One mode of amplitude a: the initial degree powers are 1/4π at ℓ = 0 and a² at ℓ = 2, 0 elsewhere.

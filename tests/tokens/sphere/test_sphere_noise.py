@@ -231,7 +231,7 @@ def test_depth_step_has_order_3():
 def test_a_first_step_too_long_for_the_noise_names_tokens_noise(tmp_path):
     """τ = 1e300: the diffusion alone needs ~1e303 sub-steps: the error (exit 2) names tokens.noise."""
     import mfpde.config as C
-    from mfpde.tokens.sphere.job import transport_job
+    from mfpde.jobs.transport import domain_transport as transport_job
     from mfpde.tokens.stepping import StepTooLong
 
     cfg = C.load("demos/noisy_sphere.toml", ["tokens.noise=1e300", "tokens.refine=1", "output.fields=false",

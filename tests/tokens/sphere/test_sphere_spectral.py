@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from mfpde.bifurcation import noisy_branches
 from mfpde.continuation import Newton, StepControl
-from mfpde.continuation_job import noisy_branches
 from mfpde.continuation_newton import DenseNewton
 from mfpde.tokens.sphere.spectral import SphereSpectral
 from mfpde.tokens.sphere.stationary import SphereStationary

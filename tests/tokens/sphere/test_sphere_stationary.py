@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import scipy.special as sp
 
+from mfpde.bifurcation import noisy_branches
 from mfpde.continuation import StepControl
-from mfpde.continuation_job import noisy_branches
 from mfpde.tokens.sphere.stationary import SphereStationary
 
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial")
@@ -99,7 +99,7 @@ def test_supercritical_below_and_subcritical_with_a_fold_above_beta_star():
 
 def test_the_demo_is_a_valid_continuation_config():
     from mfpde import config as C
-    from mfpde.continuation_job import check_continuation
+    from mfpde.jobs.continuation import check_continuation
 
     assert check_continuation(C.load(str(ROOT / "demos" / "noisy_sphere.toml"))) == (3.0, 1.0)
 
@@ -182,7 +182,7 @@ def test_even_degree_bifurcates_transcritically():
 def test_bad_sphere_continuation_input_names_the_key(override, key):
     """Refused naming the key (exit 2 at the command line); an even number of points is fine on the sphere."""
     from mfpde import config as C
-    from mfpde.continuation_job import check_continuation
+    from mfpde.jobs.continuation import check_continuation
 
     demo = str(ROOT / "demos" / "noisy_sphere.toml")
     assert check_continuation(C.load(demo, ["continuation.points=64"])) == (3.0, 1.0)

@@ -1,14 +1,13 @@
 """The ``transport`` job (interface.md): every sample μ_0^i transported to μ_T^i under ρ₀, and its report.
 
-Built by :func:`mfpde.problem.build` (one token mesh distributed over all ranks); writes ``config.toml``,
+On the box, built by :func:`mfpde.problem.build` (one token mesh distributed over all ranks); writes ``config.toml``,
 ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps), ``plots/tokens.png`` (μ_0 and μ_T of the first
-samples) and ``report.json`` into DIR.
+samples) and ``report.json`` into DIR. On every other domain, :func:`domain_transport` by the domain's package.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,20 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 
-from mfpde import __version__, signals
+from mfpde import signals
 from mfpde.config import Config
-from mfpde.config_keys import to_toml
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter, ended
-from mfpde.io import write_atomic, write_report
-from mfpde.outdir import prepare_output_dir
+from mfpde.jobs.scaffold import JobDir
 from mfpde.plots import TokenSeries, plot_run
 from mfpde.problem import Problem, build
 from mfpde.tokens.box.data import fill_density
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.transport import TransportReport
+from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
+from mfpde.tokens.resolution import Quiet, resolution_check
 
-__all__ = ["run_transport", "sample_report", "transport_job", "transport_sample"]
+__all__ = ["domain_transport", "run_transport", "sample_report", "transport_job", "transport_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,17 +53,57 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
 
 
 def _job(cfg: Config, out: Path, comm: MPI.Comm, progress: Any) -> dict[str, Any]:
-    if cfg.tokens.domain != "box":  # the circle (theory §8), the sphere (§9): each domain's package runs its job
-        from mfpde.domains import transport_job as domain_job
-
-        return domain_job(cfg, out, comm, progress)  # type: ignore[return-value]
+    if cfg.tokens.domain != "box":  # the circle (theory §8), the sphere (§9), S^{d−1} (§11): each by its package
+        return domain_transport(cfg, out, comm, progress)
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed
         pb = build(cfg, comm)
-        prepare_output_dir(out, comm)
-        write_atomic(out / "config.toml", to_toml(cfg), comm)
+        job = JobDir(cfg, out, comm, "transport")
     logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
                 cfg.tokens.dim, cfg.depth.steps, out)
-    return run_transport(pb, out)
+    return run_transport(pb, out, job=job)
+
+
+def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
+    """The ``transport`` job of a domain other than the box, by the ``job`` module of its package.
+
+    That module (:mod:`mfpde.domains`) gives ``check(cfg, comm)`` (refusals before DIR), ``describe(cfg)`` and
+    ``summary(cfg, block)`` (the first and last log lines), ``solve(cfg, comm, fields, bar, **options)`` (the
+    sample block and the panels of the picture; :class:`NumericalError` with the block so far), ``picture(path,
+    cfg, block, panels)`` and ``PICTURE`` (its file under ``plots/``), and optionally ``head(cfg)`` (the report's
+    head fields of the domain). Here: DIR and the config (:class:`~mfpde.jobs.scaffold.JobDir`), the progress,
+    the resolution check of the cluster counts (:mod:`mfpde.tokens.resolution`, by the domain's ``coarser``), the
+    picture and the report (``samples``, ``warnings``).
+
+    Raises:
+        ConfigError: invalid input (nothing written). NumericalError: a failed solve (status "failed", the block
+        up to the last good output depth).
+    """
+    from mfpde.domains import domain_attribute, domain_job
+
+    dom = domain_job(cfg.tokens.domain)
+    dom.check(cfg, comm)
+    head = dom.head(cfg) if hasattr(dom, "head") else {}
+    job = JobDir(cfg, out, comm, "transport", domain=cfg.tokens.domain, **head)
+    logger.info("%s -> %s", dom.describe(cfg), out)
+    keep = kept_outputs(cfg)
+    bar = progress(len(keep) - 1, 0) if progress is not None else None
+    if bar is None:
+        bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], cfg.tokens.domain)
+    try:
+        block, panels = dom.solve(cfg, comm, out if cfg.output.fields else None, bar)
+    except NumericalError as e:
+        partial = getattr(e, "block", None)
+        job.failed(f"sample 0: {e}", [partial] if partial else [])
+        raise NumericalError(f"sample 0: {e}") from None
+    finally:
+        bar.close()
+    coarser = domain_attribute(cfg.tokens.domain, "coarser", lambda c: None)
+    warnings = resolution_check(block, coarser(cfg), lambda c, **kw: dom.solve(c, comm, None, Quiet(), **kw)[0])
+    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
+        dom.picture(out / "plots" / dom.PICTURE, cfg, block, panels)
+    report = job.finish(samples=[block], warnings=warnings)
+    logger.info("%s", dom.summary(cfg, block))
+    return report
 
 
 def sample_report(rep: TransportReport) -> dict[str, Any]:
@@ -74,27 +113,24 @@ def sample_report(rep: TransportReport) -> dict[str, Any]:
             "substeps": rep.substeps}
 
 
-def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
+def run_transport(pb: Problem, out: Path, write_fields: bool = True, job: JobDir | None = None) -> dict[str, Any]:
     """Transport every sample μ_0^i to μ_T^i under ρ₀ and report its moments (theory §1.3 (F)).
 
-    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``.
+    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``; ``job``: DIR as the
+    job prepared it (None: DIR is ready as it is, its report written here with the same head).
 
     Raises:
         NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
     """
-    t0 = time.perf_counter()
+    if job is None:
+        job = JobDir.existing(out, pb.comm, "transport")
     samples: list[dict[str, Any]] = []
     try:
         _transport_samples(pb, out, write_fields, samples)
     except NumericalError as e:
-        write_report(out, {"status": "failed", "command": "transport", "version": __version__,
-                           "comm_size": pb.comm.size, "wall_s": time.perf_counter() - t0, "samples": samples,
-                           "error": f"sample {len(samples)}: {e}"}, pb.comm)
+        job.failed(f"sample {len(samples)}: {e}", samples)
         raise NumericalError(f"sample {len(samples)}: {e}") from None
-    report = {"status": "ok", "command": "transport", "version": __version__, "comm_size": pb.comm.size,
-              "wall_s": time.perf_counter() - t0, "samples": samples}
-    write_report(out, report, pb.comm)
-    return report
+    return job.finish(samples=samples)
 
 
 def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
