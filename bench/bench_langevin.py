@@ -37,8 +37,8 @@ from threadpoolctl import threadpool_limits
 from mfpde import config as C
 from mfpde.exact import value_training_law
 from mfpde.heads import HeadMeasure
+from mfpde.jobs.run import run_training
 from mfpde.tokens.box.particles import transport_particles
-from mfpde.training.driver import run_training
 
 A, M0, S0, Y, T = 0.5, 0.3, 0.25, 1.0, 1.0
 LAM, LAM2, S = 0.02, 0.5, 1.0

@@ -110,7 +110,9 @@ def cpu_run(tree: Path, steps: int, config: str | None) -> dict:
 
 def startup(tree: Path) -> float:
     """CPU seconds of a fresh process importing the CLI and what ``mfpde run`` imports before its set-up."""
-    code = "import mfpde.cli, mfpde.training.driver"
+    code = ("import importlib, importlib.util, mfpde.cli; "  # the run job's module of either tree
+            "importlib.import_module('mfpde.jobs.run' if importlib.util.find_spec('mfpde.jobs') else "
+            "'mfpde.training.driver')")
     return _cpu([sys.executable, "-c", code], _env(tree), tree)
 
 
@@ -143,7 +145,7 @@ def compare(base: Path, name: str, steps: list[int], repeat: int, config: str) -
     sb, st = (min(res["startup"][c]) for c in (name, "tree"))
     print(f"\nconfig {config}; load average (1 min) before and after the runs: {res['load'][0]:.1f}, "
           f"{res['load'][1]:.1f}")
-    print(f"\nstart-up (CPU of `import mfpde.cli, mfpde.training.driver`): {name} {sb:.2f} s, this tree {st:.2f} s")
+    print(f"\nstart-up (CPU of `import mfpde.cli, mfpde.jobs.run`): {name} {sb:.2f} s, this tree {st:.2f} s")
     res["profile"] = {code: profile(tree, min(steps), config) for code, tree in ((name, base), ("tree", ROOT))}
     cats = list(dict.fromkeys([*res["profile"][name], *res["profile"]["tree"]]))
     print(f"\nwhere the CPU goes, {min(steps)} training steps (bench/profile_run.py):\n\n"

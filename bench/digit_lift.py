@@ -31,7 +31,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 from mfpde import config as C
-from mfpde.training.driver import RunResult, run_job
+from mfpde.jobs.run import RunResult, run_job
 
 QUIET = ["output.fields=false", "output.plots=false", "output.checkpoint_every=100000"]
 DEEP = str(Path(__file__).resolve().parent.parent / "demos" / "digits_deep.toml")

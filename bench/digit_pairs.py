@@ -43,8 +43,8 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import config as C
+from mfpde.jobs.run import run_job
 from mfpde.tokens.box.data import load_samples
-from mfpde.training.driver import run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 READOUTS = {"vertical": ["loss.w=[0.0, 4.0]"], "horizontal": ["loss.w=[4.0, 0.0]"]}

@@ -38,7 +38,8 @@ from scipy.optimize import minimize_scalar
 from mfpde import config
 from mfpde.exact import gaussian_transport, value_yhat
 from mfpde.fitting import fit_rate
-from mfpde.training import CoupledProblem, run_job
+from mfpde.jobs.run import run_job
+from mfpde.training import CoupledProblem
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD

@@ -36,8 +36,8 @@ import numpy as np
 
 from mfpde import config
 from mfpde.io import read_vtx
+from mfpde.jobs.run import run_job
 from mfpde.plot_layout import legend_below
-from mfpde.training import run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD

@@ -34,8 +34,8 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde import config
+from mfpde.jobs.run import run_job
 from mfpde.plot_layout import spread_tick_labels
-from mfpde.training import run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD

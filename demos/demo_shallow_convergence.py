@@ -40,7 +40,7 @@ from mfpde import config
 from mfpde.exact import shallow_fixed_point
 from mfpde.fitting import fit_rate
 from mfpde.io import read_vtx
-from mfpde.training import run_job
+from mfpde.jobs.run import run_job
 
 quick = "--quick" in sys.argv or os.environ.get("MFPDE_DEMO_QUICK") == "1"
 comm = MPI.COMM_WORLD

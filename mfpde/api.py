@@ -1,7 +1,7 @@
 """The public Python API: configs, problems, a transport and a training run, results as numpy arrays.
 
 A thin layer over what the ``mfpde`` commands run (:mod:`mfpde.config`, :mod:`mfpde.problem`,
-:mod:`mfpde.jobs.transport`, :mod:`mfpde.training.driver`, :mod:`mfpde.io`). Every function is collective under
+:mod:`mfpde.jobs.transport`, :mod:`mfpde.jobs.run`, :mod:`mfpde.io`). Every function is collective under
 MPI (call it on every rank of ``comm``); the arrays it returns are global and the same on every rank.
 Import ``mpi4py`` before anything of DOLFINx, as these functions do::
 
@@ -245,7 +245,7 @@ def train(cfg: Config, out: str | Path | None = None, resume: bool = False,
         ConfigError: invalid input, or another job holds ``out``.
     """
     from mfpde.environment import OutputLock, blas_threads
-    from mfpde.training.driver import run_job
+    from mfpde.jobs.run import run_job
 
     if out is None:  # rank 0's temporary directory (one host)
         tmp = Path(comm.bcast(tempfile.mkdtemp(prefix="mfpde-") if comm.rank == 0 else None, root=0))

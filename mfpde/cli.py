@@ -1,7 +1,7 @@
 """The command line: ``mfpde run | transport | continuation | twin | verify | --version`` (interface.md).
 
 The CLI parses, chooses the output directory, shows progress, and turns errors into one line on stderr
-and an exit status; the jobs (:mod:`mfpde.jobs.transport`, :mod:`mfpde.training.driver`) solve and write.
+and an exit status; the jobs (:mod:`mfpde.jobs.transport`, :mod:`mfpde.jobs.run`) solve and write.
 
 Exit status: 0 done; 2 invalid input (one line on stderr naming the key or file); 3 numerical failure
 (one line naming the step; last good state checkpointed, ``report.json`` has status "failed"); 4 interrupted
@@ -332,14 +332,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "continuation":  # neither dolfinx nor the training (a second of start-up)
         from mfpde.jobs.continuation import continuation_job
     else:
+        from mfpde.jobs.run import run_job
         from mfpde.jobs.transport import transport_job  # imports dolfinx: after private_caches
-        from mfpde.training.driver import run_job
 
     gc.freeze()  # the modules imported so far live for the whole job: the cycle collector skips them from now on
     comm = MPI.COMM_WORLD
     out = _out_dir(args)
     if args.command == "verify":
-        from mfpde.verify.job import verify_job  # the checks import scipy and gmsh: only when asked
+        from mfpde.jobs.verify import verify_job  # the checks import scipy and gmsh: only when asked
 
         with OutputLock(out, comm):
             return verify_job(out, quick=args.quick, only=args.only, comm=comm,
@@ -355,7 +355,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             transport_job(cfg, out, comm, progress=progress(args.quiet, "mfpde transport"))
         return 0
     if args.command == "twin":
-        from mfpde.twin.job import twin_job
+        from mfpde.jobs.twin import twin_job
 
         with OutputLock(out, comm):
             return twin_job(cfg, out, comm, pde_dir=Path(args.pde) if args.pde else None, overwrite=args.overwrite)

@@ -2,7 +2,7 @@
 
 ``mfpde transport`` and ``mfpde run`` (and later ``verify``) both call :func:`build`: the token mesh and
 solver, the head family, the Θ space and ρ₀, the samples and the readout are made here and nowhere
-else. The CLI only parses and reports; the jobs (:mod:`mfpde.jobs.transport`, :mod:`mfpde.training.driver`)
+else. The CLI only parses and reports; the jobs (:mod:`mfpde.jobs.transport`, :mod:`mfpde.jobs.run`)
 only solve and write.
 
 Samples can be split over groups of ranks (``run``: each group owns a token mesh on a sub-communicator and

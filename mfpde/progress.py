@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from mpi4py import MPI
 
-if TYPE_CHECKING:
-    from mfpde.training.driver import ProgressFactory
-
-__all__ = ["BAR_FORMAT", "Bar", "bar_wanted", "progress"]
+__all__ = ["BAR_FORMAT", "Bar", "Progress", "ProgressFactory", "bar_wanted", "progress"]
 
 logger = logging.getLogger("mfpde")
+
+
+class Progress(Protocol):
+    """A progress display (e.g. a tqdm bar): one ``update`` per training step, then ``close``."""
+
+    def update(self, n: int = 1) -> object:
+        """Advance by n steps."""
+        ...
+
+    def close(self) -> None:
+        """Finish the display."""
+        ...
+
+
+#: Makes a progress display from (total steps, steps already done); the CLI's is a tqdm bar.
+ProgressFactory = Callable[[int, int], Progress]
 
 
 #: The progress bar: steps done of the total, elapsed time, ETA (tqdm's estimate of the remaining time), rate.

@@ -133,8 +133,8 @@ def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
     thread made the same runs 2-6 times slower, bench/bench_threads.py); the limit is lifted on return."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
+    import mfpde.jobs.run
     import mfpde.jobs.transport
-    import mfpde.training.driver
     from mfpde.environment import THREAD_VARS
 
     for var in THREAD_VARS:
@@ -144,7 +144,7 @@ def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
         return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
 
     seen: list[int] = []
-    for module, name in ((mfpde.jobs.transport, "transport_sample"), (mfpde.training.driver, "run_job")):
+    for module, name in ((mfpde.jobs.transport, "transport_sample"), (mfpde.jobs.run, "run_job")):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _real=real, **k: (seen.append(blas()), _real(*a, **k))[1])
     with threadpool_limits(limits=max(os.cpu_count() or 1, 2), user_api="blas"):  # not the suite's own limit

@@ -346,7 +346,7 @@ def test_start_up_leaves_heavy_modules_unimported():
     scipy.special (:func:`mfpde.tokens.attention.chebyshev_coefficients` beyond 64 nodes), scipy.interpolate and
     matplotlib (the plots, drawn at the end), scikit-learn (the digits are read from its data file)."""
     heavy = ["scipy.stats", "scipy.fft", "scipy.special", "scipy.interpolate", "matplotlib", "sklearn"]
-    code = ("import sys, mfpde.cli, mfpde.training.driver, mfpde.jobs.transport; "
+    code = ("import sys, mfpde.cli, mfpde.jobs.run, mfpde.jobs.transport; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, check=True)

@@ -12,7 +12,7 @@ import pytest
 from configs import DEEP
 
 from mfpde import config as C
-from mfpde.training import RunResult, run_job
+from mfpde.jobs.run import RunResult, run_job
 from mfpde.training.splitting import SCHEMES, Splitting
 
 PKG = Path(__file__).resolve().parent.parent / "mfpde"

@@ -207,7 +207,7 @@ PLANT_VERIFY = '''
 import dataclasses, sys
 from mpi4py import MPI
 from mfpde import cli
-from mfpde.verify import job
+from mfpde.jobs import verify as job
 from mfpde.verify.registry import CHECKS, Outcome
 
 job._load_checks()

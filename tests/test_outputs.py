@@ -105,7 +105,7 @@ def test_verify_table_is_one_kind_per_column_and_at_most_120_wide():
     check's row shows its registered kind, its numbers in their columns and its whole threshold."""
     import json
 
-    from mfpde.verify.job import _load_checks
+    from mfpde.jobs.verify import _load_checks
     from mfpde.verify.registry import CHECKS
     from mfpde.verify.table import COLUMNS, format_table
 

@@ -322,7 +322,7 @@ def test_progress_bar_has_an_eta_and_log_lines_do_not_break_it(monkeypatch):
         assert factory is not None
         bar = factory(4, 0)
         bar.update(1)
-        logging.getLogger("mfpde.training.driver").info("step 1 s=0.2")
+        logging.getLogger("mfpde.jobs.run").info("step 1 s=0.2")
         bar.update(1)
         bar.close()
         assert isinstance(root.handlers[0], logging.StreamHandler) and root.handlers[0].stream is fake

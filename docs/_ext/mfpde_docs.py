@@ -33,7 +33,7 @@ def check_rows() -> list[dict[str, Any]]:
     (``_static/verify_last.json``), the same cells as the terminal table (:func:`mfpde.verify.table.table_cells`);
     empty when that run did not have the check.
     """
-    from mfpde.verify.job import _load_checks
+    from mfpde.jobs.verify import _load_checks
     from mfpde.verify.registry import CHECKS
     from mfpde.verify.table import COLUMNS, table_cells
 

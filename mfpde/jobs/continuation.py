@@ -4,7 +4,7 @@ Validates the keys it reads (:func:`check_continuation`), prepares DIR (:class:`
 continues the branches by :func:`mfpde.bifurcation.noisy_branches` on the domain's stationary problem
 (:func:`mfpde.domains.stationary_problem`) and writes ``config.toml``, ``report.json`` (``branches``,
 ``bifurcations``; docs/continuation.md) and ``plots/bifurcation.png``. ``continuation.parameter = "lambda"`` on a
-training config is the Gibbs branch of training (:func:`mfpde.training.gibbs_job.gibbs_job`).
+training config is the Gibbs branch of training (:func:`mfpde.jobs.gibbs.gibbs_job`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ DISCRETISATIONS = ("spectral", "collocation")
 #: The most collocation points (dense N × N matrices) and branch points.
 MAX_POINTS_N = 1023
 #: The continuation parameters: the coupling K (the v of the single Dirac head; β is its a) of noisy tokens, and the
-#: entropic regularisation λ of training (:mod:`mfpde.training.gibbs_job`).
+#: entropic regularisation λ of training (:mod:`mfpde.jobs.gibbs`).
 PARAMETERS = ("coupling", "lambda")
 
 
@@ -105,7 +105,7 @@ def check_continuation(cfg: Config) -> tuple[float, float]:
 def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[str, Any]:
     """Validate, continue the branches (replicated on every rank), write the report and the diagram.
 
-    ``continuation.parameter = "lambda"`` on a training config: :func:`mfpde.training.gibbs_job.gibbs_job`.
+    ``continuation.parameter = "lambda"`` on a training config: :func:`mfpde.jobs.gibbs.gibbs_job`.
 
     Raises:
         ConfigError: invalid input (nothing written). NumericalError: no branch beyond its first point (the report
@@ -116,7 +116,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
 
         start_petsc()
         repair_jit_cache()  # the command line leaves it to the continuation (mfpde.cli)
-        from mfpde.training.gibbs_job import gibbs_job
+        from mfpde.jobs.gibbs import gibbs_job
 
         return gibbs_job(cfg, out, comm)
     beta, tau = check_continuation(cfg)

@@ -10,6 +10,8 @@ begins with the same head: ``status``, ``command``, ``version``, the job's own h
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,10 +20,11 @@ from mpi4py import MPI
 
 from mfpde import __version__
 from mfpde.config_keys import to_toml
+from mfpde.errors import ConfigError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir
 
-__all__ = ["JobDir"]
+__all__ = ["JobDir", "refuse_finished"]
 
 
 class JobDir:
@@ -70,3 +73,18 @@ class JobDir:
         report = self.report(status, **fields)
         write_report(self.out, report, self.comm)
         return report
+
+
+def refuse_finished(out: Path, comm: MPI.Comm) -> None:
+    """Raise if ``out`` holds a finished run (``report.json`` of status "ok"), on every rank.
+
+    Raises:
+        ConfigError: naming ``--resume`` and ``--overwrite``.
+    """
+    done = False
+    if comm.rank == 0:
+        with contextlib.suppress(OSError, ValueError):
+            done = json.loads((out / "report.json").read_text()).get("status") == "ok"
+    if comm.bcast(done, root=0):
+        raise ConfigError(f"--out {str(out)!r} holds a finished run (report.json, status ok): --resume to continue "
+                          "it, --overwrite to replace it, or another --out")

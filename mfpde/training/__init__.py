@@ -1,18 +1,18 @@
-"""Training ρ: the objective over the samples, the splitting schemes, the run driver and the theoretical rates.
+"""Training ρ: the objective over the samples, the splitting schemes and the theoretical rates.
 
 * :mod:`~mfpde.training.objective`: R(ρ), δR/δρ, ŷ and the NTK over sample groups (theory §2, §3, §5.5).
 * :mod:`~mfpde.training.state`: ρ per layer block, the potentials Φ and the Fokker–Planck solvers (§4).
 * :mod:`~mfpde.training.splitting`: the scheme registry (Lie, Strang) over one sub-flow interface.
 * :mod:`~mfpde.training.problem`: :class:`CoupledProblem`, the three above for one config.
-* :mod:`~mfpde.training.driver`: the ``run`` job (history, checkpoints, resume, result object).
 * :mod:`~mfpde.training.records`: checkpoints, resume, ``history.csv``, plots.
 * :mod:`~mfpde.training.report`, :mod:`~mfpde.training.theory`: what the report says (warnings, accuracy,
   ``predictions.csv``, where the certificate is a bound); fitted and guaranteed rates (§5.4).
+
+The ``run`` job that trains (history, checkpoints, resume, result object) is :mod:`mfpde.jobs.run`.
 """
 
 from __future__ import annotations
 
-from mfpde.training.driver import RunResult, run_job, run_training, train
 from mfpde.training.problem import CoupledProblem
 
-__all__ = ["CoupledProblem", "RunResult", "run_job", "run_training", "train"]
+__all__ = ["CoupledProblem"]

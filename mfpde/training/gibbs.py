@@ -33,15 +33,17 @@ convex in c, Π ∂Φ/∂ρ has non-negative eigenvalues and every eigenvalue of
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from mfpde.continuation import Branch, Newton, StepControl, branch_direction, continue_branch, tangent
 from mfpde.errors import NumericalError
 from mfpde.heads import HeadMeasure
 from mfpde.training.problem import CoupledProblem
 
-__all__ = ["FD_STEP", "GibbsProblem", "gibbs_residual_norm"]
+__all__ = ["FD_STEP", "GibbsProblem", "gibbs_branches", "gibbs_residual_norm", "gibbs_start"]
 
 Array = npt.NDArray[np.float64]
 #: The forward-difference step of H = ∂D/∂c, relative to max(1, |c|): truncation O(h) ≈ 1e-7 against round-off
@@ -49,6 +51,10 @@ Array = npt.NDArray[np.float64]
 FD_STEP = 1e-7
 #: Reduced heads c whose (R, D, H) are kept (the branch's points are revisited for their stability).
 CACHE = 512
+#: The most branch points followed from one branch.
+MAX_SWITCHES = 2
+#: Damped fixed-point steps before the first Newton solve, and how many times they are repeated if it fails.
+PICARD_STEPS, PICARD_ROUNDS = 20, 5
 
 
 class GibbsProblem:
@@ -246,3 +252,75 @@ def gibbs_residual_norm(P: GibbsProblem, u: Array, lam: float) -> float:
     """‖F(ρ, λ)‖ in the lumped L² norm (Σ_blocks Σ m F²)^{1/2}."""
     r = P.blocks(P.residual(u, lam))
     return math.sqrt(float((r**2 @ P.mass).sum()))
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _block(P: GibbsProblem, br: Branch, origin: str, solver: str) -> dict[str, Any]:
+    rows: dict[str, list[Any]] = {k: [] for k in ("certificate", "risk", "free_energy", "mean", "variance",
+                                                  "order_parameter", "residual", "leading_eigenvalue", "stable",
+                                                  "min_rho")}
+    for u, lam in zip(br.u, br.K, strict=True):
+        vals, ok = P.stability(u, lam, 2, solver)
+        F, R = P.free_energy(u, lam)
+        mean, var = P.moments(u)
+        for k, v in (("certificate", P.certificate(u, lam)), ("risk", R), ("free_energy", F),
+                     ("mean", mean.tolist()), ("variance", var.tolist()), ("order_parameter", P.order_parameter(u)),
+                     ("residual", gibbs_residual_norm(P, u, lam)), ("leading_eigenvalue", _finite(float(vals[0].real))),
+                     ("stable", ok), ("min_rho", float(np.min(u)))):
+            rows[k].append(v)
+    return {"origin": origin, "parameter": list(br.K), **rows, "stopped": br.stopped, "early": br.early}
+
+
+def gibbs_start(P: GibbsProblem, newton: Newton, lam: float) -> np.ndarray | None:
+    """The fixed point at λ (Newton at fixed λ after damped fixed-point steps from ρ₀), or None."""
+    a = np.zeros(P.m + 1)
+    a[-1] = 1.0
+    u = P.initial()
+    for _ in range(PICARD_ROUNDS):
+        u = P.picard(u, lam, PICARD_STEPS)
+        x = newton.solve(np.concatenate([u, [lam]]), a, lam)
+        if x is not None:
+            return x
+    return None
+
+
+def gibbs_branches(P: GibbsProblem, start: float, stop: float, ctl: StepControl, solver: str = "slepc"
+                   ) -> dict[str, Any]:
+    """The branch through the fixed point at λ = ``start`` towards ``stop``, and those from its branch points.
+
+    Returns:
+        {"branches": [blocks], "bifurcations": [...], "newton_iterations": int} (the report's part); no branch
+        when Newton found no fixed point at ``start``.
+    """
+    W = P.inner_weights()
+    branches: list[dict[str, Any]] = []
+    bifs: list[dict[str, Any]] = []
+    with Newton(P, P.m) as newton:
+        x0 = gibbs_start(P, newton, start)
+        if x0 is None:
+            return {"branches": [], "bifurcations": [], "newton_iterations": newton.its,
+                    "stopped": f"Newton found no fixed point at λ = continuation.start = {start:g}"
+                    + (f" (a token solve failed: {P.last_failure})" if P.last_failure else "")}
+        e = np.zeros(P.m + 1)
+        e[-1] = 1.0 if stop > start else -1.0
+        todo = [(x0, tangent(P, x0, e, W), f"fixed point at λ = {start:.6g}")]
+        while todo:
+            x, t, origin = todo.pop(0)
+            P.last_failure = ""
+            with np.errstate(all="ignore"):  # NaN where a token solve failed: Newton fails there, the branch ends
+                br = continue_branch(P, newton, x, t, W, ctl, regular_start=True)
+            if br.early and P.last_failure:
+                br.stopped += f" (a token solve failed on the way: {P.last_failure})"
+            i = len(branches)
+            for ev in br.events:
+                bifs.append({"kind": ev.kind, "parameter": ev.K, "mode": None, "branch": i,
+                             "order_parameter": P.order_parameter(ev.u)})
+                if ev.kind == "branch_point" and i == 0 and len(todo) < MAX_SWITCHES:
+                    xb = np.concatenate([ev.u, [ev.K]])
+                    todo.append((xb, branch_direction(P, xb, ev.tangent, W), f"branch point at λ = {ev.K:.6g}"))
+            branches.append(_block(P, br, origin, solver))
+        its = newton.its
+    return {"branches": branches, "bifurcations": bifs, "newton_iterations": its}

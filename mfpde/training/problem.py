@@ -1,6 +1,6 @@
 """The coupled system of one config: the built problem, the objective over its samples, and ρ (theory §4).
 
-:class:`CoupledProblem` is what ``mfpde run`` trains (:mod:`mfpde.training.driver`) and what tests and
+:class:`CoupledProblem` is what ``mfpde run`` trains (:mod:`mfpde.jobs.run`) and what tests and
 scripts evaluate: ``heads()``, ``gradient(heads)``, ``ntk()``, and the splitting of a training step.
 """
 

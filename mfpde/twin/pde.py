@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpi4py import MPI
-
 import numpy as np
 
 from mfpde.config import Config
-from mfpde.errors import ConfigError, NumericalError
+from mfpde.errors import ConfigError
 
-__all__ = ["PDE_ORDER", "PdeRun", "pde_config", "pde_error", "read_pde", "reusable", "run_pde",
+__all__ = ["PDE_ORDER", "PdeRun", "pde_config", "pde_error", "read_pde", "reusable",
            "same_problem"]
 
 logger = logging.getLogger("mfpde")
@@ -159,27 +157,6 @@ def reusable(cfg: Config, candidate: Path) -> bool:
         return True
     except ConfigError:
         return False
-
-
-def run_pde(cfg: Config | None, out: Path, comm: MPI.Comm) -> Path | None:
-    """Run the PDE of ``cfg`` into ``out`` (None: nothing to run)."""
-    from mfpde import signals
-    from mfpde.errors import InputRefused
-    from mfpde.training.driver import run_job
-
-    if cfg is None:
-        return None
-    try:
-        r = run_job(cfg, out, comm=comm)
-    except InputRefused:
-        raise
-    except ConfigError as e:  # refused by the PDE's set-up (a datum outside Ω, ...): nothing of the twin computed
-        raise InputRefused(str(e)) from None
-    if r.status == "interrupted":
-        raise signals.Interrupted(signals.requested(comm) or signals.pending())
-    if r.status != "ok":
-        raise NumericalError(f"the PDE run in {out} failed: {r.error}")
-    return out
 
 
 #: The least order in h of the PDE's outputs (DG0 upwind is first order; DG1 second, so p = 1 over-estimates there).

@@ -4,7 +4,7 @@ Each check (:mod:`mfpde.verify.registry`) compares the solvers with something th
 closed form of theory §6 (:mod:`mfpde.exact`), finite differences, or an independent particle code; its
 threshold comes from the theory or from the scheme's order. Checks by group: :mod:`mfpde.verify.adjoint`
 (theory §3), :mod:`mfpde.verify.transport` (§1.3, §5.2, §6.1), :mod:`mfpde.verify.shallow` (§2, §4, §6.2).
-The job (:mod:`mfpde.verify.job`) prints the table and writes ``report.json``.
+The job (:mod:`mfpde.jobs.verify`) prints the table and writes ``report.json``.
 """
 
 from mfpde.verify.registry import CHECKS, Check, Outcome, Series, register

@@ -2,7 +2,7 @@
 
 ``gibbs_fixed_point_branch``: the single-layer problem of :mod:`mfpde.verify.training` (value heads θ = v, a = 0.5,
 one sample N(0.3, 0.25), target 1, λ₂ = 1; DG1 tokens on [−6, 6], 120 cells; Θ = [−3, 3], 150 cells) continued
-in λ from :data:`LAM_START` to :data:`LAM_STOP` by :mod:`mfpde.training.gibbs_job` (Newton on ρ − p_ρ, the
+in λ from :data:`LAM_START` to :data:`LAM_STOP` by :func:`mfpde.training.gibbs.gibbs_branches` (Newton on ρ − p_ρ, the
 Jacobian from the adjoint). At branch points λ_j (quick: 2, full: 4) the mean ā and variance V of ρ are compared
 with two references the continuation did not produce:
 
@@ -72,7 +72,7 @@ def _moments(w: np.ndarray, v: np.ndarray) -> tuple[float, float]:
 def continued_branch(comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[GibbsProblem, Branch]:
     """(the GibbsProblem, the branch from LAM_START to LAM_STOP: mfpde.continuation.Branch). Collective."""
     from mfpde.continuation import Newton, StepControl, continue_branch, tangent
-    from mfpde.training.gibbs_job import _start
+    from mfpde.training.gibbs import gibbs_start as _start
     from mfpde.training.problem import CoupledProblem
 
     P = GibbsProblem(CoupledProblem(_config(LAM_START), comm))

@@ -57,8 +57,8 @@ def pde_first_variation(cells: int, comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[fl
 def twin_first_variation(vbar: float, layers: int, cfg: object) -> tuple[float, float]:
     """(R_H, H ∂R_H/∂v_1) of the twin with one head at v̄, the token limit and ``layers`` Euler layers."""
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import network_spec
     from mfpde.twin.network import make_network
+    from mfpde.twin.sizes import network_spec
     from mfpde.twin.tokens import input_tokens
 
     train, _ = load_samples(cfg)  # type: ignore[arg-type]
@@ -119,7 +119,7 @@ def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) ->
 
 
 def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
-    """The PDE's training of ``cfg`` in memory as the twin's comparison reads it (:class:`mfpde.twin.job.PdeRun`)."""
+    """The PDE's training of ``cfg`` in memory as the twin's comparison reads it (:class:`mfpde.twin.pde.PdeRun`)."""
     from pathlib import Path
 
     from mfpde.twin.pde import PdeRun
@@ -149,9 +149,8 @@ def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
 def check_twin_heads_rate(quick: bool) -> Outcome:
     """The exponents of one seed's risk gap and of W1(heads, ρ_s) in H within 4 standard errors of −1/2."""
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import train_size
     from mfpde.twin.report import compare
-    from mfpde.twin.sizes import Size
+    from mfpde.twin.sizes import Size, train_size
 
     cfg = _rate_config(quick)
     comm = MPI.COMM_SELF  # every rank the same: the twins' numbers do not depend on the rank
@@ -197,9 +196,8 @@ def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: 
     Tokens against the token limit, layers against the next L (its depth error is resolved by the seeds).
     """
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.job import train_size
     from mfpde.twin.report import compare
-    from mfpde.twin.sizes import Size
+    from mfpde.twin.sizes import Size, train_size
 
     cfg = _rate_config(quick, "second_moment", seeds)
     pde = pde_history(cfg, MPI.COMM_SELF)

@@ -16,8 +16,8 @@ import pytest
 
 from mfpde.continuation import Newton, StepControl
 from mfpde.exact import shallow_fixed_point
-from mfpde.training.gibbs import GibbsProblem
-from mfpde.training.gibbs_job import check_gibbs, gibbs_branches
+from mfpde.jobs.gibbs import check_gibbs
+from mfpde.training.gibbs import GibbsProblem, gibbs_branches
 from mfpde.training.problem import CoupledProblem
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
 

@@ -17,7 +17,8 @@ from taylor import risk_taylor_slope
 from mfpde import config as C
 from mfpde.exact import value_yhat
 from mfpde.fitting import fit_rate
-from mfpde.training import CoupledProblem, run_training
+from mfpde.jobs.run import run_training
+from mfpde.training import CoupledProblem
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

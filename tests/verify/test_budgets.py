@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mfpde.verify.job import run_check
+from mfpde.jobs.verify import run_check
 from mfpde.verify.registry import Check, Outcome
 
 pytestmark = pytest.mark.serial

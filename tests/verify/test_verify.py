@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from mfpde.cli import main
-from mfpde.verify.job import _load_checks, run_check
+from mfpde.jobs.verify import _load_checks, run_check
 from mfpde.verify.registry import CHECKS
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
@@ -137,7 +137,7 @@ def test_slow_or_non_finite_check_fails():
 
 
 def _run_report(tempdir, name, cfg):
-    from mfpde.training import run_training
+    from mfpde.jobs.run import run_training
 
     out = tempdir / name
     assert run_training(cfg, out, comm=MPI.COMM_WORLD) == 0

@@ -15,13 +15,11 @@ status "failed" (the CLI turns it into exit status 3).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from mpi4py import MPI
 
@@ -32,8 +30,9 @@ from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.fields import FieldWriter
-from mfpde.io import write_atomic, write_report
-from mfpde.outdir import prepare_output_dir
+from mfpde.io import write_report
+from mfpde.jobs.scaffold import JobDir, refuse_finished
+from mfpde.progress import Progress, ProgressFactory
 from mfpde.tokens.box.adjoint import Gradient
 from mfpde.tokens.box.tape import TapeTooSmall
 from mfpde.training.objective import Snapshots, ntk_gram
@@ -58,22 +57,6 @@ from mfpde.training.theory import deep_rate, ntk_summary
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]
 
 logger = logging.getLogger(__name__)
-
-
-class Progress(Protocol):
-    """A progress display (e.g. a tqdm bar): one ``update`` per training step, then ``close``."""
-
-    def update(self, n: int = 1) -> object:
-        """Advance by n steps."""
-        ...
-
-    def close(self) -> None:
-        """Finish the display."""
-        ...
-
-
-#: Makes a progress display from (total steps, steps already done); the CLI's is a tqdm bar.
-ProgressFactory = Callable[[int, int], Progress]
 
 
 @dataclass
@@ -122,7 +105,7 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
     t0 = time.perf_counter()
     out = Path(out)
     if not (resume or overwrite):
-        _refuse_finished(out, comm)
+        refuse_finished(out, comm)
     with signals.stage("set-up"):  # a signal ends the set-up at once (signals.py): no checkpoint to write yet
         cp = CoupledProblem(cfg, comm)
         before = check_resume_config(to_toml(cfg), out, comm) if resume else None
@@ -133,27 +116,11 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
                          f"({before}): training continues from step {r.step} to step {cfg.training.steps}")
             logger.warning("%s", notes[-1])
         t0 -= r.wall_s  # wall time accumulates over resumed runs (up to their last checkpoint)
-        prepare_output_dir(out, comm, keep=resume)
-        write_atomic(out / "config.toml", to_toml(cfg), comm)
+        JobDir(cfg, out, comm, "run", keep=resume)  # DIR as a transaction, the resolved config
     with signals.deferred():  # a first signal stops the run after its current step (signals.py)
         return train(cp, out, r.step, r.history, t0, progress, r.snapshots,
                      {"from_step": r.step, "previous_steps": before, "steps": cfg.training.steps, "notes": notes}
                      if resume else None)
-
-
-def _refuse_finished(out: Path, comm: MPI.Comm) -> None:
-    """Raise if ``out`` holds a finished run (``report.json`` of status "ok"), on every rank.
-
-    Raises:
-        ConfigError: naming ``--resume`` and ``--overwrite``.
-    """
-    done = False
-    if comm.rank == 0:
-        with contextlib.suppress(OSError, ValueError):
-            done = json.loads((out / "report.json").read_text()).get("status") == "ok"
-    if comm.bcast(done, root=0):
-        raise ConfigError(f"--out {str(out)!r} holds a finished run (report.json, status ok): --resume to continue "
-                          "it, --overwrite to replace it, or another --out")
 
 
 def run_training(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.COMM_WORLD,

@@ -38,11 +38,13 @@ import numpy as np
 
 from mfpde import signals
 from mfpde.config import Config
-from mfpde.errors import ConfigError
+from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
-from mfpde.twin.pde import pde_error, read_pde, reusable, run_pde, same_problem
+from mfpde.jobs.run import run_job
+from mfpde.jobs.scaffold import refuse_finished
+from mfpde.twin.pde import pde_error, read_pde, reusable, same_problem
 from mfpde.twin.report import compare, diverged, token_w1, twin_warnings, write_history
-from mfpde.twin.sizes import Size, sweep_sizes
+from mfpde.twin.sizes import Size, network_spec, sweep_sizes, train_size
 
 __all__ = ["Size", "check_twin", "network_spec", "sweep_sizes", "train_size", "twin_job"]
 
@@ -105,53 +107,6 @@ def check_twin(cfg: Config) -> None:
         raise ConfigErrors(found)
 
 
-def network_spec(cfg: Config) -> Any:
-    """The :class:`~mfpde.twin.network.NetworkSpec` that mirrors ``cfg``."""
-    from mfpde.twin.network import NetworkSpec
-
-    lo = cfg.loss
-    return NetworkSpec(cfg.depth.model, cfg.heads.family, cfg.heads.a, cfg.depth.T,
-                       cfg.depth.layers if cfg.depth.model == "depth-indexed" else 1, lo.readout,
-                       tuple(lo.w) if lo.readout == "linear" else (), lo.b)
-
-
-def train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], trace: list[int]) -> Any:
-    """Train the seeds of one size (every rank may run any size: the numbers depend on the size only)."""
-    import jax
-
-    from mfpde.twin.network import make_network
-    from mfpde.twin.tokens import draw_heads, input_tokens
-    from mfpde.twin.train import Hyper, train_twin
-
-    tw, tr, h = cfg.twin, cfg.training, cfg.heads
-    spec = network_spec(cfg)
-    net = make_network(spec, size.L)
-    S = tw.seeds
-    train, test = samples
-    sampling = "limit" if size.N == 0 else tw.sampling
-    data: dict[str, Any] = {"y": np.array([s.target for s in train]), "y_test": np.array([s.target for s in test])}
-    for split, ss in (("", train), ("_test", test)):
-        if not ss:
-            data["x" + split], data["w" + split] = np.zeros((0, 1, cfg.tokens.dim)), np.ones((0, 1))
-            continue
-        if sampling == "iid":  # each seed its own draws
-            draws = [input_tokens(ss, size.N, "iid", np.random.default_rng([s, size.N, len(split)])) for s in range(S)]
-            data["x" + split] = np.stack([x for x, _ in draws])
-            data["w" + split] = np.stack([w for _, w in draws])
-        else:
-            data["x" + split], data["w" + split] = input_tokens(ss, size.N, sampling, np.random.default_rng(0))
-    K = spec.blocks
-    # heads and Brownian increments of a seed depend on (seed, H) only: the token and layer sweeps are paired
-    theta0 = np.stack([draw_heads(h.init["mean"], h.init["cov"], np.asarray(h.box, float), (K, size.H),
-                                  np.random.default_rng([s, size.H])) for s in range(S)])
-    keys = jax.numpy.stack([jax.random.fold_in(jax.random.key(s), size.H) for s in range(S)])
-    hyper = Hyper(tr.ds, tr.steps, cfg.output.every, tr.lam if tr.regularization == "entropic" else 0.0, tr.lambda2,
-                  tw.optimizer, tw.lr)
-    return train_twin(net, hyper, theta0, data, keys, trace=trace,
-                      stop=lambda: signals.pending() != 0)
-
-
-
 def _check_places(out: Path, pde_dir: Path | None) -> None:
     """Refuse a ``--pde`` run that the new result in ``out`` would move aside or write into.
 
@@ -204,7 +159,6 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     """
     from mfpde.outdir import prepare_output_dir
     from mfpde.tokens.box.data import load_samples
-    from mfpde.training.driver import _refuse_finished
     from mfpde.twin.pde import pde_config
 
     t0 = time.perf_counter()
@@ -226,7 +180,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
             candidate = pde_dir.parent / "pde-refined"
             reuse = candidate if ref_cfg is not None and candidate.is_dir() and reusable(ref_cfg, candidate) else None
         if not overwrite:
-            _refuse_finished(out, comm)
+            refuse_finished(out, comm)
         prepare_output_dir(out, comm)  # the previous result, its pde/ and pde-refined/ too, moved aside
         from mfpde.config_keys import to_toml
 
@@ -349,3 +303,23 @@ def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int
         print(f"mfpde: interrupted by {error}: report.json and what was finished in {out}", file=sys.stderr)
         return signals.EXIT_INTERRUPTED
     return 0
+
+
+def run_pde(cfg: Config | None, out: Path, comm: MPI.Comm) -> Path | None:
+    """Run the PDE of ``cfg`` into ``out`` (None: nothing to run)."""
+    from mfpde import signals
+    from mfpde.errors import InputRefused
+
+    if cfg is None:
+        return None
+    try:
+        r = run_job(cfg, out, comm=comm)
+    except InputRefused:
+        raise
+    except ConfigError as e:  # refused by the PDE's set-up (a datum outside Ω, ...): nothing of the twin computed
+        raise InputRefused(str(e)) from None
+    if r.status == "interrupted":
+        raise signals.Interrupted(signals.requested(comm) or signals.pending())
+    if r.status != "ok":
+        raise NumericalError(f"the PDE run in {out} failed: {r.error}")
+    return out

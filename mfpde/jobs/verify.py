@@ -22,11 +22,9 @@ from typing import Any, Protocol
 
 from mpi4py import MPI
 
-from mfpde import __version__
 from mfpde.budget import StepBudget, step_budget
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.io import write_report
-from mfpde.outdir import prepare_output_dir
+from mfpde.jobs.scaffold import JobDir
 from mfpde.petsc import collect_garbage
 from mfpde.verify.registry import CHECKS, Check, Outcome
 from mfpde.verify.table import format_table
@@ -314,7 +312,7 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
         raise ConfigError(f"--only: unknown check{'s' if len(unknown) > 1 else ''} {', '.join(named)} "
                           f"(known: {', '.join(CHECKS)})")
     out = Path(out)
-    prepare_output_dir(out, comm)
+    job = JobDir(None, out, comm, "verify")
     records: list[dict[str, Any]] = []
     bar = progress(len(names)) if progress is not None else None
     try:
@@ -337,9 +335,8 @@ def verify_job(out: Path, quick: bool = False, only: list[str] | None = None, co
         if bar is not None:
             bar.close()
     passed = all(r["passed"] for r in records)
-    report = {"status": "ok", "command": "verify", "version": __version__, "comm_size": comm.size,
-              "wall_s": time.perf_counter() - t0, "quick": quick, "checks": records, "passed": passed}
-    write_report(out, report, comm)
+    job.t0 = t0  # the checks' loading counts
+    job.finish(quick=quick, checks=records, passed=passed)
     if comm.rank == 0:
         print(format_table(records), file=sys.stdout, flush=True)
         raised = [r["name"] for r in records if r.get("exception")]
