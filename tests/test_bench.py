@@ -231,6 +231,7 @@ DOC_BENCH: dict[str, str | list[str]] = {
     "bench_particles": "test_bench_particles_shrunk",
     "bench_run": "test_bench_run_shrunk",
     "bench_sphere": ["--help"],
+    "bench_sht": ["--L", "8", "--n", "200", "--repeat", "1"],
     "bench_sphere_kernel": ["--quick", "--repeat", "1", "--json", "{tmp}/kernel.json"],
     "bench_threads": "test_bench_threads_settings_give_the_same_run",
     "bench_training_step": "test_bench_training_step_shrunk",
