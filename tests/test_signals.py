@@ -117,7 +117,7 @@ from mpi4py import MPI
 import mfpde.jobs.transport as job
 from mfpde import cli
 
-def planted(pb, out, write_fields=True, job=None):
+def planted(pb, out, write_fields=True):
     if MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1:
         raise {exc}
     MPI.COMM_WORLD.allreduce(1)  # the other ranks wait here for the last one, which never comes

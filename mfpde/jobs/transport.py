@@ -57,10 +57,10 @@ def _job(cfg: Config, out: Path, comm: MPI.Comm, progress: Any) -> dict[str, Any
         return domain_transport(cfg, out, comm, progress)
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed
         pb = build(cfg, comm)
-        job = JobDir(cfg, out, comm, "transport")
+        JobDir(cfg, out, comm, "transport")  # DIR as a transaction, the resolved config
     logger.info("transport: %d samples, d = %d, %d depth steps -> %s", len(pb.train) + len(pb.test),
                 cfg.tokens.dim, cfg.depth.steps, out)
-    return run_transport(pb, out, job=job)
+    return run_transport(pb, out)
 
 
 def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
@@ -113,17 +113,16 @@ def sample_report(rep: TransportReport) -> dict[str, Any]:
             "substeps": rep.substeps}
 
 
-def run_transport(pb: Problem, out: Path, write_fields: bool = True, job: JobDir | None = None) -> dict[str, Any]:
+def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
     """Transport every sample μ_0^i to μ_T^i under ρ₀ and report its moments (theory §1.3 (F)).
 
-    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json``; ``job``: DIR as the
-    job prepared it (None: DIR is ready as it is, its report written here with the same head).
+    Writes ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and ``report.json`` into DIR as the job
+    prepared it (:meth:`JobDir.existing <mfpde.jobs.scaffold.JobDir.existing>`: the report's head and wall time).
 
     Raises:
         NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
     """
-    if job is None:
-        job = JobDir.existing(out, pb.comm, "transport")
+    job = JobDir.existing(out, pb.comm, "transport")
     samples: list[dict[str, Any]] = []
     try:
         _transport_samples(pb, out, write_fields, samples)

@@ -59,6 +59,7 @@ def _load_checks() -> None:
     from mfpde.verify import (  # noqa: F401
         adjoint,
         batched,
+        box_kernel,
         cfl,
         circle,
         circle_edges,

@@ -112,7 +112,10 @@ class InterpolatedSoftmax:
             self._build(n)
             D = chebyshev_coefficients(np.eye(n + 1), n)  # values at the points → Chebyshev coefficients
             C = np.einsum("pi,kilc,ql->kpqc", D, self.m_grid, D, optimize=True)
-            if max(np.abs(C[:, -3:]).max(initial=0.0), np.abs(C[:, :, -3:]).max(initial=0.0)) <= tol * scale:
+            done = max(np.abs(C[:, -3:]).max(initial=0.0), np.abs(C[:, :, -3:]).max(initial=0.0)) <= tol * scale
+            if comm is not None:  # one decision for all ranks: ranks that disagreed would desynchronise the reductions
+                done = bool(comm.allreduce(done, op=MPI.LAND))
+            if done:
                 self.ok, self.n = True, n
                 return
 

@@ -117,6 +117,8 @@ def reduced_tilted_interpolant(comm: MPI.Comm, lo: float, hi: float, y: Array, w
         else:
             Z, N = _partial_sums(nodes, y, w, comm)
         coef = chebyshev_coefficients((N / Z)[:, None], n)[:, 0]
-        if np.abs(coef[-3:]).max() <= tol * scale:
+        # one decision for all ranks (equal reduced values give equal decisions; ranks that disagreed would
+        # desynchronise the reductions and hang in a collective no signal interrupts)
+        if comm.allreduce(bool(np.abs(coef[-3:]).max() <= tol * scale), op=MPI.LAND):
             return TiltedInterpolant(lo, hi, n, coef)
     return None
