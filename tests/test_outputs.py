@@ -464,7 +464,7 @@ def test_sphere_cluster_counts_carry_a_resolution_check(tempdir, caplog):
                          "tokens.labels=512", "--set", "output.fields=false", "--set", "output.plots=false"]) == 0
     rep = json.loads((out / "report.json").read_text())
     check = rep["samples"][0]["resolution_check"]
-    assert check["at"] == "288 labels" and check["clusters_T"] == 2 and rep["samples"][0]["clusters_T"] == 3
+    assert check["at"] == "288 particles" and check["clusters_T"] == 2 and rep["samples"][0]["clusters_T"] == 3
     assert check["agrees"] is False and len(rep["warnings"]) == 1
     assert rep["warnings"][0].startswith("tokens.labels: the clusters depend on the resolution")
     assert any(r.getMessage() == rep["warnings"][0] for r in caplog.records)
@@ -519,3 +519,33 @@ def test_circle_noise_at_half_the_cells_is_the_pair_means_of_the_same_draw():
     np.testing.assert_allclose(coarse[:, 0], fine.reshape(32, 2).mean(axis=1), rtol=4 * np.finfo(float).eps)
     with pytest.raises(ValueError, match="not a multiple"):
         initial_density(CircleMesh(24, 0), "circle_noise", amplitude=0.3, seed=7, data_cells=64)
+
+
+def test_a_resolution_check_that_could_not_run_says_so(caplog):
+    """A coarser solve that fails numerically leaves the job's result alone and warns that the counts were not
+    checked (it was silent); the sphere's flow solver has no coarser resolution below twice its fewest labels (at
+    32 labels the check solved at 16, which the config refuses, and warned of a difference)."""
+    import dataclasses
+
+    from mfpde import config as C
+    from mfpde.errors import NumericalError
+    from mfpde.tokens.resolution import Coarser, resolution_check
+    from mfpde.tokens.sphere.config import LABELS_RANGE, coarser
+
+    block = {"clusters_T": 2, "merge_times": [1.0]}
+
+    def fails(cfg, **kw):
+        raise NumericalError("overflow at t = 0.5")
+
+    with caplog.at_level(logging.WARNING, logger="mfpde"):
+        warnings = resolution_check(block, Coarser(None, "tokens.cells", "32 cells", "64 cells"), fails)
+    assert block["resolution_check"] == {"at": "32 cells", "agrees": None,
+                                         "reason": "the coarser solve failed: overflow at t = 0.5"}
+    assert len(warnings) == 1 and warnings[0].startswith("tokens.cells: the cluster counts were not checked")
+    assert any(r.getMessage() == warnings[0] for r in caplog.records)
+    cfg = C.load(str(ROOT / "demos" / "sphere.toml"), ['tokens.solver="flow"'])
+    lo = LABELS_RANGE[0]
+    for labels in (lo, 2 * lo - 1):
+        assert coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(cfg.tokens, labels=labels))) is None
+    half = coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(cfg.tokens, labels=2 * lo)))
+    assert half is not None and half.config.tokens.labels == lo and half.at == "32 particles"

@@ -6,7 +6,7 @@ counts (the circle, the sphere, the hypersphere) solves again at a coarser resol
 ``coarser(config)``: half the flow solver's labels (``tokens.labels``), or half the cells
 (``tokens.cells``; on the sphere, the mesh refined once fewer, ``tokens.refine``), and warns (report and log) where
 the count at T or the merge depths differ: on the sphere at β = 9 the flow solver counted 3 clusters at T with 512
-labels and 2 with 288, and nothing said that the count was the resolution's.
+particles and 2 with 288, and nothing said that the count was the resolution's.
 """
 
 from __future__ import annotations
@@ -72,9 +72,10 @@ def resolution_check(block: dict[str, Any], coarser: Coarser | None,
         solve: the job's solve of a config and ``coarser.options`` (collective), returning its sample block.
 
     Returns:
-        The warnings (also logged). ``block["resolution_check"]`` holds ``at`` (the coarser resolution),
-        ``clusters_t``, ``clusters_T`` and ``merge_times`` there, and ``agrees``; where ``clusters_T`` or
-        ``merge_times`` differ, the count depends on the resolution (raise the key until they agree).
+        The warnings (also logged): where ``clusters_T`` or ``merge_times`` differ, the count depends on the
+        resolution (raise the key until they agree); where the coarser solve failed, the check did not happen.
+        ``block["resolution_check"]`` holds ``at`` (the coarser resolution), ``clusters_t``, ``clusters_T`` and
+        ``merge_times`` there, and ``agrees``.
     """
     if coarser is None:
         block["resolution_check"] = {"at": None, "agrees": None, "reason": "no coarser resolution"}
@@ -83,7 +84,10 @@ def resolution_check(block: dict[str, Any], coarser: Coarser | None,
         coarse = solve(coarser.config, **coarser.options)
     except NumericalError as e:
         block["resolution_check"] = {"at": coarser.at, "agrees": None, "reason": f"the coarser solve failed: {e}"}
-        return []
+        msg = (f"{coarser.key}: the cluster counts were not checked at a coarser resolution: the solve with "
+               f"{coarser.at} failed ({e})")
+        logger.warning(msg)
+        return [msg]
     same = (coarse["clusters_T"] == block["clusters_T"] and len(coarse["merge_times"]) == len(block["merge_times"])
             and bool(np.allclose(coarse["merge_times"], block["merge_times"])))
     block["resolution_check"] = {"at": coarser.at, "clusters_t": coarse["clusters_t"],

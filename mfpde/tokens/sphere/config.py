@@ -145,15 +145,17 @@ def particles(labels: int) -> int:
 def coarser(cfg: Any) -> Coarser | None:
     """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the labels, or one refinement fewer.
 
-    None where there is none (DG on the icosahedron itself, refine 0; the flow with 2 particles).
+    None where there is none: DG on the icosahedron itself (refine 0), the flow solver below twice the fewest labels
+    it takes (:data:`LABELS_RANGE`). The flow's resolutions are named by their particles (2N² of them for
+    ``tokens.labels``, :func:`particles`).
     """
     t = cfg.tokens
     if t.solver == "flow":
-        half = max(1, t.labels // 2)
-        if particles(half) >= particles(t.labels):
+        half = t.labels // 2
+        if half < LABELS_RANGE[0] or particles(half) >= particles(t.labels):
             return None
         return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), "tokens.labels",
-                       f"{particles(half)} labels", f"{particles(t.labels)} labels")
+                       f"{particles(half)} particles", f"{particles(t.labels)} particles")
     if t.refine < 1:
         return None
     return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, refine=t.refine - 1)), "tokens.refine",
