@@ -15,8 +15,6 @@ import argparse
 import json
 import os
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_sphere_kernel import best  # noqa: E402  (this folder: the script's own)
+
 from mfpde.tokens.sphere import sht  # noqa: E402
 from mfpde.tokens.sphere.kernel import HarmonicVelocity  # noqa: E402
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    """The least CPU seconds of ``repeat`` calls."""
-    ts = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        ts.append(time.process_time() - t0)
-    return min(ts)
 
 
 def row(L: int, n: int, repeat: int, backend: str) -> tuple[dict[str, float], np.ndarray]:
