@@ -132,8 +132,8 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     c0 = time.process_time()
     part = noisy_branches(P, c.start, c.stop, ctl)
     ok = any(len(b["parameter"]) > 1 for b in part["branches"])
-    job.head.update(domain=P.domain, **getattr(P, "report_fields", {}), label=_where(P), parameter=c.parameter,
-                    beta=beta, noise=tau, points=c.points)
+    job.add_head(domain=P.domain, **getattr(P, "report_fields", {}), label=_where(P), parameter=c.parameter,
+                 beta=beta, noise=tau, points=c.points)
     report = job.report("ok" if ok else "failed", **part, cpu_s=time.process_time() - c0)
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         bifurcation_plot(out / "plots" / "bifurcation.png", report)

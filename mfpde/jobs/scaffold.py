@@ -58,6 +58,11 @@ class JobDir:
         job.t0 = time.perf_counter()
         return job
 
+    def add_head(self, **fields: Any) -> None:
+        """Head fields known only once the job has started (before ``comm_size``, as those given at the start)."""
+        size = self.head.pop("comm_size")
+        self.head.update(fields, comm_size=size)
+
     def report(self, status: str, **fields: Any) -> dict[str, Any]:
         """The report: ``status``, the head, ``fields`` and ``wall_s`` (not written)."""
         return {"status": status, **self.head, **fields, "wall_s": time.perf_counter() - self.t0}

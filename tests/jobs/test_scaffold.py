@@ -82,3 +82,11 @@ def test_an_existing_dir_is_neither_moved_nor_given_a_config(tempdir):
     comm.Barrier()
     assert (tempdir / "history.csv").exists() and not (tempdir / PREVIOUS).exists()
     assert rep["command"] == "transport" and not (tempdir / "config.toml").exists()
+
+
+def test_head_fields_added_later_stand_before_the_rank_count(tempdir):
+    """add_head: what a job learns after it started (the continuation's domain and discretisation) joins the head."""
+    job = JobDir(None, tempdir, MPI.COMM_WORLD, "continuation", parameter="coupling")
+    job.add_head(domain="circle", points=33)
+    assert list(job.report("ok"))[:6] == ["status", "command", "version", "parameter", "domain", "points"]
+    assert list(job.report("ok"))[6] == "comm_size"
