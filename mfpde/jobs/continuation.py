@@ -137,7 +137,7 @@ def continuation_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) ->
     report = job.report("ok" if ok else "failed", **part, cpu_s=time.process_time() - c0)
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         bifurcation_plot(out / "plots" / "bifurcation.png", report)
-    report = job.finish("ok" if ok else "failed", **part, cpu_s=time.process_time() - c0)
+    job.write(report)
     for b in part["branches"]:
         logger.info("branch (%s): %d points, K in [%.6g, %.6g]; %s", b["origin"], len(b["parameter"]),
                     min(b["parameter"]), max(b["parameter"]), b["stopped"])

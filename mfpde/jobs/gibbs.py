@@ -95,7 +95,7 @@ def gibbs_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[s
     report = job.report("ok" if ok else "failed", **part, token_solves=P.evaluations, cpu_s=time.process_time() - c0)
     if cfg.output.plots and comm.rank == 0 and ok:
         gibbs_plot(out / "plots" / "bifurcation.png", report)
-    report = job.finish(report["status"], **part, token_solves=P.evaluations, cpu_s=report["cpu_s"])
+    job.write(report)
     for b in part["branches"]:
         logger.info("branch (%s): %d points, λ in [%.6g, %.6g], max λ KL(ρ‖p_ρ) = %.2e; %s", b["origin"],
                     len(b["parameter"]), min(b["parameter"]), max(b["parameter"]), max(b["certificate"]), b["stopped"])

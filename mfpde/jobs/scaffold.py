@@ -75,7 +75,11 @@ class JobDir:
 
     def finish(self, status: str = "ok", **fields: Any) -> dict[str, Any]:
         """Write the report of the finished job (``status`` "ok" unless told) and return it."""
-        report = self.report(status, **fields)
+        return self.write(self.report(status, **fields))
+
+    def write(self, report: dict[str, Any]) -> dict[str, Any]:
+        """Write a report made by :meth:`report` (drawn from before it is written), its ``wall_s`` brought up to now."""
+        report["wall_s"] = time.perf_counter() - self.t0
         write_report(self.out, report, self.comm)
         return report
 

@@ -90,3 +90,14 @@ def test_head_fields_added_later_stand_before_the_rank_count(tempdir):
     job.add_head(domain="circle", points=33)
     assert list(job.report("ok"))[:6] == ["status", "command", "version", "parameter", "domain", "points"]
     assert list(job.report("ok"))[6] == "comm_size"
+
+
+def test_a_report_drawn_before_it_is_written_is_the_one_written(tempdir):
+    """write: the report a job drew its picture from is the one written, its wall time brought up to date."""
+    comm = MPI.COMM_WORLD
+    job = JobDir(None, tempdir, comm, "continuation")
+    drawn = job.report("ok", branches=[1, 2])
+    written = job.write(drawn)
+    assert written is drawn and written["wall_s"] >= 0
+    comm.Barrier()
+    assert json.loads((tempdir / "report.json").read_text())["branches"] == [1, 2]
