@@ -16,8 +16,7 @@ from mfpde.limits import check_gaussian_inside, check_matrix
 def check_data(cfg: Config) -> None:
     """The data section against the token space (each check depends on the one before)."""
     t, da = cfg.tokens, cfg.data
-    require(da.kind in (kinds := ("gaussian", "digits", "file", *[k for d in DOMAINS for k in data_kinds(d)])),
-             "data.kind", f"must be in {kinds}")
+    require(da.kind in (kinds := tuple(k for d in DOMAINS for k in data_kinds(d))), "data.kind", f"must be in {kinds}")
     if da.kind == "gaussian":
         n = len(da.mean)
         require(n >= 1 and all(len(m) == t.dim for m in da.mean), "data.mean", f"rows of length d={t.dim}")

@@ -1,6 +1,6 @@
 """The token domains (``tokens.domain``): the box, the circle, the sphere and S^{d−1}, each a package with its rules.
 
-A domain other than the box is a package under :mod:`mfpde.tokens` that implements one protocol:
+Every domain is a package under :mod:`mfpde.tokens` that implements one protocol:
 
 * a ``config`` module: ``KINDS`` (its data kinds), ``check(cfg, reads_data)`` (the rules of its keys; the costly
   ones of the data, such as μ_0's minimum, only where the command reads the data), and optionally
@@ -11,10 +11,18 @@ A domain other than the box is a package under :mod:`mfpde.tokens` that implemen
   resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
 * a ``job`` module: its part of the ``transport`` job (:func:`mfpde.jobs.transport.domain_transport`):
   ``check(cfg, comm)``, ``describe(cfg)``, ``solve(cfg, comm, fields, bar, **options)``, ``picture(path, cfg,
-  block, panels)``, ``summary(cfg, block)``, ``PICTURE`` and optionally ``head(cfg)``.
+  block, panels)``, ``PICTURE``, and optionally ``summary(cfg, block)`` (the last log line) and ``head(cfg)``.
+  ``solve`` returns (the sample block, the picture's panels), or (a list of sample blocks, the panels) where the
+  domain transports many samples (the box: train and test); a :class:`~mfpde.errors.NumericalError` carries the
+  failed sample's partial ``block``, or in ``blocks`` the blocks of the samples done before it. ``check`` may
+  return the domain's set-up (the box: its built :class:`~mfpde.problem.Problem`), which ``describe`` and
+  ``solve`` then receive as keyword ``setup``. ``NAMED = False``: the report's head has no ``domain`` field;
+  ``PROGRESS = False``: no progress display of the output depths (the box: a log line per sample). A domain
+  without ``coarser`` has no resolution check: its blocks have no ``resolution_check`` and its report no
+  ``warnings``.
 
-This module holds what is common: the list of domains, the rules a box applies to the other domains' keys, and the
-dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
+This module holds what is common: the list of domains, the rules of Dirac heads the sphere and the hypersphere
+share, and the dispatch. A new domain is one new package and one line in :data:`DOMAINS`.
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ from mfpde.errors import ConfigError, ConfigErrors
 __all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_attribute", "domain_keys",
            "domain_job", "domain_not_applying", "domain_of_kind", "stationary_problem"]
 
-#: The token domains and the package of each (the box lives in :mod:`mfpde.tokens` itself).
-DOMAINS = {"box": None, "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
+#: The token domains and the package of each.
+DOMAINS = {"box": "mfpde.tokens.box", "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
            "hypersphere": "mfpde.tokens.hypersphere"}
 
 
@@ -77,7 +85,7 @@ def _config(domain: str) -> Any:
 
 
 def domain_keys(cfg: Any) -> dict[str, bool]:
-    """The keys whose use the config's domain decides (``{}`` for the box and a domain that decides none)."""
+    """The keys whose use the config's domain decides (``{}`` for a domain that decides none, or no domain)."""
     if DOMAINS.get(cfg.tokens.domain) is None:
         return {}
     keys = getattr(_config(cfg.tokens.domain), "keys", None)
@@ -93,7 +101,7 @@ def domain_not_applying(cfg: Any) -> list[tuple[str, str, bool, str]]:
 
 
 def domain_attribute(name: str, attribute: str, default: Any) -> Any:
-    """An attribute of a domain's config module (``default`` for the box and a domain without it)."""
+    """An attribute of a domain's config module (``default`` for a domain without it, or no domain)."""
     return default if DOMAINS.get(name) is None else getattr(_config(name), attribute, default)
 
 
@@ -107,7 +115,7 @@ def stationary_problem(cfg: Any, points: int, beta: float, noise: float) -> Any:
     mod = _config(name) if DOMAINS.get(name) is not None else None
     make = getattr(mod, "stationary", None)
     if make is None:
-        have = [d for d in DOMAINS if DOMAINS[d] is not None and hasattr(_config(d), "stationary")]
+        have = [d for d in DOMAINS if hasattr(_config(d), "stationary")]
         raise ConfigError(f"tokens.domain: continuation needs one of {', '.join(map(repr, have))} (noisy tokens), "
                           f"got {name!r}")
     ok, words = getattr(mod, "POINTS_RULE", (lambda n: True, ""))
@@ -117,44 +125,30 @@ def stationary_problem(cfg: Any, points: int, beta: float, noise: float) -> Any:
 
 
 def data_kinds(domain: str) -> tuple[str, ...]:
-    """The data kinds of a non-box domain (``()`` for the box, whose kinds :mod:`mfpde.config` checks)."""
+    """The data kinds of a domain (``()`` for a name that is none)."""
     return () if DOMAINS.get(domain) is None else tuple(_config(domain).KINDS)
 
 
 def domain_of_kind(kind: str) -> str | None:
-    """The non-box domain whose data kind ``kind`` is, or None."""
+    """The domain whose data kind ``kind`` is, or None."""
     return next((d for d in DOMAINS if kind in data_kinds(d)), None)
 
 
 def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: importing it would be a cycle
     """Check ``tokens.domain`` and hand the config to its domain's rules (``reads_data``: the command reads [data]).
 
-    On the box: refuse another domain's data kind, ``tokens.solver`` other than "dg", ``depth.spacing`` other
-    than "uniform" and ``tokens.noise``.
-
     Raises:
         ConfigError: naming the key (:class:`~mfpde.errors.ConfigErrors` for several).
     """
-    t, da, d = cfg.tokens, cfg.data, cfg.depth
-    if t.domain not in DOMAINS:
+    domain = cfg.tokens.domain
+    if domain not in DOMAINS:
         names = ", ".join(repr(n) for n in DOMAINS)
-        raise ConfigError(f"tokens.domain: must be one of {names}, got {t.domain!r}")
-    if DOMAINS[t.domain] is not None:
-        _config(t.domain).check(cfg, reads_data)
-        return
-    f = Found()
-    other = domain_of_kind(da.kind)
-    f.need(other is None, "data.kind", f"{da.kind!r} needs tokens.domain = {other!r}")
-    off_box = "tokens.domain = 'circle', 'sphere' or 'hypersphere'"
-    f.need(t.solver == "dg", "tokens.solver", f"{t.solver!r} needs {off_box} (boxes are solved by DG)")
-    f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs {off_box}")
-    f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs tokens.domain = 'circle', 'sphere' or 'hypersphere' "
-           "(noise is not on boxes)")
-    f.raise_all()
+        raise ConfigError(f"tokens.domain: must be one of {names}, got {domain!r}")
+    _config(domain).check(cfg, reads_data)
 
 
 def domain_job(domain: str) -> Any:
-    """The ``job`` module of a domain other than the box: its part of the ``transport`` job (module docstring)."""
+    """The ``job`` module of a domain: its part of the ``transport`` job (module docstring)."""
     if DOMAINS.get(domain) is None:
-        raise ValueError(f"{domain!r} has no job module (the box's transport is mfpde.jobs.transport's own)")
+        raise ValueError(f"{domain!r} is not a token domain (one of {', '.join(map(repr, DOMAINS))})")
     return importlib.import_module(f"{DOMAINS[domain]}.job")

@@ -82,10 +82,12 @@ class NumericalError(RuntimeError):
     Attributes:
         partial: what the failed solver had computed up to its last good state (solver-specific), or None.
         block: the report block of that last good state, or None.
+        blocks: where a job transports many samples, the report blocks of those done before the failed one, or None.
     """
 
     partial: Any = None
     block: Any = None
+    blocks: Any = None
 
 
 class SolverError(NumericalError):

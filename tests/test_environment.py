@@ -171,17 +171,17 @@ def test_run_with_read_only_home(tmp_path):
 THREADS = '''
 import json, sys
 from mpi4py import MPI
-import mfpde.jobs.transport as job
+import mfpde.tokens.box.job as job
 from mfpde import cli
 
-def record(pb, out, write_fields=True):
+def record(cfg, comm, fields, bar, setup):
     from threadpoolctl import threadpool_info
     n = max((p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"), default=0)
     with open({record!r} + f"-{{MPI.COMM_WORLD.rank}}.json", "w") as f:  # not stdout: mpiexec mixes the ranks' lines
         json.dump({{"rank": MPI.COMM_WORLD.rank, "blas_threads": n}}, f)
-    return {{}}
+    return [], None
 
-job.run_transport = record
+job.solve = record
 sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
 '''
 

@@ -68,16 +68,16 @@ def launch(args: list[str], n: int = 2, timeout: float = 240, env: dict[str, str
 PLANT = '''
 import sys
 from mpi4py import MPI
-import mfpde.jobs.transport as job
+import mfpde.tokens.box.job as job
 from mfpde import cli
 from mfpde.errors import ConfigError
 
-def planted(pb, out, write_fields=True):
+def planted(cfg, comm, fields, bar, setup):
     if MPI.COMM_WORLD.rank == 1:
         raise {exc}("planted on rank 1")
     MPI.COMM_WORLD.allreduce(1)  # rank 0 waits here for rank 1, which never comes
 
-job.run_transport = planted
+job.solve = planted
 sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
 '''
 

@@ -114,15 +114,15 @@ def test_signal_checkpoints_then_resume_gives_the_straight_run(tmp_path, n, sig,
 PLANT = '''
 import sys
 from mpi4py import MPI
-import mfpde.jobs.transport as job
+import mfpde.tokens.box.job as job
 from mfpde import cli
 
-def planted(pb, out, write_fields=True):
+def planted(cfg, comm, fields, bar, setup):
     if MPI.COMM_WORLD.rank == MPI.COMM_WORLD.size - 1:
         raise {exc}
     MPI.COMM_WORLD.allreduce(1)  # the other ranks wait here for the last one, which never comes
 
-job.run_transport = planted
+job.solve = planted
 sys.exit(cli.main(["transport", "demos/transport_small.toml", "--out", {out!r}]))
 '''
 

@@ -6,8 +6,8 @@ job does alike: the output directory as a transaction (:mod:`mfpde.outdir`), the
 report's head (command, version, domain, ranks), its wall time and its writing, ``status`` "failed" with what was
 computed when a solve fails.
 
-* :mod:`~mfpde.jobs.transport`: ``mfpde transport`` on the box, and on every other domain through its package's
-  ``job`` module (its solve, picture and summary; :mod:`mfpde.domains`);
+* :mod:`~mfpde.jobs.transport`: ``mfpde transport`` on every domain, through its package's ``job`` module (its
+  solve, picture and summary; :mod:`mfpde.domains`);
 * :mod:`~mfpde.jobs.continuation`: ``mfpde continuation`` of noisy tokens (the algorithm:
   :mod:`mfpde.bifurcation`).
 """

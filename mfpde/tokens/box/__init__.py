@@ -10,4 +10,6 @@
   :mod:`~mfpde.tokens.box.tape`: the discrete adjoint through the tape (§3).
 * :mod:`~mfpde.tokens.box.readout`, :mod:`~mfpde.tokens.box.data`, :mod:`~mfpde.tokens.box.particles`: g, μ_0^i,
   the particle reference.
+* :mod:`~mfpde.tokens.box.job`: the ``transport`` command on the box; :mod:`~mfpde.tokens.box.config`: its config
+  rules.
 """
