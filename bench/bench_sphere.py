@@ -1,29 +1,38 @@
 """Side by side on the sphere S² (theory §9): mfpde's DG and flow solvers against the strongest peer, in one run.
 
 The peer (``bench/sphere_peer.py``, numpy and scipy only, no mfpde code) is what a careful user writes: quadrature
-particles (N Gauss–Legendre nodes in cos ϑ × 2N longitudes, masses w_j μ_0(ξ_j)), the harmonic (Funk–Hecke) force
-with scipy's ``sph_harm_y_all`` and scipy's DOP853. mfpde: ``tokens.solver = "flow"`` (the same quadrature
-particles, the kernel :func:`~mfpde.tokens.sphere.kernel.sphere_velocity` picks, DOP853 with PI step control) and
+particles (N Gauss–Legendre nodes in cos ϑ × 2N longitudes, masses w_j μ_0(ξ_j)) and scipy's DOP853, with either
+force: the direct O(n²) sum (BLAS) or the harmonic (Funk–Hecke) series with scipy's ``sph_harm_y_all``; the peer's
+time at a target is the cheaper of the two. mfpde: ``tokens.solver = "flow"`` (the same quadrature particles, the
+kernel :func:`~mfpde.tokens.sphere.kernel.sphere_velocity` picks for their number, DOP853 with PI step control) and
 ``"dg"`` (:class:`~mfpde.tokens.sphere.dg.SphereDG`, DG1 and DG2 on the icosahedral mesh of the degree's geometry
 order, SSP-RK3 with its CFL and growth-rate sub-steps, the job's defaults).
 
-Case: SA, β = 5, μ_0 = 1/4π + Σ a Y_ℓm with the five small modes ``MODES`` (ℓ = 1..4; at most 3% of the uniform
-density), to t = ``T`` = 6: the end of the linear phase (the power of ℓ = 3, the fastest degree, has grown from
-2e-6 to 6.3e-3, √ratio 56 ≈ e^{6γ_3} = 56), the degree powers still smooth. Accuracy: the relative error of the
-degree powers p_ℓ = Σ_m μ̂_ℓm², ℓ = 1..8,
+Cases (``--case``):
+
+* ``modes``: SA, β = 5, μ_0 = 1/4π + Σ a Y_ℓm with the five small modes ``MODES`` (ℓ = 1..4, not zonal; at most
+  3% of the uniform density), to t = 6: the end of the linear phase (the power of ℓ = 3, the fastest degree, has
+  grown from 2e-6 to 6.3e-3, √ratio 56 ≈ e^{6γ_3}), the degree powers still smooth;
+* ``zonal``: USA, β = 5, zonal μ_0 = 1/4π + 0.02 Y_10 + 0.015 Y_20 + 0.01 Y_30, to t = 0.2: clusters forming
+  (the density's maximum about 9 times the uniform one; the powers converge spectrally in N, from 2.5e-3 at
+  N = 16 to 5e-8 at N = 32).
+
+Accuracy: the relative error of the degree powers p_ℓ = Σ_m μ̂_ℓm², ℓ = 1..8,
 
     err = max_ℓ |p_ℓ − p_ℓ^ref| / max_{ℓ ≥ 1} p_ℓ^ref,
 
-against the flow solver at N = 24, rtol 1e-13 (checked against the peer at N = 28, rtol 1e-13, an independent code,
-and the flow solver at N = 16). CPU: ``time.process_time`` of the solve alone (no data set-up, no mesh, no
-diagnostics), best of ``--repeat``, one BLAS thread. The table gives each code's cheapest setting that reaches
-1e-3 and 1e-5 (a DG run of more than 10 s is timed once). Memory: tracemalloc's peak of one solve per particle
-(flow, peer) or per cell (DG), numpy's arrays included (PETSc's and DOLFINx's C++ memory not).
+against the flow solver at ``REF_N`` nodes, rtol 1e-13, checked against the peer (an independent code) at
+``REF_N`` − 4 nodes. CPU: ``time.process_time`` of the solve alone (no data set-up, no mesh, no diagnostics),
+best of ``--repeat``, one BLAS thread. The table gives each code's cheapest setting that reaches 1e-2, 1e-4 and
+1e-6 (a DG run of more than 10 s is timed once; DG runs on the ``modes`` case only). Memory: tracemalloc's peak of
+one solve per particle (flow, peer) or per cell (DG), numpy's arrays included (PETSc's and DOLFINx's C++ memory
+not).
 
-    python bench/bench_sphere.py [--repeat 3] [--json out/bench_sphere.json] [--quick] [--skip-dg]
+    python bench/bench_sphere.py [--case modes|zonal] [--repeat 3] [--json out/bench_sphere.json] [--quick]
+                                 [--skip-dg]
 
-About 15 minutes of CPU, most of it DG (DG2 on 1280 cells alone ≈ 7 minutes). Prints markdown tables and the
-load average; the DG rows are measured last.
+The ``modes`` case takes about 15 minutes of CPU, most of it DG (DG2 on 1280 cells alone ≈ 7 minutes); the
+``zonal`` case a few minutes. Prints markdown tables and the load average; the DG rows are measured last.
 """
 
 from __future__ import annotations
@@ -51,28 +60,54 @@ from mfpde.tokens.sphere.data import modes_density  # noqa: E402
 from mfpde.tokens.sphere.diag import measure_power  # noqa: E402
 from mfpde.tokens.sphere.flow import SphereFlow  # noqa: E402
 from mfpde.tokens.sphere.kernel import sphere_velocity  # noqa: E402
+from mfpde.tokens.sphere.sht import backend  # noqa: E402
 
-BETA, ATT, T, LP = 5.0, "softmax", 6.0, 8
+LP = 8
 MODES = [[1, 1, 2e-3], [2, 0, 1.5e-3], [3, 2, 1e-3], [3, -1, 1e-3], [4, 3, 5e-4]]
-TARGETS = (1e-3, 1e-5)
+ZONAL = [[1, 0, 0.02], [2, 0, 0.015], [3, 0, 0.01]]
+#: per case: β, attention, T, μ_0's modes, the reference's nodes, the nodes run (full, --quick)
+CASES = {"modes": (5.0, "softmax", 6.0, MODES, 32, [8, 10, 12, 14, 16, 18, 20, 22, 24], [8, 12, 16, 20]),
+         "zonal": (5.0, "unnormalised", 0.2, ZONAL, 48, [12, 16, 20, 24, 28, 32, 40], [16, 24, 32])}
+TARGETS = (1e-2, 1e-4, 1e-6)
+BETA, ATT, T, CASE_MODES = CASES["modes"][:4]
 
 
-def cpu(f: Callable[[], Any], repeat: int) -> tuple[Any, float]:
-    """(f()'s value, its CPU time: the least of ``repeat`` calls of the solve's own clock or of the process)."""
-    best, out = math.inf, None
+def cpu(f: Callable[[], Any], repeat: int) -> tuple[Any, float, Any]:
+    """(f()'s value, its CPU time: the least of ``repeat`` calls of the solve's own clock; what else f gave)."""
+    best, out, extra = math.inf, None, None
     for _ in range(repeat):
-        out, t = f()
+        out, t, *extra = f()
         best = min(best, t)
-    return out, best
+    return out, best, extra
 
 
-def flow_power(N: int, rtol: float) -> tuple[np.ndarray, float]:
-    sol = SphereFlow(sphere_velocity(BETA, ATT), nodes=N, rtol=rtol, L=LP).solve(MODES, T, [T])
-    return sol.power[-1], sol.solve_cpu_s
+def use_case(name: str) -> None:
+    """Set the case the solves below run (``CASES``)."""
+    global BETA, ATT, T, CASE_MODES
+    BETA, ATT, T, CASE_MODES = CASES[name][:4]
 
 
-def peer_power(N: int, rtol: float) -> tuple[np.ndarray, float]:
-    r = peer.peer_solve(MODES, BETA, ATT, N, T, np.array([T]), rtol=rtol, L_power=LP)
+def flow_power(N: int, rtol: float, sht: str | None = None) -> tuple[np.ndarray, float, str]:
+    """(powers at T, solve CPU, the kernel chosen for the 2N² particles) of mfpde's flow solver.
+
+    ``sht`` sets ``MFPDE_SHT`` for the solve (None: as it is).
+    """
+    before = os.environ.get("MFPDE_SHT")
+    if sht is not None:
+        os.environ["MFPDE_SHT"] = sht
+    try:
+        vel = sphere_velocity(BETA, ATT, points=2 * N * N)
+        sol = SphereFlow(vel, nodes=N, rtol=rtol, L=LP).solve(CASE_MODES, T, [T])
+    finally:
+        if before is None:
+            os.environ.pop("MFPDE_SHT", None)
+        else:
+            os.environ["MFPDE_SHT"] = before
+    return sol.power[-1], sol.solve_cpu_s, vel.kernel
+
+
+def peer_power(N: int, rtol: float, force: str = "direct") -> tuple[np.ndarray, float]:
+    r = peer.peer_solve(CASE_MODES, BETA, ATT, N, T, np.array([T]), rtol=rtol, L_power=LP, force=force)
     return r["power"][-1], r["cpu_s"]
 
 
@@ -83,7 +118,7 @@ def dg_power(degree: int, refine: int) -> tuple[np.ndarray, float, int, int]:
 
     mesh = icosphere(MPI.COMM_SELF, refine, geometry_order(degree))
     op = SphereDG(mesh, degree, sphere_velocity(BETA, ATT), max_dt=growth_step_cap(BETA, ATT))
-    mu0 = op.project(lambda x: modes_density(MODES, x))
+    mu0 = op.project(lambda x: modes_density(CASE_MODES, x))
     rep = op.solve(mu0, T, 1)
     x, w = op.quadrature(rep.mu_T)
     cells = mesh.topology.index_map(2).size_local
@@ -111,39 +146,54 @@ def fmt(r: dict[str, Any] | None) -> str:
     if r is None:
         return "not reached"
     what = f"DG{r['degree']}, {r['cells']} cells" if "cells" in r else f"N = {r['N']}, rtol {r['rtol']:g}"
+    if "kernel" in r:
+        what += f", {r['kernel']}"
     return f"{r['cpu']:.3f} s ({what}; err {r['err']:.1e})"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=sorted(CASES), default="modes")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-dg", action="store_true")
-    ap.add_argument("--json", default="out/bench_sphere.json")
+    ap.add_argument("--json", default=None, help="default out/bench_sphere.json (modes), out/bench_sphere_zonal.json")
     args = ap.parse_args()
+    use_case(args.case)
+    ref_n, full_ns, quick_ns = CASES[args.case][4:]
+    json_path = Path(args.json or ("out/bench_sphere.json" if args.case == "modes" else "out/bench_sphere_zonal.json"))
     load0 = os.getloadavg()
-    print(f"load {load0[0]:.1f}", flush=True)
+    print(f"case {args.case}: β = {BETA:g}, {ATT}, T = {T:g}; load {load0[0]:.1f}", flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent).stdout.strip()
-    rows: dict[str, list[dict[str, Any]]] = {"flow": [], "peer": [], "dg": []}
+    ducc = backend() == "ducc0"  # then mfpde's flow runs with either backend: ducc0 (the extra), numpy (the default)
+    codes = ("flow", *(("flow_numpy",) if ducc else ()), "peer_direct", "peer_harmonic")
+    rows: dict[str, list[dict[str, Any]]] = {c: [] for c in (*codes, "dg")}
+    run = {"flow": flow_power, "flow_numpy": lambda N, rtol: flow_power(N, rtol, "numpy"),
+           "peer_direct": lambda N, rtol: peer_power(N, rtol, "direct"),
+           "peer_harmonic": lambda N, rtol: peer_power(N, rtol, "harmonic")}
     with blas_threads():
-        ref = flow_power(24, 1e-13)[0]
-        check = {"err(peer N=28, rtol 1e-13)": err(peer_power(28, 1e-13)[0], ref),
-                 "err(flow N=16, rtol 1e-13)": err(flow_power(16, 1e-13)[0], ref)}
+        ref = flow_power(ref_n, 1e-13)[0]
+        check = {f"err(peer N={ref_n - 4}, rtol 1e-13)": err(peer_power(ref_n - 4, 1e-13)[0], ref),
+                 f"err(flow N={ref_n - 8}, rtol 1e-13)": err(flow_power(ref_n - 8, 1e-13)[0], ref)}
         print(f"reference powers ℓ=0..{LP}: {np.array2string(ref, precision=3)}; checks " +
               ", ".join(f"{k} = {v:.1e}" for k, v in check.items()), flush=True)
-        Ns = [8, 12, 16, 20] if args.quick else [8, 10, 12, 14, 16, 18, 20]
-        tols = [1e-4, 1e-7] if args.quick else [1e-4, 1e-6, 1e-8]
+        Ns = quick_ns if args.quick else full_ns
+        tols = [1e-4, 1e-8] if args.quick else [1e-4, 1e-6, 1e-8, 1e-10]
         for N in Ns:
-            for rtol in tols:  # interleaved: the same load for both
-                for code, f in (("flow", flow_power), ("peer", peer_power)):
-                    p, t = cpu(lambda f=f, N=N, rtol=rtol: f(N, rtol), args.repeat)
-                    rows[code].append({"N": N, "particles": 2 * N * N, "rtol": rtol, "err": err(p, ref), "cpu": t})
-                    print(f"  {code} N={N} rtol={rtol:g}: err {rows[code][-1]['err']:.1e}, CPU {t:.4f} s", flush=True)
-        mem = {"flow_bytes_per_particle": peak_bytes(lambda: flow_power(12, 1e-8)) / 288,
-               "peer_bytes_per_particle": peak_bytes(lambda: peer_power(12, 1e-8)) / 288}
-        dg_commit = commit
-        if not args.skip_dg:
+            for rtol in tols:  # interleaved: the same load for every code
+                for code in codes:
+                    p, t, extra = cpu(lambda code=code, N=N, rtol=rtol: run[code](N, rtol), args.repeat)
+                    row = {"N": N, "particles": 2 * N * N, "rtol": rtol, "err": err(p, ref), "cpu": t}
+                    if extra:
+                        row["kernel"] = extra[0]
+                    rows[code].append(row)
+                    print(f"  {code} N={N} rtol={rtol:g}: err {row['err']:.1e}, CPU {t:.4f} s"
+                          + (f" ({row['kernel']})" if extra else ""), flush=True)
+        mem = {"flow_bytes_per_particle": peak_bytes(lambda: flow_power(20, 1e-8)) / 800,
+               "peer_direct_bytes_per_particle": peak_bytes(lambda: peer_power(20, 1e-8, "direct")) / 800,
+               "peer_harmonic_bytes_per_particle": peak_bytes(lambda: peer_power(20, 1e-8, "harmonic")) / 800}
+        if not args.skip_dg and args.case == "modes":
             grid = [(1, 2), (2, 1), (2, 2)] if args.quick else [(1, 2), (1, 3), (2, 1), (2, 2), (2, 3)]
             for degree, refine in grid:
                 out = dg_power(degree, refine)
@@ -155,21 +205,29 @@ def main() -> int:
                 print(f"  DG{degree} refine {refine} ({out[2]} cells, {out[3]} sub-steps): err "
                       f"{rows['dg'][-1]['err']:.1e}, CPU {best:.3f} s", flush=True)
             mem["dg2_bytes_per_cell"] = peak_bytes(lambda: dg_power(2, 1)) / 80  # 80 cells: an upper bound
+    rows["peer"] = rows["peer_direct"] + rows["peer_harmonic"]  # the peer: the cheaper force at each target
     best = {code: {f"{tg:g}": cheapest(r, tg) for tg in TARGETS} for code, r in rows.items()}
-    print(f"\nmeasured at commit {dg_commit}; load {load0[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    print("\n| relative error of the degree powers | mfpde flow | mfpde DG (DG1, DG2) | peer (quadrature particles) |"
-          " fastest |\n|---|---|---|---|---|")
+    print(f"\nmeasured at commit {commit}; load {load0[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    flows = [c for c in rows if c.startswith("flow")]
+    names = {"flow": f"mfpde flow ({backend()})", "flow_numpy": "mfpde flow (numpy)"}
+    print("\n| relative error of the degree powers | " + " | ".join(names[c] for c in flows) + " | mfpde DG (DG1, DG2) "
+          "| peer, direct force | peer, harmonic force | " + " | ".join(f"{names[c]} / peer" for c in flows) + " |")
+    print("|---" * (5 + 2 * len(flows)) + "|")
+
+    def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
+        return f"{a['cpu'] / b['cpu']:.2f}×" if a is not None and b is not None else "—"
+
     for tg in TARGETS:
         b = {c: best[c][f"{tg:g}"] for c in rows}
-        reached = {c: r["cpu"] for c, r in b.items() if r is not None}
-        fastest = min(reached, key=reached.__getitem__) if reached else "—"
-        print(f"| {tg:g} | {fmt(b['flow'])} | {fmt(b['dg'])} | {fmt(b['peer'])} | {fastest} |")
+        print(f"| {tg:g} | " + " | ".join(fmt(b[c]) for c in flows) + f" | {fmt(b['dg'])} | {fmt(b['peer_direct'])} "
+              f"| {fmt(b['peer_harmonic'])} | " + " | ".join(ratio(b[c], b["peer"]) for c in flows) + " |")
     print("\nmemory (tracemalloc peak of one solve): " + ", ".join(f"{k} {v:.0f} B" for k, v in mem.items()))
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"case": {"beta": BETA, "attention": ATT, "T": T, "modes": MODES},
-                                           "reference": {"powers": ref.tolist(), "checks": check}, "rows": rows,
-                                           "best": best, "memory": mem, "commit": dg_commit,
-                                           "load": [load0[0], os.getloadavg()[0]]}, indent=1, default=float))
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps({"case": {"name": args.case, "beta": BETA, "attention": ATT, "T": T,
+                                              "modes": CASE_MODES, "reference_nodes": ref_n},
+                                     "reference": {"powers": ref.tolist(), "checks": check}, "rows": rows,
+                                     "best": best, "memory": mem, "commit": commit,
+                                     "load": [load0[0], os.getloadavg()[0]]}, indent=1, default=float))
     return 0
 
 

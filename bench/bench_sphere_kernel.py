@@ -10,10 +10,14 @@ solver does per stage). Measured (CPU seconds, ``time.process_time``, best of ``
 * peak memory of one evaluation per point (``tracemalloc``, numpy's allocations), harmonic and log-domain;
 * with ``--ranks``: run under ``mpiexec -n P``, a weak-scaling table (n points per rank): the slowest rank's
   seconds and the bytes each rank sends (8 (L+1)² per update, whatever P);
+* with ``--crossover``: the direct sum against the harmonic kernel for n = 64..4096 at L = 16..55, with each
+  transform backend (numpy, and ducc0 if importable): the ratio of their CPU, the measured crossover (the n where
+  the direct sum stops being cheaper) and the rule :func:`mfpde.tokens.sphere.kernel.direct_limit` sets;
 * if ``ducc0`` is importable: its NUFFT-based ``synthesis_general`` (value + gradient) and
   ``adjoint_synthesis_general`` at ε = 2.1e-13 against n, for comparison (not a dependency of mfpde).
 
     python bench/bench_sphere_kernel.py [--repeat 3] [--quick] [--json out/bench_sphere_kernel.json]
+    python bench/bench_sphere_kernel.py --crossover [--repeat 5] [--quick]
     mpiexec -n 3 python bench/bench_sphere_kernel.py --ranks [--n 20000]
 """
 
@@ -36,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mfpde.fitting import fit_power  # noqa: E402
-from mfpde.tokens.sphere.kernel import HarmonicVelocity, LogDomainVelocity, TiltedVelocity  # noqa: E402
+from mfpde.tokens.sphere.kernel import HarmonicVelocity, LogDomainVelocity, TiltedVelocity, direct_limit  # noqa: E402
 from mfpde.tokens.sphere.velocity import DirectVelocity  # noqa: E402
 
 
@@ -121,6 +125,40 @@ def _ducc0(L: int, x: np.ndarray, w: np.ndarray) -> Callable[[], object]:
     return run
 
 
+def crossover(repeat: int, quick: bool) -> dict[str, Any]:
+    """Harmonic kernel over direct sum, CPU ratio per (backend, L, n); the crossover n and the rule's limit."""
+    import os
+
+    ns = [64, 256, 1024, 4096] if quick else [64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+    Ls = [16, 39] if quick else [16, 22, 28, 39, 55]
+    backends = ["numpy"] + (["ducc0"] if importlib.util.find_spec("ducc0") is not None else [])
+    res: dict[str, Any] = {"n": ns, "L": Ls, "rows": []}
+    before = os.environ.get("MFPDE_SHT")
+    try:
+        for sht in backends:
+            os.environ["MFPDE_SHT"] = sht
+            for L in Ls:
+                ratio = []
+                for n in ns:
+                    x, w = points(n)
+                    h = best(evaluation(HarmonicVelocity(9.0, "unnormalised", L=L), x, w), repeat)
+                    d = best(evaluation(DirectVelocity(9.0, "unnormalised"), x, w), repeat)
+                    ratio.append(h / d)
+                cheaper = [n for n, r in zip(ns, ratio, strict=True) if r > 1.0]  # the direct sum is cheaper
+                res["rows"].append({"sht": sht, "L": L, "harmonic_over_direct": ratio,
+                                    "direct_cheaper_up_to": max(cheaper) if cheaper else None,
+                                    "rule": direct_limit(L, sht)})
+                print(f"{sht:6s} L={L:2d}: " + " ".join(f"{n}:{r:.2f}" for n, r in zip(ns, ratio, strict=True))
+                      + f"  direct cheaper up to n = {res['rows'][-1]['direct_cheaper_up_to']}, rule "
+                      f"{direct_limit(L, sht)}", flush=True)
+    finally:
+        if before is None:
+            os.environ.pop("MFPDE_SHT", None)
+        else:
+            os.environ["MFPDE_SHT"] = before
+    return res
+
+
 def weak(n: int, repeat: int) -> dict[str, Any]:
     """Weak scaling, n points per rank: the slowest rank's CPU seconds per evaluation, bytes sent per update."""
     comm = MPI.COMM_WORLD
@@ -136,10 +174,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ranks", action="store_true", help="the weak-scaling row of this mpiexec -n P")
+    ap.add_argument("--crossover", action="store_true", help="the direct sum against the harmonic kernel")
     ap.add_argument("--n", type=int, default=20000, help="points per rank with --ranks")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    res = weak(args.n, args.repeat) if args.ranks else serial(args.repeat, args.quick)
+    if args.crossover:
+        res = crossover(args.repeat, args.quick)
+    else:
+        res = weak(args.n, args.repeat) if args.ranks else serial(args.repeat, args.quick)
     if MPI.COMM_WORLD.rank == 0:
         print(json.dumps(res, indent=1))
         if args.json:

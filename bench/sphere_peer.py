@@ -8,6 +8,8 @@ velocity of their own measure (theory §9), computed with the harmonic (Funk–H
 for f = 1 (Z) and f = y_i (the numerator N), v = P_x N/Z (SA) or P_x N (USA): four transforms of degree L and one
 evaluation of the harmonics (scipy's ``sph_harm_y_all``, every Y_ℓ^m at once; no derivatives and no pole
 singularity), O(n L²) per evaluation. L is the first degree with Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) < 1e-12 e^β unless given.
+Or (``force="direct"``) the direct O(n²) sum, one n × n kernel matrix e^{β X Xᵀ} by BLAS and two products: the
+cheaper force for few particles, exact at any β (SA shifted by each row's maximum).
 The ODE is integrated by scipy's DOP853 (``solve_ivp``) in R³ with the harmonics at X/|X|; outputs are projected
 onto the sphere. The real orthonormal Y_ℓm follow the usual convention (√2 (−1)^m Re/Im of Y_ℓ^{|m|}), so
 ``modes = [[ℓ, m, a], ...]`` means μ_0 = 1/4π + Σ a Y_ℓm.
@@ -24,7 +26,7 @@ import numpy as np
 import scipy.integrate
 import scipy.special
 
-__all__ = ["harmonic_velocity", "peer_solve", "real_harmonics", "series_degree"]
+__all__ = ["direct_velocity", "harmonic_velocity", "peer_solve", "real_harmonics", "series_degree"]
 
 
 def real_harmonics(L: int, x: np.ndarray) -> np.ndarray:
@@ -54,6 +56,18 @@ def harmonic_velocity(x: np.ndarray, w: np.ndarray, beta: float, softmax: bool, 
     return N - np.sum(N * x, axis=1)[:, None] * x
 
 
+def direct_velocity(x: np.ndarray, w: np.ndarray, beta: float, softmax: bool) -> np.ndarray:
+    """The attention velocity (n, 3) of the particles x (n, 3) with masses w (n,), by the direct O(n²) sum."""
+    e = beta * (x @ x.T)
+    if softmax:
+        e -= e.max(axis=1, keepdims=True)
+    k = np.exp(e) * w
+    num = k @ x
+    if softmax:
+        num /= k.sum(axis=1, keepdims=True)
+    return num - np.sum(num * x, axis=1)[:, None] * x
+
+
 def series_degree(beta: float, tol: float = 1e-12) -> int:
     """The first L with the Bessel tail Σ_{ℓ>L} (2ℓ+1) i_ℓ(β) < tol e^β (theory §9's rule)."""
     ll = np.arange(400)
@@ -63,8 +77,13 @@ def series_degree(beta: float, tol: float = 1e-12) -> int:
 
 
 def peer_solve(modes: list[list[float]], beta: float, attention: str, N: int, T: float, t_out: np.ndarray,
-               rtol: float = 1e-10, L: int | None = None, L_power: int = 16) -> dict:
-    """Particles, μ̂_ℓm and degree powers (ℓ ≤ L_power) at ``t_out``; ``cpu_s`` is the solve's process time."""
+               rtol: float = 1e-10, L: int | None = None, L_power: int = 16, force: str = "harmonic") -> dict:
+    """Particles, μ̂_ℓm and degree powers (ℓ ≤ L_power) at ``t_out``; ``cpu_s`` is the solve's process time.
+
+    ``force``: "harmonic" (the Funk–Hecke series of degree L) or "direct" (the O(n²) sum).
+    """
+    if force not in ("harmonic", "direct"):
+        raise ValueError(f"force must be 'harmonic' or 'direct', got {force!r}")
     t, wt = np.polynomial.legendre.leggauss(N)
     ph = (np.arange(2 * N) + 0.5) * math.pi / N
     s = np.sqrt(1 - t * t)
@@ -86,7 +105,10 @@ def peer_solve(modes: list[list[float]], beta: float, attention: str, N: int, T:
         nonlocal nfev
         nfev += 1
         X = y.reshape(n, 3)
-        return harmonic_velocity(X / np.linalg.norm(X, axis=1, keepdims=True), w, beta, softmax, L).ravel()
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        if force == "direct":
+            return direct_velocity(X, w, beta, softmax).ravel()
+        return harmonic_velocity(X, w, beta, softmax, L).ravel()
 
     cpu = time.process_time()
     sol = scipy.integrate.solve_ivp(rhs, (0.0, T), xi.ravel(), method="DOP853", t_eval=t_out, rtol=rtol, atol=rtol)
@@ -107,9 +129,7 @@ def _selfcheck() -> None:
     w /= w.sum()
     for beta in (5.0, 9.0):
         for softmax in (True, False):
-            k = np.exp(beta * (x @ x.T)) * w
-            num = k @ x / (k.sum(1, keepdims=True) if softmax else 1.0)
-            direct = num - np.sum(num * x, 1)[:, None] * x
+            direct = direct_velocity(x, w, beta, softmax)
             v = harmonic_velocity(x, w, beta, softmax, series_degree(beta))
             print(f"β={beta:g} {'SA' if softmax else 'USA'}: |harmonic − direct| / |direct| = "
                   f"{np.abs(v - direct).max() / np.abs(direct).max():.1e}")

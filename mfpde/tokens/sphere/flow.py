@@ -162,9 +162,12 @@ class SphereFlow:
 
     def field(self, X: Array, m: Array) -> Array:
         """The velocity (n, 3) of the particles X (n, 3) (any radius: v(X/|X|), see the module) of masses m."""
-        x = X / np.linalg.norm(X, axis=1, keepdims=True)
-        part = np.array_split(np.arange(len(x)), self._size)[self._rank]
-        self.v.update(x[part], m[part])
+        x = X / np.sqrt(np.einsum("ij,ij->i", X, X))[:, None]
+        if self._size == 1:
+            self.v.update(x, m)
+        else:
+            part = np.array_split(np.arange(len(x)), self._size)[self._rank]
+            self.v.update(x[part], m[part])
         self.nfev += 1
         return np.asarray(self.v.velocity(x), dtype=float)
 

@@ -48,13 +48,19 @@ NOISE_DEGREE = 16
 
 
 def sphere_heads(cfg: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(β_h, c_h) of the Dirac heads of ``[heads]`` (the scalar family: a is β, c the value-weighted mass)."""
-    from mfpde.params.family import make_family
-    from mfpde.params.theta import dirac_heads
+    """(β_h, c_h) of the Dirac heads of ``[heads]``, read where they are given.
 
+    heads.init's points [β, v] with weights w (normalised to sum 1): c = Σ w v over the heads of one β (to 12
+    digits), 0 included (such a head does not move μ).
+    """
     h = cfg.heads
-    heads = dirac_heads(make_family(h.family, h.a), h.init["points"], h.init["weights"])
-    return np.asarray(heads.a, float), np.asarray(heads.c, float)
+    points = np.asarray(h.init["points"], dtype=float).reshape(-1, 2)
+    w = np.asarray(h.init["weights"], dtype=float)
+    w = w / w.max()  # first: weights near the largest float would overflow their sum
+    beta, inv = np.unique(np.round(points[:, 0], 12), return_inverse=True)
+    c = np.zeros(len(beta))
+    np.add.at(c, inv, w / w.sum() * points[:, 1])
+    return beta, c
 
 
 class _HeadSum:
@@ -74,19 +80,23 @@ class _HeadSum:
 
 
 def sphere_velocity_of(cfg: Any, comm: MPI.Comm) -> Any:
-    """The velocity of the heads of ``cfg`` (one kernel per head, chosen by β and the attention).
+    """The velocity of the heads of ``cfg`` (one kernel per head, chosen by β, the attention and the solver).
 
     The series' degree L is cut where its Bessel tail falls below :data:`DG_KERNEL_TOL` for the DG solver (whose own
-    error is O(h^{p+1}), far above it) and below 1e-14 for the flow solver (spectrally accurate).
+    error is O(h^{p+1}), far above it) and below 1e-14 for the flow solver (spectrally accurate). The flow solver
+    tells the kernel its particle count: few particles take the direct sum (:func:`~mfpde.tokens.sphere.kernel.
+    choose_kernel`).
     """
     from mfpde.tokens.sphere.kernel import DEFAULT_TOL, sphere_velocity
 
     betas, cs = sphere_heads(cfg)
-    tol = DG_KERNEL_TOL if cfg.tokens.solver == "dg" else DEFAULT_TOL
-    parts = [sphere_velocity(float(b), cfg.tokens.attention, comm, c=float(c), tol=tol)
+    flow = cfg.tokens.solver == "flow"
+    tol = DEFAULT_TOL if flow else DG_KERNEL_TOL
+    points = particles(cfg.tokens.labels) if flow else None
+    parts = [sphere_velocity(float(b), cfg.tokens.attention, comm, c=float(c), tol=tol, points=points)
              for b, c in zip(betas, cs, strict=True) if c != 0.0]
     if not parts:  # every head has c = 0: μ does not move; the kernel of the first head still names it
-        parts = [sphere_velocity(float(betas[0]), cfg.tokens.attention, comm, c=0.0, tol=tol)]
+        parts = [sphere_velocity(float(betas[0]), cfg.tokens.attention, comm, c=0.0, tol=tol, points=points)]
     return parts[0] if len(parts) == 1 else _HeadSum(parts)
 
 
@@ -99,9 +109,10 @@ def initial_density(cfg: Any) -> Any:
     return lambda x: modes_density(modes, x)
 
 
-def _kernel_degree(vel: Any) -> int:
-    """The degree L of the kernel's series (the largest over the heads)."""
-    return int(max(getattr(p, "L", 0) or 0 for p in getattr(vel, "parts", [vel])))
+def _kernel_degree(vel: Any) -> int | None:
+    """The degree L of the kernel's series (the largest over the heads); None for the direct sum alone."""
+    degrees = [int(p.L) for p in getattr(vel, "parts", [vel]) if getattr(p, "L", None) is not None]
+    return max(degrees) if degrees else None
 
 
 def _report_degree(vel: Any) -> int:

@@ -20,6 +20,11 @@ e^{β(x·y−1)} with the exponent (and log w) shifted by its maximum per target
 the reference. It gathers the points of all ranks: 32 N bytes on every rank (N points in all) plus work arrays
 of at most :data:`WORK_BYTES` (64 MiB), and O(n N) work per rank: meshes of up to ~10⁵ points. All three
 expose the harmonic coefficients (computed gather-free) for the reports.
+
+For few points the direct O(n²) sum (:class:`~mfpde.tokens.sphere.velocity.DirectVelocity`, "direct") costs less
+than any series: :func:`choose_kernel` takes it when told the number of points and that number is at most
+:func:`direct_limit` (the flow solver's particles; exact at any β, it gathers the points, which the flow solver
+replicates anyway).
 """
 
 from __future__ import annotations
@@ -33,20 +38,20 @@ import numpy.typing as npt
 import scipy.special
 
 from mfpde.tokens.sphere.series import DEFAULT_TOL, EPS, degree_power, harmonic_degree, harmonic_tail
-from mfpde.tokens.sphere.sht import analysis, synthesis
+from mfpde.tokens.sphere.sht import analysis, backend, synthesis
 from mfpde.tokens.sphere.theory import ATTENTIONS
 from mfpde.tokens.sphere.tilted import TiltedVelocity
 from mfpde.tokens.sphere.velocity import DirectVelocity, tangent
 
-__all__ = ["DEFAULT_TOL", "KERNELS", "HarmonicVelocity", "LogDomainVelocity", "TiltedVelocity", "choose_kernel",
-           "degree_power", "harmonic_degree", "harmonic_tail", "sphere_velocity"]
+__all__ = ["DEFAULT_TOL", "KERNELS", "DirectVelocity", "HarmonicVelocity", "LogDomainVelocity", "TiltedVelocity",
+           "choose_kernel", "degree_power", "direct_limit", "harmonic_degree", "harmonic_tail", "sphere_velocity"]
 
 Array = npt.NDArray[np.float64]
 
 #: the log-domain kernel's work arrays (three blocks of targets × all N points) stay below this many bytes
 WORK_BYTES = 2**26
 #: the kernels by name (the name each reports as ``kernel``)
-KERNELS = ("harmonic", "tilted", "log-domain")
+KERNELS = ("harmonic", "tilted", "log-domain", "direct")
 
 
 def _check(beta: float, attention: str) -> None:
@@ -167,17 +172,40 @@ class LogDomainVelocity(DirectVelocity):
         return self.c * v
 
 
-def choose_kernel(beta: float, attention: str, rtol: float = 1e-6) -> str:
-    """"harmonic" unless the SA quotient's relative error bound 4 ε e^{2β} exceeds ``rtol``, then "tilted".
+def direct_limit(L: int, sht: str) -> int:
+    """The most points for which the direct O(n²) sum is cheaper than the harmonic kernel of degree L.
 
-    USA always takes "harmonic" (its error is ε relative to the largest velocity). With rtol = 1e-6 SA switches
-    at β > ½ log(rtol/(4ε)) ≈ 10.4 to :class:`~mfpde.tokens.sphere.tilted.TiltedVelocity` (gather-free, the
-    same bound at any β). "log-domain" (gathers) is never chosen: it is the exact reference at any β.
+    Measured per evaluation (one update + the velocity at the same points, one BLAS thread; ``python
+    bench/bench_sphere_kernel.py --crossover``): with the numpy transforms (``sht`` "numpy", O(n (L+1)²)) the
+    crossover is at n ≈ (L+1)² for L = 16..39 and stops growing at ≈ 1600 (past ~1000 points the direct sum's n × n
+    block leaves the cache); with ducc0's (O(n + L² log L)) it is at n ≈ 450–600 for L = 16..55. Near the
+    crossover the two cost the same, so a rule within a third of it loses little.
+    """
+    limit = min((L + 1) ** 2, 1600)
+    return limit if sht == "numpy" else min(limit, 400 + 4 * (L + 1))
+
+
+def choose_kernel(beta: float, attention: str, rtol: float = 1e-6, points: int | None = None,
+                  L: int | None = None, tol: float = DEFAULT_TOL) -> str:
+    """The kernel for β, the attention and (where known) the number of points.
+
+    "direct" for at most :func:`direct_limit` ``points``, else "harmonic" unless the SA quotient's relative error
+    bound 4 ε e^{2β} exceeds ``rtol``, then "tilted".
+
+    ``points``: the number of points the velocity is summed over and evaluated at (the flow solver's particles);
+    None (a mesh's quadrature points, which are many and distributed) never takes the direct sum. USA takes
+    "harmonic" above the limit (its error is ε relative to the largest velocity). With rtol = 1e-6 SA switches at
+    β > ½ log(rtol/(4ε)) ≈ 10.4 to :class:`~mfpde.tokens.sphere.tilted.TiltedVelocity` (gather-free, the same bound
+    at any β). "log-domain" (gathers) is never chosen: it is the exact reference at any β.
 
     Raises:
         ValueError: an unknown attention, β ≤ 0.
     """
     _check(beta, attention)
+    if points is not None:
+        degree = harmonic_degree(beta, tol) if L is None else int(L)
+        if points <= direct_limit(degree, backend()):
+            return "direct"
     if attention == "unnormalised" or 4 * EPS * math.exp(min(2 * beta, 700.0)) <= rtol:
         return "harmonic"
     return "tilted"
@@ -185,20 +213,26 @@ def choose_kernel(beta: float, attention: str, rtol: float = 1e-6) -> str:
 
 def sphere_velocity(beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
                     L: int | None = None, tol: float = DEFAULT_TOL, rtol: float = 1e-6,
-                    kernel: str | None = None) -> HarmonicVelocity | TiltedVelocity | LogDomainVelocity:
+                    kernel: str | None = None, points: int | None = None
+                    ) -> HarmonicVelocity | TiltedVelocity | LogDomainVelocity | DirectVelocity:
     """The kernel :func:`choose_kernel` picks, or the one named by ``kernel`` (one of :data:`KERNELS`).
 
+    ``points``: the number of points, where it is known (the flow solver's particles).
+
     Its ``kernel`` attribute names it; its ``coefficients`` have degree L (default :func:`harmonic_degree`
-    (β, tol)) whichever kernel computes the velocity.
+    (β, tol)) whichever series kernel computes the velocity (the direct sum has none).
 
     Raises:
         ValueError: an unknown kernel or attention, β ≤ 0.
     """
-    name = choose_kernel(beta, attention, rtol) if kernel is None else kernel
+    name = choose_kernel(beta, attention, rtol, points, L, tol) if kernel is None else kernel
     if name == "harmonic":
         return HarmonicVelocity(beta, attention, comm, c, L, tol)
     if name == "tilted":
         return TiltedVelocity(beta, attention, comm, c, rtol, tol, L_report=L)
     if name == "log-domain":
         return LogDomainVelocity(beta, attention, comm, c, L, tol)
+    if name == "direct":
+        _check(beta, attention)
+        return DirectVelocity(beta, attention, comm, c)
     raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")

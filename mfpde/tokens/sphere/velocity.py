@@ -57,6 +57,8 @@ class DirectVelocity:
     any β); USA overflows past β ≈ 700 like e^β itself.
     """
 
+    kernel = "direct"
+
     def __init__(self, beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
                  chunk: int = 2048) -> None:
         if attention not in ATTENTIONS:
@@ -66,10 +68,13 @@ class DirectVelocity:
         self._w = np.zeros(0)
 
     def update(self, x: Array, w: Array) -> None:
-        """Gather the measure of all ranks (collective)."""
-        xs = self.comm.allgather(np.ascontiguousarray(x, dtype=float).reshape(-1, 3))
-        ws = self.comm.allgather(np.ascontiguousarray(w, dtype=float).ravel())
-        self._y, self._w = np.concatenate(xs), np.concatenate(ws)
+        """Gather the measure of all ranks (collective; on one rank the arrays are kept as they are)."""
+        x = np.ascontiguousarray(x, dtype=float).reshape(-1, 3)
+        w = np.ascontiguousarray(w, dtype=float).ravel()
+        if self.comm.size == 1:
+            self._y, self._w = x, w
+            return
+        self._y, self._w = np.concatenate(self.comm.allgather(x)), np.concatenate(self.comm.allgather(w))
 
     def velocity(self, x: Array) -> Array:
         """The velocity at x (m, 3): blocks of ``chunk`` targets against all gathered points."""

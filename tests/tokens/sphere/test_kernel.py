@@ -29,6 +29,7 @@ from mfpde.tokens.sphere.kernel import (
     HarmonicVelocity,
     LogDomainVelocity,
     choose_kernel,
+    direct_limit,
     harmonic_degree,
     harmonic_tail,
     sphere_velocity,
@@ -250,6 +251,32 @@ def test_choose_kernel_rule():
         sphere_velocity(5.0, "softmax", kernel="fft")
     with pytest.raises(ValueError, match="attention"):
         choose_kernel(5.0, "hard")
+
+
+@pytest.mark.parametrize("sht", ["numpy", "ducc0"])
+def test_few_points_take_the_direct_sum_with_the_same_velocity(monkeypatch, sht):
+    """Told n points, choose_kernel takes the direct sum up to direct_limit(L) and the series above it, for either
+    transform backend; the direct velocity equals the harmonic one to the series' round-off and Bessel tail."""
+    if sht == "ducc0":
+        pytest.importorskip("ducc0")
+    monkeypatch.setenv("MFPDE_SHT", sht)
+    for beta, attention in ((5.0, "unnormalised"), (9.0, "softmax"), (20.0, "softmax")):
+        limit = direct_limit(harmonic_degree(beta), sht)
+        assert 64 < limit <= 1600
+        assert choose_kernel(beta, attention, points=limit) == "direct"
+        assert choose_kernel(beta, attention, points=limit + 1) == choose_kernel(beta, attention)
+        assert choose_kernel(beta, attention, points=None) == choose_kernel(beta, attention)
+    assert direct_limit(22, "numpy") == 529 and direct_limit(55, "numpy") == 1600 and direct_limit(22, "ducc0") == 492
+    x = random_points(300, 3)
+    w = np.exp(x[:, 0]) / np.exp(x[:, 0]).sum()
+    for attention in ("unnormalised", "softmax"):
+        d = sphere_velocity(5.0, attention, points=300)
+        h = sphere_velocity(5.0, attention, kernel="harmonic")
+        assert d.kernel == "direct" and h.kernel == "harmonic"
+        for k in (d, h):
+            k.update(x, w)
+        gap = np.linalg.norm(d.velocity(x) - h.velocity(x), axis=1)
+        assert np.all(gap <= velocity_bound(h, x, x, w)), gap.max()
 
 
 MPI_SCRIPT = """
