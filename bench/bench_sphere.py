@@ -13,7 +13,8 @@ Cases (``--case``):
 * ``modes``: SA, β = 5, μ_0 = 1/4π + Σ a Y_ℓm with the five small modes ``MODES`` (ℓ = 1..4, not zonal; at most
   3% of the uniform density), to t = 6: the end of the linear phase (the power of ℓ = 3, the fastest degree, has
   grown from 2e-6 to 6.3e-3, √ratio 56 ≈ e^{6γ_3}), the degree powers still smooth;
-* ``zonal``: USA, β = 5, zonal μ_0 = 1/4π + 0.02 Y_10 + 0.015 Y_20 + 0.01 Y_30, to t = 0.2: clusters forming
+* ``zonal`` (also run: mfpde's hypersphere domain at d = 3, the same problem as a flow of N rings, O(N²) sums of
+  Bessel functions): USA, β = 5, zonal μ_0 = 1/4π + 0.02 Y_10 + 0.015 Y_20 + 0.01 Y_30, to t = 0.2: clusters forming
   (the density's maximum about 9 times the uniform one; the powers converge spectrally in N, from 2.5e-3 at
   N = 16 to 5e-8 at N = 32).
 
@@ -43,6 +44,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +108,26 @@ def flow_power(N: int, rtol: float, sht: str | None = None) -> tuple[np.ndarray,
     return sol.power[-1], sol.solve_cpu_s, vel.kernel
 
 
+def ring_power(N: int, rtol: float) -> tuple[np.ndarray, float]:
+    """Zonal data only: mfpde's hypersphere flow at d = 3 on N rings, its powers rescaled to the sphere's.
+
+    The rings start at the same Gauss rule in cos ϑ as the particles' N nodes; the hypersphere's powers are
+    orthonormal in the normalised measure, 4π times the sphere's.
+    """
+    import scipy.special
+
+    from mfpde.tokens.hypersphere.transport import degree_power, flow
+
+    def nu0(z: np.ndarray) -> np.ndarray:  # 4π μ_0 on the normalised measure; Y_ℓ0 = √((2ℓ+1)/4π) P_ℓ
+        return 1.0 + sum(4 * math.pi * a * math.sqrt((2 * ll + 1) / (4 * math.pi)) * scipy.special.eval_legendre(ll, z)
+                         for ll, _, a in CASE_MODES)
+
+    t0 = time.process_time()
+    f = flow(nu0, [[BETA, 1.0, 1.0]], 3, ATT, [0.0, T], N, rtol)
+    cpu = time.process_time() - t0
+    return degree_power(f.z[-1], f.masses, 3, LP) / (4 * math.pi), cpu
+
+
 def peer_power(N: int, rtol: float, force: str = "direct") -> tuple[np.ndarray, float]:
     r = peer.peer_solve(CASE_MODES, BETA, ATT, N, T, np.array([T]), rtol=rtol, L_power=LP, force=force)
     return r["power"][-1], r["cpu_s"]
@@ -167,9 +189,11 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parent).stdout.strip()
     ducc = backend() == "ducc0"  # then mfpde's flow runs with either backend: ducc0 (the extra), numpy (the default)
-    codes = ("flow", *(("flow_numpy",) if ducc else ()), "peer_direct", "peer_harmonic")
+    zonal = all(int(m) == 0 for _, m, _ in CASE_MODES)  # then also mfpde's hypersphere at d = 3: rings
+    codes = ("flow", *(("flow_numpy",) if ducc else ()), *(("rings",) if zonal else ()), "peer_direct",
+             "peer_harmonic")
     rows: dict[str, list[dict[str, Any]]] = {c: [] for c in (*codes, "dg")}
-    run = {"flow": flow_power, "flow_numpy": lambda N, rtol: flow_power(N, rtol, "numpy"),
+    run = {"flow": flow_power, "flow_numpy": lambda N, rtol: flow_power(N, rtol, "numpy"), "rings": ring_power,
            "peer_direct": lambda N, rtol: peer_power(N, rtol, "direct"),
            "peer_harmonic": lambda N, rtol: peer_power(N, rtol, "harmonic")}
     with blas_threads():
@@ -208,8 +232,9 @@ def main() -> int:
     rows["peer"] = rows["peer_direct"] + rows["peer_harmonic"]  # the peer: the cheaper force at each target
     best = {code: {f"{tg:g}": cheapest(r, tg) for tg in TARGETS} for code, r in rows.items()}
     print(f"\nmeasured at commit {commit}; load {load0[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
-    flows = [c for c in rows if c.startswith("flow")]
-    names = {"flow": f"mfpde flow ({backend()})", "flow_numpy": "mfpde flow (numpy)"}
+    flows = [c for c in rows if c.startswith("flow") or c == "rings"]
+    names = {"flow": f"mfpde flow ({backend()})", "flow_numpy": "mfpde flow (numpy)",
+             "rings": "mfpde hypersphere, d = 3 (N rings)"}
     print("\n| relative error of the degree powers | " + " | ".join(names[c] for c in flows) + " | mfpde DG (DG1, DG2) "
           "| peer, direct force | peer, harmonic force | " + " | ".join(f"{names[c]} / peer" for c in flows) + " |")
     print("|---" * (5 + 2 * len(flows)) + "|")

@@ -150,6 +150,24 @@ def test_the_sphere_atlas_closed_form_rows_and_the_fits_through_its_tables_are_r
     assert falls in text, falls
 
 
+def test_the_sphere_side_by_side_errors_are_regenerated():
+    """docs/sphere_atlas.md, the side by side: the flow solver's errors of the degree powers at the settings its
+    tables name (`python bench/bench_sphere.py`'s functions, both cases; a few CPU seconds, the references at
+    N = 32 and 48 most of it). The error is the quadrature's: any kernel gives it to round-off."""
+    bench = _bench("bench_sphere")
+    text = _text("sphere_atlas.md")
+    for case, ref_n, rows in (("modes", 32, [(10, 1e-6, "N = 10, direct sum; {}"), (16, 1e-4, "N = 16, harmonic; {}"),
+                                            (24, 1e-6, "N = 24, harmonic; {}")]),
+                              ("zonal", 48, [(16, 1e-4, "N = 16, direct sum; {}"), (24, 1e-4, "N = 24, harmonic; {}"),
+                                             (28, 1e-6, "N = 28, harmonic; {}")])):
+        bench.use_case(case)
+        ref = bench.flow_power(ref_n, 1e-13)[0]
+        for N, rtol, shown in rows:
+            e = bench.err(bench.flow_power(N, rtol)[0], ref)
+            want = shown.format(f"{e:.1e}".replace("e-0", "e-"))
+            assert want in text, (case, want)
+
+
 def test_the_sphere_atlas_small_beta_runs_are_regenerated():
     """docs/sphere_atlas.md: `python bench/sphere_atlas.py`'s runs at the smallest β, by its functions: the cluster
     counts of (a) at β = 1 and 2 (seeds 0, 1, 2; 288 particles) and the two-cluster lifetimes of (c) at β = 1 and

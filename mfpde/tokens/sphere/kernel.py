@@ -125,6 +125,7 @@ class LogDomainVelocity(DirectVelocity):
     """
 
     kernel = "log-domain"
+    L: int
 
     def __init__(self, beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
                  L: int | None = None, tol: float = DEFAULT_TOL, chunk: int = 2048) -> None:

@@ -58,6 +58,8 @@ class DirectVelocity:
     """
 
     kernel = "direct"
+    #: no series: the degree the reports name is None
+    L: int | None = None
 
     def __init__(self, beta: float, attention: str = "softmax", comm: MPI.Comm = MPI.COMM_SELF, c: float = 1.0,
                  chunk: int = 2048) -> None:
