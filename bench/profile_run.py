@@ -33,7 +33,8 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("training: forward + adjoint", ("objective.py:_solves",)),
     ("NTK, report, held-out accuracy", ("driver.py:_final_outputs", "records.py:history_row")),
     ("ρ step (Fokker–Planck)", ("splitting.py:step",)),
-    ("set-up (mesh, spaces, forms, JIT)", ("mfpde/training/problem.py:__init__", "mfpde/problem.py:__init__")),
+    ("set-up (mesh, spaces, forms, JIT)", ("mfpde/training/problem.py:__init__",
+                                           "mfpde/tokens/box/problem.py:__init__")),
     ("ρ fields, checkpoints, history", ("driver.py:_write", "records.py:save_state", "driver.py:save_state",
                                        "records.py:append_history")),
 ]

@@ -1,6 +1,6 @@
 """The public Python API: configs, problems, a transport and a training run, results as numpy arrays.
 
-A thin layer over what the ``mfpde`` commands run (:mod:`mfpde.config`, :mod:`mfpde.problem`,
+A thin layer over what the ``mfpde`` commands run (:mod:`mfpde.config`, :mod:`mfpde.tokens.box.problem`,
 :mod:`mfpde.jobs.transport`, :mod:`mfpde.jobs.run`, :mod:`mfpde.io`). Every function is collective under
 MPI (call it on every rank of ``comm``); the arrays it returns are global and the same on every rank.
 Import ``mpi4py`` before anything of DOLFINx, as these functions do::
@@ -40,7 +40,7 @@ Array = npt.NDArray[np.float64]
 if TYPE_CHECKING:  # dolfinx is imported only when a problem is built
     import dolfinx.fem
 
-    from mfpde.problem import Problem
+    from mfpde.tokens.box.problem import Problem
 
 
 def _merge(base: dict[str, Any], sections: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -91,11 +91,11 @@ def make_config(**sections: dict[str, Any]) -> Config:
 
 
 def build_problem(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> Problem:
-    """The token solver, Θ, ρ₀, the samples and the readout of ``cfg`` (:func:`mfpde.problem.build`).
+    """The token solver, Θ, ρ₀, the samples and the readout of ``cfg`` (:func:`mfpde.tokens.box.problem.build`).
 
     One token mesh distributed over ``comm`` (as ``mfpde transport`` builds it).
     """
-    from mfpde.problem import build
+    from mfpde.tokens.box.problem import build
 
     return build(cfg, comm)
 

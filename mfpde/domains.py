@@ -15,7 +15,7 @@ Every domain is a package under :mod:`mfpde.tokens` that implements one protocol
   ``solve`` returns (the sample block, the picture's panels), or (a list of sample blocks, the panels) where the
   domain transports many samples (the box: train and test); a :class:`~mfpde.errors.NumericalError` carries the
   failed sample's partial ``block``, or in ``blocks`` the blocks of the samples done before it. ``check`` may
-  return the domain's set-up (the box: its built :class:`~mfpde.problem.Problem`), which ``describe`` and
+  return the domain's set-up (the box: its built :class:`~mfpde.tokens.box.problem.Problem`), which ``describe`` and
   ``solve`` then receive as keyword ``setup``. ``NAMED = False``: the report's head has no ``domain`` field;
   ``PROGRESS = False``: no progress display of the output depths (the box: a log line per sample). A domain
   without ``coarser`` has no resolution check: its blocks have no ``resolution_check`` and its report no

@@ -106,7 +106,7 @@ def check_resolved(cfg: Any) -> None:  # a Config: importing it would be a cycle
     A Gaussian whose smallest standard deviation sqrt(λ_min(Σ)) is below the widest token cell is sampled at
     a few nodes and renormalised into another density: the transport then gave a wrong ŷ with status "ok"
     (0.509, 1.091 or 0.0 instead of 0.609 for ``demos/transport_small.toml`` on boxes ±100, ±1000, ±1e6). At
-    one cell per standard deviation ŷ is within 1% (0.6049). Library calls (:func:`mfpde.problem.build`) are
+    one cell per standard deviation ŷ is within 1% (0.6049). Library calls (:func:`mfpde.tokens.box.problem.build`) are
     not checked: tests of exact discrete properties run on tiny meshes on purpose.
 
     Raises:

@@ -4,9 +4,9 @@ One writer and one function space for all the samples of a split (a file and a w
 the single-layer model's training). ParaView's time slider then steps through the samples; :func:`mfpde.read_vtx`
 gives ``values[i]`` for sample i (``times[i] == i``).
 
-Samples are solved by groups of ranks (:class:`mfpde.problem.SampleGroups`), each on its own copy of the token mesh
-(partitioned over that group's ranks). The file is written by the first group (the one world rank 0 is in) on its
-mesh: every rank sends the values of its owned cells, keyed by the cells' original (input) index, which every
+Samples are solved by groups of ranks (:class:`mfpde.tokens.box.problem.SampleGroups`), each on its own copy of the
+token mesh (partitioned over that group's ranks). The file is written by the first group (the one world rank 0 is
+in) on its mesh: every rank sends the values of its owned cells, keyed by the cells' original (input) index, which every
 partition agrees on, and the ranks of the first group place the values of the cells they own. Each cell is written
 once (:class:`mfpde.fields.FieldWriter`), whatever the number of ranks and groups.
 """
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.fields import FieldWriter
-from mfpde.problem import SampleGroups
+from mfpde.tokens.box.problem import SampleGroups
 
 __all__ = ["write_sample_fields"]
 

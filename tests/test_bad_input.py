@@ -367,7 +367,7 @@ def test_an_accepted_degree_is_the_degree_built(key, values):
     from mfpde import config as C
     from mfpde.errors import ConfigError
     from mfpde.limits import check_resolved
-    from mfpde.problem import build
+    from mfpde.tokens.box.problem import build
 
     accepted = []
     for v in values:

@@ -545,7 +545,7 @@ def test_the_sphere_pages_closed_forms_and_mesh_areas_are_regenerated():
 
 def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
     """docs/sphere.md: `mfpde transport demos/sphere.toml --set tokens.solver='"flow"'` with the default labels
-    (explicit steps only, their count; the kernel's degree at β = 9) and with `--set tokens.labels=512` (the
+    (explicit steps only, their count; the kernel's degrees at β = 5, 9, 16; the direct sum) and with `--set tokens.labels=512` (the
     collapsed clusters at t = 12); about 6 CPU s (the CPU times are not compared)."""
     import json
 
@@ -561,8 +561,12 @@ def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
                      "tokens.solver='flow'", "--set", "output.plots=false", "--set", "output.fields=false",
                      *extra]) == 0
         got[labels] = json.loads((out / "report.json").read_text())["samples"][0]
+    from mfpde.tokens.sphere.kernel import DEFAULT_TOL, harmonic_degree
+
     degrees = re.search(r"\(L = (\d+), (\d+), (\d+) at β = 5, 9, 16\) for the flow solver", text)
-    assert degrees and int(degrees[2]) == got[None]["kernel_degree"], got[None]["kernel_degree"]
+    assert degrees and [int(g) for g in degrees.groups()] == [harmonic_degree(b, DEFAULT_TOL) for b in (5, 9, 16)]
+    # the demo's 128 particles (and 512) are summed directly: no series, no degree
+    assert got[None]["kernel"] == got[512]["kernel"] == "direct" and got[None]["kernel_degree"] is None
     demo = got[None]["integrator"]
     assert demo["stiff_steps"] == 0 and demo["switch_t"] is None
     assert f"`--set tokens.solver='\"flow\"'`) stays explicit: {demo['explicit_steps']} steps" in text, demo

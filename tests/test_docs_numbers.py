@@ -314,7 +314,7 @@ def test_the_sphere_pages_dg_demo_is_regenerated(tempdir):
 
 def test_the_sphere_pages_stiff_switch_of_the_usa_run_is_regenerated(tempdir):
     """docs/sphere.md: the unnormalised β = 20 flow run the page gives, to depth 10⁻⁵ only (the switch happens
-    before it; the stiff phase to T = 12 takes a CPU minute): the kernel's degree, the particles, the switch depth
+    before it; the stiff phase to T = 12 takes a CPU minute): the kernel, the particles, the switch depth
     and the explicit steps before it (about 7 CPU s)."""
     import json
 
@@ -328,7 +328,9 @@ def test_the_sphere_pages_stiff_switch_of_the_usa_run_is_regenerated(tempdir):
     s = json.loads((out / "report.json").read_text())["samples"][0]
     mant, exp = f"{s['integrator']['switch_t']:.1e}".split("e")
     switch = f"{mant}·10{str(int(exp)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
-    assert (f"({s['labels']} particles, harmonic kernel of degree {s['kernel_degree']}): about a CPU minute, the "
+    kernel = ("summed directly" if s["kernel"] == "direct" else
+              f"{s['kernel']} kernel of degree {s['kernel_degree']}")
+    assert (f"({s['labels']} particles, {kernel}): about a CPU minute, the "
             f"switch at t = {switch} after {s['integrator']['explicit_steps']} explicit steps") in _text("sphere.md"), s
 
 

@@ -19,9 +19,9 @@ from mfpde.config import Config
 from mfpde.errors import NumericalError
 from mfpde.fields import ended
 from mfpde.jobs.scaffold import JobDir
-from mfpde.problem import Problem
 from mfpde.tokens.box import job as box_job
 from mfpde.tokens.box.job import sample_report, transport_sample
+from mfpde.tokens.box.problem import Problem
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.resolution import Quiet, resolution_check
 

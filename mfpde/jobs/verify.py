@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 #: The loggers of the solvers a check drives: their info lines (a training problem's "linear solvers", a run's
 #: steps), repeated by every check, are quieted to warnings while the checks run; verify logs one line a check.
-INNER_LOGGERS = ("mfpde.training", "mfpde.tokens", "mfpde.params", "mfpde.problem", "mfpde.fields")
+INNER_LOGGERS = ("mfpde.training", "mfpde.tokens", "mfpde.params", "mfpde.tokens.box.problem", "mfpde.fields")
 
 
 class Progress(Protocol):

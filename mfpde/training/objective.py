@@ -3,8 +3,9 @@
     R(ρ) = (1/n) Σ_i ½ (ŷ^i − y^i)²,   ŷ^i = ∫ g dμ_T^i,   μ^i transported by V[μ; ρ] (theory §1.3 (F)),
 
 with ∂R/∂c per layer block from the discrete adjoint of each sample's forward solve
-(:mod:`mfpde.tokens.box.adjoint`). Samples are split over groups of ranks (:class:`mfpde.problem.SampleGroups`);
-each group transports its share on its own token mesh, and the sums over samples are one ``allreduce``.
+(:mod:`mfpde.tokens.box.adjoint`). Samples are split over groups of ranks
+(:class:`mfpde.tokens.box.problem.SampleGroups`); each group transports its share on its own token mesh, and the
+sums over samples are one ``allreduce``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import ufl
 
 from mfpde.heads import HeadMeasure
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.problem import Problem
 from mfpde.sample_fields import write_sample_fields
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, Gradient, dyhat_dmu
 from mfpde.tokens.box.batch import UNTAPED_CHUNK_BYTES, BatchDeclined, BatchTransport, batchable
 from mfpde.tokens.box.data import Sample, initial_measures
+from mfpde.tokens.box.problem import Problem
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.tape import CheckpointedTape, tape_budget
 from mfpde.tokens.box.transport import SampleOperator, Tape, TransportReport
@@ -56,7 +57,7 @@ UNTAPED_BYTES_PER_VERTEX = 8 * 30
 
 
 class Objective:
-    """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.problem.Problem`.
+    """R(ρ), its first variation, ŷ and the NTK for the samples of a :class:`~mfpde.tokens.box.problem.Problem`.
 
     Args:
         pb: the problem (built with ``split_samples=True`` for a run).
@@ -67,7 +68,8 @@ class Objective:
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
         self.batch = BatchTransport(pb.tokens) if batchable(pb.tokens) else None
-        #: μ_0 of this group's samples per split as :func:`~mfpde.problem.build` filled them (list, row of sample i)
+        #: μ_0 of this group's samples per split as :func:`~mfpde.tokens.box.problem.build` filled them (list, row of
+        #: sample i)
         self._mu0 = {id(s): (s, {i: j for j, i in enumerate(pb.groups.mine(s))}, pb.mu0[k])
                      for k, s in (("train", pb.train), ("test", pb.test)) if k in pb.mu0}
         self._pool: list[dolfinx.fem.Function] = []  # the Functions a batch's μ are set in (made once)
@@ -83,9 +85,9 @@ class Objective:
         """Functions set to μ_0 of ``samples[i]`` for i in chunk (this group's), one per sample, reused by each batch.
 
         The densities of the problem's training and held-out samples come from the stacks
-        :func:`~mfpde.problem.build` filled (:attr:`mfpde.problem.Problem.mu0`); other samples, or a split too
-        large to keep, are filled for the chunk (:func:`~mfpde.tokens.box.data.initial_measures`, collective over
-        the token group).
+        :func:`~mfpde.tokens.box.problem.build` filled (:attr:`mfpde.tokens.box.problem.Problem.mu0`); other samples, or
+        a split too large to keep, are filled for the chunk (:func:`~mfpde.tokens.box.data.initial_measures`, collective
+        over the token group).
         """
         hit = self._mu0.get(id(samples))
         if hit is not None and hit[0] is samples:

@@ -18,8 +18,8 @@ from mfpde.config import Config
 from mfpde.heads import HeadMeasure
 from mfpde.params.family import HeadFamily
 from mfpde.params.theta import ThetaSpace
-from mfpde.problem import build
 from mfpde.tokens.box.adjoint import Gradient
+from mfpde.tokens.box.problem import build
 from mfpde.training.objective import Objective, ntk_gram
 from mfpde.training.splitting import (
     FrozenPotentialFlow,
@@ -44,7 +44,7 @@ class CoupledProblem:
 
     Attributes:
         cfg, comm: as given.
-        problem: the built :class:`~mfpde.problem.Problem`.
+        problem: the built :class:`~mfpde.tokens.box.problem.Problem`.
         objective: R, its first variation, ŷ over the samples (:class:`~mfpde.training.objective.Objective`).
         state: ρ^ℓ, the potentials Φ^ℓ and the Fokker–Planck solvers
             (:class:`~mfpde.training.state.HeadDensities`).

@@ -20,7 +20,7 @@ from mfpde.heads import HeadMeasure
 from mfpde.params.fokker_planck import ParameterFokkerPlanck, StepInfo
 from mfpde.params.free_energy import training_free_energy
 from mfpde.params.theta import ThetaSpace, first_variation_values
-from mfpde.problem import Problem
+from mfpde.tokens.box.problem import Problem
 
 __all__ = ["HeadDensities"]
 

@@ -26,11 +26,11 @@ from mfpde.config import load
 from mfpde.fitting import fit_order
 from mfpde.heads import HeadMeasure
 from mfpde.mesh import box
-from mfpde.problem import build
 from mfpde.tokens.attention import TensorGrid, tilted_kernel, velocity_vjp
 from mfpde.tokens.box.adjoint import DiscreteAdjoint, dyhat_dmu
 from mfpde.tokens.box.data import Sample, fill_density
 from mfpde.tokens.box.interpolated import InterpolatedSoftmax
+from mfpde.tokens.box.problem import build
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.separable import TensorSoftmax
 from mfpde.tokens.box.transport import TokenTransport

@@ -127,7 +127,7 @@ def test_initial_densities_are_kept(monkeypatch):
     """μ_0 of every sample is filled once, by build (one stack per split): predictions fill nothing more and give the
     same ŷ bit for bit; with no budget (MU0_CACHE_BYTES = 0) nothing is kept and every solve fills its samples again,
     with the same ŷ."""
-    import mfpde.problem as problem_module
+    import mfpde.tokens.box.problem as problem_module
 
     rows = []
     real = objective_module.initial_measures

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from mfpde import config
-from mfpde.problem import build
 from mfpde.tokens.box.data import fill_density
+from mfpde.tokens.box.problem import build
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

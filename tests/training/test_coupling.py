@@ -19,7 +19,7 @@ from mfpde.exact import value_training_law
 from mfpde.fitting import fit_order
 from mfpde.jobs.run import run_training
 from mfpde.jobs.transport import run_transport
-from mfpde.problem import build
+from mfpde.tokens.box.problem import build
 from mfpde.training.problem import CoupledProblem
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec

@@ -130,8 +130,8 @@ def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
     return [Sample("points", {"points": p, "weights": w}, float(y)) for p, w, y in zip(pts, wts, tgt, strict=True)], []
 
 
-#: Bytes per rank of initial densities μ_0 kept for the whole run (:class:`mfpde.problem.Problem` ``mu0``, one
-#: stacked array per split; beyond it each solve fills its batch again: interpolating costs more than the
+#: Bytes per rank of initial densities μ_0 kept for the whole run (:class:`mfpde.tokens.box.problem.Problem`
+#: ``mu0``, one stacked array per split; beyond it each solve fills its batch again: interpolating costs more than the
 #: single-layer model's solve).
 MU0_CACHE_BYTES = 512 * 2**20
 

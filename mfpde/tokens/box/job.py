@@ -5,7 +5,7 @@ The job itself (DIR, config, report) is the ``transport`` job's; this module giv
 :func:`describe`, :func:`solve`, :func:`picture` and :data:`PICTURE`.
 
 Every sample μ_0^i (``train`` and ``test``) is transported to μ_T^i under ρ₀ on one token mesh distributed over all
-ranks (:func:`mfpde.problem.build`), one after the other: a sample block each (:func:`sample_report` and its
+ranks (:func:`mfpde.tokens.box.problem.build`), one after the other: a sample block each (:func:`sample_report` and its
 ``target``) and a log line each. Into DIR: ``fields/mu_<i>.bp`` (μ_t every ``output.every`` depth steps) and
 ``plots/tokens.png`` (μ_0 and μ_T of the first :data:`N_PLOTTED` samples). The report's head has no ``domain``
 (:data:`NAMED`), there is no progress display of the output depths (:data:`PROGRESS`), no last log line (no
@@ -27,8 +27,8 @@ import numpy as np
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldWriter
 from mfpde.plots import TokenSeries, plot_run
-from mfpde.problem import Problem, build
 from mfpde.tokens.box.data import fill_density
+from mfpde.tokens.box.problem import Problem, build
 from mfpde.tokens.box.shallow import solve_shallow
 from mfpde.tokens.box.transport import TransportReport
 
@@ -107,7 +107,7 @@ def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
     """Transport sample ``i`` (of ``pb.train + pb.test``) to depth T under ρ₀ (collective over ``pb.comm``).
 
     Args:
-        pb: the problem (:func:`mfpde.problem.build`).
+        pb: the problem (:func:`mfpde.tokens.box.problem.build`).
         i: the sample's index in ``pb.train + pb.test``.
         writer_path: if given, μ_t is written there (a ``.bp`` directory) every ``output.every`` depth steps.
         on_initial: called with μ_0 before it is transported (e.g. to copy it).
