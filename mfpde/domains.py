@@ -10,8 +10,10 @@ Every domain is a package under :mod:`mfpde.tokens` that implements one protocol
   ``POINTS_RULE = (predicate, words)`` on the collocation points), and ``coarser(cfg)`` (the config of the
   resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
 * a ``job`` module: its part of the ``transport`` job (:func:`mfpde.jobs.transport.domain_transport`):
-  ``check(cfg, comm)``, ``describe(cfg)``, ``solve(cfg, comm, fields, bar, **options)``, ``picture(path, cfg,
-  block, panels)``, ``PICTURE``, and optionally ``summary(cfg, block)`` (the last log line) and ``head(cfg)``.
+  ``check(cfg, comm)``, ``describe(cfg)``, ``solve(cfg, comm, fields, bar, **options)`` (``fields``: the job's
+  :class:`~mfpde.fields.FieldFiles`, or None; the domain names its fields, never a path), ``picture(cfg, block,
+  panels)`` (the figure, or None: the job saves it), ``PICTURE``, and optionally ``SAVEFIG`` (matplotlib's options
+  for the picture), ``summary(cfg, block)`` (the last log line) and ``head(cfg)``.
   ``solve`` returns (the sample block, the picture's panels), or (a list of sample blocks, the panels) where the
   domain transports many samples (the box: train and test); a :class:`~mfpde.errors.NumericalError` carries the
   failed sample's partial ``block``, or in ``blocks`` the blocks of the samples done before it. ``check`` may

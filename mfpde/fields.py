@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 from mfpde.errors import ConfigError, NumericalError
 
-__all__ = ["FieldWriter", "abandoned", "end_open", "ended"]
+__all__ = ["FieldFiles", "FieldWriter", "abandoned", "end_open", "ended"]
 
 #: Bytes reserved beyond the estimate of a write (ADIOS2's metadata, the file's close).
 RESERVE_BYTES = 1 << 20
@@ -159,6 +159,21 @@ def _owned_submesh(msh: dolfinx.mesh.Mesh) -> tuple[dolfinx.mesh.Mesh, npt.NDArr
         sub_cells = np.asarray(emap.sub_topology_to_topology(cells, inverse=True), dtype=np.int32)
         _OWNED[msh] = (sub, cells, sub_cells)
     return _OWNED[msh]
+
+
+class FieldFiles:
+    """The fields a job writes into its DIR: :meth:`open` names a field, the job's directory holds its file.
+
+    The jobs floor makes it (:mod:`mfpde.jobs`); the solvers it hands it to name their fields (``mu_0``) and never
+    a path.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)
+
+    def open(self, name: str, functions: list[dolfinx.fem.Function]) -> FieldWriter:
+        """A :class:`FieldWriter` of ``DIR/fields/<name>.bp`` for ``functions`` (collective over their mesh's ranks)."""
+        return FieldWriter(functions[0].function_space.mesh.comm, self.out / "fields" / f"{name}.bp", functions)
 
 
 class FieldWriter:

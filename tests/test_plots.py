@@ -412,7 +412,7 @@ def test_sphere_panel_titles_count_the_reports_clusters(tempdir, monkeypatch):
     from mfpde.tokens.sphere.picture import sphere_figure
 
     seen = {}
-    monkeypatch.setattr(job, "sphere_picture", lambda path, *a, **k: seen.update(args=a, kw=k))
+    monkeypatch.setattr(job, "sphere_figure", lambda *a, **k: seen.update(args=a, kw=k))
     out = tempdir / "flow"
     demo = str(Path(__file__).resolve().parent.parent / "demos" / "sphere.toml")
     assert main(["transport", demo, "--out", str(out), "--set", "tokens.solver=\"flow\"",

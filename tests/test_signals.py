@@ -261,12 +261,12 @@ def test_a_signal_during_the_picture_leaves_no_report(tmp_path, monkeypatch, job
     if job == "sphere":
         from mfpde.jobs.transport import domain_transport as transport_job
 
-        monkeypatch.setattr("mfpde.tokens.sphere.job.sphere_picture", _interrupt)
+        monkeypatch.setattr("mfpde.tokens.sphere.job.sphere_figure", _interrupt)
         cfg = C.load(ROOT / "demos/sphere.toml", [*small, "tokens.refine=1", "depth.T=1.0", "depth.steps=2"])
     elif job == "circle":
         from mfpde.jobs.transport import domain_transport as transport_job
 
-        monkeypatch.setattr("mfpde.plots.space_depth_plot", _interrupt)
+        monkeypatch.setattr("mfpde.plots.space_depth_figure", _interrupt)
         cfg = C.load(ROOT / "demos/circle.toml", [*small, "tokens.cells=[64]", "depth.T=1.0", "depth.steps=2"])
     else:
         from mfpde.jobs.continuation import continuation_job as transport_job

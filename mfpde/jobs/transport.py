@@ -2,8 +2,10 @@
 
 One path for every domain (:func:`domain_transport`): the domain's package (:mod:`mfpde.domains`) checks and
 solves, this module prepares DIR, writes the resolved ``config.toml``, runs the resolution check, the picture and
-``report.json``. The box (:mod:`mfpde.tokens.box.job`) writes ``fields/mu_<i>.bp`` and ``plots/tokens.png``; the
-other domains their own files (their ``job`` modules).
+``report.json``, and every file of the job: the fields the domain names (``fields/<name>.bp``, through a
+:class:`~mfpde.fields.FieldFiles` of DIR) and its picture (the figure its ``picture`` returns, saved as
+``plots/<PICTURE>``): the box's ``fields/mu_<i>.bp`` of every sample and ``plots/tokens.png``, the other
+domains' ``fields/mu_0.bp`` and their pictures.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from mpi4py import MPI
 from mfpde import signals
 from mfpde.config import Config
 from mfpde.errors import NumericalError
-from mfpde.fields import ended
+from mfpde.fields import FieldFiles, ended
 from mfpde.jobs.scaffold import JobDir
 from mfpde.tokens.box import job as box_job
 from mfpde.tokens.box.job import sample_report, transport_sample
@@ -54,7 +56,8 @@ def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pr
     domain's set-up, then given to ``describe`` and ``solve`` as ``setup``), ``describe(cfg)`` (the first log line),
     ``solve(cfg, comm, fields, bar, **options)`` (the sample block, or a list of them, and the panels of the
     picture; :class:`NumericalError` with the failed sample's ``block`` so far, or the ``blocks`` done before it),
-    ``picture(path, cfg, block, panels)`` and ``PICTURE`` (its file under ``plots/``), and optionally ``summary(cfg,
+    ``picture(cfg, block, panels)`` (the figure, or None) and ``PICTURE`` (its file under ``plots/``; optionally
+    ``SAVEFIG``, matplotlib's options for it), and optionally ``summary(cfg,
     block)`` (the last log line), ``head(cfg)`` (the report's head fields of the domain), ``NAMED = False`` (no
     ``domain`` in the head) and ``PROGRESS = False`` (no progress display). Here: DIR and the config
     (:class:`~mfpde.jobs.scaffold.JobDir`), the progress, the resolution check of the cluster counts
@@ -81,7 +84,7 @@ def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pr
         bar = progress(len(keep) - 1, 0) if progress is not None else None
         if bar is None:
             bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], cfg.tokens.domain)
-    return _transport(dom, cfg, out, comm, job, out if cfg.output.fields else None, bar, options)
+    return _transport(dom, cfg, out, comm, job, FieldFiles(out) if cfg.output.fields else None, bar, options)
 
 
 def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
@@ -95,11 +98,11 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
         NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
     """
     job = JobDir.existing(out, pb.comm, "transport")
-    fields = out if write_fields and pb.cfg.output.fields else None
+    fields = FieldFiles(out) if write_fields and pb.cfg.output.fields else None
     return _transport(box_job, pb.cfg, out, pb.comm, job, fields, None, {"setup": pb})
 
 
-def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fields: Path | None, bar: Any,
+def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None, bar: Any,
                options: dict[str, Any]) -> dict[str, Any]:
     """Solve, check the resolution, draw the picture and write the report (the job's part after its first line)."""
     from mfpde.domains import domain_attribute
@@ -125,8 +128,20 @@ def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fi
 
         more["warnings"] = resolution_check(blocks[0], coarser(cfg), again)
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        dom.picture(out / "plots" / dom.PICTURE, cfg, result, panels)
+        _picture(dom, cfg, result, panels, out / "plots" / dom.PICTURE)
     report = job.finish(samples=blocks, **more)
     if hasattr(dom, "summary"):
         logger.info("%s", dom.summary(cfg, result))
     return report
+
+
+def _picture(dom: Any, cfg: Config, result: Any, panels: Any, path: Path) -> None:
+    """The domain's figure saved as ``path`` (rank 0). A plot never fails the job: a failure is a warning."""
+    from mfpde.plots import save_figure
+
+    try:
+        fig = dom.picture(cfg, result, panels)
+        if fig is not None:
+            save_figure(fig, path, **getattr(dom, "SAVEFIG", {}))
+    except Exception as e:  # noqa: BLE001  a plot never fails the job
+        logger.warning("plots/%s not written: %s: %s", path.name, type(e).__name__, e)

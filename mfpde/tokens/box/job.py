@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mpi4py import MPI
@@ -25,8 +24,8 @@ import dolfinx.fem
 import numpy as np
 
 from mfpde.errors import NumericalError
-from mfpde.fields import FieldWriter
-from mfpde.plots import TokenSeries, plot_run
+from mfpde.fields import FieldFiles
+from mfpde.plots import TokenSeries, tokens_figure
 from mfpde.tokens.box.data import fill_density
 from mfpde.tokens.box.problem import Problem, build
 from mfpde.tokens.box.shallow import solve_shallow
@@ -62,14 +61,14 @@ def describe(cfg: Any, setup: Problem) -> str:
             "steps")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any, setup: Problem
+def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, setup: Problem
           ) -> tuple[list[dict[str, Any]], TokenSeries | None]:
     """Transport every sample in turn (collective over ``comm``): (the sample blocks, what :func:`picture` draws).
 
     Args:
         cfg: the config (``setup``'s).
         comm: the ranks (``setup``'s).
-        fields: a directory to write ``fields/mu_<i>.bp`` into, or None.
+        fields: the job's fields (each sample's μ_t as the field ``mu_<i>``), or None.
         bar: unused (:data:`PROGRESS`).
         setup: the problem (:func:`check`).
 
@@ -84,14 +83,9 @@ def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any, setup: Proble
         raise
 
 
-def picture(path: Path, cfg: Any, block: list[dict[str, Any]], panels: TokenSeries | None) -> None:
-    """μ_0 and μ_T of the first samples into ``path`` (``plots/tokens.png``; rank 0). A plot never fails the job."""
-    if panels is None:
-        return
-    try:
-        plot_run(path.parent.parent, [], {}, None, panels, figures=("tokens",))
-    except Exception as e:  # noqa: BLE001  a plot never fails the job
-        logger.warning("plots/tokens.png not written: %s: %s", type(e).__name__, e)
+def picture(cfg: Any, block: list[dict[str, Any]], panels: TokenSeries | None) -> Any:
+    """The figure of μ_0 and μ_T of the first samples (``plots/tokens.png``; rank 0), None without samples drawn."""
+    return tokens_figure(panels) if panels is not None and panels.weights else None
 
 
 def sample_report(rep: TransportReport) -> dict[str, Any]:
@@ -101,7 +95,7 @@ def sample_report(rep: TransportReport) -> dict[str, Any]:
             "substeps": rep.substeps}
 
 
-def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
+def transport_sample(pb: Problem, i: int, fields: FieldFiles | None = None,
                      on_initial: Callable[[dolfinx.fem.Function], None] | None = None
                      ) -> tuple[dolfinx.fem.Function, TransportReport]:
     """Transport sample ``i`` (of ``pb.train + pb.test``) to depth T under ρ₀ (collective over ``pb.comm``).
@@ -109,7 +103,7 @@ def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
     Args:
         pb: the problem (:func:`mfpde.tokens.box.problem.build`).
         i: the sample's index in ``pb.train + pb.test``.
-        writer_path: if given, μ_t is written there (a ``.bp`` directory) every ``output.every`` depth steps.
+        fields: if given, μ_t is written to its field ``mu_<i>`` every ``output.every`` depth steps.
         on_initial: called with μ_0 before it is transported (e.g. to copy it).
 
     Returns:
@@ -124,8 +118,8 @@ def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
     if on_initial is not None:
         on_initial(u)
     writer = None
-    if writer_path is not None:
-        writer = FieldWriter(pb.comm, writer_path, [u])
+    if fields is not None:
+        writer = fields.open(f"mu_{i}", [u])
         writer.write(0.0)
 
     def cb(step: int, t: float, u: dolfinx.fem.Function) -> None:
@@ -141,19 +135,18 @@ def transport_sample(pb: Problem, i: int, writer_path: Path | None = None,
     return u, rep
 
 
-def _transport_samples(pb: Problem, fields: Path | None, samples: list[dict[str, Any]]) -> TokenSeries | None:
+def _transport_samples(pb: Problem, fields: FieldFiles | None, samples: list[dict[str, Any]]) -> TokenSeries | None:
     """Transport each sample in turn, appending its report block to ``samples``; the picture's series, if any."""
     cfg, quad = pb.cfg, pb.tokens.quad
     series = TokenSeries(np.zeros((0, cfg.tokens.dim)), np.zeros(0), [0.0, cfg.depth.T])
     for i, s in enumerate(pb.train + pb.test):
-        path = fields / "fields" / f"mu_{i}.bp" if fields is not None else None
         first: list[np.ndarray] = []
         keep = cfg.output.plots and i < N_PLOTTED
 
         def initial(u0: dolfinx.fem.Function, first: list[np.ndarray] = first) -> None:
             first.append(quad.gather(u0))
 
-        u, rep = transport_sample(pb, i, path, initial if keep else None)
+        u, rep = transport_sample(pb, i, fields, initial if keep else None)
         if keep:
             series.weights.append(np.stack([first[0], quad.gather(u)]))
             series.labels.append(f"sample {i} (y = {s.target:+g})")

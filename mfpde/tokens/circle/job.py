@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
@@ -32,6 +31,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.errors import NumericalError
+from mfpde.fields import FieldFiles
 from mfpde.heads import HeadMeasure
 from mfpde.tokens.circle.dg import CircleMesh, _lagrange
 from mfpde.tokens.circle.diag import (
@@ -142,7 +142,7 @@ def _betas(cfg: Config) -> list[float]:
     return [p[0] for p in h.init["points"]] if h.init["kind"] == "diracs" else [h.init["mean"][0]]
 
 
-def solve(cfg: Config, comm: MPI.Comm, fields: Path | None, bar: Any, data_cells: int | None = None
+def solve(cfg: Config, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, data_cells: int | None = None
           ) -> tuple[dict[str, Any], Any]:
     """The transport job's solve (:func:`circle_solve` under ρ₀): (the sample block, what :func:`picture` draws)."""
     heads = circle_heads(cfg, comm)
@@ -150,9 +150,9 @@ def solve(cfg: Config, comm: MPI.Comm, fields: Path | None, bar: Any, data_cells
     return block, (pictures, heads.a, heads.c)
 
 
-def picture(path: Path, cfg: Config, block: dict[str, Any], panels: Any) -> None:
-    """θ against t, the merges and the stiff integrator's switch marked (rank 0)."""
-    from mfpde.plots import circle_title, space_depth_plot
+def picture(cfg: Config, block: dict[str, Any], panels: Any) -> Any:
+    """The figure of θ against t, the merges and the stiff integrator's switch marked (rank 0)."""
+    from mfpde.plots import circle_title, space_depth_figure
 
     pictures, a, c = panels
     dens = np.array(pictures)
@@ -160,8 +160,9 @@ def picture(path: Path, cfg: Config, block: dict[str, Any], panels: Any) -> None
         dens = dens.reshape(len(dens), PICTURE_BINS, -1).mean(axis=2)  # 1024 would be narrower than a pixel
     switch = (block.get("integrator") or {}).get("switch_t")
     marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
-    space_depth_plot(path, np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
-                     log_depth=cfg.depth.spacing == "log", marks=marks, title=circle_title(a, c, cfg.tokens.noise))
+    return space_depth_figure(np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
+                              log_depth=cfg.depth.spacing == "log", marks=marks,
+                              title=circle_title(a, c, cfg.tokens.noise))
 
 
 def summary(cfg: Config, block: dict[str, Any]) -> str:
@@ -179,7 +180,7 @@ def summary(cfg: Config, block: dict[str, Any]) -> str:
 Density = tuple[Any, Any, Any, int]
 
 
-def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: Path | None = None,
+def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: FieldFiles | None = None,
                  bar: Any = None, data_cells: int | None = None
                  ) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
     """Solve the circle problem of ``cfg`` by ``tokens.solver`` (replicated on every rank of ``comm``).
@@ -225,7 +226,7 @@ def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: flo
             "cdf_T": (F_T - F_T[0]).tolist(), "solve_cpu_s": cpu}
 
 
-def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out: Path | None, comm: MPI.Comm,
+def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out: FieldFiles | None, comm: MPI.Comm,
               bar: Any, data_cells: int | None = None) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
     t, da = cfg.tokens, cfg.data
     mesh = CircleMesh(t.cells[0], t.degree)
@@ -245,10 +246,8 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
     keep_set = set(keep)
     writer, fill = None, None
     if out is not None:
-        from mfpde.fields import FieldWriter
-
         _, f, fill = dolfinx_circle(comm, mesh)
-        writer = FieldWriter(comm, out / "fields" / "mu_0.bp", [f])
+        writer = out.open("mu_0", [f])
     cpu = [0.0, time.process_time()]  # CPU of the outputs, to subtract
 
     def cb(step: int, depth: float, mu: Any) -> None:
@@ -335,13 +334,11 @@ def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
     return block, pictures, ((mu0, centres, w, 0), (pictures[-1], centres, w, 0))
 
 
-def _write_flow_fields(comm: MPI.Comm, out: Path, ts: list[float], pictures: list[Any]) -> None:
+def _write_flow_fields(comm: MPI.Comm, out: FieldFiles, ts: list[float], pictures: list[Any]) -> None:
     """μ_t of the flow solver as DG0 on the polygon of CDF_POINTS edges (the bin densities), one step per output."""
-    from mfpde.fields import FieldWriter
-
     mesh = CircleMesh(len(pictures[0]), 0)
     _, f, fill = dolfinx_circle(comm, mesh)
-    with FieldWriter(comm, out / "fields" / "mu_0.bp", [f]) as writer:  # closed, or abandoned on a signal
+    with out.open("mu_0", [f]) as writer:  # closed, or abandoned on a signal
         for depth, dens in zip(ts, pictures, strict=True):
             fill(np.asarray(dens)[:, None])
             writer.write(depth)

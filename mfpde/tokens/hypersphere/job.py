@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from mpi4py import MPI
@@ -27,6 +26,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.errors import ConfigError, NumericalError
+from mfpde.fields import FieldFiles
 from mfpde.tokens.depths import kept_outputs, output_depths
 from mfpde.tokens.hypersphere import transport as tr
 from mfpde.tokens.hypersphere.zonal import orthonormal_basis
@@ -89,6 +89,8 @@ def _heads(cfg: Any) -> list[tuple[float, float, float]]:
 
 #: The picture of the transport job, under DIR/plots.
 PICTURE = "hypersphere_0.png"
+#: How the job saves it (matplotlib's savefig options).
+SAVEFIG = {"dpi": 110}
 
 
 def check(cfg: Any, comm: MPI.Comm) -> None:
@@ -119,10 +121,10 @@ def describe(cfg: Any) -> str:
             f"{[(round(b, 6), round(c, 6)) for b, c, _ in _heads(cfg)]}, {t.attention} attention, T = {cfg.depth.T:g}")
 
 
-def picture(path: Path, cfg: Any, block: dict[str, Any], panels: Any) -> None:
-    """The distribution of the polar angle at up to five depths (rank 0)."""
+def picture(cfg: Any, block: dict[str, Any], panels: Any) -> Any:
+    """The figure of the distribution of the polar angle at up to five depths (rank 0)."""
     theta, masses = panels
-    _picture(path, np.asarray(block["harmonics"]["t"]), theta, masses, cfg.tokens.solver, cfg.tokens.dim)
+    return _figure(np.asarray(block["harmonics"]["t"]), theta, masses, cfg.tokens.solver, cfg.tokens.dim)
 
 
 def summary(cfg: Any, block: dict[str, Any]) -> str:
@@ -132,7 +134,7 @@ def summary(cfg: Any, block: dict[str, Any]) -> str:
             f"{[float(f'{m:.4g}') for m in block['merge_times']]}, solve {block['solve_cpu_s']:.3g} CPU s")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
+def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
     """The zonal sample of ``cfg`` by ``tokens.solver`` (replicated): (the sample block, (θ, masses) per depth).
 
     The hypersphere writes no fields (``fields`` is not used): its state is the 1-D array of the report.
@@ -178,7 +180,7 @@ def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict
     return block, (theta, masses)
 
 
-def _picture(path: Path, depths: np.ndarray, theta: np.ndarray, masses: np.ndarray, solver: str, d: int) -> None:
+def _figure(depths: np.ndarray, theta: np.ndarray, masses: np.ndarray, solver: str, d: int) -> Any:
     """The cumulative distribution of the polar angle at up to five depths (labels and cells alike)."""
     import matplotlib
 
@@ -197,5 +199,4 @@ def _picture(path: Path, depths: np.ndarray, theta: np.ndarray, masses: np.ndarr
     ax.set_ylabel("μ_t(angle ≤ θ)")
     ax.set_title(f"zonal tokens on S^{d - 1} ({solver}): the distribution of the polar angle")
     ax.legend(fontsize=8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    return fig

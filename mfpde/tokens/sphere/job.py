@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Any
 
 from mpi4py import MPI
@@ -29,11 +28,12 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.errors import ConfigError, NumericalError
+from mfpde.fields import FieldFiles
 from mfpde.tokens.depths import kept_outputs, output_depths
 from mfpde.tokens.resolution import merge_times
 from mfpde.tokens.sphere.config import particles
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
-from mfpde.tokens.sphere.picture import pick_panels, sphere_picture
+from mfpde.tokens.sphere.picture import pick_panels, sphere_figure
 
 __all__ = ["PICTURE", "REPORT_DEGREE", "check", "describe", "initial_density", "picture", "solve", "solve_dg",
            "solve_flow", "sphere_heads", "sphere_velocity_of", "summary"]
@@ -144,6 +144,8 @@ def check_dg_memory(cfg: Any, size: int) -> None:
 
 #: The picture of the transport job, under DIR/plots.
 PICTURE = "sphere_0.png"
+#: How the job saves it (matplotlib's savefig options).
+SAVEFIG = {"dpi": 110, "bbox_inches": "tight"}
 
 
 def check(cfg: Any, comm: MPI.Comm) -> None:
@@ -169,16 +171,16 @@ def describe(cfg: Any) -> str:
             f"attention, T = {cfg.depth.T:g}")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
     """The transport job's solve by ``tokens.solver``: :func:`solve_flow` or :func:`solve_dg`."""
     return (solve_flow if cfg.tokens.solver == "flow" else solve_dg)(cfg, comm, fields, bar)
 
 
-def picture(path: Path, cfg: Any, block: dict[str, Any], panels: Any) -> None:
-    """Mollweide views of μ_t at up to four depths, clusters marked (rank 0)."""
+def picture(cfg: Any, block: dict[str, Any], panels: Any) -> Any:
+    """The figure of Mollweide views of μ_t at up to four depths, clusters marked (rank 0)."""
     ts, snaps, centres = panels
     betas = sphere_heads(cfg)[0]
-    sphere_picture(path, ts, snaps, centres, f"μ_t on S² ({block['solver']}, {cfg.tokens.attention}, β = "
+    return sphere_figure(ts, snaps, centres, f"μ_t on S² ({block['solver']}, {cfg.tokens.attention}, β = "
                    f"{', '.join(f'{b:g}' for b in betas)})", collapsed=block["solver"] == "flow")
 
 
@@ -219,7 +221,7 @@ class _Series:
                 "harmonics": {"t": self.t, "l": list(range(L + 1)), "power": self.power}, "solve_cpu_s": cpu}
 
 
-def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+def solve_dg(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
     """The DG solve of ``cfg`` on the distributed icosahedral mesh: (the report's sample block, the panels)."""
     from mfpde.tokens.sphere.dg import SphereDG, growth_step_cap
     from mfpde.tokens.sphere.mesh import edge_lengths, geometry_order, icosphere
@@ -248,10 +250,8 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[d
     if fields is not None:
         import dolfinx.fem
 
-        from mfpde.fields import FieldWriter
-
         f = dolfinx.fem.Function(op.V, name="mu")
-        writer = FieldWriter(comm, fields / "fields" / "mu_0.bp", [f])
+        writer = fields.open("mu_0", [f])
     cpu = [0.0]
 
     def cb(step: int, depth: float, mu: Any) -> None:
@@ -313,7 +313,7 @@ def _field_mesh(comm: MPI.Comm) -> tuple[Any, Any, Any]:
     return op.V, own, np.concatenate(comm.allgather(own))
 
 
-def solve_flow(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple[dict[str, Any], Any]:
+def solve_flow(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
     """The flow map of ``cfg`` on the quadrature particles of μ_0 (replicated): (the sample block, the panels).
 
     ``tokens.labels`` sets the particle count: N = ⌈√(labels/2)⌉ Gauss–Legendre nodes in cos ϑ, 2N² particles.
@@ -361,10 +361,8 @@ def solve_flow(cfg: Any, comm: MPI.Comm, fields: Path | None, bar: Any) -> tuple
     if fields is not None:
         import dolfinx.fem
 
-        from mfpde.fields import FieldWriter
-
         f = dolfinx.fem.Function(V, name="mu")
-        writer = FieldWriter(comm, fields / "fields" / "mu_0.bp", [f])
+        writer = fields.open("mu_0", [f])
         try:
             for depth, x in zip(sol.t, sol.x, strict=True):
                 f.x.array[:len(own)] = kde(x, sol.w, own, kappa)

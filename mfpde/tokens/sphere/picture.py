@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,7 +10,7 @@ import scipy.spatial
 
 from mfpde.tokens.sphere.diag import lonlat
 
-__all__ = ["PANELS", "panel_title", "pick_panels", "sphere_figure", "sphere_picture"]
+__all__ = ["PANELS", "panel_title", "pick_panels", "sphere_figure"]
 
 #: The most depths pictured.
 PANELS = 4
@@ -52,17 +51,6 @@ def _spots(c: np.ndarray) -> tuple[np.ndarray, list[int]]:
     return np.array(spots), many
 
 
-def sphere_picture(path: Path, ts: list[float], snaps: list[tuple[Any, Any]], centres: list[list[list[float]]],
-                   title: str, collapsed: bool = False) -> None:
-    """Draw :func:`sphere_figure` into the PNG ``path`` (its directory is created)."""
-    import matplotlib.pyplot as plt
-
-    fig = sphere_figure(ts, snaps, centres, title, collapsed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
 def sphere_figure(ts: list[float], snaps: list[tuple[Any, Any]], centres: list[list[list[float]]],
                   title: str, collapsed: bool = False) -> Any:
     """Mollweide panels of μ at the depths ``ts``, each from (cell centres (n, 3), cell values (n,)).
@@ -80,11 +68,8 @@ def sphere_figure(ts: list[float], snaps: list[tuple[Any, Any]], centres: list[l
     μ stays within a factor :data:`NEAR_UNIFORM` of its minimum (no cluster: noise, small modes), that scale is a
     single colour; the scale is then linear and diverging, centred on 1/4π, as wide as the largest deviation.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.colors
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     lon = np.linspace(-math.pi, math.pi, GRID[0] + 1)
     lat = np.linspace(-math.pi / 2, math.pi / 2, GRID[1] + 1)
@@ -107,7 +92,7 @@ def sphere_figure(ts: list[float], snaps: list[tuple[Any, Any]], centres: list[l
         lo = min(uniform / 10.0, hi / 100.0)
         norm, cmap = matplotlib.colors.LogNorm(lo, max(hi, 10 * lo)), "magma"
     n = len(fields)
-    fig = plt.figure(figsize=(4.2 * n, 2.9))
+    fig = Figure(figsize=(4.2 * n, 2.9))  # outside pyplot: nothing to close
     fig.subplots_adjust(left=0.01, right=0.99, top=0.84, bottom=0.22, wspace=0.05)
     for k, (t, f, cl) in enumerate(zip(ts, fields, centres, strict=True)):
         ax = fig.add_subplot(1, n, k + 1, projection="mollweide")
