@@ -545,8 +545,8 @@ def test_the_sphere_pages_closed_forms_and_mesh_areas_are_regenerated():
 
 def test_the_sphere_pages_flow_runs_are_regenerated(tempdir):
     """docs/sphere.md: `mfpde transport demos/sphere.toml --set tokens.solver='"flow"'` with the default labels
-    (explicit steps only, their count; the kernel's degrees at β = 5, 9, 16; the direct sum) and with `--set tokens.labels=512` (the
-    collapsed clusters at t = 12); about 6 CPU s (the CPU times are not compared)."""
+    (explicit steps only, their count; the kernel's degrees at β = 5, 9, 16; the direct sum) and with
+    `--set tokens.labels=512` (the collapsed clusters at t = 12); about 6 CPU s (the CPU times are not compared)."""
     import json
 
     from mfpde.cli import main
