@@ -13,15 +13,13 @@ once (:class:`mfpde.fields.FieldWriter`), whatever the number of ranks and group
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mpi4py import MPI  # noqa: F401  (before dolfinx)
 
 import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.fields import FieldWriter
+from mfpde.fields import FieldFiles
 from mfpde.tokens.box.problem import SampleGroups
 
 __all__ = ["write_sample_fields"]
@@ -37,14 +35,15 @@ def _owned_cells(V: dolfinx.fem.FunctionSpace) -> tuple[npt.NDArray[np.int64], n
     return orig, np.asarray(V.dofmap.list[:n])
 
 
-def write_sample_fields(groups: SampleGroups, V: dolfinx.fem.FunctionSpace, path: Path, n: int,
+def write_sample_fields(groups: SampleGroups, V: dolfinx.fem.FunctionSpace, fields: FieldFiles, file: str, n: int,
                         values: dict[int, Array], name: str = "mu_T") -> None:
     """Write the fields of samples 0..n−1 into one VTX file, sample i at "time" i. Collective over ``groups.comm``.
 
     Args:
         groups: the split of the samples over rank groups.
         V: the (DG) space of this rank's group the values live in.
-        path: the ``.bp`` output.
+        fields: the job's fields.
+        file: the output's name (``fields/<file>.bp``).
         n: the number of samples of the split (each group holds :meth:`SampleGroups.mine` of them).
         values: this group's samples' local dof values (owned and ghost), keyed by sample index.
         name: the field's name.
@@ -69,7 +68,7 @@ def write_sample_fields(groups: SampleGroups, V: dolfinx.fem.FunctionSpace, path
                 rows = _place(parts, orig, dofs, len(u.x.array))
     if not first:
         return
-    with FieldWriter(groups.tcomm, path, [u]) as w:
+    with fields.open(file, [u]) as w:  # on the first group's mesh: its ranks, groups.tcomm
         w.reserve(n)
         for i in range(n):
             u.x.array[:] = rows[i]

@@ -29,7 +29,7 @@ from mfpde import signals
 from mfpde.config import Config
 from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, InputRefused, NumericalError
-from mfpde.fields import FieldWriter
+from mfpde.fields import FieldFiles, FieldWriter
 from mfpde.io import write_report
 from mfpde.jobs.scaffold import JobDir, refuse_finished
 from mfpde.progress import Progress, ProgressFactory
@@ -303,8 +303,8 @@ def _write(writer: FieldWriter, t: float, cp: CoupledProblem, out: Path, step: i
         raise
 
 
-def _fields(cp: CoupledProblem, out: Path) -> Path | None:
-    return out / "fields" if cp.cfg.output.fields else None
+def _fields(cp: CoupledProblem, out: Path) -> FieldFiles | None:
+    return FieldFiles(out) if cp.cfg.output.fields else None
 
 
 def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: Gradient,

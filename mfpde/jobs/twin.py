@@ -241,7 +241,8 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
 def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int, int], Any], fine_dir: Path,
             ref_dir: Path | None, pde_cpu: float, sig: int, notes: list[str], t0: float, p: int) -> int:
     """Compare, write ``report.json``, ``history.csv`` and the plots (rank 0); the exit status."""
-    from mfpde.twin.plots import twin_plots
+    from mfpde.plots import save_figure
+    from mfpde.twin.plots import twin_figures
 
     pde = read_pde(fine_dir, p)
     refined = read_pde(ref_dir, p) if ref_dir is not None else None
@@ -286,7 +287,8 @@ def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int
     report["wall_s"] = time.perf_counter() - t0
     write_history(out, rows, MPI.COMM_SELF)
     if cfg.output.plots and complete:
-        twin_plots(out / "plots", cfg, complete, trained, pde, exps)
+        for name, fig in twin_figures(cfg, complete, trained, pde, exps).items():
+            save_figure(fig, out / "plots" / name, dpi=110)
     write_report(out, report, MPI.COMM_SELF)
     for sweep, q in exps.items():
         for name, f in q.items():

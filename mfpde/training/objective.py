@@ -11,7 +11,6 @@ sums over samples are one ``allreduce``.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator
-from pathlib import Path
 
 from mpi4py import MPI
 
@@ -21,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import ufl
 
+from mfpde.fields import FieldFiles
 from mfpde.heads import HeadMeasure
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.sample_fields import write_sample_fields
@@ -162,12 +162,11 @@ class Objective:
         if snapshots is not None and i in snapshot and mus is not None:
             snapshots[i] = (*mus, self.tokens.quad.gather(u))
 
-    def _write_fields(self, fields: Path | None, tag: str, n: int, kept: dict[int, Array]) -> None:
+    def _write_fields(self, fields: FieldFiles | None, tag: str, n: int, kept: dict[int, Array]) -> None:
         """Write μ_T of the n samples into ``fields/mu_T_<tag>.bp`` (sample i at "time" i). Collective."""
         if fields is not None:
             with self.groups.collective_failure():  # a full disk in the writing group: ConfigError on every rank
-                write_sample_fields(self.groups, self.tokens.W, fields / f"mu_T{'_' + tag if tag else ''}.bp", n,
-                                    kept)
+                write_sample_fields(self.groups, self.tokens.W, fields, f"mu_T{'_' + tag if tag else ''}", n, kept)
 
     def _solves(self, samples: list[Sample], heads: list[HeadMeasure], taped: bool, snapshot: Container[int]
                 ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
@@ -253,15 +252,15 @@ class Objective:
                                                                               "checkpoint_every") else (
                     self.tape_stats.get(k, 0) + v)
 
-    def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: Path | None = None,
+    def predict(self, samples: list[Sample], heads: list[HeadMeasure], fields: FieldFiles | None = None,
                 tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Array:
         """ŷ^i for the samples (forward only), shape (n,), the same on every rank.
 
         Args:
             samples: the input measures.
             heads: ρ per layer block, reduced.
-            fields: if given, μ_T of every sample is written to ``fields/mu_T_<tag>.bp`` (VTX, sample i at
-                "time" i: :func:`mfpde.sample_fields.write_sample_fields`).
+            fields: the job's fields; if given, μ_T of every sample is written to ``fields/mu_T_<tag>.bp`` (VTX,
+                sample i at "time" i: :func:`mfpde.sample_fields.write_sample_fields`).
             tag: the file-name tag of the fields (the split: ``train``, ``test``).
             snapshots: where μ_t at :attr:`snapshot_depths` (gathered quadrature weights) of the samples in
                 ``snapshot`` are stored, on this rank's group (see :meth:`gather_snapshots`).
@@ -281,7 +280,7 @@ class Objective:
         self.max_outflow = self.pb.comm.allreduce(self._outflow, op=MPI.MAX)
         return self.pb.comm.allreduce(y, op=MPI.SUM)
 
-    def gradient(self, heads: list[HeadMeasure], per_sample: bool = False, fields: Path | None = None,
+    def gradient(self, heads: list[HeadMeasure], per_sample: bool = False, fields: FieldFiles | None = None,
                  tag: str = "", snapshots: Snapshots | None = None, snapshot: Container[int] = ()) -> Gradient:
         """R(ρ), ŷ and ∂R/∂c per layer block by forward + discrete adjoint over the training samples (theory §3).
 

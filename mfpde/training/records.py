@@ -22,6 +22,7 @@ import numpy as np
 
 from mfpde.config_rules import token_space_fingerprint
 from mfpde.errors import ConfigError
+from mfpde.fields import FieldFiles
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
 from mfpde.plots import FIGURES, RhoSeries, TokenSeries, plot_run
@@ -240,7 +241,8 @@ def cut_appended(out: Path, step0: int, comm: MPI.Comm) -> None:
 
 
 def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float,
-                test_fields: Path | None = None, test_yhat: dict[str, np.ndarray] | None = None) -> dict[str, float]:
+                test_fields: FieldFiles | None = None,
+                test_yhat: dict[str, np.ndarray] | None = None) -> dict[str, float]:
     """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective.
 
     With ``test_fields`` (the last row of a run) the held-out samples' μ_T are written there as well

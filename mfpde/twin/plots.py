@@ -6,12 +6,11 @@ The gaps against H, N, L with fitted and expected slopes; the risk of the PDE an
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["gaps_figure", "twin_plots"]
+__all__ = ["gaps_figure", "twin_figures"]
 
 _LABELS = {
     "heads": {"risk": "|R_H − R(ρ_S)|, one seed", "risk_bias": "|E R_H − R(ρ_S)|, seed mean",
@@ -23,13 +22,6 @@ _LABELS = {
 _YLABELS = {"heads": "gap to the PDE (mean-field limit), log", "tokens": "gap to the token limit N → ∞, log",
             "layers": "depth error against the next L, log"}
 _MARKERS = "osD^"
-
-
-def _save(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    tmp.replace(path)
 
 
 def _power_line(ax: Any, x: Any, y: Any, q: float, style: str, colour: str) -> None:
@@ -119,12 +111,15 @@ def gaps_figure(exps: dict[str, Any]) -> Any:
     return fig
 
 
-def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
-               exps: dict[str, Any]) -> None:
-    """Write ``gaps.png`` (:func:`gaps_figure`), ``risk.png`` and ``heads.png`` into ``out`` (rank 0)."""
+def twin_figures(cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
+                 exps: dict[str, Any]) -> dict[str, Any]:
+    """The figures by file name, which the job saves (rank 0).
+
+    ``gaps.png`` (:func:`gaps_figure`), ``risk.png`` and, where the PDE kept ρ_s, ``heads.png``.
+    """
     from matplotlib.figure import Figure
 
-    _save(gaps_figure(exps), out / "gaps.png")
+    figures = {"gaps.png": gaps_figure(exps)}
 
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
@@ -140,7 +135,7 @@ def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int,
     ax.set_xlabel("training time s")
     ax.set_ylabel("risk")
     ax.legend(fontsize=7)
-    _save(fig, out / "risk.png")
+    figures["risk.png"] = fig
 
     if pde.rho and heads:
         big = hist[heads[-1].key].heads[-1, 0, 0]  # seed 0, block 0, last step
@@ -167,4 +162,5 @@ def twin_plots(out: Path, cfg: Any, sizes: list[Any], hist: dict[tuple[int, int,
             ax.set_ylabel("v")
             ax.legend(fontsize=7)
         ax.set_title("ρ_S of the PDE and the heads of the largest twin at the last step", fontsize=9)
-        _save(fig, out / "heads.png")
+        figures["heads.png"] = fig
+    return figures
