@@ -182,7 +182,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["tests/test_bad_input.py::test_an_accepted_degree_is_the_degree_built"],
         "the heads.degree check removed (degree 0 or 2 runs P1 and writes its degree into the resolved config)"),
     "resume_block_zero": (
-        "mfpde/training/records.py", 'theta.set_values(r, ck["rho"][k])', 'theta.set_values(r, ck["rho"][0])',
+        "mfpde/jobs/records.py", 'theta.set_values(r, ck["rho"][k])', 'theta.set_values(r, ck["rho"][0])',
         ["tests/test_durability.py::test_resume_of_a_depth_indexed_run_gives_the_straight_run"],
         "resume of a depth-indexed run restores block 0's ρ into every block"),
     "certificate_window_wide": (

@@ -226,7 +226,7 @@ def test_checkpoint_writes_each_record_once(tempdir):
         if comm.rank == 0:
             sizes.append((o / "checkpoint" / "state.npz").stat().st_size)
 
-    import mfpde.training.records as rec
+    import mfpde.jobs.records as rec
 
     rec.save_checkpoint = spy  # type: ignore[assignment]
     try:

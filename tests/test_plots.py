@@ -25,7 +25,7 @@ from configs import DEEP
 from mfpde import plots
 from mfpde.cli import main
 from mfpde.errors import NumericalError
-from mfpde.training import records
+from mfpde.jobs import records
 from mfpde.training.splitting import Splitting
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec

@@ -9,5 +9,7 @@ computed when a solve fails.
 * :mod:`~mfpde.jobs.transport`: ``mfpde transport`` on every domain, through its package's ``job`` module (its
   solve, picture and summary; :mod:`mfpde.domains`);
 * :mod:`~mfpde.jobs.continuation`: ``mfpde continuation`` of noisy tokens (the algorithm:
-  :mod:`mfpde.bifurcation`).
+  :mod:`mfpde.bifurcation`);
+* :mod:`~mfpde.jobs.run` and :mod:`~mfpde.jobs.records`: ``mfpde run``, and what it writes (checkpoints, resume,
+  ``history.csv``, plots).
 """

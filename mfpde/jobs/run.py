@@ -31,26 +31,23 @@ from mfpde.config_keys import to_toml
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.fields import FieldFiles, FieldWriter
 from mfpde.io import write_report
-from mfpde.jobs.scaffold import JobDir, refuse_finished
-from mfpde.progress import Progress, ProgressFactory
-from mfpde.tokens.box.adjoint import Gradient
-from mfpde.tokens.box.tape import TapeTooSmall
-from mfpde.training.objective import Snapshots, ntk_gram
-from mfpde.training.problem import CoupledProblem
-from mfpde.training.records import (
+from mfpde.jobs.records import (
     Resumed,
     Snapshot,
     append_history,
     check_resume_config,
-    classification,
-    history_columns,
-    history_row,
     load_resume,
-    plot_samples,
     save_state,
     start_history,
     write_plots,
 )
+from mfpde.jobs.scaffold import JobDir, refuse_finished
+from mfpde.progress import Progress, ProgressFactory
+from mfpde.tokens.box.adjoint import Gradient
+from mfpde.tokens.box.tape import TapeTooSmall
+from mfpde.training.history import classification, history_columns, history_row, plot_samples
+from mfpde.training.objective import Snapshots, ntk_gram
+from mfpde.training.problem import CoupledProblem
 from mfpde.training.report import OUTFLOW_WARN, accuracy_block, run_report, write_predictions
 from mfpde.training.theory import deep_rate, ntk_summary
 

@@ -4,11 +4,12 @@
 * :mod:`~mfpde.training.state`: ρ per layer block, the potentials Φ and the Fokker–Planck solvers (§4).
 * :mod:`~mfpde.training.splitting`: the scheme registry (Lie, Strang) over one sub-flow interface.
 * :mod:`~mfpde.training.problem`: :class:`CoupledProblem`, the three above for one config.
-* :mod:`~mfpde.training.records`: checkpoints, resume, ``history.csv``, plots.
+* :mod:`~mfpde.training.history`: the rows of ``history.csv`` and the samples the plots show.
 * :mod:`~mfpde.training.report`, :mod:`~mfpde.training.theory`: what the report says (warnings, accuracy,
   ``predictions.csv``, where the certificate is a bound); fitted and guaranteed rates (§5.4).
 
-The ``run`` job that trains (history, checkpoints, resume, result object) is :mod:`mfpde.jobs.run`.
+The ``run`` job that trains (history, checkpoints, resume, result object) is :mod:`mfpde.jobs.run`; what it
+writes (checkpoints, ``history.csv``, plots) is :mod:`mfpde.jobs.records`.
 """
 
 from __future__ import annotations

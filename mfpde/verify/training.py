@@ -24,8 +24,8 @@ import numpy as np
 
 from mfpde.exact import shallow_fixed_point, shallow_gap, shallow_lie_law
 from mfpde.fitting import fit_order, fit_rate
+from mfpde.training.history import history_row
 from mfpde.training.problem import CoupledProblem
-from mfpde.training.records import history_row
 from mfpde.verify.models import A_FIXED, M0, S0, gaussian_config
 from mfpde.verify.registry import Outcome, Series, register
 from mfpde.verify.shallow import TOKEN_BOX, rho_moments

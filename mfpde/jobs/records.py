@@ -1,4 +1,6 @@
-"""What a run leaves in DIR besides fields and the report: checkpoints, ``history.csv`` and plots.
+"""What the run job leaves in DIR besides fields and the report: checkpoints, ``history.csv`` and plots.
+
+The rows themselves are :mod:`mfpde.training.history`'s.
 
 Formats are those of interface.md and :mod:`mfpde.io`; the checkpoint holds ρ per layer block in the
 rank-independent Θ order, so a run resumes on any number of ranks.
@@ -9,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import math
 import os
 import tomllib
 from pathlib import Path
@@ -22,29 +23,18 @@ import numpy as np
 
 from mfpde.config_rules import token_space_fingerprint
 from mfpde.errors import ConfigError
-from mfpde.fields import FieldFiles
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
 from mfpde.plots import FIGURES, RhoSeries, TokenSeries, plot_run
-from mfpde.tokens.box.adjoint import Gradient
+from mfpde.training.history import HISTORY_KEYS
 from mfpde.training.objective import Snapshots
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.report import certificate_bound, rate_block
 
-__all__ = ["ACCURACY_KEYS", "GIBBS_KEYS", "HISTORY_KEYS", "Resumed", "Snapshot", "append_history", "classification",
-           "cut_appended", "history_columns", "history_row", "load_resume", "plot_samples", "save_state",
-           "start_history", "write_plots"]
+__all__ = ["Resumed", "Snapshot", "append_history", "cut_appended", "load_resume", "save_state", "start_history",
+           "write_plots"]
 
 logger = logging.getLogger(__name__)
-
-#: The columns of ``history.csv`` (interface.md).
-HISTORY_KEYS = ["step", "s", "risk", "free_energy", "neg_entropy", "mass_rho", "min_rho", "grad_norm", "wall_s"]
-#: Columns added for entropic runs: KL(ρ_s ‖ p_ρ_s) and ‖ρ_s − p_ρ_s‖_L¹ (summed over layer blocks).
-GIBBS_KEYS = ["kl_gibbs", "gibbs_residual_l1"]
-#: Columns added for classification data (sign of ŷ against the sign of the target).
-ACCURACY_KEYS = ["train_accuracy", "test_accuracy", "test_risk"]
-#: Training samples per class (sign of the target) whose μ_t go into ``tokens.png``.
-N_SNAPSHOTS = 2
 
 
 #: A field snapshot: (training step, ρ per layer block, shape (n_layers, N_θ), global Θ order).
@@ -240,55 +230,6 @@ def cut_appended(out: Path, step0: int, comm: MPI.Comm) -> None:
                 os.fsync(f.fileno())
 
 
-def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: float,
-                test_fields: FieldFiles | None = None,
-                test_yhat: dict[str, np.ndarray] | None = None) -> dict[str, float]:
-    """One row of ``history.csv`` for the current ρ and its gradient (potentials already set). Collective.
-
-    With ``test_fields`` (the last row of a run) the held-out samples' μ_T are written there as well
-    (``mu_T_test.bp``): the final outputs take the held-out accuracy from this row instead of solving again.
-    ``test_yhat``, if given, receives ŷ of the held-out samples under ``"test"`` (shape (n_test,)).
-    """
-    st = cp.state
-    fe = st.free_energy(grad.risk)
-    gn = st.dissipation_norm()
-    row = {"step": step, "s": s, "risk": fe["risk"], "free_energy": fe["free_energy"], "neg_entropy": fe["entropy"],
-           "mass_rho": fe["mass_rho"], "min_rho": fe["min_rho"], "grad_norm": gn, "wall_s": wall}
-    if st.lam > 0:
-        diag = [st.fp.diagnostics(r, phi) for r, phi in zip(st.rhos, st.phis, strict=True)]
-        row["kl_gibbs"] = math.fsum(float(d["kl"]) for d in diag)  # type: ignore[arg-type]
-        row["gibbs_residual_l1"] = math.fsum(float(d["l1_gibbs"]) for d in diag)  # type: ignore[arg-type]
-    pb = cp.problem
-    if classification(cp):  # accuracy per row, the held-out set transported once
-        y = np.array([smp.target for smp in pb.train])
-        row["train_accuracy"] = float(np.mean(np.sign(grad.yhat) == np.sign(y)))
-        if pb.test:
-            yt = np.array([smp.target for smp in pb.test])
-            yh = cp.objective.predict(pb.test, cp.heads(), test_fields, tag="test")
-            if test_yhat is not None:
-                test_yhat["test"] = yh
-            row["test_accuracy"] = float(np.mean(np.sign(yh) == np.sign(yt)))
-            row["test_risk"] = float(0.5 * np.mean((yh - yt) ** 2))
-    return row
-
-
-def classification(cp: CoupledProblem) -> bool:
-    """Whether the sign accuracy is reported: digits, or a data file whose targets are all −1 or +1."""
-    pb, kind = cp.problem, cp.cfg.data.kind
-    return kind == "digits" or (kind == "file" and bool(pb.train)
-                                and all(abs(s.target) == 1 for s in pb.train + pb.test))
-
-
-def history_columns(cp: CoupledProblem) -> list[str]:
-    """The columns of this run's ``history.csv`` (the keys of its history rows).
-
-    :data:`HISTORY_KEYS`, then :data:`GIBBS_KEYS` (entropic runs) and :data:`ACCURACY_KEYS` (classification data;
-    the held-out ones with a held-out set).
-    """
-    acc = ACCURACY_KEYS if cp.problem.test else ACCURACY_KEYS[:1]
-    return HISTORY_KEYS + (GIBBS_KEYS if cp.state.lam > 0 else []) + (acc if classification(cp) else [])
-
-
 def _history_lines(rows: list[dict[str, float]], keys: list[str], header: bool) -> str:
     """Rows of ``history.csv`` (12 significant digits), with the header line first if asked."""
     buf = io.StringIO()
@@ -333,12 +274,6 @@ def append_history(out: Path, row: dict[str, float], keys: list[str], comm: MPI.
     err = comm.bcast(err, root=0)
     if err:
         raise ConfigError(err)
-
-
-def plot_samples(cp: CoupledProblem) -> list[int]:
-    """The training samples whose μ_t the plots show: the first :data:`N_SNAPSHOTS` of each sign of the target."""
-    signs = np.sign([smp.target for smp in cp.problem.train])
-    return sorted(i for c in np.unique(signs) for i in np.flatnonzero(signs == c)[:N_SNAPSHOTS].tolist())
 
 
 def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], rho_snaps: list[Snapshot],
