@@ -1,4 +1,6 @@
-"""What the run job leaves in DIR besides fields and the report: checkpoints, ``history.csv`` and plots.
+"""What the run job leaves in DIR besides fields and the report.
+
+Checkpoints, ``history.csv``, plots and ``predictions.csv``.
 
 The rows themselves are :mod:`mfpde.training.history`'s.
 
@@ -32,7 +34,7 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.training.report import certificate_bound, rate_block
 
 __all__ = ["Resumed", "Snapshot", "append_history", "cut_appended", "load_resume", "save_state", "start_history",
-           "write_plots"]
+           "write_plots", "write_predictions"]
 
 logger = logging.getLogger(__name__)
 
@@ -326,3 +328,18 @@ def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], 
     for err in filter(None, comm.gather(error, root=0) or []):
         logger.warning("plots not written at step %d: %s", int(history[-1]["step"]), err)
     return rate
+
+
+def write_predictions(out: Path, targets: dict[str, np.ndarray], yhat0: dict[str, np.ndarray],
+                      yhat: dict[str, np.ndarray], comm: MPI.Comm) -> None:
+    """Write ``predictions.csv``: ``sample, split, target, yhat_initial, yhat_final`` (ŷ of ρ₀ and of ρ_S).
+
+    ``sample`` is the index within its split (its "time" in ``fields/mu_T_<split>.bp``); 17 significant digits.
+    """
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["sample", "split", "target", "yhat_initial", "yhat_final"])
+    for k in ("train", "test"):
+        for i, t in enumerate(targets.get(k, [])):
+            w.writerow([i, k, f"{t:.17g}", f"{yhat0[k][i]:.17g}" if k in yhat0 else "", f"{yhat[k][i]:.17g}"])
+    write_atomic(out / "predictions.csv", buf.getvalue(), comm)

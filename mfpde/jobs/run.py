@@ -40,6 +40,7 @@ from mfpde.jobs.records import (
     save_state,
     start_history,
     write_plots,
+    write_predictions,
 )
 from mfpde.jobs.scaffold import JobDir, refuse_finished
 from mfpde.progress import Progress, ProgressFactory
@@ -48,7 +49,7 @@ from mfpde.tokens.box.tape import TapeTooSmall
 from mfpde.training.history import classification, history_columns, history_row, plot_samples
 from mfpde.training.objective import Snapshots, ntk_gram
 from mfpde.training.problem import CoupledProblem
-from mfpde.training.report import OUTFLOW_WARN, accuracy_block, run_report, write_predictions
+from mfpde.training.report import OUTFLOW_WARN, accuracy_block, run_report
 from mfpde.training.theory import deep_rate, ntk_summary
 
 __all__ = ["Progress", "RunResult", "run_job", "run_training", "train"]

@@ -7,15 +7,11 @@
 * :func:`free_energy_rises`: increases of F between history rows beyond their round-off (any λ; with λ = 0 the
   risk plus confinement);
 * :func:`accuracy_block`: sign accuracy of ρ₀ and ρ_S, against the better of ρ₀'s readout and its sign flip;
-* :func:`write_predictions`: ``predictions.csv``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-from pathlib import Path
 from typing import Any
 
 from mpi4py import MPI
@@ -27,12 +23,11 @@ import ufl
 
 from mfpde import __version__
 from mfpde.heads import HeadMeasure
-from mfpde.io import write_atomic
 from mfpde.training.problem import CoupledProblem
 from mfpde.training.theory import certified_fit, theoretical_rate
 
 __all__ = ["BOUNDARY_MASS_WARN", "OUTFLOW_WARN", "accuracy_block", "certificate_bound", "free_energy_rises",
-           "rate_block", "run_report", "theta_boundary_mass", "write_predictions"]
+           "rate_block", "run_report", "theta_boundary_mass"]
 
 logger = logging.getLogger(__name__)
 
@@ -249,20 +244,3 @@ def accuracy_block(targets: dict[str, np.ndarray], yhat0: dict[str, np.ndarray],
                         f"sign flipped ({best[k]:.3f}; the signs of ŷ agree with −ŷ₀ on {flip[k]:.1%} of the samples): "
                         + ("training only flipped a sign" if flip[k] > 0.5 else "training gained nothing over it"))
     return acc, warnings
-
-
-def write_predictions(out: Path, targets: dict[str, np.ndarray], yhat0: dict[str, np.ndarray],
-                      yhat: dict[str, np.ndarray], comm: MPI.Comm) -> None:
-    """Write ``predictions.csv``: ``sample, split, target, yhat_initial, yhat_final`` (ŷ of ρ₀ and of ρ_S).
-
-    ``sample`` is the index within its split (its "time" in ``fields/mu_T_<split>.bp``); 17 significant digits.
-    """
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["sample", "split", "target", "yhat_initial", "yhat_final"])
-    for k in ("train", "test"):
-        for i, t in enumerate(targets.get(k, [])):
-            w.writerow([i, k, f"{t:.17g}", f"{yhat0[k][i]:.17g}" if k in yhat0 else "", f"{yhat[k][i]:.17g}"])
-    write_atomic(out / "predictions.csv", buf.getvalue(), comm)
-
-

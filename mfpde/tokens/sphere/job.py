@@ -116,7 +116,15 @@ def _kernel_degree(vel: Any) -> int | None:
 
 
 def _report_degree(vel: Any) -> int:
-    L = _kernel_degree(vel)
+    """The highest reported degree: the kernels' series degree, capped at :data:`REPORT_DEGREE`.
+
+    A direct sum counts with the degree its series would have (the flow solver's tolerance), so that the report
+    is the same whichever kernel the particle count and the transform backend pick.
+    """
+    from mfpde.tokens.sphere.kernel import DEFAULT_TOL, harmonic_degree
+
+    L = max(int(p.L) if getattr(p, "L", None) is not None else harmonic_degree(float(p.beta), DEFAULT_TOL)
+            for p in getattr(vel, "parts", [vel]))
     return int(min(REPORT_DEGREE, L)) if L else REPORT_DEGREE
 
 

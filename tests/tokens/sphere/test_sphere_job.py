@@ -134,3 +134,21 @@ def test_a_head_of_zero_coupling_leaves_mu_where_it_is(tempdir, solver):
     rep = transport_job(cfg, tempdir / solver, MPI.COMM_SELF)["samples"][0]
     p = np.array(rep["harmonics"]["power"])
     assert rep["kernel"] in ("direct", "harmonic") and np.abs(p[-1] - p[0]).max() <= 1e-14 * p[0].max()
+
+
+@pytest.mark.serial
+def test_the_report_does_not_depend_on_the_kernel_the_backend_picks(tempdir, monkeypatch):
+    """600 particles at β = 9: ducc0's transforms take the harmonic series, numpy's the direct sum (direct_limit);
+    the reports have the same degrees (the series' L = 28) and the same powers within the integrator's tolerance
+    (both follow the same trajectory to rtol; the velocities differ by the series' round-off only)."""
+    pytest.importorskip("ducc0")
+    got = {}
+    for sht in ("ducc0", "numpy"):
+        monkeypatch.setenv("MFPDE_SHT", sht)
+        cfg = C.load(DEMO, [*SMALL, "tokens.solver='flow'", "tokens.labels=600", "output.fields=false",
+                            "output.plots=false"])
+        got[sht] = transport_job(cfg, tempdir / sht, MPI.COMM_SELF)["samples"][0]
+    assert (got["ducc0"]["kernel"], got["numpy"]["kernel"]) == ("harmonic", "direct")
+    assert got["ducc0"]["harmonics"]["l"] == got["numpy"]["harmonics"]["l"] == list(range(29))
+    p, q = (np.array(got[s]["harmonics"]["power"]) for s in ("ducc0", "numpy"))
+    assert np.abs(p - q).max() <= cfg.tokens.rtol * p.max()
