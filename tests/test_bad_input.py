@@ -753,3 +753,19 @@ def test_environment_variables_out_of_range_are_exit_2(tempdir, capfd, monkeypat
         (line,) = err.strip().splitlines()
         assert line.startswith(f"mfpde: error: {says}"), line
     assert not (tempdir / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["tokens.attention='unnormalised'", "tokens.labels=8", "tokens.rtol=-1.0"])
+def test_keys_of_the_other_domains_on_the_box_are_refused(key):
+    """tokens.attention = 'unnormalised' on a box was softmax without a word (a warning at most), tokens.labels and
+    tokens.rtol were ignored whatever their value: each is refused naming the key and the domains it belongs to,
+    unless an override of tokens.domain made the file's key not apply (the later word wins)."""
+    from mfpde import config
+    from mfpde.errors import ConfigError
+
+    name = key.split("=")[0]
+    with pytest.raises(ConfigError, match=f"{name}: does not apply: .*tokens.domain = 'circle', 'sphere' or "):
+        config.load(ROOT / "demos" / "transport_small.toml", [key])
+    with pytest.raises(ConfigError) as e:  # the circle's file turned into a box: its attention is not named
+        config.load(ROOT / "demos" / "circle.toml", ["tokens.domain='box'"])
+    assert "tokens.attention" not in str(e.value)

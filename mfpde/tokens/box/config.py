@@ -14,7 +14,7 @@ from typing import Any
 
 from mfpde.domains import Found, domain_of_kind
 
-__all__ = ["KINDS", "check"]
+__all__ = ["KINDS", "check", "not_applying"]
 
 #: The data kinds of the box.
 KINDS = ("gaussian", "digits", "file")
@@ -38,3 +38,17 @@ def check(cfg: Any, reads_data: bool = True) -> None:
     f.need(d.spacing == "uniform", "depth.spacing", f"{d.spacing!r} needs {off_box}")
     f.need(t.noise == 0, "tokens.noise", f"{t.noise:g} needs {off_box} (noise is not on boxes)")
     f.raise_all()
+
+
+def not_applying(cfg: Any) -> list[tuple[str, str, bool, str]]:
+    """(section, key, does not apply, why) for the keys of the other domains given on the box.
+
+    ``tokens.attention = "unnormalised"`` on a box was softmax without a word: the box's attention is the softmax
+    of its heads (theory §1).
+    """
+    off = "tokens.domain = 'circle', 'sphere' or 'hypersphere'"
+    return [("tokens", "attention", True, f"the box's attention is the softmax over its heads; tokens.attention "
+             f"chooses it on {off}"),
+            ("tokens", "labels", True, f"tokens.labels counts the flow solver's labels ({off}); boxes are solved "
+             "by DG"),
+            ("tokens", "rtol", True, f"tokens.rtol is the flow solver's tolerance ({off}); boxes are solved by DG")]
