@@ -122,11 +122,8 @@ def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fi
     coarser = domain_attribute(cfg.tokens.domain, "coarser", None)
     if coarser is not None:  # the domains that count clusters
 
-        def again(c: Config, **kw: Any) -> dict[str, Any]:
-            block = dom.solve(c, comm, None, Quiet(), **kw)[0]
-            return block[0] if isinstance(block, list) else block
-
-        more["warnings"] = resolution_check(blocks[0], coarser(cfg), again)
+        more["warnings"] = resolution_check(blocks[0], coarser(cfg),  # one sample: its block
+                                            lambda c, **kw: dom.solve(c, comm, None, Quiet(), **kw)[0])
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         _picture(dom, cfg, result, panels, out / "plots" / dom.PICTURE)
     report = job.finish(samples=blocks, **more)

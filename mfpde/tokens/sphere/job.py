@@ -48,19 +48,16 @@ NOISE_DEGREE = 16
 
 
 def sphere_heads(cfg: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(β_h, c_h) of the Dirac heads of ``[heads]``, read where they are given.
+    """(β_h, c_h) of the Dirac heads of ``[heads]`` (the scalar family: a is β, c the value-weighted mass).
 
-    heads.init's points [β, v] with weights w (normalised to sum 1): c = Σ w v over the heads of one β (to 12
-    digits), 0 included (such a head does not move μ).
+    Heads of c = 0 are kept: such a head does not move μ, and dropping it left no head to name the kernel by.
     """
+    from mfpde.params.family import make_family
+    from mfpde.params.theta import dirac_heads
+
     h = cfg.heads
-    points = np.asarray(h.init["points"], dtype=float).reshape(-1, 2)
-    w = np.asarray(h.init["weights"], dtype=float)
-    w = w / w.max()  # first: weights near the largest float would overflow their sum
-    beta, inv = np.unique(np.round(points[:, 0], 12), return_inverse=True)
-    c = np.zeros(len(beta))
-    np.add.at(c, inv, w / w.sum() * points[:, 1])
-    return beta, c
+    heads = dirac_heads(make_family(h.family, h.a), h.init["points"], h.init["weights"], keep_zero=True)
+    return np.asarray(heads.a, float), np.asarray(heads.c, float)
 
 
 class _HeadSum:
