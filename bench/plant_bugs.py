@@ -177,7 +177,7 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         ["tests/test_fitting.py::test_slope_tolerance_bounds_every_perturbation_and_is_attained"],
         "slope_tolerance with log(1 + E) for −log(1 − E) (a bound that is not one)"),
     "heads_degree_check_removed": (
-        "mfpde/config.py",
+        "mfpde/config/__init__.py",
         '        (h.degree == 1, "heads.degree", "only degree 1 (P1 with mass lumping) is supported"),\n', "",
         ["tests/test_bad_input.py::test_an_accepted_degree_is_the_degree_built"],
         "the heads.degree check removed (degree 0 or 2 runs P1 and writes its degree into the resolved config)"),

@@ -72,7 +72,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     cfg = load(path, list(overrides))
     if not sections:
         return cfg
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     return from_dict(_merge(tomllib.loads(to_toml(cfg)), sections), source=cfg.source)  # keys in use: the others
     # would be given keys that do not apply (refused); left out they take their defaults, unused as before

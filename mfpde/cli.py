@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                         "the embedded default's value: docs/config.md")
     r = sub.add_parser("run", parents=[common], help="coupled training (the main job)")
     r.add_argument("config", nargs="?", default=None,
-                   help="config TOML (default: the embedded digits problem, mfpde/defaults/run.toml)")
+                   help="config TOML (default: the embedded digits problem, mfpde/config/defaults/run.toml)")
     once = r.add_mutually_exclusive_group()  # continue a run or replace it, not both
     once.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     once.add_argument("--overwrite", action="store_true", help="replace a finished run in --out (refused otherwise)")

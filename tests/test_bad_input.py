@@ -121,7 +121,7 @@ CASES = [
      "heads.init.cov"),
     ("run", ["heads.cells=[1, 1]"], "heads.cells"),
     ("run", ["heads.cells=[1, 8]"], "heads.cells"),
-    # λ, λ₂, Δs past their derived bounds (mfpde.config_rules.check_training): they ran, KL 2.4e307 at λ = 1e-308
+    # λ, λ₂, Δs past their derived bounds (mfpde.config.rules.check_training): they ran, KL 2.4e307 at λ = 1e-308
     ("run", ["training.lambda=1e-308"], "training.lambda: (λ₂/2)·osc|θ|² / λ"),
     ("run", ["training.lambda=1e6"], "training.lambda: λ = 1e+06 >"),
     ("run", ["training.lambda2=1e6"], "training.lambda2: (λ₂/2)·osc|θ|² / λ"),

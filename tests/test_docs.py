@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mfpde.config_keys import _toml_value, schema_keys
+from mfpde.config.keys import _toml_value, schema_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -28,12 +28,12 @@ def test_every_config_key_is_documented_with_its_default_and_no_other():
 
 
 def test_config_reference_lists_the_embedded_defaults_values():
-    """The `mfpde run` column: each key's value in the embedded default (mfpde/defaults/run.toml resolved), or —
+    """The `mfpde run` column: each key's value in the embedded default (mfpde/config/defaults/run.toml resolved), or —
     where that problem does not use the key."""
     import dataclasses
 
     from mfpde.config import _ALIASES_BACK, load
-    from mfpde.config_keys import in_use
+    from mfpde.config.keys import in_use
 
     rows = dict(re.findall(r"^\| `([a-z_]+\.[A-Za-z_0-9]+)` \| `.*?` \| (`.*?`|—) \|", (DOCS / "config.md").read_text(),
                            re.M))
@@ -45,7 +45,7 @@ def test_config_reference_lists_the_embedded_defaults_values():
             want[key] = f"`{_toml_value(getattr(sec, g.name))}`".replace("|", "\\|") if in_use(cfg, key) else "—"
     assert set(rows) == set(want), set(rows) ^ set(want)
     wrong = {k: (rows[k], want[k]) for k in want if rows[k] != want[k]}
-    assert not wrong, f"docs/config.md's `mfpde run` column against mfpde/defaults/run.toml: {wrong}"
+    assert not wrong, f"docs/config.md's `mfpde run` column against mfpde/config/defaults/run.toml: {wrong}"
 
 
 @pytest.mark.parametrize("page", USER_DOCS, ids=lambda p: p.name)

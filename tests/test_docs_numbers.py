@@ -487,8 +487,8 @@ def test_the_development_pages_sphere_kernel_sizes_are_the_closed_forms():
 
 
 def test_the_development_pages_hypothesis_config_count_is_the_tests():
-    """docs/development.md: the configs hypothesis draws in tests/test_fuzz_configs.py (its `max_examples`)."""
-    fuzz = (ROOT / "tests" / "test_fuzz_configs.py").read_text()
+    """docs/development.md: the configs hypothesis draws in tests/config/test_fuzz_configs.py (its `max_examples`)."""
+    fuzz = (ROOT / "tests" / "config" / "test_fuzz_configs.py").read_text()
     (n,) = re.findall(r"@settings\(max_examples=(\d+)", fuzz)
     assert f"{n} configs drawn by hypothesis end 0, 2 or 3" in _text("development.md"), n
 

@@ -20,7 +20,7 @@ SMALL = ["tokens.cells=[8, 8]", "heads.cells=[8, 8]", "depth.steps=4", "data.sam
 
 def test_extreme_lambda2_is_a_numerical_failure(tempdir, capfd, monkeypatch):
     """training.lambda2 = 1e160 ended with status ok and an inf/NaN grad_norm in history.csv. It is refused at the
-    door now (exit 2: the Gibbs density underflows, mfpde.config_rules.check_training); with that bound lifted,
+    door now (exit 2: the Gibbs density underflows, mfpde.config.rules.check_training); with that bound lifted,
     the solver's own guard still ends it as a numerical failure with the last good state."""
     sets = [a for s in [*SMALL, "training.lambda2=1e160"] for a in ("--set", s)]
     assert main(["run", DEEP, "--out", str(tempdir / "door"), "--quiet", *sets]) == 2

@@ -16,7 +16,7 @@ import pytest
 import mfpde
 from mfpde import cli
 from mfpde.config import from_dict
-from mfpde.config_keys import in_use, schema_keys, to_toml
+from mfpde.config.keys import in_use, schema_keys, to_toml
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 

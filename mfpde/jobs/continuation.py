@@ -19,7 +19,7 @@ from mpi4py import MPI
 
 from mfpde.bifurcation import Stationary, noisy_branches
 from mfpde.config import Config
-from mfpde.config_rules import LN_TINY, continuation_range_rules
+from mfpde.config.rules import LN_TINY, continuation_range_rules
 from mfpde.continuation import StepControl
 from mfpde.continuation_newton import start_petsc
 from mfpde.domains import domain_attribute, stationary_problem

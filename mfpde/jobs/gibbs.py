@@ -27,7 +27,7 @@ from mpi4py import MPI
 import numpy as np
 
 from mfpde.config import Config
-from mfpde.config_rules import check_training, continuation_range_rules
+from mfpde.config.rules import check_training, continuation_range_rules
 from mfpde.continuation import StepControl
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.jobs.scaffold import JobDir
@@ -58,7 +58,7 @@ def check_gibbs(cfg: Config) -> None:
     for ok, key, msg in rules:
         if not ok:
             raise ConfigError(f"{key}: {msg}")
-    for key in ("start", "stop"):  # each end within the λ that training itself accepts (config_rules.check_training)
+    for key in ("start", "stop"):  # each end within the λ that training itself accepts (config.rules.check_training)
         trial = dataclasses.replace(cfg, training=dataclasses.replace(tr, lam=getattr(c, key)))
         try:
             check_training(trial)

@@ -23,7 +23,7 @@ from mpi4py import MPI
 import dolfinx.fem
 import numpy as np
 
-from mfpde.config_rules import token_space_fingerprint
+from mfpde.config.rules import token_space_fingerprint
 from mfpde.errors import ConfigError
 from mfpde.io import append_records, load_checkpoint, read_records, save_checkpoint, write_atomic
 from mfpde.params.densities import gibbs
@@ -121,7 +121,7 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
 
     Raises:
         ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh, layer count or token
-            space Ω (:func:`~mfpde.config_rules.token_space_fingerprint`).
+            space Ω (:func:`~mfpde.config.rules.token_space_fingerprint`).
     """
     comm, theta, steps = cp.comm, cp.theta, cp.cfg.training.steps
     ck, err = None, ""

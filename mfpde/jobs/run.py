@@ -27,7 +27,7 @@ import numpy as np
 
 from mfpde import signals
 from mfpde.config import Config
-from mfpde.config_keys import to_toml
+from mfpde.config.keys import to_toml
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 from mfpde.fields import FieldFiles, FieldWriter
 from mfpde.io import write_report

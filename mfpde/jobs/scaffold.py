@@ -19,7 +19,7 @@ from typing import Any
 from mpi4py import MPI
 
 from mfpde import __version__
-from mfpde.config_keys import to_toml
+from mfpde.config.keys import to_toml
 from mfpde.errors import ConfigError
 from mfpde.io import write_atomic, write_report
 from mfpde.outdir import prepare_output_dir

@@ -182,7 +182,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
         if not overwrite:
             refuse_finished(out, comm)
         prepare_output_dir(out, comm)  # the previous result, its pde/ and pde-refined/ too, moved aside
-        from mfpde.config_keys import to_toml
+        from mfpde.config.keys import to_toml
 
         write_atomic(out / "config.toml", to_toml(cfg), comm)
     with signals.deferred():  # from here a signal ends the training of the current size; the rest is written

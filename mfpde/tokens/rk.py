@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.budget import spend
-from mfpde.config_schema import DEPTH_SCHEMES
+from mfpde.config.schema import DEPTH_SCHEMES
 from mfpde.tokens.stepping import MAX_SUBSTEPS, first_step_error, substeps_error
 
 __all__ = ["DEPTH_SCHEMES", "FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "SSP_RK3_4", "SSP_RK4_10", "DepthAdjoint",

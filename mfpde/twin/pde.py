@@ -100,7 +100,7 @@ def same_problem(cfg: Config, pde_dir: Path) -> None:
     import json
     import tomllib
 
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     hint = f" (a twin's output: its PDE run is {str(pde_dir / 'pde')!r})" if (pde_dir / "pde").is_dir() else ""
     try:
@@ -136,7 +136,7 @@ def pde_config(cfg: Config, refine: bool) -> tuple[Config | None, str]:
     import tomllib
 
     from mfpde.config import from_dict
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     if refine and cfg.tokens.mesh:
         return None, ("tokens.mesh: a mesh file is not refined here: the PDE's own discretisation error is not "

@@ -104,7 +104,7 @@ def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) ->
     import tomllib
 
     from mfpde.config import from_dict
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     cfg = gaussian_config("scalar", 2, (1.0, 0.0), "weight-tied", reg="entropic", lam=0.05, lam2=1.0, ds=0.05,
                           steps=40 if quick else 100, token_cells=96, token_degree=1, theta_cells=32, theta_box=2.0,

@@ -112,7 +112,7 @@ def test_declined_batch_falls_back_to_per_sample():
     cfg = C.load(DEEP, [*SMALL, "heads.box=[[290.0, 310.0], [-1.0, 1.0]]",
                         'heads.init={kind="gaussian", mean=[300.0, 0.3], cov=[[1.0, 0.0], [0.0, 0.1]]}',
                         "tokens.outflow_tol=1.0", "training.lambda2=0.0"])  # no confinement: its Gibbs density
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)  # would underflow on a Θ this far from 0 (refused, config_rules)
+    cp = CoupledProblem(cfg, MPI.COMM_SELF)  # would underflow on a Θ this far from 0 (refused, config.rules)
     bt = cp.objective.batch
     assert bt is not None
     U = np.ones((2, len(cp.problem.tokens.m)))

@@ -289,7 +289,7 @@ def test_beta_shortcut_is_the_single_head(tmp_path):
                     'modes = [[1, 1e-3, 0.0]]\n')
     cfg = C.load(str(path))
     assert cfg.heads.init == {"kind": "diracs", "points": [[7.5, 1.0]], "weights": [1.0]}
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     assert "beta" not in to_toml(cfg).split("[heads]")[0]  # written once, as heads.init: the file loads back
 

@@ -3,7 +3,7 @@
 A box Ω ⊂ R^d (d = 1, 2) or a mesh of one, solved by upwind DG (``tokens.solver = "dg"``) on uniform depth steps
 (``depth.spacing = "uniform"``) without noise; the data are ``gaussian``, ``digits`` or an ``.npz`` ``file``.
 Ω itself (``tokens.dim``, ``tokens.box``, ``tokens.cells``, ``tokens.mesh``), ``tokens.degree`` and the data
-against Ω (:func:`mfpde.config_data.check_data`) are checked by :func:`mfpde.config.validate`, in the order of its
+against Ω (:func:`mfpde.config.data.check_data`) are checked by :func:`mfpde.config.validate`, in the order of its
 tables. The box counts no clusters: it has no ``coarser`` (no resolution check). Errors name the key
 (:class:`~mfpde.errors.ConfigError`, exit 2).
 """

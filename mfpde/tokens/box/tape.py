@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 import numpy as np
 
-from mfpde.config_rules import parse_size
+from mfpde.config.rules import parse_size
 from mfpde.errors import ConfigError, InputRefused
 from mfpde.tokens.rk import SubstepOperator, TapedStep, step
 

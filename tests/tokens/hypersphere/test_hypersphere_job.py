@@ -45,7 +45,7 @@ def test_the_resolved_config_keeps_the_hypersphere_keys():
     """config.toml of a hypersphere run has tokens.dim and tokens.cells, not the box's or the sphere's keys."""
     import tomllib
 
-    from mfpde.config_keys import to_toml
+    from mfpde.config.keys import to_toml
 
     raw = tomllib.loads(to_toml(C.load(DEMO)))
     tok = raw["tokens"]

@@ -30,7 +30,7 @@ from mfpde.cli import main
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(ROOT / "demos" / "transport_small.toml")
 ALARM_S = 120
 

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from mfpde.config_rules import check_input_file, require
-from mfpde.config_schema import Config
+from mfpde.config.rules import check_input_file, require
+from mfpde.config.schema import Config
 from mfpde.domains import DOMAINS, data_kinds
 from mfpde.errors import ConfigError
 from mfpde.limits import check_gaussian_inside, check_matrix

@@ -31,7 +31,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from mfpde.config_schema import Training
+from mfpde.config.schema import Training
 from mfpde.domains import domain_not_applying
 from mfpde.errors import ConfigError, ConfigErrors
 
@@ -45,7 +45,7 @@ LN_TINY = -math.log(sys.float_info.min)
 ROUNDOFF_DECAY = -math.log(sys.float_info.epsilon)
 #: Total variation from the uniform density on Θ below which the trained heads are the entropy's, not the data's.
 UNIFORM_TV = 0.01
-#: The schema's λ and λ₂ (:class:`mfpde.config_schema.Training`), to name the one a refused ratio moved most.
+#: The schema's λ and λ₂ (:class:`mfpde.config.schema.Training`), to name the one a refused ratio moved most.
 LAMBDA_DEFAULT, LAMBDA2_DEFAULT = Training.lam, Training.lambda2
 
 #: What a path is, by the file-type bits of its ``stat`` (a regular file is what a key wants).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mfpde.config_schema import _ALIASES_BACK, Config
+from mfpde.config.schema import _ALIASES_BACK, Config
 from mfpde.domains import domain_keys
 
 __all__ = ["in_use", "schema_keys", "to_toml"]

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mfpde.config_data import check_data
-from mfpde.config_keys import unused_given
-from mfpde.config_rules import (
+from mfpde.config.data import check_data
+from mfpde.config.keys import unused_given
+from mfpde.config.rules import (
     Problems,
     check_applies,
     check_input_file,
@@ -31,7 +31,7 @@ from mfpde.config_rules import (
     parse_size,
     require,
 )
-from mfpde.config_schema import (
+from mfpde.config.schema import (
     _ALIASES,
     _ALIASES_BACK,
     _FAMILY_KEYS,
@@ -101,7 +101,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
     """Build and validate a :class:`Config` from a nested dict (parsed TOML).
 
     ``overridden``: the ``section.key`` given by ``--set`` (:func:`load`): a file's key that an override made
-    not apply is not refused (:func:`~mfpde.config_rules.check_applies`). ``command``: the CLI command that
+    not apply is not refused (:func:`~mfpde.config.rules.check_applies`). ``command``: the CLI command that
     reads the config ("run", "transport", ...): the keys it does not read are not refused (:func:`validate`),
     and the keys given that it or the problem does not use are named on one warning line (:func:`unused_given`),
     given to ``warn`` (default: logged; the CLI logs it once the input passed the door, so that a refusal is one line).
@@ -356,7 +356,7 @@ def _check_heads(h: Heads) -> None:
 
 def load(path: str | Path | None, overrides: list[str] = (), default: str = "run.toml",  # type: ignore[assignment]
          command: str | None = None, warn: Callable[[str], None] | None = None) -> Config:
-    """Load a TOML config (or the embedded default ``mfpde/defaults/<default>``) and apply overrides.
+    """Load a TOML config (or the embedded default ``mfpde/config/defaults/<default>``) and apply overrides.
 
     ``command``, ``warn``: the CLI command that reads it, and where its warning line goes (:func:`from_dict`).
 
