@@ -37,9 +37,9 @@ import numpy as np
 
 from mfpde.exact import gaussian_transport
 from mfpde.fitting import fit_order
+from mfpde.heads import dirac_heads
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
-from mfpde.params.theta import dirac_heads
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.transport import TokenTransport
 

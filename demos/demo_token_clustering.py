@@ -37,9 +37,9 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from mfpde.fitting import fit_order
+from mfpde.heads import dirac_heads
 from mfpde.mesh import box
 from mfpde.params.family import ScalarHeads
-from mfpde.params.theta import dirac_heads
 from mfpde.tokens.box.particles import transport_particles
 from mfpde.tokens.box.transport import TokenTransport
 

@@ -8,7 +8,10 @@ Every domain is a package under :mod:`mfpde.tokens` that implements one protocol
   ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for keys given that it refuses) and
   ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
   ``POINTS_RULE = (predicate, words)`` on the collocation points), and ``coarser(cfg)`` (the config of the
-  resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
+  resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`), and ``section(cfg)``: its typed
+  section of the config (a frozen dataclass of what its job and solvers read: its keys of ``[tokens]`` and
+  ``[data]``, its heads, and the ``depth`` and ``output`` sections), built once by the jobs floor
+  (:func:`domain_section`); the job's functions and ``coarser`` take the section, never the whole config;
 * a ``job`` module: its part of the ``transport`` job (:func:`mfpde.jobs.transport.domain_transport`):
   ``check(cfg, comm)``, ``describe(cfg)``, ``solve(cfg, comm, fields, bar, **options)`` (``fields``: the job's
   :class:`~mfpde.fields.FieldFiles`, or None; the domain names its fields, never a path), ``picture(cfg, block,
@@ -35,7 +38,7 @@ from typing import Any
 from mfpde.errors import ConfigError, ConfigErrors
 
 __all__ = ["DOMAINS", "Found", "check_dirac_heads", "check_domain", "data_kinds", "domain_attribute", "domain_keys",
-           "domain_job", "domain_not_applying", "domain_of_kind", "stationary_problem"]
+           "domain_job", "domain_not_applying", "domain_section", "domain_of_kind", "stationary_problem"]
 
 #: The token domains and the package of each.
 DOMAINS = {"box": "mfpde.tokens.box", "circle": "mfpde.tokens.circle", "sphere": "mfpde.tokens.sphere",
@@ -147,6 +150,13 @@ def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: import
         names = ", ".join(repr(n) for n in DOMAINS)
         raise ConfigError(f"tokens.domain: must be one of {names}, got {domain!r}")
     _config(domain).check(cfg, reads_data)
+
+
+def domain_section(cfg: Any) -> Any:
+    """The domain's typed section of ``cfg`` (its ``section``), what its job reads; the whole config for a domain
+    without one (the box: its problem is the training problem, which reads [heads], [data], [loss] and [training])."""
+    make = domain_attribute(cfg.tokens.domain, "section", None)
+    return cfg if make is None else make(cfg)
 
 
 def domain_job(domain: str) -> Any:

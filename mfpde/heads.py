@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Family", "HeadMeasure"]
+__all__ = ["Family", "HeadMeasure", "dirac_heads"]
 
 Array = npt.NDArray[np.float64]
 
@@ -71,3 +71,14 @@ class HeadMeasure:
     def bbar(self) -> float:
         """b̄ = ∫ v a dρ (theory §6.1)."""
         return float((self.a * self.c).sum())
+
+
+def dirac_heads(family: Family, points: list[list[float]], weights: list[float],
+                keep_zero: bool = False) -> HeadMeasure:
+    """Finitely many heads θ_h with weights w_h (normalised to sum 1): ρ = Σ_h w_h δ_{θ_h}, reduced.
+
+    ``keep_zero``: keep the heads of c = 0 (:meth:`HeadMeasure.from_heads`), e.g. a single head of zero coupling.
+    """
+    w = np.asarray(weights, dtype=float)
+    w = w / w.max()  # first: weights near the largest float would overflow their sum
+    return HeadMeasure.from_heads(family, np.asarray(points, dtype=float), w / w.sum(), keep_zero)

@@ -271,8 +271,8 @@ def test_empty_out_is_exit_2(tempdir, capfd, monkeypatch):
 
 def test_head_weights_near_the_largest_float_are_normalised():
     """Dirac weights [1e308, 1e308] are the weights [1, 1] (their sum overflowed: ŷ was μ₀'s mean, exit 0)."""
+    from mfpde.heads import dirac_heads
     from mfpde.params.family import ScalarHeads
-    from mfpde.params.theta import dirac_heads
 
     pts = [[0.5, 1.0], [-0.3, 0.4]]
     big, one = dirac_heads(ScalarHeads(), pts, [1e308, 1e308]), dirac_heads(ScalarHeads(), pts, [1.0, 1.0])

@@ -530,7 +530,7 @@ def test_a_resolution_check_that_could_not_run_says_so(caplog):
     from mfpde import config as C
     from mfpde.errors import NumericalError
     from mfpde.tokens.resolution import Coarser, resolution_check
-    from mfpde.tokens.sphere.config import LABELS_RANGE, coarser
+    from mfpde.tokens.sphere.config import LABELS_RANGE, coarser, section
 
     block = {"clusters_T": 2, "merge_times": [1.0]}
 
@@ -546,6 +546,6 @@ def test_a_resolution_check_that_could_not_run_says_so(caplog):
     cfg = C.load(str(ROOT / "demos" / "sphere.toml"), ['tokens.solver="flow"'])
     lo = LABELS_RANGE[0]
     for labels in (lo, 2 * lo - 1):
-        assert coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(cfg.tokens, labels=labels))) is None
-    half = coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(cfg.tokens, labels=2 * lo)))
-    assert half is not None and half.config.tokens.labels == lo and half.at == "32 particles"
+        assert coarser(dataclasses.replace(section(cfg), labels=labels)) is None
+    half = coarser(dataclasses.replace(section(cfg), labels=2 * lo))
+    assert half is not None and half.config.labels == lo and half.at == "32 particles"

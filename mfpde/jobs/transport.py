@@ -68,23 +68,24 @@ def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pr
         ConfigError: invalid input (nothing written). NumericalError: a failed solve (status "failed", the blocks
         up to the last good output depth).
     """
-    from mfpde.domains import domain_job
+    from mfpde.domains import domain_job, domain_section
 
     dom = domain_job(cfg.tokens.domain)
     with signals.stage("set-up"):  # the line of an interruption says that nothing was computed
-        setup = dom.check(cfg, comm)
+        sec = domain_section(cfg)
+        setup = dom.check(sec, comm)
         head: dict[str, Any] = {"domain": cfg.tokens.domain} if getattr(dom, "NAMED", True) else {}
-        head.update(dom.head(cfg) if hasattr(dom, "head") else {})
+        head.update(dom.head(sec) if hasattr(dom, "head") else {})
         job = JobDir(cfg, out, comm, "transport", **head)
     options = {} if setup is None else {"setup": setup}
-    logger.info("%s -> %s", dom.describe(cfg, **options), out)
+    logger.info("%s -> %s", dom.describe(sec, **options), out)
     bar = None
     if getattr(dom, "PROGRESS", True):
         keep = kept_outputs(cfg)
         bar = progress(len(keep) - 1, 0) if progress is not None else None
         if bar is None:
             bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], cfg.tokens.domain)
-    return _transport(dom, cfg, out, comm, job, FieldFiles(out) if cfg.output.fields else None, bar, options)
+    return _transport(dom, sec, cfg, out, comm, job, FieldFiles(out) if cfg.output.fields else None, bar, options)
 
 
 def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
@@ -99,16 +100,19 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
     """
     job = JobDir.existing(out, pb.comm, "transport")
     fields = FieldFiles(out) if write_fields and pb.cfg.output.fields else None
-    return _transport(box_job, pb.cfg, out, pb.comm, job, fields, None, {"setup": pb})
+    return _transport(box_job, pb.cfg, pb.cfg, out, pb.comm, job, fields, None, {"setup": pb})
 
 
-def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None, bar: Any,
-               options: dict[str, Any]) -> dict[str, Any]:
-    """Solve, check the resolution, draw the picture and write the report (the job's part after its first line)."""
+def _transport(dom: Any, sec: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None,
+               bar: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """Solve, check the resolution, draw the picture and write the report (the job's part after its first line).
+
+    ``sec``: the domain's section of ``cfg`` (:func:`mfpde.domains.domain_section`), which the domain's functions take.
+    """
     from mfpde.domains import domain_attribute
 
     try:
-        result, panels = dom.solve(cfg, comm, fields, bar, **options)
+        result, panels = dom.solve(sec, comm, fields, bar, **options)
     except NumericalError as e:
         done = list(e.blocks or [])
         what = f"sample {len(done)}: {e}"
@@ -122,22 +126,22 @@ def _transport(dom: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fi
     coarser = domain_attribute(cfg.tokens.domain, "coarser", None)
     if coarser is not None:  # the domains that count clusters
 
-        more["warnings"] = resolution_check(blocks[0], coarser(cfg),  # one sample: its block
+        more["warnings"] = resolution_check(blocks[0], coarser(sec),  # one sample: its block
                                             lambda c, **kw: dom.solve(c, comm, None, Quiet(), **kw)[0])
     if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
-        _picture(dom, cfg, result, panels, out / "plots" / dom.PICTURE)
+        _picture(dom, sec, result, panels, out / "plots" / dom.PICTURE)
     report = job.finish(samples=blocks, **more)
     if hasattr(dom, "summary"):
-        logger.info("%s", dom.summary(cfg, result))
+        logger.info("%s", dom.summary(sec, result))
     return report
 
 
-def _picture(dom: Any, cfg: Config, result: Any, panels: Any, path: Path) -> None:
+def _picture(dom: Any, sec: Any, result: Any, panels: Any, path: Path) -> None:
     """The domain's figure saved as ``path`` (rank 0). A plot never fails the job: a failure is a warning."""
     from mfpde.plots import save_figure
 
     try:
-        fig = dom.picture(cfg, result, panels)
+        fig = dom.picture(sec, result, panels)
         if fig is not None:
             save_figure(fig, path, **getattr(dom, "SAVEFIG", {}))
     except Exception as e:  # noqa: BLE001  a plot never fails the job

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,44 @@ import numpy as np
 from mfpde.domains import Found, check_dirac_heads
 from mfpde.tokens.resolution import Coarser
 
-__all__ = ["DIM_RANGE", "KINDS", "check", "coarser", "keys", "modes_minimum", "not_applying"]
+__all__ = ["DIM_RANGE", "KINDS", "Section", "check", "coarser", "keys", "modes_minimum", "not_applying", "section"]
+
+@dataclass(frozen=True)
+class Section:
+    """The hypersphere's section of the config: what its transport job and solvers read (built by :func:`section`).
+
+    Attributes:
+        dim, attention, solver, cells, cfl, labels, rtol, noise: the keys of ``[tokens]`` (``cells``: n in θ).
+        heads: the Dirac heads as rows (β_h, c_h, w_h): ``tokens.beta`` (with ``tokens.coupling``), or heads.init's
+            points [[β, c], ...] and weights.
+        kind, modes, amplitude: the keys of ``[data]``.
+        depth, output: the ``[depth]`` and ``[output]`` sections (the output depths read them).
+    """
+
+    dim: int
+    attention: str
+    solver: str
+    cells: int
+    cfl: float
+    labels: int
+    rtol: float
+    noise: float
+    heads: tuple[tuple[float, float, float], ...]
+    kind: str
+    modes: list[list[float]]
+    amplitude: float
+    depth: Any
+    output: Any
+
+
+def section(cfg: Any) -> Section:
+    """The hypersphere's section of a validated config."""
+    t, h, da = cfg.tokens, cfg.heads, cfg.data
+    heads = tuple((float(p[0]), float(p[1]), float(w)) for p, w in zip(h.init["points"], h.init["weights"],
+                                                                         strict=True))
+    return Section(t.dim, t.attention, t.solver, t.cells[0], t.cfl, t.labels, t.rtol, t.noise, heads, da.kind,
+                   da.modes, da.amplitude, cfg.depth, cfg.output)
+
 
 #: The stationary problem's unknowns are log-densities: a Gibbs density spanning more than the double range is
 #: fine (the continuation's underflow guard does not apply).
@@ -135,12 +173,12 @@ def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
     return HypersphereStationary(points, beta, noise, cfg.tokens.dim)
 
 
-def coarser(cfg: Any) -> Coarser | None:
-    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the labels or cells (None below 8)."""
-    t = cfg.tokens
-    key, n = ("tokens.labels", t.labels) if t.solver == "flow" else ("tokens.cells", t.cells[0])
+def coarser(sec: Section) -> Coarser | None:
+    """The resolution check's section (:mod:`mfpde.tokens.resolution`): half the labels or cells (None below 8)."""
+    flow = sec.solver == "flow"
+    key, n = ("tokens.labels", sec.labels) if flow else ("tokens.cells", sec.cells)
     if n // 2 < 8:
         return None
-    what = "labels" if t.solver == "flow" else "cells"
-    half = dataclasses.replace(t, labels=n // 2) if t.solver == "flow" else dataclasses.replace(t, cells=[n // 2])
-    return Coarser(dataclasses.replace(cfg, tokens=half), key, f"{n // 2} {what}", f"{n} {what}")
+    what = "labels" if flow else "cells"
+    half = dataclasses.replace(sec, labels=n // 2) if flow else dataclasses.replace(sec, cells=n // 2)
+    return Coarser(half, key, f"{n // 2} {what}", f"{n} {what}")

@@ -2,7 +2,8 @@
 
 The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
 module gives it the domain's protocol: :func:`check`, :func:`head`, :func:`describe`, :func:`solve`,
-:func:`picture`, :func:`summary` and :data:`PICTURE`.
+:func:`picture`, :func:`summary` and :data:`PICTURE`, each taking the hypersphere's section of the config
+(:class:`~mfpde.tokens.hypersphere.config.Section`).
 
 Zonal tokens on S^{d−1}: the flow map on Gauss labels (``tokens.solver = "flow"``, noise-free, spectral while the
 map is smooth) or the finite volumes in the polar angle (``"dg"``, degree 0: upwind, Scharfetter–Gummel with
@@ -29,6 +30,7 @@ from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldFiles
 from mfpde.tokens.depths import kept_outputs, output_depths
 from mfpde.tokens.hypersphere import transport as tr
+from mfpde.tokens.hypersphere.config import Section
 from mfpde.tokens.hypersphere.zonal import orthonormal_basis
 from mfpde.tokens.resolution import merge_times
 
@@ -44,7 +46,7 @@ REPORT_DEGREE = 16
 FV_SECONDS_PER_STEP, FV_SECONDS_PER_CELL = 5e-5, 2e-7
 
 
-def check_fv_work(cfg: Any) -> None:
+def check_fv_work(sec: Section) -> None:
     """Refuse, before DIR or any array, finite volumes whose steps cannot end (:func:`mfpde.limits.check_work`).
 
     The bound: :func:`~mfpde.tokens.hypersphere.transport.substeps_at_least` (the CFL rule at the state-free
@@ -56,19 +58,18 @@ def check_fv_work(cfg: Any) -> None:
     """
     from mfpde.limits import check_work
 
-    t = cfg.tokens
-    n, d, tau = t.cells[0], t.dim, t.noise
-    steps = tr.substeps_at_least(_heads(cfg), d, t.attention, tau, n, cfg.depth.T, t.cfl)
+    n, d, tau = sec.cells, sec.dim, sec.noise
+    steps = tr.substeps_at_least(sec.heads, d, sec.attention, tau, n, sec.depth.T, sec.cfl)
     key = "tokens.cells" if n > 1000 else "tokens.dim" if tau > 0 else "depth.T"
     check_work(steps * (FV_SECONDS_PER_STEP + FV_SECONDS_PER_CELL * n), key,
                f"at least {steps:.3g} finite-volume steps of {n} cells (the CFL rule at the drift τ(d−2) cot θ next to "
-               f"a pole: ≈ T τ d/(cfl h²), d = {d}, τ = {tau:g}, T = {cfg.depth.T:g}, cfl = {t.cfl:g}), at "
+               f"a pole: ≈ T τ d/(cfl h²), d = {d}, τ = {tau:g}, T = {sec.depth.T:g}, cfl = {sec.cfl:g}), at "
                f"{FV_SECONDS_PER_STEP:g} s a step and {FV_SECONDS_PER_CELL:g} s a cell")
 
 
-def initial_density(cfg: Any) -> Any:
+def initial_density(sec: Section) -> Any:
     """ν_0(z) = |S^{d−1}| μ_0 (a callable on arrays): ``zonal_modes`` 1 + Σ a P_ℓ(z), ``zonal_cap`` ∝ e^{κ z}."""
-    d, da = cfg.tokens.dim, cfg.data
+    d, da = sec.dim, sec
     if da.kind == "zonal_modes":
         lmax = int(max(m[0] for m in da.modes))
         norm = orthonormal_basis(np.ones(1), lmax, d)[0]
@@ -82,70 +83,64 @@ def initial_density(cfg: Any) -> Any:
     return lambda z: np.exp(kappa * (np.asarray(z, float) - 1.0))  # the mass is normalised by the solvers
 
 
-def _heads(cfg: Any) -> list[tuple[float, float, float]]:
-    h = cfg.heads
-    return [(float(p[0]), float(p[1]), float(w)) for p, w in zip(h.init["points"], h.init["weights"], strict=True)]
-
-
 #: The picture of the transport job, under DIR/plots.
 PICTURE = "hypersphere_0.png"
 #: How the job saves it (matplotlib's savefig options).
 SAVEFIG = {"dpi": 110}
 
 
-def check(cfg: Any, comm: MPI.Comm) -> None:
+def check(sec: Section, comm: MPI.Comm) -> None:
     """Refuse, before DIR, noise on the flow map and finite volumes whose steps cannot end.
 
     Raises:
         ConfigError: ``tokens.noise`` > 0 with the flow solver; the work of the finite volumes.
     """
-    t = cfg.tokens
-    if t.noise > 0 and t.solver != "dg":
-        raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' (the Scharfetter–Gummel finite "
+    if sec.noise > 0 and sec.solver != "dg":
+        raise ConfigError(f"tokens.noise: {sec.noise:g} > 0 needs tokens.solver = 'dg' (the Scharfetter–Gummel finite "
                           "volumes): the flow map has no noise")
-    if t.solver == "dg":
-        check_fv_work(cfg)
+    if sec.solver == "dg":
+        check_fv_work(sec)
 
 
-def head(cfg: Any) -> dict[str, Any]:
+def head(sec: Section) -> dict[str, Any]:
     """The report's head fields of the hypersphere: ``dim``."""
-    return {"dim": cfg.tokens.dim}
+    return {"dim": sec.dim}
 
 
-def describe(cfg: Any) -> str:
+def describe(sec: Section) -> str:
     """The transport job's first log line: the solver, its resolution, the heads, attention, T."""
-    t = cfg.tokens
+    t = sec
     what = (f"the flow map on {t.labels} Gauss labels (rtol {t.rtol:g})" if t.solver == "flow"
-            else f"finite volumes on {t.cells[0]} cells in the polar angle, τ = {t.noise:g}")
+            else f"finite volumes on {t.cells} cells in the polar angle, τ = {t.noise:g}")
     return (f"transport on the hypersphere S^{t.dim - 1} by {what}: heads "
-            f"{[(round(b, 6), round(c, 6)) for b, c, _ in _heads(cfg)]}, {t.attention} attention, T = {cfg.depth.T:g}")
+            f"{[(round(b, 6), round(c, 6)) for b, c, _ in t.heads]}, {t.attention} attention, T = {t.depth.T:g}")
 
 
-def picture(cfg: Any, block: dict[str, Any], panels: Any) -> Any:
+def picture(sec: Section, block: dict[str, Any], panels: Any) -> Any:
     """The figure of the distribution of the polar angle at up to five depths (rank 0)."""
     theta, masses = panels
-    return _figure(np.asarray(block["harmonics"]["t"]), theta, masses, cfg.tokens.solver, cfg.tokens.dim)
+    return _figure(np.asarray(block["harmonics"]["t"]), theta, masses, sec.solver, sec.dim)
 
 
-def summary(cfg: Any, block: dict[str, Any]) -> str:
+def summary(sec: Section, block: dict[str, Any]) -> str:
     """The transport job's last log line."""
-    return (f"hypersphere ({cfg.tokens.solver}): mass error {block['mass_error']:.3g}, min mass "
+    return (f"hypersphere ({sec.solver}): mass error {block['mass_error']:.3g}, min mass "
             f"{block['min_mass']:.3g}, clusters at T: {block['clusters_T']}, merges at "
             f"{[float(f'{m:.4g}') for m in block['merge_times']]}, solve {block['solve_cpu_s']:.3g} CPU s")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
-    """The zonal sample of ``cfg`` by ``tokens.solver`` (replicated): (the sample block, (θ, masses) per depth).
+def solve(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], tuple[Any, Any]]:
+    """The zonal sample of the section by ``tokens.solver`` (replicated): (the sample block, (θ, masses) per depth).
 
     The hypersphere writes no fields (``fields`` is not used): its state is the 1-D array of the report.
 
     Raises:
         NumericalError: the solve failed (overflow, a step that does not end).
     """
-    t, d = cfg.tokens, cfg.tokens.dim
-    depths = output_depths(cfg)[kept_outputs(cfg)]
-    heads = _heads(cfg)
-    nu0 = initial_density(cfg)
+    t, d = sec, sec.dim
+    depths = output_depths(sec)[kept_outputs(sec)]
+    heads = sec.heads
+    nu0 = initial_density(sec)
 
     def advanced(i: int, _t: float) -> None:
         if i > 0:
@@ -160,7 +155,7 @@ def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tupl
                 theta = np.arccos(np.clip(z, -1.0, 1.0))
                 steps = 0
             else:
-                cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells[0], depths, t.cfl,
+                cells = tr.finite_volume(nu0, heads, d, t.attention, t.noise, t.cells, depths, t.cfl,
                                          callback=advanced)
                 masses, theta = cells.masses, np.broadcast_to(cells.theta, cells.masses.shape)
                 z, steps = np.cos(theta), cells.steps
@@ -168,7 +163,7 @@ def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tupl
         raise NumericalError(f"the hypersphere's {t.solver} solve failed: {e}") from None
     solve_cpu = time.process_time() - c0
     power = tr.degree_power(z, masses, d, REPORT_DEGREE)
-    bins = t.cells[0] if t.solver != "flow" else max(8, masses.shape[1] // 8)  # a few labels a bin
+    bins = t.cells if t.solver != "flow" else max(8, masses.shape[1] // 8)  # a few labels a bin
     counts = [tr.clusters(theta[i], masses[i], d, bins) for i in range(len(depths))]
     total = masses.sum(axis=1)
     block = {"solver": t.solver, "dim": d, "mass_error": float(np.abs(total - total[0]).max()),

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from mfpde.domains import Found, check_dirac_heads
 from mfpde.tokens.resolution import Coarser
 
-__all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "check", "coarser", "mesh_cells", "mesh_memory", "particles"]
+__all__ = ["KINDS", "MAX_DEGREE", "MAX_MODE_DEGREE", "Section", "check", "coarser", "mesh_cells", "mesh_memory",
+           "particles", "section"]
 
 #: The data kinds of the sphere.
 KINDS = ("sphere_modes", "sphere_noise")
@@ -42,6 +44,49 @@ MAX_BETA = {"softmax": 200.0, "unnormalised": 700.0}
 RTOL_RANGE = (1e-12, 1e-2)
 #: The flow solver's node count range (its quadrature of μ_0; the stiff phase holds dense Jacobians).
 LABELS_RANGE = (32, 20_000)
+
+
+@dataclass(frozen=True)
+class Section:
+    """The sphere's section of the config: what its transport job and solvers read (built by :func:`section`).
+
+    Attributes:
+        attention, solver, refine, degree, cfl, labels, rtol, noise: the keys of ``[tokens]``.
+        betas, couplings: the Dirac heads (β_h, c_h): ``tokens.beta`` (with ``tokens.coupling``), or heads.init's
+            points [[β, v], ...] with c = v times the head's weight (the weights normalised to sum 1); a head of
+            c = 0 is kept.
+        kind, modes, amplitude, seed: the keys of ``[data]``.
+        depth, output: the ``[depth]`` and ``[output]`` sections (the output depths read them).
+    """
+
+    attention: str
+    solver: str
+    refine: int
+    degree: int
+    cfl: float
+    labels: int
+    rtol: float
+    noise: float
+    betas: tuple[float, ...]
+    couplings: tuple[float, ...]
+    kind: str
+    modes: list[list[float]]
+    amplitude: float
+    seed: int
+    depth: Any
+    output: Any
+
+
+def section(cfg: Any) -> Section:
+    """The sphere's section of a validated config."""
+    from mfpde.heads import dirac_heads
+    from mfpde.params.family import make_family
+
+    t, h, da = cfg.tokens, cfg.heads, cfg.data
+    heads = dirac_heads(make_family(h.family, h.a), h.init["points"], h.init["weights"], keep_zero=True)
+    return Section(t.attention, t.solver, t.refine, t.degree, t.cfl, t.labels, t.rtol, t.noise,
+                   tuple(float(b) for b in heads.a), tuple(float(c) for c in heads.c), da.kind, da.modes,
+                   da.amplitude, da.seed, cfg.depth, cfg.output)
 
 
 def mesh_cells(refine: int) -> int:
@@ -142,21 +187,20 @@ def particles(labels: int) -> int:
     return 2 * math.ceil(math.sqrt(labels / 2)) ** 2
 
 
-def coarser(cfg: Any) -> Coarser | None:
-    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the labels, or one refinement fewer.
+def coarser(sec: Section) -> Coarser | None:
+    """The resolution check's section (:mod:`mfpde.tokens.resolution`): half the labels, or one refinement fewer.
 
     None where there is none: DG on the icosahedron itself (refine 0), the flow solver below twice the fewest labels
     it takes (:data:`LABELS_RANGE`). The flow's resolutions are named by their particles (2N² of them for
     ``tokens.labels``, :func:`particles`).
     """
-    t = cfg.tokens
-    if t.solver == "flow":
-        half = t.labels // 2
-        if half < LABELS_RANGE[0] or particles(half) >= particles(t.labels):
+    if sec.solver == "flow":
+        half = sec.labels // 2
+        if half < LABELS_RANGE[0] or particles(half) >= particles(sec.labels):
             return None
-        return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), "tokens.labels",
-                       f"{particles(half)} particles", f"{particles(t.labels)} particles")
-    if t.refine < 1:
+        return Coarser(dataclasses.replace(sec, labels=half), "tokens.labels", f"{particles(half)} particles",
+                       f"{particles(sec.labels)} particles")
+    if sec.refine < 1:
         return None
-    return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, refine=t.refine - 1)), "tokens.refine",
-                   f"{20 * 4 ** (t.refine - 1)} cells", f"{20 * 4 ** t.refine} cells")
+    return Coarser(dataclasses.replace(sec, refine=sec.refine - 1), "tokens.refine",
+                   f"{mesh_cells(sec.refine - 1)} cells", f"{mesh_cells(sec.refine)} cells")

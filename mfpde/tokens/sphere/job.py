@@ -2,7 +2,8 @@
 
 The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
 module gives it the domain's protocol: :func:`check`, :func:`describe`, :func:`solve`, :func:`picture`,
-:func:`summary` and :data:`PICTURE`.
+:func:`summary` and :data:`PICTURE`, each taking the sphere's section of the config
+(:class:`~mfpde.tokens.sphere.config.Section`).
 
 The DG solver (``tokens.solver = "dg"``) runs on an icosahedral mesh distributed over the ranks, its kernel by one
 allreduce of the harmonic coefficients per stage (:mod:`mfpde.tokens.sphere.kernel`); the flow solver (``"flow"``)
@@ -31,12 +32,12 @@ from mfpde.errors import ConfigError, NumericalError
 from mfpde.fields import FieldFiles
 from mfpde.tokens.depths import kept_outputs, output_depths
 from mfpde.tokens.resolution import merge_times
-from mfpde.tokens.sphere.config import particles
+from mfpde.tokens.sphere.config import Section, mesh_cells, particles
 from mfpde.tokens.sphere.diag import cell_clusters, measure_power
 from mfpde.tokens.sphere.picture import pick_panels, sphere_figure
 
 __all__ = ["PICTURE", "REPORT_DEGREE", "check", "describe", "initial_density", "picture", "solve", "solve_dg",
-           "solve_flow", "sphere_heads", "sphere_velocity_of", "summary"]
+           "solve_flow", "sphere_velocity_of", "summary"]
 
 logger = logging.getLogger(__name__)
 #: The highest degree ℓ of the reported powers (the kernel's own degree if lower).
@@ -45,19 +46,6 @@ REPORT_DEGREE = 32
 DG_KERNEL_TOL = 1e-10
 #: ``sphere_noise``: the noise's degrees ℓ = 1..NOISE_DEGREE (:func:`~mfpde.tokens.sphere.data.noise_modes`).
 NOISE_DEGREE = 16
-
-
-def sphere_heads(cfg: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(β_h, c_h) of the Dirac heads of ``[heads]`` (the scalar family: a is β, c the value-weighted mass).
-
-    Heads of c = 0 are kept: such a head does not move μ, and dropping it left no head to name the kernel by.
-    """
-    from mfpde.params.family import make_family
-    from mfpde.params.theta import dirac_heads
-
-    h = cfg.heads
-    heads = dirac_heads(make_family(h.family, h.a), h.init["points"], h.init["weights"], keep_zero=True)
-    return np.asarray(heads.a, float), np.asarray(heads.c, float)
 
 
 class _HeadSum:
@@ -76,8 +64,8 @@ class _HeadSum:
         return sum(p.velocity(x) for p in self.parts)
 
 
-def sphere_velocity_of(cfg: Any, comm: MPI.Comm) -> Any:
-    """The velocity of the heads of ``cfg`` (one kernel per head, chosen by β, the attention and the solver).
+def sphere_velocity_of(sec: Section, comm: MPI.Comm) -> Any:
+    """The velocity of the section's heads (one kernel per head, chosen by β, the attention and the solver).
 
     The series' degree L is cut where its Bessel tail falls below :data:`DG_KERNEL_TOL` for the DG solver (whose own
     error is O(h^{p+1}), far above it) and below 1e-14 for the flow solver (spectrally accurate). The flow solver
@@ -86,23 +74,21 @@ def sphere_velocity_of(cfg: Any, comm: MPI.Comm) -> Any:
     """
     from mfpde.tokens.sphere.kernel import DEFAULT_TOL, sphere_velocity
 
-    betas, cs = sphere_heads(cfg)
-    flow = cfg.tokens.solver == "flow"
+    flow = sec.solver == "flow"
     tol = DEFAULT_TOL if flow else DG_KERNEL_TOL
-    points = particles(cfg.tokens.labels) if flow else None
-    parts = [sphere_velocity(float(b), cfg.tokens.attention, comm, c=float(c), tol=tol, points=points)
-             for b, c in zip(betas, cs, strict=True) if c != 0.0]
+    points = particles(sec.labels) if flow else None
+    parts = [sphere_velocity(b, sec.attention, comm, c=c, tol=tol, points=points)
+             for b, c in zip(sec.betas, sec.couplings, strict=True) if c != 0.0]
     if not parts:  # every head has c = 0: μ does not move; the kernel of the first head still names it
-        parts = [sphere_velocity(float(betas[0]), cfg.tokens.attention, comm, c=0.0, tol=tol, points=points)]
+        parts = [sphere_velocity(sec.betas[0], sec.attention, comm, c=0.0, tol=tol, points=points)]
     return parts[0] if len(parts) == 1 else _HeadSum(parts)
 
 
-def initial_density(cfg: Any) -> Any:
+def initial_density(sec: Section) -> Any:
     """μ_0 as a function of unit vectors (m, 3) → (m,): ``sphere_modes`` or the seeded ``sphere_noise``."""
     from mfpde.tokens.sphere.data import modes_density, noise_modes
 
-    da = cfg.data
-    modes = da.modes if da.kind == "sphere_modes" else noise_modes(da.amplitude, da.seed, NOISE_DEGREE)
+    modes = sec.modes if sec.kind == "sphere_modes" else noise_modes(sec.amplitude, sec.seed, NOISE_DEGREE)
     return lambda x: modes_density(modes, x)
 
 
@@ -131,7 +117,7 @@ def _report_degree(vel: Any) -> int:
 BYTES_PER_DG_VALUE = 5000.0
 
 
-def check_dg_memory(cfg: Any, size: int) -> None:
+def check_dg_memory(sec: Section, size: int) -> None:
     """Refuse, before DIR or any array, a DG transport on the sphere that cannot fit this node (limits.check_memory).
 
     Refine 8 at DG3 (1.3·10⁶ cells, 1.3·10⁷ values) needs at least 66 GB a rank (measured: about 120 GB).
@@ -141,10 +127,9 @@ def check_dg_memory(cfg: Any, size: int) -> None:
     """
     from mfpde.limits import BASE_BYTES, check_memory
 
-    t = cfg.tokens
-    values = 20.0 * 4.0**t.refine * (t.degree + 1) * (t.degree + 2) / 2
+    values = 20.0 * 4.0**sec.refine * (sec.degree + 1) * (sec.degree + 2) / 2
     check_memory({"base": BASE_BYTES, "tokens.refine": values * BYTES_PER_DG_VALUE / max(size, 1)}, "tokens.refine",
-                 f"{t.refine} (DG{t.degree}, {values:.3g} values)")
+                 f"{sec.refine} (DG{sec.degree}, {values:.3g} values)")
 
 
 #: The picture of the transport job, under DIR/plots.
@@ -153,45 +138,42 @@ PICTURE = "sphere_0.png"
 SAVEFIG = {"dpi": 110, "bbox_inches": "tight"}
 
 
-def check(cfg: Any, comm: MPI.Comm) -> None:
+def check(sec: Section, comm: MPI.Comm) -> None:
     """Refuse, before DIR, noise on the flow solver or DG above degree 0, and DG that cannot fit this node.
 
     Raises:
         ConfigError: ``tokens.noise`` > 0 with the flow solver or a degree other than 0; ``tokens.refine`` too fine.
     """
-    t = cfg.tokens
-    if t.noise > 0 and (t.solver != "dg" or t.degree != 0):
-        raise ConfigError(f"tokens.noise: {t.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 on the "
-                          f"sphere (finite volumes with the Scharfetter–Gummel flux), got {t.solver!r}, {t.degree}")
-    if t.solver == "dg":
-        check_dg_memory(cfg, comm.size)
+    if sec.noise > 0 and (sec.solver != "dg" or sec.degree != 0):
+        raise ConfigError(f"tokens.noise: {sec.noise:g} > 0 needs tokens.solver = 'dg' and tokens.degree = 0 on the "
+                          f"sphere (finite volumes with the Scharfetter–Gummel flux), got {sec.solver!r}, {sec.degree}")
+    if sec.solver == "dg":
+        check_dg_memory(sec, comm.size)
 
 
-def describe(cfg: Any) -> str:
+def describe(sec: Section) -> str:
     """The transport job's first log line: the solver, its resolution, β, attention, T."""
-    t = cfg.tokens
-    how = (f"the flow map ({particles(t.labels)} particles, rtol {t.rtol:g})" if t.solver == "flow" else
-           f"DG{t.degree} on {20 * 4 ** t.refine} cells")
-    return (f"transport on the sphere by {how}: β = {np.round(sphere_heads(cfg)[0], 6).tolist()}, {t.attention} "
-            f"attention, T = {cfg.depth.T:g}")
+    how = (f"the flow map ({particles(sec.labels)} particles, rtol {sec.rtol:g})" if sec.solver == "flow" else
+           f"DG{sec.degree} on {mesh_cells(sec.refine)} cells")
+    return (f"transport on the sphere by {how}: β = {np.round(sec.betas, 6).tolist()}, {sec.attention} "
+            f"attention, T = {sec.depth.T:g}")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
+def solve(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
     """The transport job's solve by ``tokens.solver``: :func:`solve_flow` or :func:`solve_dg`."""
-    return (solve_flow if cfg.tokens.solver == "flow" else solve_dg)(cfg, comm, fields, bar)
+    return (solve_flow if sec.solver == "flow" else solve_dg)(sec, comm, fields, bar)
 
 
-def picture(cfg: Any, block: dict[str, Any], panels: Any) -> Any:
+def picture(sec: Section, block: dict[str, Any], panels: Any) -> Any:
     """The figure of Mollweide views of μ_t at up to four depths, clusters marked (rank 0)."""
     ts, snaps, centres = panels
-    betas = sphere_heads(cfg)[0]
-    return sphere_figure(ts, snaps, centres, f"μ_t on S² ({block['solver']}, {cfg.tokens.attention}, β = "
-                   f"{', '.join(f'{b:g}' for b in betas)})", collapsed=block["solver"] == "flow")
+    return sphere_figure(ts, snaps, centres, f"μ_t on S² ({block['solver']}, {sec.attention}, β = "
+                         f"{', '.join(f'{b:g}' for b in sec.betas)})", collapsed=block["solver"] == "flow")
 
 
-def summary(cfg: Any, block: dict[str, Any]) -> str:
+def summary(sec: Section, block: dict[str, Any]) -> str:
     """The transport job's last log line."""
-    return (f"sphere ({cfg.tokens.solver}): mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, "
+    return (f"sphere ({sec.solver}): mass error {block['mass_error']:.3g}, min {block['min_density']:.3g}, "
             f"{block['substeps']} sub-steps, clusters at T: {block['clusters_T']}, merges at "
             f"{[float(f'{m:.4g}') for m in block['merge_times']]}, solve {block['solve_cpu_s']:.3g} CPU s")
 
@@ -226,17 +208,17 @@ class _Series:
                 "harmonics": {"t": self.t, "l": list(range(L + 1)), "power": self.power}, "solve_cpu_s": cpu}
 
 
-def solve_dg(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
-    """The DG solve of ``cfg`` on the distributed icosahedral mesh: (the report's sample block, the panels)."""
+def solve_dg(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
+    """The DG solve of the section on the distributed icosahedral mesh: (the report's sample block, the panels)."""
     from mfpde.tokens.sphere.dg import SphereDG, growth_step_cap
     from mfpde.tokens.sphere.mesh import edge_lengths, geometry_order, icosphere
 
-    t = cfg.tokens
-    vel = sphere_velocity_of(cfg, comm)
+    t = sec
+    vel = sphere_velocity_of(sec, comm)
     L = _report_degree(vel)
     mesh = icosphere(comm, t.refine, geometry_order(t.degree))
-    betas, cs = sphere_heads(cfg)
-    cap = min(growth_step_cap(float(b), t.attention, float(c)) for b, c in zip(betas, cs, strict=True))
+    betas, cs = np.asarray(sec.betas), np.asarray(sec.couplings)
+    cap = min(growth_step_cap(b, t.attention, c) for b, c in zip(sec.betas, sec.couplings, strict=True))
     if t.noise > 0:  # DG0 with the Scharfetter–Gummel flux (theory §10)
         from mfpde.tokens.sphere.noise import NoisySphereFV
 
@@ -244,10 +226,10 @@ def solve_dg(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> t
     else:
         op = SphereDG(mesh, t.degree, vel, t.cfl, max_dt=cap)
     energy: list[float] | None = [] if t.attention == "unnormalised" else None  # E(μ) of theory §10 (USA)
-    mu0 = op.project(initial_density(cfg))
+    mu0 = op.project(initial_density(sec))
     mu0.x.array[:] /= op.mass(mu0)  # a probability on the mesh (the faceted sphere's area is below 4π: O(h²))
-    depths = output_depths(cfg)
-    keep = set(kept_outputs(cfg))
+    depths = output_depths(sec)
+    keep = set(kept_outputs(sec))
     series = _Series(len(keep))
     radius = 2.0 * edge_lengths(mesh)[1]
     centres = _gather(comm, op.cell_centres())
@@ -318,8 +300,8 @@ def _field_mesh(comm: MPI.Comm) -> tuple[Any, Any, Any]:
     return op.V, own, np.concatenate(comm.allgather(own))
 
 
-def solve_flow(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
-    """The flow map of ``cfg`` on the quadrature particles of μ_0 (replicated): (the sample block, the panels).
+def solve_flow(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) -> tuple[dict[str, Any], Any]:
+    """The flow map of the section on the quadrature particles of μ_0 (replicated): (the sample block, the panels).
 
     ``tokens.labels`` sets the particle count: N = ⌈√(labels/2)⌉ Gauss–Legendre nodes in cos ϑ, 2N² particles.
     Clusters are groups of particles closer than 10⁻³ rad holding at least 1% of the mass
@@ -329,12 +311,12 @@ def solve_flow(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) ->
     from mfpde.tokens.sphere.diag import kde
     from mfpde.tokens.sphere.flow import SphereFlow
 
-    t = cfg.tokens
-    vel = sphere_velocity_of(cfg, comm)
+    t = sec
+    vel = sphere_velocity_of(sec, comm)
     L = _report_degree(vel)
     N = max(1, math.ceil(math.sqrt(t.labels / 2)))
-    depths = output_depths(cfg)
-    keep = kept_outputs(cfg)
+    depths = output_depths(sec)
+    keep = kept_outputs(sec)
     ts = depths[keep]
     flow = SphereFlow(vel, nodes=N, rtol=t.rtol, L=L)
     series = _Series(len(ts))
@@ -354,7 +336,7 @@ def solve_flow(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any) ->
                 "integrator": sol.integrator, **series.block(L, sol.solve_cpu_s)}
 
     try:
-        sol = flow.solve(initial_density(cfg), float(depths[-1]), ts, callback=tick)
+        sol = flow.solve(initial_density(sec), float(depths[-1]), ts, callback=tick)
     except NumericalError as e:
         part = getattr(e, "partial", None)
         if part is not None and len(part.t):
