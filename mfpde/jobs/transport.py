@@ -52,14 +52,15 @@ def transport_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progr
 def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, progress: Any = None) -> dict[str, Any]:
     """The ``transport`` job of any domain, by the ``job`` module of its package.
 
-    That module (:mod:`mfpde.domains`) gives ``check(cfg, comm)`` (refusals before DIR; it may return the
-    domain's set-up, then given to ``describe`` and ``solve`` as ``setup``), ``describe(cfg)`` (the first log line),
-    ``solve(cfg, comm, fields, bar, **options)`` (the sample block, or a list of them, and the panels of the
-    picture; :class:`NumericalError` with the failed sample's ``block`` so far, or the ``blocks`` done before it),
-    ``picture(cfg, block, panels)`` (the figure, or None) and ``PICTURE`` (its file under ``plots/``; optionally
-    ``SAVEFIG``, matplotlib's options for it), and optionally ``summary(cfg,
-    block)`` (the last log line), ``head(cfg)`` (the report's head fields of the domain), ``NAMED = False`` (no
-    ``domain`` in the head) and ``PROGRESS = False`` (no progress display). Here: DIR and the config
+    That module (:mod:`mfpde.domains`) gives, each function taking the domain's section of ``cfg``
+    (:func:`~mfpde.domains.domain_section`, built here once): ``check(sec, comm)`` (refusals before DIR; it may
+    return the domain's set-up, then given to ``describe`` and ``solve`` as ``setup``), ``describe(sec)`` (the
+    first log line), ``solve(sec, comm, fields, bar, **options)`` (the sample block, or a list of them, and the
+    panels of the picture; :class:`NumericalError` with the failed sample's ``block`` so far, or the ``blocks`` done
+    before it), ``picture(sec, block, panels)`` (the figure, or None) and ``PICTURE`` (its file under ``plots/``;
+    optionally ``SAVEFIG``, matplotlib's options for it), and optionally ``summary(sec, block)`` (the last log
+    line), ``head(sec)`` (the report's head fields of the domain), ``NAMED = False`` (no ``domain`` in the head) and
+    ``PROGRESS = False`` (no progress display). Here: DIR and the config
     (:class:`~mfpde.jobs.scaffold.JobDir`), the progress, the resolution check of the cluster counts
     (:mod:`mfpde.tokens.resolution`, by the domain's ``coarser``, where it has one), the picture and the report
     (``samples``, ``warnings`` where the resolution was checked).
