@@ -72,7 +72,7 @@ def pde(family: str, cells: int, ds: float, steps: int, drift_kind: str = "token
         theta, fp, rho, phi, conf = st.theta, st.fp, st.rhos[0], st.phis[0], st.confinement
         splitting = cp.splitting()
     else:
-        theta = theta_space(MPI.COMM_SELF, cfg, make_family(family, A_FIXED))
+        theta = theta_space(MPI.COMM_SELF, cfg.heads, make_family(family, A_FIXED))
         fp = ParameterFokkerPlanck(theta.V, LAM, cfg.petsc.param)
         rho = theta.gaussian(cfg.heads.init["mean"], cfg.heads.init["cov"])
         phi = dolfinx.fem.Function(theta.V)

@@ -181,10 +181,12 @@ def transport(cfg: Config | Problem, sample: int = 0, comm: MPI.Comm = MPI.COMM_
     if isinstance(cfg, Config) and cfg.tokens.domain == "circle":
         if sample != 0:
             raise IndexError(f"sample {sample}: the circle problem has one sample")
+        from mfpde.tokens.circle.config import section
         from mfpde.tokens.circle.job import circle_heads, circle_solve
 
+        sec = section(cfg)
         with blas_threads(comm):
-            block, _, (d0, dT) = circle_solve(cfg, circle_heads(cfg, comm), comm)
+            block, _, (d0, dT) = circle_solve(sec, circle_heads(sec, comm), comm)
 
         def field(d: Any) -> TokenField:
             return TokenField(np.asarray(d[0], float), np.asarray(d[1], float)[:, None], d[3], np.asarray(d[2], float))

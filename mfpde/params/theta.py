@@ -99,26 +99,14 @@ class ThetaSpace:
         return rho
 
 
-def dirac_heads(family: HeadFamily, points: list[list[float]], weights: list[float],
-                keep_zero: bool = False) -> HeadMeasure:
-    """Finitely many heads θ_h with weights w_h (normalised to sum 1): ρ = Σ_h w_h δ_{θ_h}.
-
-    ``keep_zero``: keep the heads of c = 0 (:meth:`HeadMeasure.from_heads`), e.g. a single head of zero coupling.
-    """
-    w = np.asarray(weights, dtype=float)
-    w = w / w.max()  # first: weights near the largest float would overflow their sum
-    return HeadMeasure.from_heads(family, np.asarray(points, dtype=float), w / w.sum(), keep_zero)
-
-
-def theta_space(comm, cfg, family: HeadFamily) -> ThetaSpace:
-    """The Θ space of the config's ``[heads]`` (a box of right triangles, or ``heads.mesh``).
+def theta_space(comm, heads, family: HeadFamily) -> ThetaSpace:
+    """The Θ space of the ``[heads]`` section ``heads`` (a box of right triangles, or ``heads.mesh``).
 
     Raises:
         ConfigError, MeshError: the mesh does not fit the head family.
     """
-    h = cfg.heads
     try:
-        return ThetaSpace(make_domain(comm, family.p, h.mesh, h.box, h.cells, "triangle"), family)
+        return ThetaSpace(make_domain(comm, family.p, heads.mesh, heads.box, heads.cells, "triangle"), family)
     except ValueError as e:
         if type(e) is not ValueError:  # ConfigError, MeshError: already an input error
             raise

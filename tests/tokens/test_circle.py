@@ -223,3 +223,30 @@ def test_particle_rk4_has_order_4_against_an_adaptive_reference():
     rate = -np.polyfit(np.log(steps), np.log(errs), 1)[0]
     assert abs(rate - 4) < 0.2, (rate, errs)
     assert errs[-1] > 1e3 * 1e-13  # the finest error still above the reference's
+
+
+def test_the_section_and_its_coarser_section():
+    """The job reads the circle's section of the config: its keys of [tokens] and [data], the [heads], [depth] and
+    [output] sections; the resolution check's coarser config is a section too (half the cells, the noise drawn on
+    the job's cells; half the labels), and there is none below 8 cells or labels or where a mode would alias."""
+    import dataclasses
+
+    from mfpde.tokens.circle.config import Section, coarser, section
+    from mfpde.tokens.depths import kept_outputs, output_depths
+
+    cfg = C.load(DEMO, ["tokens.cells=[64]", "depth.steps=30"])
+    sec = section(cfg)
+    assert (sec.cells, sec.degree, sec.attention, sec.kind, sec.modes) == (64, 2, "unnormalised", "circle_modes",
+                                                                           cfg.data.modes)
+    assert sec.heads is cfg.heads and sec.depth is cfg.depth and sec.output is cfg.output
+    assert np.array_equal(output_depths(sec), output_depths(cfg)) and kept_outputs(sec) == kept_outputs(cfg)
+    half = coarser(sec)
+    assert half is not None and half.config == dataclasses.replace(sec, cells=32) and half.key == "tokens.cells"
+    assert (half.at, half.here, half.options) == ("32 cells", "64 cells", {"data_cells": 64})
+    assert coarser(dataclasses.replace(sec, cells=16)) is None  # mode 8 aliases on 8 cells
+    noise = dataclasses.replace(sec, kind="circle_noise", modes=[])
+    assert coarser(dataclasses.replace(noise, cells=15)) is None and coarser(dataclasses.replace(noise, cells=16))
+    flow = dataclasses.replace(sec, solver="flow", labels=32)
+    half = coarser(flow)
+    assert half is not None and isinstance(half.config, Section) and half.config.labels == 16 and half.at == "16 labels"
+    assert coarser(dataclasses.replace(flow, labels=15)) is None

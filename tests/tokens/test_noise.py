@@ -169,12 +169,13 @@ def test_the_logged_substep_bounds_hold(tmp_path, noise):
     Scharfetter–Gummel step, h²/(2τ + 2|u|h) per cfl, is smaller than the CFL rule's) nor with the rounding up of
     every depth step's count (57 618 sub-steps against a logged "at most 55 614")."""
     from mfpde.jobs.transport import transport_job
+    from mfpde.tokens.circle.config import section
     from mfpde.tokens.circle.job import circle_heads
     from mfpde.tokens.circle.work import dg_substep_estimate
 
     cfg = C.load("demos/noisy_circle.toml", [f"tokens.noise={noise}", "tokens.cells=[64]", "depth.T=2.0",
                                              "depth.steps=20", "output.fields=false", "output.plots=false"])
     s = transport_job(cfg, tmp_path / "o")["samples"][0]
-    lo, hi = dg_substep_estimate(cfg, circle_heads(cfg, MPI.COMM_SELF), CircleMesh(cfg.tokens.cells[0],
-                                                                                cfg.tokens.degree))
+    sec = section(cfg)
+    lo, hi = dg_substep_estimate(sec, circle_heads(sec, MPI.COMM_SELF), CircleMesh(sec.cells, sec.degree))
     assert lo <= s["substeps"] <= hi, (lo, s["substeps"], hi)

@@ -25,11 +25,11 @@ import numpy.typing as npt
 
 from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
-from mfpde.heads import HeadMeasure
+from mfpde.heads import HeadMeasure, dirac_heads
 from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
-from mfpde.params.theta import ThetaSpace, dirac_heads, theta_space
+from mfpde.params.theta import ThetaSpace, theta_space
 from mfpde.tokens.box.data import MU0_CACHE_BYTES, Sample, initial_measures, load_samples
 from mfpde.tokens.box.readout import Readout, readout_function
 from mfpde.tokens.box.transport import TokenTransport
@@ -194,7 +194,7 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
             if keep:
                 mu0[split] = np.concatenate(parts) if parts else np.zeros((0, len(tokens.m)))
     if h.init["kind"] == "gaussian":
-        theta = theta_space(comm, cfg, family)
+        theta = theta_space(comm, h, family)
         heads0 = theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
     else:
         theta = None

@@ -6,19 +6,25 @@ temperature β (a Dirac at (β, 1) is the single head of the literature); the da
 ``circle_noise``; the model is weight-tied. ``tokens.solver`` is "dg" (cells) or "flow" (the flow map on
 ``tokens.labels`` quantile labels at tolerance ``tokens.rtol``); ``depth.spacing = "log"`` spaces the output
 depths geometrically over ``depth.decades`` decades below ``depth.T``. Errors name the key
-(:class:`~mfpde.errors.ConfigError`, exit 2).
+(:class:`~mfpde.errors.ConfigError`, exit 2). The job reads the circle's :class:`Section` of the config
+(:func:`section`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mfpde.domains import Found
 from mfpde.tokens.resolution import Coarser
 
-__all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "check", "coarser"]
+if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
+    from mfpde.config.schema import Depth, Heads, Output
+
+__all__ = ["CIRCLE_KINDS", "KINDS", "MAX_CIRCLE_CELLS", "MAX_LABELS", "SOLVERS", "Section", "check", "coarser",
+           "section"]
 
 #: The data kinds of the circle.
 CIRCLE_KINDS = ("circle_modes", "circle_noise")
@@ -37,6 +43,42 @@ MAX_OUTPUTS = 100_000
 RTOL_RANGE = (1e-12, 1e-2)
 #: The most labels of the flow solver: its stiff phase holds a few dense M × M Jacobians (8M² bytes each: 128 MiB).
 MAX_LABELS = 4096
+
+
+@dataclass(frozen=True)
+class Section:
+    """The circle's section of the config: what its transport job and solvers read (built by :func:`section`).
+
+    Attributes:
+        attention, solver, degree, cfl, labels, rtol, noise: the keys of ``[tokens]``.
+        cells: n, of ``tokens.cells = [n]``.
+        kind, modes, amplitude, seed: the keys of ``[data]``.
+        heads: the ``[heads]`` section (a general ρ₀ on Θ: Diracs, or a Gaussian on the Θ mesh).
+        depth, output: the ``[depth]`` and ``[output]`` sections (the output depths read them).
+    """
+
+    attention: str
+    solver: str
+    cells: int
+    degree: int
+    cfl: float
+    labels: int
+    rtol: float
+    noise: float
+    kind: str
+    modes: list[list[float]]
+    amplitude: float
+    seed: int
+    heads: Heads
+    depth: Depth
+    output: Output
+
+
+def section(cfg: Any) -> Section:
+    """The circle's section of a validated config."""
+    t, da = cfg.tokens, cfg.data
+    return Section(t.attention, t.solver, t.cells[0], t.degree, t.cfl, t.labels, t.rtol, t.noise, da.kind, da.modes,
+                   da.amplitude, da.seed, cfg.heads, cfg.depth, cfg.output)
 
 
 def check(cfg: Any, reads_data: bool = True) -> None:
@@ -125,24 +167,22 @@ def stationary(cfg: Any, points: int, beta: float, noise: float) -> Any:
     return CircleSpectral(points, beta, noise)
 
 
-def coarser(cfg: Any) -> Coarser | None:
-    """The resolution check's config (:mod:`mfpde.tokens.resolution`): half the flow's labels, or DG on half the cells.
+def coarser(sec: Section) -> Coarser | None:
+    """The resolution check's section (:mod:`mfpde.tokens.resolution`): half the flow's labels, or DG on half the cells.
 
     None where there is none: fewer than 8 labels or cells, a data mode that would alias on half the cells, or
     ``circle_noise`` on an odd number of cells (the coarser solve draws the noise on the job's cells and takes each
     pair's mean: the same data, coarser).
     """
-    t, da = cfg.tokens, cfg.data
-    if t.solver == "flow":
-        half = t.labels // 2
+    if sec.solver == "flow":
+        half = sec.labels // 2
         if half < 8:
             return None
-        return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, labels=half)), "tokens.labels",
-                       f"{half} labels", f"{t.labels} labels")
-    n = t.cells[0]
+        return Coarser(dataclasses.replace(sec, labels=half), "tokens.labels", f"{half} labels", f"{sec.labels} labels")
+    n = sec.cells
     half = n // 2
-    if half < 8 or (da.kind == "circle_modes" and any(k > half // 2 for k, _, _ in da.modes)) or (
-            da.kind == "circle_noise" and n % 2):
+    if half < 8 or (sec.kind == "circle_modes" and any(k > half // 2 for k, _, _ in sec.modes)) or (
+            sec.kind == "circle_noise" and n % 2):
         return None
-    return Coarser(dataclasses.replace(cfg, tokens=dataclasses.replace(t, cells=[half])), "tokens.cells",
-                   f"{half} cells", f"{n} cells", {"data_cells": n})
+    return Coarser(dataclasses.replace(sec, cells=half), "tokens.cells", f"{half} cells", f"{n} cells",
+                   {"data_cells": n})

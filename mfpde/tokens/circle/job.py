@@ -2,7 +2,8 @@
 
 The job itself (DIR, config, report, resolution check) is :func:`mfpde.jobs.transport.transport_job`'s; this
 module gives it the domain's protocol: :func:`check`, :func:`describe`, :func:`solve`, :func:`picture`,
-:func:`summary` and :data:`PICTURE`.
+:func:`summary` and :data:`PICTURE`, each taking the circle's section of the config
+(:class:`~mfpde.tokens.circle.config.Section`).
 
 The 1-D density is small: every rank runs the same solve on the whole circle (replicated, so the report is the
 same on any number of ranks); only the ParaView field is distributed: a DOLFINx mesh of the circle (a closed
@@ -47,8 +48,8 @@ from mfpde.tokens.circle.work import check_dg_work, dg_substep_estimate
 from mfpde.tokens.depths import LogProgress, kept_outputs, output_depths
 from mfpde.tokens.resolution import merge_times
 
-if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
-    from mfpde.config import Config
+if TYPE_CHECKING:
+    from mfpde.tokens.circle.config import Section
 
 __all__ = ["PICTURE", "check", "circle_heads", "circle_solve", "describe", "dolfinx_circle", "picture", "solve",
            "summary"]
@@ -64,16 +65,17 @@ HINT_SUBSTEPS = 10_000
 _ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
-def circle_heads(cfg: Config, comm: MPI.Comm) -> HeadMeasure:
+def circle_heads(sec: Section, comm: MPI.Comm) -> HeadMeasure:
     """The reduced ρ₀ of ``[heads]``: β = a of the scalar family (Diracs, or a Gaussian on the Θ mesh)."""
+    from mfpde.heads import dirac_heads
     from mfpde.params.family import make_family
-    from mfpde.params.theta import dirac_heads, theta_space
+    from mfpde.params.theta import theta_space
 
-    h = cfg.heads
+    h = sec.heads
     family = make_family(h.family, h.a)
     if h.init["kind"] == "diracs":
         return dirac_heads(family, h.init["points"], h.init["weights"])
-    theta = theta_space(comm, cfg, family)
+    theta = theta_space(comm, h, family)
     return theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
 
 
@@ -117,40 +119,39 @@ def dolfinx_circle(comm: MPI.Comm, mesh: CircleMesh) -> tuple[Any, Any, Any]:
 PICTURE = "space_depth_0.png"
 
 
-def check(cfg: Config, comm: MPI.Comm) -> None:
+def check(sec: Section, comm: MPI.Comm) -> None:
     """Refuse, before DIR, a DG transport whose sub-steps cannot end (:func:`mfpde.tokens.circle.work.check_dg_work`).
 
     Raises:
         ConfigError: naming the key.
     """
-    if cfg.tokens.solver != "flow":
-        check_dg_work(cfg, circle_heads(cfg, comm))
+    if sec.solver != "flow":
+        check_dg_work(sec, circle_heads(sec, comm))
 
 
-def describe(cfg: Config) -> str:
+def describe(sec: Section) -> str:
     """The transport job's first log line: the solver, its resolution, β, T."""
-    t = cfg.tokens
-    flow = t.solver == "flow"
-    how = f"M = {t.labels} labels, rtol {t.rtol:g}" if flow else f"n = {t.cells[0]}, DG{t.degree}"
+    flow = sec.solver == "flow"
+    how = f"M = {sec.labels} labels, rtol {sec.rtol:g}" if flow else f"n = {sec.cells}, DG{sec.degree}"
     return (f"transport on the circle by {'the flow map' if flow else 'DG'}: {how}, β = "
-            f"{np.round(_betas(cfg), 6).tolist()}, T = {cfg.depth.T:g} ({cfg.depth.spacing} depths)")
+            f"{np.round(_betas(sec), 6).tolist()}, T = {sec.depth.T:g} ({sec.depth.spacing} depths)")
 
 
-def _betas(cfg: Config) -> list[float]:
+def _betas(sec: Section) -> list[float]:
     """The inverse temperatures of ``heads.init`` as given (Diracs' a, a Gaussian's mean a)."""
-    h = cfg.heads
+    h = sec.heads
     return [p[0] for p in h.init["points"]] if h.init["kind"] == "diracs" else [h.init["mean"][0]]
 
 
-def solve(cfg: Config, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, data_cells: int | None = None
+def solve(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, data_cells: int | None = None
           ) -> tuple[dict[str, Any], Any]:
     """The transport job's solve (:func:`circle_solve` under ρ₀): (the sample block, what :func:`picture` draws)."""
-    heads = circle_heads(cfg, comm)
-    block, pictures, _ = circle_solve(cfg, heads, comm, fields, bar, data_cells)
+    heads = circle_heads(sec, comm)
+    block, pictures, _ = circle_solve(sec, heads, comm, fields, bar, data_cells)
     return block, (pictures, heads.a, heads.c)
 
 
-def picture(cfg: Config, block: dict[str, Any], panels: Any) -> Any:
+def picture(sec: Section, block: dict[str, Any], panels: Any) -> Any:
     """The figure of θ against t, the merges and the stiff integrator's switch marked (rank 0)."""
     from mfpde.plots import circle_title, space_depth_figure
 
@@ -161,16 +162,15 @@ def picture(cfg: Config, block: dict[str, Any], panels: Any) -> Any:
     switch = (block.get("integrator") or {}).get("switch_t")
     marks = {"clusters merge": block["merge_times"], "stiff integrator from here": [switch] if switch else []}
     return space_depth_figure(np.array(block["t"]), dens, 2 * math.pi / dens.shape[1],
-                              log_depth=cfg.depth.spacing == "log", marks=marks,
-                              title=circle_title(a, c, cfg.tokens.noise))
+                              log_depth=sec.depth.spacing == "log", marks=marks,
+                              title=circle_title(a, c, sec.noise))
 
 
-def summary(cfg: Config, block: dict[str, Any]) -> str:
+def summary(sec: Section, block: dict[str, Any]) -> str:
     """The transport job's last log line."""
-    t = cfg.tokens
-    how = (f"{block['substeps']} steps" if t.solver == "flow" else f"mass error {block['mass_error']:.3g}, min "
+    how = (f"{block['substeps']} steps" if sec.solver == "flow" else f"mass error {block['mass_error']:.3g}, min "
            f"{block['min_density']:.3g}, {block['substeps']} sub-steps")
-    return (f"circle ({t.solver}): {how}, clusters at T: {block['clusters_T']} at "
+    return (f"circle ({sec.solver}): {how}, clusters at T: {block['clusters_T']} at "
             f"{np.round(block['cluster_angles_T'], 3).tolist()}, merges at "
             f"{[float(f'{m:.4g}') for m in block['merge_times']]}, W1(μ_T, uniform) {block['w1_uniform_T']:.4g}, "
             f"solve {block['solve_cpu_s']:.3g} CPU s")
@@ -180,13 +180,13 @@ def summary(cfg: Config, block: dict[str, Any]) -> str:
 Density = tuple[Any, Any, Any, int]
 
 
-def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: FieldFiles | None = None,
+def circle_solve(sec: Section, heads: HeadMeasure, comm: MPI.Comm, fields: FieldFiles | None = None,
                  bar: Any = None, data_cells: int | None = None
                  ) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
-    """Solve the circle problem of ``cfg`` by ``tokens.solver`` (replicated on every rank of ``comm``).
+    """Solve the circle problem of ``sec`` by ``tokens.solver`` (replicated on every rank of ``comm``).
 
     Args:
-        cfg: the config.
+        sec: the circle's section of the config (:func:`mfpde.tokens.circle.config.section`).
         heads: the reduced ρ₀ (:func:`circle_heads`).
         comm: the ranks.
         fields: a directory to write ``fields/mu_0.bp`` into, or None.
@@ -199,16 +199,16 @@ def circle_solve(cfg: Config, heads: HeadMeasure, comm: MPI.Comm, fields: FieldF
     Raises:
         NumericalError: a failed solve; its ``block`` attribute holds the block up to the last good output.
     """
-    depths = output_depths(cfg)
-    keep = kept_outputs(cfg)
+    depths = output_depths(sec)
+    keep = kept_outputs(sec)
     if bar is None:  # no bar (not a terminal, or the Python API): a log line at every tenth of the outputs
         bar = LogProgress(len(keep) - 1, depths[keep], "circle")
-    if cfg.tokens.solver == "flow":
-        out = _solve_flow(cfg, heads, depths[keep], bar)
+    if sec.solver == "flow":
+        out = _solve_flow(sec, heads, depths[keep], bar)
         if fields is not None:
             _write_flow_fields(comm, fields, out[0]["t"], out[1])
         return out
-    return _solve_dg(cfg, heads, depths, keep, fields, comm, bar, data_cells)
+    return _solve_dg(sec, heads, depths, keep, fields, comm, bar, data_cells)
 
 
 def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: float) -> dict[str, Any]:
@@ -226,23 +226,22 @@ def _summary(ts: list[float], cdfs: list[Any], amps: list[list[float]], cpu: flo
             "cdf_T": (F_T - F_T[0]).tolist(), "solve_cpu_s": cpu}
 
 
-def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out: FieldFiles | None, comm: MPI.Comm,
+def _solve_dg(sec: Section, heads: HeadMeasure, depths: Any, keep: list[int], out: FieldFiles | None, comm: MPI.Comm,
               bar: Any, data_cells: int | None = None) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
-    t, da = cfg.tokens, cfg.data
-    mesh = CircleMesh(t.cells[0], t.degree)
-    mu0 = initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed, data_cells)
-    lo, hi = dg_substep_estimate(cfg, heads, mesh)
+    mesh = CircleMesh(sec.cells, sec.degree)
+    mu0 = initial_density(mesh, sec.kind, sec.modes, sec.amplitude, sec.seed, data_cells)
+    lo, hi = dg_substep_estimate(sec, heads, mesh)
     logger.info("DG sub-steps: at least %d (the growth cap), at most %d (the step rule at the velocity bound)", lo, hi)
     if lo >= HINT_SUBSTEPS:
         logger.info("this DG run takes at least %d sub-steps: tokens.solver = 'flow' solves the circle on quantile "
                        "labels without a CFL rule (seconds to any depth)", lo)
-    op = circle_operator(mesh, t)  # upwind DG, or DG0 with the Scharfetter–Gummel flux for tokens.noise > 0
+    op = circle_operator(mesh, sec)  # upwind DG, or DG0 with the Scharfetter–Gummel flux for tokens.noise > 0
     K = min(FOURIER_MODES, mesh.n * (mesh.degree + 1) // 2)
     ts: list[float] = []
     amps: list[list[float]] = []
     cdfs: list[Any] = []
     picture: list[Any] = []
-    energy: list[float] | None = [] if t.attention == "unnormalised" else None  # E(μ) of theory §10 (USA)
+    energy: list[float] | None = [] if sec.attention == "unnormalised" else None  # E(μ) of theory §10 (USA)
     keep_set = set(keep)
     writer, fill = None, None
     if out is not None:
@@ -258,7 +257,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
             cdfs.append(cdf_at(mesh, mu, _ANGLES))
             picture.append(mesh.cell_means(mu))
             if energy is not None:
-                energy.append(free_energy(mesh, mu, heads, t.noise))
+                energy.append(free_energy(mesh, mu, heads, sec.noise))
             if writer is not None and fill is not None:
                 fill(mu)
                 writer.write(depth)
@@ -267,7 +266,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
         cpu[0] += time.process_time() - c0
 
     try:
-        rep = op.solve(mu0, heads, cfg.depth.T, len(depths) - 1, cb, depths=depths)
+        rep = op.solve(mu0, heads, sec.depth.T, len(depths) - 1, cb, depths=depths)
     except NumericalError as e:
         if ts:
             e.block = {"solver": "dg", **_summary(ts, cdfs, amps, time.process_time() - cpu[1] - cpu[0])}
@@ -277,7 +276,7 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
             writer.close()
     solve_cpu = time.process_time() - cpu[1] - cpu[0]
     block = {"solver": "dg", "mass_T": rep.mass_T, "mass_error": rep.mass_error, "min_density": rep.min_density,
-             "outflow": 0.0, "substeps": rep.substeps, "limited_cells": rep.limited_cells, "noise": t.noise,
+             "outflow": 0.0, "substeps": rep.substeps, "limited_cells": rep.limited_cells, "noise": sec.noise,
              **({"free_energy_t": energy} if energy is not None else {}), **_summary(ts, cdfs, amps, solve_cpu)}
 
     def density(mu: Any) -> Density:
@@ -286,23 +285,21 @@ def _solve_dg(cfg: Config, heads: HeadMeasure, depths: Any, keep: list[int], out
     return block, picture, (density(mu0), density(rep.mu_T))
 
 
-def _labels(cfg: Config) -> Any:
+def _labels(sec: Section) -> Any:
     from mfpde.tokens.circle.flow import modes_labels, noise_labels
 
-    da, t = cfg.data, cfg.tokens
-    if da.kind == "circle_modes":
-        return modes_labels(da.modes, t.labels)
-    mesh = CircleMesh(t.cells[0], 0)  # the same cell values as the DG solver's data
-    return noise_labels(initial_density(mesh, da.kind, da.modes, da.amplitude, da.seed)[:, 0], t.labels)
+    if sec.kind == "circle_modes":
+        return modes_labels(sec.modes, sec.labels)
+    mesh = CircleMesh(sec.cells, 0)  # the same cell values as the DG solver's data
+    return noise_labels(initial_density(mesh, sec.kind, sec.modes, sec.amplitude, sec.seed)[:, 0], sec.labels)
 
 
-def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
+def _solve_flow(sec: Section, heads: HeadMeasure, ts: Any,
                 bar: Any) -> tuple[dict[str, Any], list[Any], tuple[Density, Density]]:
     from mfpde.tokens.circle.flow import CDF_POINTS, FlowMap
 
-    t = cfg.tokens
     c0 = time.process_time()
-    fm = FlowMap(_labels(cfg), heads.a, heads.c, t.attention)
+    fm = FlowMap(_labels(sec), heads.a, heads.c, sec.attention)
 
     def tick(i: int, depth: float) -> None:
         if bar is not None and i > 0:
@@ -312,13 +309,13 @@ def _solve_flow(cfg: Config, heads: HeadMeasure, ts: Any,
         amps = [np.abs(moments(x, 1.0 / fm.M, FOURIER_MODES)).tolist() for x in sol.X]
         m = np.diff(np.concatenate([sol.cdf[-1], [sol.cdf[-1][0] + 1.0]]))
         st = sol.stats
-        return {"solver": "flow", "labels": fm.M, "rtol": t.rtol, "mass_T": 1.0, "mass_error": 0.0,
+        return {"solver": "flow", "labels": fm.M, "rtol": sec.rtol, "mass_T": 1.0, "mass_error": 0.0,
                 "min_density": float(m.min() * CDF_POINTS / (2 * math.pi)), "outflow": 0.0,
                 "substeps": int(st["explicit_steps"] + st["stiff_steps"]), "integrator": st,
                 "reconstruction_T": sol.reconstruction[-1], **_summary(list(sol.t), list(sol.cdf), amps, cpu)}
 
     try:
-        sol = fm.solve(np.asarray(ts, float), t.rtol, callback=tick)
+        sol = fm.solve(np.asarray(ts, float), sec.rtol, callback=tick)
     except NumericalError as e:
         part = getattr(e, "partial", None)
         if part is not None and len(part.t):

@@ -10,13 +10,13 @@ import numpy as np
 from mfpde.tokens.circle.dg import CircleMesh
 
 if TYPE_CHECKING:
-    from mfpde.config import Config
     from mfpde.heads import HeadMeasure
+    from mfpde.tokens.circle.config import Section
 
 __all__ = ["QUICK_VALUES", "UNBOUNDED_SUBSTEPS", "check_dg_work", "dg_substep_estimate"]
 
 
-def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tuple[int, int]:
+def dg_substep_estimate(sec: Section, heads: HeadMeasure, mesh: CircleMesh) -> tuple[int, int]:
     """(at least, at most) the DG solver's sub-steps, estimated before the solve.
 
     At least the growth cap's T·Λ/:func:`~mfpde.tokens.circle.growth_cap` (Λ the fastest linear rate about the
@@ -26,18 +26,18 @@ def dg_substep_estimate(cfg: Config, heads: HeadMeasure, mesh: CircleMesh) -> tu
     """
     from mfpde.tokens.circle.dg import growth_cap, linear_rate_bound
 
-    T = cfg.depth.T
-    lam = linear_rate_bound(heads.a, heads.c, cfg.tokens.attention)
+    T = sec.depth.T
+    lam = linear_rate_bound(heads.a, heads.c, sec.attention)
     lo = T * lam / growth_cap(heads.a, mesh.h, mesh.degree)
-    if cfg.tokens.attention == "softmax":
+    if sec.attention == "softmax":
         umax = float(np.sum(np.abs(heads.c)))
     else:
         umax = float(np.sum(np.abs(heads.c) * np.exp(np.minimum(np.abs(heads.a), 700.0))))
-    cfl = cfg.tokens.cfl * (mesh.w_lobatto if mesh.degree else 1.0) * mesh.h
+    cfl = sec.cfl * (mesh.w_lobatto if mesh.degree else 1.0) * mesh.h
     hi = T * umax / cfl
-    if cfg.tokens.noise > 0:  # Scharfetter–Gummel: Δt ≥ cfl h²/(τ max(B(P) + B(−P'))), B(x) ≤ 1 + max(−x, 0)
-        hi = T * (2 * cfg.tokens.noise + 2 * umax * mesh.h) / (cfg.tokens.cfl * mesh.h**2)
-    hi = max(lo, hi) + cfg.depth.steps  # every depth step rounds its count up
+    if sec.noise > 0:  # Scharfetter–Gummel: Δt ≥ cfl h²/(τ max(B(P) + B(−P'))), B(x) ≤ 1 + max(−x, 0)
+        hi = T * (2 * sec.noise + 2 * umax * mesh.h) / (sec.cfl * mesh.h**2)
+    hi = max(lo, hi) + sec.depth.steps  # every depth step rounds its count up
     big = UNBOUNDED_SUBSTEPS  # a count past this is "unbounded" (β near the overflow of e^β)
 
     def count(x: float) -> int:
@@ -52,7 +52,7 @@ UNBOUNDED_SUBSTEPS = 10**18
 QUICK_VALUES = 100_000
 
 
-def check_dg_work(cfg: Config, heads: HeadMeasure) -> None:
+def check_dg_work(sec: Section, heads: HeadMeasure) -> None:
     """Refuse, before DIR or any array, a DG transport whose sub-steps cannot end (:func:`mfpde.limits.check_work`).
 
     The bound: the least sub-steps of :func:`dg_substep_estimate` (the growth cap's), each at the optimistic
@@ -65,10 +65,9 @@ def check_dg_work(cfg: Config, heads: HeadMeasure) -> None:
     """
     from mfpde.limits import SECONDS_PER_CELL, SECONDS_PER_STEP, check_work
 
-    t = cfg.tokens
-    mesh = CircleMesh(t.cells[0], t.degree)  # the reference data only: no array of n cells
-    lo, _ = dg_substep_estimate(cfg, heads, mesh)
-    values = t.cells[0] * (t.degree + 1)
+    mesh = CircleMesh(sec.cells, sec.degree)  # the reference data only: no array of n cells
+    lo, _ = dg_substep_estimate(sec, heads, mesh)
+    values = sec.cells * (sec.degree + 1)
     if lo >= UNBOUNDED_SUBSTEPS and values <= QUICK_VALUES:  # β near e^β's overflow on a small mesh: the first
         return  # depth step's own refusal comes within a second and names tokens.beta at the input's velocity
     key = "tokens.cells" if values > QUICK_VALUES else "tokens.beta"
