@@ -54,7 +54,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
-from mfpde.tokens.adaptive import DOP853PI, record_reached
+from mfpde.tokens.adaptive import DOP853PI, Stall, record_reached
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
 from mfpde.tokens.sphere.sht import analysis
@@ -186,7 +186,8 @@ class SphereFlow:
 
         Raises:
             ValueError: bad data, T ≤ 0, or outputs outside [0, T].
-            NumericalError: an integrator failed, a non-finite state or the deadline; ``exc.partial`` holds the
+            NumericalError: an integrator failed, a non-finite state, a stall (:class:`~mfpde.tokens.adaptive.Stall`)
+                or the deadline; ``exc.partial`` holds the
                 outputs reached (a SphereFlowSolution).
         """
         from mfpde.errors import NumericalError
@@ -240,6 +241,7 @@ class SphereFlow:
         t, y = 0.0, X0.ravel().copy()
         comm = getattr(self.v, "comm", MPI.COMM_SELF)  # every rank of it integrates the same ODE: one decision
         room = comm.allreduce(stiff_room(comm.size), op=MPI.MIN)
+        stall = Stall(float(t_out[-1]))
         if i < len(t_out):
             solver = DOP853PI(rhs, 0.0, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol)
             held = calm = 0
@@ -266,6 +268,9 @@ class SphereFlow:
                     break
                 if time.process_time() > deadline:
                     raise fail(f"sphere flow: CPU-time budget exceeded at t = {t:.6g}")
+                if (why := stall.check(t)) is not None:
+                    raise fail(f"sphere flow: the explicit integrator stalls at t = {t:.6g} (rtol {self.rtol:g}): "
+                               f"{why}")
         if i < len(t_out):
             jac = None if heads is None else (lambda _t, y: attention_jacobian(y.reshape(n, 3), m, heads))
             stiff = scipy.integrate.LSODA(rhs, t, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol, jac=jac)
@@ -278,6 +283,9 @@ class SphereFlow:
                 stats["njev"], stats["nlu"] = int(stiff.njev), int(stiff.nlu)
                 if i < len(t_out) and time.process_time() > deadline:
                     raise fail(f"sphere flow: CPU-time budget exceeded at t = {stiff.t:.6g}")
+                if i < len(t_out) and (why := stall.check(stiff.t)) is not None:
+                    raise fail(f"sphere flow: the stiff integrator stalls at t = {stiff.t:.6g} (rtol {self.rtol:g}): "
+                               f"{why}")
         return result(t_out)
 
 

@@ -172,6 +172,32 @@ def test_the_deadline_stops_the_solve():
         SphereFlow(DirectVelocity(5.0, "softmax"), nodes=4).solve([[1, 0, 0.05]], 50.0, 5, deadline=0.0)
 
 
+def test_the_stall_guard_tells_a_stall_from_small_steps():
+    """Small steps that grow again pass; steps that would need more than STALL_STEPS more to reach the end stall."""
+    from mfpde.tokens.adaptive import STALL_STEPS, STALL_WINDOW, Stall
+
+    growing, t, h = Stall(1.0), 0.0, 1e-12
+    for _ in range(3 * STALL_WINDOW):  # a collapse: tiny steps, then each 1% longer (back to 1e-3 in ~2000 steps)
+        t, h = t + h, min(1.01 * h, 1e-3)
+        assert growing.check(t) is None
+    held = Stall(1.0)
+    h = 1.0 / (4 * STALL_STEPS)  # needs 4·STALL_STEPS steps: a stall, seen once the window is full
+    said = [held.check(k * h) for k in range(1, STALL_WINDOW + 2)]
+    assert said[:STALL_WINDOW] == [None] * STALL_WINDOW and said[-1] is not None and "rtol" in said[-1]
+
+
+def test_a_velocity_below_its_round_off_stalls_instead_of_running_without_end():
+    """Unnormalised attention at β = 30: |v| ≈ e^β, so round-off in v holds LSODA's steps near 1e-8 at rtol 1e-10
+    (3·10⁷ of them to T = 1, hours): the solve ends with NumericalError within seconds, the outputs reached kept."""
+    from mfpde.errors import NumericalError
+
+    with pytest.raises(NumericalError, match="stalls") as e:
+        SphereFlow(DirectVelocity(30.0, "unnormalised"), nodes=4, rtol=1e-10).solve([[1, 0, 0.05], [2, 1, 0.03]],
+                                                                                    1.0, 10)
+    part = e.value.partial
+    assert len(part.t) < 10 and np.all(np.isfinite(part.x))
+
+
 @pytest.mark.ranks
 def test_the_ranks_agree_through_the_stiff_phase():
     """The stiff phase's exact Jacobian is computed from the replicated particles on every rank: the solve that
