@@ -118,14 +118,25 @@ def test_train_gives_rho_and_history_as_arrays(tempdir):
         assert not np.allclose(bp.values[0][order][keep], run.rho[0])  # training moved ρ
 
 
-def test_train_without_out_leaves_nothing_behind():
+def test_train_without_out_leaves_nothing_behind(monkeypatch):
+    """Its temporary DIR is removed. The temporary folder is this test's own: the suite's other processes make
+    theirs in the shared one meanwhile."""
+    import shutil
     import tempfile
 
-    before = set(Path(tempfile.gettempdir()).glob("mfpde-*"))
-    run = mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 2, "ds": 0.1}}))
-    assert run.status == "ok" and run.rho.shape[0] == 1 and len(run.history["risk"]) == 2
-    MPI.COMM_WORLD.Barrier()
-    assert set(Path(tempfile.gettempdir()).glob("mfpde-*")) <= before
+    comm = MPI.COMM_WORLD
+    own = Path(comm.bcast(tempfile.mkdtemp(prefix="test-api-") if comm.rank == 0 else None, root=0))
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
+    try:
+        before = set(own.glob("mfpde-*"))
+        run = mfpde.train(mfpde.make_config(**{**VALUE, "training": {"steps": 2, "ds": 0.1}}))
+        assert run.status == "ok" and run.rho.shape[0] == 1 and len(run.history["risk"]) == 2
+        comm.Barrier()
+        assert set(own.glob("mfpde-*")) <= before
+    finally:
+        comm.Barrier()
+        if comm.rank == 0:
+            shutil.rmtree(own, ignore_errors=True)
 
 
 def test_transport_and_train_use_one_blas_thread_as_the_commands(monkeypatch):
