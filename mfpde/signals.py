@@ -26,15 +26,15 @@ from typing import Any
 
 from mpi4py import MPI
 
-__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "current_stage", "deferred", "handlers", "name", "pending",
-           "quiet_petsc", "requested", "stage"]
+__all__ = ["EXIT_INTERRUPTED", "SIGNALS", "Interrupted", "current_stage", "deferred", "handlers", "installed", "name",
+           "pending", "quiet_petsc", "requested", "stage"]
 
 #: The exit status of an interrupted command (0 done, 1 a bug, 2 invalid input, 3 numerical failure).
 EXIT_INTERRUPTED = 4
 #: The signals that interrupt a command cleanly.
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
-_state: dict[str, Any] = {"signal": 0, "deferred": 0, "stage": ""}
+_state: dict[str, Any] = {"signal": 0, "deferred": 0, "stage": "", "installed": False}
 
 
 class Interrupted(BaseException):  # noqa: N818  not an Exception: no ``except Exception`` may swallow it
@@ -77,6 +77,7 @@ def handlers() -> Iterator[None]:
         yield
         return
     _state["signal"] = 0
+    _state["installed"] = True
     old: dict[int, Any] = {s: signal.signal(s, _handler) for s in SIGNALS}
     old[signal.SIGXFSZ] = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past ulimit -f: EFBIG, not death
     try:
@@ -84,6 +85,11 @@ def handlers() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+def installed() -> bool:
+    """Whether :func:`handlers` has been entered in this process (the command has begun its work)."""
+    return bool(_state["installed"])
 
 
 @contextlib.contextmanager

@@ -351,3 +351,17 @@ def test_a_signal_while_the_command_starts_is_exit_4_with_one_line():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 4, (r.returncode, r.stderr)
     assert r.stderr.strip().splitlines() == ["mfpde: interrupted by SIGTERM while starting (nothing was written)"]
+
+
+@pytest.mark.serial
+def test_a_signal_after_the_command_ended_leaves_its_exit_status():
+    """After the command's handlers (its report written), SIGTERM ended the process with 143 and no line, or with
+    the false line "while starting"; it is noted and the command's own status stands."""
+    code = ("import os, signal, sys, time\nfrom mfpde import launch, signals\nlaunch.install()\n"
+            "with signals.handlers():\n    pass\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.2)\nassert launch.late == [signal.SIGTERM]\n"
+            "print('done')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                                             "SLURM_PROCID")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "done" and "starting" not in r.stderr, (r.returncode, r.stderr)
