@@ -671,6 +671,22 @@ def test_the_circle_refuses_a_beta_it_cannot_solve_with_exit_2(tempdir, capfd, s
     assert not (tempdir / "out" / "report.json").exists()
 
 
+@pytest.mark.parametrize("solver", ["flow", "dg"])
+def test_the_sphere_refuses_a_beta_it_cannot_solve_with_exit_2(tempdir, capfd, solver):
+    """Unnormalised attention at β = 700: the flow solver's first step at e^700 failed with exit 3 ("numerical
+    failure") where the DG solver said exit 2 naming tokens.beta; both say exit 2 now, DIR as before."""
+    sets = ["tokens.attention='unnormalised'", "tokens.beta=700", f"tokens.solver='{solver}'",
+            *(["tokens.labels=32"] if solver == "flow" else ["tokens.refine=1", "tokens.degree=0"])]
+    code = main(["transport", str(ROOT / "demos" / "sphere.toml"), "--out", str(tempdir / "out"), "--quiet",
+                 "--set", "output.fields=false", *[a for s in sets for a in ("--set", s)]])
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.allgather(code) == [2] * MPI.COMM_WORLD.size, err
+    if MPI.COMM_WORLD.rank == 0:
+        (line,) = err.strip().splitlines()
+        assert line.startswith("mfpde: error: tokens.beta: "), line
+    assert not (tempdir / "out").exists()
+
+
 def test_a_data_file_claiming_more_than_memory_is_refused(tempdir, capfd):
     """An .npz whose header claims 2·10¹¹ elements: numpy's _ArrayMemoryError (exit 1); the headers are checked
     against this node's memory before anything is loaded: exit 2 naming data.path and the shape."""

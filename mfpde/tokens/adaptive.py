@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.integrate
 
-__all__ = ["DOP853PI", "STALL_STEPS", "STALL_WINDOW", "Stall", "record_reached"]
+__all__ = ["DOP853PI", "STALL_STEPS", "STALL_WINDOW", "Stall", "first_step_refused", "record_reached"]
 
 
 class DOP853PI(scipy.integrate.DOP853):
@@ -165,3 +165,17 @@ class Stall:
         return (f"its last {STALL_WINDOW} steps averaged {h:.3g}, {left:.3g} more such steps to reach {self.t_end:g} "
                 f"(more than a stall's bound of {STALL_STEPS:.0e}); the velocity's round-off may exceed rtol: "
                 "raise it")
+
+
+def first_step_refused(beta: float, msg: str) -> Exception:
+    """The input refused (exit 2, as the DG solvers' first depth step): no explicit step at t = 0 was possible.
+
+    The unnormalised kernel's velocity grows like e^β: at β = 700 (the door's bound) it is ≈ 1e302 and the first
+    step underflows (exit 3, "numerical failure", where DG said exit 2 naming tokens.beta). ``beta``: the heads'
+    largest.
+    """
+    from mfpde.errors import InputRefused
+
+    return InputRefused(f"tokens.beta: the flow map cannot take its first step at t = 0 ({msg.rstrip('.')}), with "
+                        f"the velocity of the input itself (nothing has moved yet): β = {beta:g} (heads.init's a); "
+                        "lower β: the unnormalised kernel's velocity grows like e^β")

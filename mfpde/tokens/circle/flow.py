@@ -55,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.integrate
 
-from mfpde.tokens.adaptive import DOP853PI, record_reached
+from mfpde.tokens.adaptive import DOP853PI, first_step_refused, record_reached
 from mfpde.tokens.circle.force import FourierForce, series_length
 from mfpde.tokens.circle.map import (
     CDF_POINTS,
@@ -96,20 +96,6 @@ class FlowSolution:
     cdf: Array
     reconstruction: list[str]
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def _first_step_refused(beta: Array, msg: str) -> Exception:
-    """The input refused (exit 2, as the DG solver's first depth step): no explicit step at t = 0 was possible.
-
-    The unnormalised kernel's velocity grows like e^β: at β = 700 (the door's bound) it is ≈ 1e302 and the first
-    step underflows (exit 3, "numerical failure", where DG said exit 2 naming tokens.beta).
-    """
-    from mfpde.errors import InputRefused
-
-    b = float(np.max(beta)) if len(beta) else 0.0
-    return InputRefused(f"tokens.beta: the flow map cannot take its first step at t = 0 ({msg.rstrip('.')}), with "
-                        f"the velocity of the input itself (nothing has moved yet): β = {b:g} (heads.init's a); lower "
-                        "β: the unnormalised kernel's velocity grows like e^β")
 
 
 class FlowMap:
@@ -202,7 +188,7 @@ class FlowMap:
                 stats["explicit_steps"] += 1
                 if solver.status == "failed" or not np.isfinite(solver.y).all():
                     if solver.t == 0.0 and not self.force.softmax:  # no step at the input's own velocity: input
-                        raise _first_step_refused(self.force.beta, msg)
+                        raise first_step_refused(float(np.max(self.force.beta, initial=0.0)), msg)
                     raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
                 i = record_reached(solver, t_out, i, lambda y: record(y[:M], y[M:]))
                 t, Y = solver.t, solver.y

@@ -54,7 +54,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
-from mfpde.tokens.adaptive import DOP853PI, Stall, record_reached
+from mfpde.tokens.adaptive import DOP853PI, Stall, first_step_refused, record_reached
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
 from mfpde.tokens.sphere.sht import analysis
@@ -186,6 +186,7 @@ class SphereFlow:
 
         Raises:
             ValueError: bad data, T ≤ 0, or outputs outside [0, T].
+            InputRefused: unnormalised attention whose first step at t = 0 fails (the input's own velocity).
             NumericalError: an integrator failed, a non-finite state, a stall (:class:`~mfpde.tokens.adaptive.Stall`)
                 or the deadline; ``exc.partial`` holds the
                 outputs reached (a SphereFlowSolution).
@@ -249,6 +250,9 @@ class SphereFlow:
                 msg = solver.step()
                 stats["explicit_steps"] += 1
                 if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
+                    if solver.t == 0.0 and getattr(self.v, "attention", "") == "unnormalised":  # at the input's own
+                        beta = max(float(p.beta) for p in getattr(self.v, "parts", [self.v]))  # velocity: input
+                        raise first_step_refused(beta, msg or "a non-finite velocity")
                     raise fail(f"sphere flow: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
                 i = record_reached(solver, t_out, i, record)
                 t, y = solver.t, solver.y
