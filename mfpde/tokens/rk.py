@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from mfpde.budget import spend
 from mfpde.config.schema import DEPTH_SCHEMES
-from mfpde.tokens.stepping import MAX_SUBSTEPS, first_step_error, substeps_error
+from mfpde.tokens.stepping import MAX_SUBSTEPS, at_depth_step, first_step_error, substeps_error
 
 __all__ = ["DEPTH_SCHEMES", "FORWARD_EULER", "SCHEMES", "SSP_RK2", "SSP_RK3", "SSP_RK3_4", "SSP_RK4_10", "DepthAdjoint",
            "DepthOperator", "ShuOsher",
@@ -335,32 +335,33 @@ def depth_step(table: ShuOsher, op: SubstepOperator, u: Any, dt: float, heads: A
         StepTooLong: a ConfigError: more than ``MAX_SUBSTEPS`` sub-steps in the first depth step, at the input's
             own velocity (:func:`~mfpde.tokens.stepping.first_step_error`).
     """
-    n0 = len(tape) if tape is not None else 0
-    vel = op.velocity(u, heads, tape is not None)
-    ssp = table.ssp_coefficient  # a step of C × the Euler bound is positive (1 for SSP-RK3: the same floats)
-    with np.errstate(divide="ignore"):  # a vanishing CFL step: need = inf, refused below
-        need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)  # in floats: no int64 wrap
-    if not np.all(need <= MAX_SUBSTEPS):
-        if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
-            cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
-            noise = getattr(op, "diffusion_substeps", None)
-            raise first_step_error(float(np.max(need)), dt, cfl, getattr(op, "attention", None),
-                                   noise(dt) if noise is not None else 0.0)
-        raise substeps_error(step_no + 1, t)
-    nsub = np.maximum(1, need).astype(np.int64)
-    while True:
-        if tape is not None and hasattr(tape, "forecast"):  # the sub-steps still to come, for the tape's plan
-            tape.forecast(step_no, int(nsub.max()))
-        first, vel = [vel], None  # handed over: _substeps drops it after the first round (memory: a stage's factors)
-        v, outflow, broken = _substeps(table, op, u, first, dt, nsub, heads, layer, tape, budget)
-        if not broken.any():
-            return v, outflow, nsub
-        nsub[broken] *= 2
-        if nsub.max() > MAX_SUBSTEPS:
-            raise substeps_error(step_no + 1, t)
-        if tape is not None:
-            del tape[n0:]
+    with at_depth_step(step_no + 1, t):  # a failure inside (a non-finite velocity) says where
+        n0 = len(tape) if tape is not None else 0
         vel = op.velocity(u, heads, tape is not None)
+        ssp = table.ssp_coefficient  # a step of C × the Euler bound is positive (1 for SSP-RK3: the same floats)
+        with np.errstate(divide="ignore"):  # a vanishing CFL step: need = inf, refused below
+            need = np.ceil(dt / (op.max_stable_dt(vel) * ssp) - 1e-12)  # in floats: no int64 wrap
+        if not np.all(need <= MAX_SUBSTEPS):
+            if step_no == 0:  # the velocity of the input as given: the step, tokens.cfl or β are to blame
+                cfl = getattr(op, "cfl", None) or getattr(getattr(op, "tokens", None), "cfl", None)
+                noise = getattr(op, "diffusion_substeps", None)
+                raise first_step_error(float(np.max(need)), dt, cfl, getattr(op, "attention", None),
+                                       noise(dt) if noise is not None else 0.0)
+            raise substeps_error(step_no + 1, t)
+        nsub = np.maximum(1, need).astype(np.int64)
+        while True:
+            if tape is not None and hasattr(tape, "forecast"):  # the sub-steps still to come, for the tape's plan
+                tape.forecast(step_no, int(nsub.max()))
+            first, vel = [vel], None  # handed over: _substeps drops it after its first round (memory)
+            v, outflow, broken = _substeps(table, op, u, first, dt, nsub, heads, layer, tape, budget)
+            if not broken.any():
+                return v, outflow, nsub
+            nsub[broken] *= 2
+            if nsub.max() > MAX_SUBSTEPS:
+                raise substeps_error(step_no + 1, t)
+            if tape is not None:
+                del tape[n0:]
+            vel = op.velocity(u, heads, tape is not None)
 
 
 def _substeps(table: ShuOsher, op: SubstepOperator, u: Any, first: list[Any], dt: float,

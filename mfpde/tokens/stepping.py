@@ -7,7 +7,9 @@ Used by the per-sample solver (:class:`~mfpde.tokens.box.transport.TokenTranspor
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -15,8 +17,8 @@ import numpy.typing as npt
 from mfpde.errors import InputRefused, NumericalError
 from mfpde.tokens.box.readout import Readout
 
-__all__ = ["MAX_SUBSTEPS", "StepTooLong", "batch_moments", "cfl_step", "check_depth_step", "first_step_error",
-           "quadrature_moments", "substeps_error"]
+__all__ = ["MAX_SUBSTEPS", "StepTooLong", "at_depth_step", "batch_moments", "cfl_step", "check_depth_step",
+           "first_step_error", "quadrature_moments", "substeps_error"]
 
 Array = npt.NDArray[np.float64]
 
@@ -68,6 +70,17 @@ def cfl_step(ratio: Array, cfl: float) -> Array:
         raise NumericalError("non-finite token velocity")
     with np.errstate(divide="ignore"):
         return np.where(ratio > 0, cfl / np.where(ratio > 0, ratio, 1.0), math.inf)
+
+
+@contextlib.contextmanager
+def at_depth_step(step: int, t: float) -> Iterator[None]:
+    """Name depth step ``step`` (1-based) and its depth t in a NumericalError raised inside that names neither."""
+    try:
+        yield
+    except NumericalError as e:  # e.g. a non-finite velocity
+        if "depth step" not in str(e):
+            e.args = (f"{e} at depth step {step}, t = {t:.6g}", *e.args[1:])
+        raise
 
 
 def substeps_error(step: int, t: float) -> NumericalError:

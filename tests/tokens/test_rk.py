@@ -165,6 +165,23 @@ def test_depth_step_refuses_a_vanishing_cfl_step(dtmax):
     assert isinstance(info.value, ConfigError) and not isinstance(info.value, NumericalError)
 
 
+def test_a_failure_inside_a_depth_step_says_which():
+    """A non-finite velocity (cfl_step's NumericalError) said only "non-finite token velocity": it names the depth
+    step and its depth; a message that names them already is left as it is."""
+    from mfpde.errors import NumericalError
+    from mfpde.tokens.stepping import cfl_step
+
+    op, u = _flow()
+    op.max_stable_dt = lambda vel: cfl_step(np.array([np.nan]), 0.4)
+    with pytest.raises(NumericalError, match=r"^non-finite token velocity at depth step 4, t = 0\.3$"):
+        rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 3, 0.3)
+    op.dtmax = 1e-300
+    del op.max_stable_dt
+    with pytest.raises(NumericalError, match=r"^the CFL sub-steps do not converge at depth step 4 \(velocity blow-up "
+                       r"near t = 0\.3\)$"):
+        rk.depth_step(rk.SSP_RK3, op, u, 0.1, np.array([1.0]), 3, 0.3)
+
+
 class GrowingFlow(LinearFlow):
     """LinearFlow whose CFL bound shrinks as |u| grows: a depth step that breaks and is redone with more sub-steps."""
 
