@@ -47,8 +47,7 @@ import numpy as np
 from mfpde.errors import ConfigError
 
 __all__ = ["check_box", "check_gaussian_inside", "check_integer", "check_memory", "check_resolved", "check_resources",
-           "check_work",
-           "gaussian_box_mass", "memory_estimate"]
+           "check_work", "gaussian_box_mass", "memory_estimate", "node_memory_bytes"]
 
 #: Bytes per token cell of a transport whatever its degree (the mesh, its facets, the forms' data, the owned-cell
 #: submesh of the fields, the plots' gathers), by dimension d, and per (degree + 1)^d block of DG values (the vectors
@@ -215,7 +214,7 @@ def check_gaussian_inside(key: str, mean: Sequence[float], cov: Sequence[Sequenc
                           f"truncated and renormalised (move the mean inside or enlarge {where})")
 
 
-def _memory_bytes() -> float:
+def node_memory_bytes() -> float:
     """Physical memory of this node in bytes (inf if unknown)."""
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
@@ -272,7 +271,7 @@ def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: imp
         ConfigError: naming the key that dominates the estimate.
     """
     t = cfg.tokens
-    mem = _memory_bytes()
+    mem = node_memory_bytes()
     cells = float(np.prod(np.asarray(t.cells, dtype=float))) if not t.mesh else 0.0
     n_train, n_test = _samples(cfg)
     groups = min(size, n_train) if command == "run" else 1
@@ -297,7 +296,7 @@ def check_memory(est: dict[str, float], key: str, value: str, mem: float | None 
     Raises:
         ConfigError: the sum exceeds ``mem``.
     """
-    mem = _memory_bytes() if mem is None else mem
+    mem = node_memory_bytes() if mem is None else mem
     total = sum(est.values())
     if total > mem:
         parts = ", ".join(f"{k} {v / 1e9:.3g} GB" for k, v in est.items() if v > 0)

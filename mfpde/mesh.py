@@ -121,7 +121,7 @@ def _claims_past_memory(path: Path) -> str:
     minNodeTag maxNodeTag`` (the largest count or tag taken); MSH 2: ``numNodes``. A binary file, or one whose
     headers do not parse, gives ``""`` (gmsh decides).
     """
-    from mfpde.limits import _memory_bytes
+    from mfpde.limits import node_memory_bytes
 
     counts: dict[str, int] = {}
     try:
@@ -145,7 +145,7 @@ def _claims_past_memory(path: Path) -> str:
     except (OSError, ValueError):  # unreadable, binary or not numbers: gmsh says what it says
         return ""
     need = counts.get("nodes", 0) * BYTES_PER_NODE + counts.get("elements", 0) * BYTES_PER_ELEMENT
-    have = _memory_bytes()
+    have = node_memory_bytes()
     if need <= have:
         return ""
     what = " and ".join(f"{counts[k]:.3g} {k}" if counts[k] >= 10**6 else f"{counts[k]} {k}"

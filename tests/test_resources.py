@@ -89,9 +89,9 @@ MEMORY_FACTOR = 4.0
 
 
 def _node_bytes() -> float:
-    from mfpde.limits import _memory_bytes
+    from mfpde.limits import node_memory_bytes
 
-    return _memory_bytes()
+    return node_memory_bytes()
 
 
 @pytest.mark.serial  # launches its own process, one rank

@@ -51,11 +51,11 @@ def check_npz_fits(key: str, path: str) -> None:
         ConfigError: naming the key, the file, the arrays' shapes and the memory of this node.
     """
     from mfpde.io import npz_array_sizes
-    from mfpde.limits import _memory_bytes
+    from mfpde.limits import node_memory_bytes
 
     sizes = npz_array_sizes(path)
     need = sum(8 * math.prod(shape) for shape, _ in sizes.values())
-    have = _memory_bytes()
+    have = node_memory_bytes()
     if need > have:
         shapes = ", ".join(f"{k} {shape}" for k, (shape, _) in sizes.items())
         raise ConfigError(f"{key}: {str(path)!r} claims arrays of {need / 1e9:.3g} GB as float64 ({shapes}), more than "

@@ -108,7 +108,7 @@ def check(cfg: Any, reads_data: bool = True) -> None:
             another domain, modes not [[ℓ, m, amplitude], ...] with integers 1 ≤ ℓ ≤ 64, |m| ≤ ℓ, a μ_0 negative
             somewhere, a head family other than scalar, a depth model other than weight-tied.
     """
-    from mfpde.limits import _memory_bytes
+    from mfpde.limits import node_memory_bytes
 
     t, da, d = cfg.tokens, cfg.data, cfg.depth
     f = Found()
@@ -125,7 +125,7 @@ def check(cfg: Any, reads_data: bool = True) -> None:
     if f.need(0 <= t.refine <= MAX_REFINE, "tokens.refine", f"must be in 0..{MAX_REFINE}, got {t.refine}") \
             and f.need(0 <= t.degree <= MAX_DEGREE, "tokens.degree", f"on the sphere must be in 0..{MAX_DEGREE}, "
                        f"got {t.degree}") and t.solver == "dg":
-        need, have = mesh_memory(t.refine, t.degree), _memory_bytes()
+        need, have = mesh_memory(t.refine, t.degree), node_memory_bytes()
         f.need(need < have, "tokens.refine", f"{t.refine} ({mesh_cells(t.refine)} cells of DG{t.degree}) needs at "
                f"least {need / 1e9:.3g} GB, more than the {have / 1e9:.3g} GB of this node")
     check_dirac_heads(f, cfg, MAX_BETA, "sphere")

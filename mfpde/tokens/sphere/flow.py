@@ -300,9 +300,9 @@ def stiff_bytes(n: int) -> int:
 
 def stiff_room(ranks_on_node: int = 1) -> float:
     """The bytes the stiff phase may take on a rank: half the node's memory over the ranks (each holds a copy)."""
-    from mfpde.limits import _memory_bytes
+    from mfpde.limits import node_memory_bytes
 
-    return 0.5 * _memory_bytes() / max(ranks_on_node, 1)
+    return 0.5 * node_memory_bytes() / max(ranks_on_node, 1)
 
 
 def _lipschitz(solver: DOP853PI) -> float:

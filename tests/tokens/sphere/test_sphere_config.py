@@ -53,7 +53,7 @@ def test_refine_on_a_box_does_not_apply():
 def test_memory_bound_names_refine(monkeypatch):
     import mfpde.limits
 
-    monkeypatch.setattr(mfpde.limits, "_memory_bytes", lambda: 1e9)
+    monkeypatch.setattr(mfpde.limits, "node_memory_bytes", lambda: 1e9)
     with pytest.raises(C.ConfigError, match="tokens.refine: 10 .* GB"):
         C.load(DEMO, ["tokens.refine=10"])
 
