@@ -250,3 +250,20 @@ def test_the_section_and_its_coarser_section():
     half = coarser(flow)
     assert half is not None and isinstance(half.config, Section) and half.config.labels == 16 and half.at == "16 labels"
     assert coarser(dataclasses.replace(flow, labels=15)) is None
+
+
+@pytest.mark.parametrize("solver", ["dg", "flow"])
+def test_a_head_of_zero_coupling_leaves_mu_where_it_is(tmp_path, solver):
+    """tokens.coupling = 0: the one head has c = 0, the velocity is zero and μ_T = μ_0: the Fourier moduli at T are
+    those at 0 to round-off (DG: the SSP-RK3 stages' convex combinations of μ with itself round, three per sub-step,
+    each by ε of μ, whose mass is 1; the flow map's labels do not move). The flow map stopped with a traceback
+    (exit 1): it was given no head at all."""
+    from mfpde.jobs.transport import transport_job
+
+    cfg = C.load(DEMO, ["tokens.coupling=0.0", f"tokens.solver='{solver}'", "tokens.cells=[64]", "tokens.labels=128",
+                        "depth.steps=8", "output.fields=false", "output.plots=false"])
+    rep = transport_job(cfg, tmp_path / solver, MPI.COMM_SELF)["samples"][0]
+    from roundoff import gamma
+
+    a = np.array(rep["fourier"]["abs"])
+    assert rep["clusters_T"] == 0 and np.abs(a[-1] - a[0]).max() <= gamma(3 * max(rep["substeps"], 1)), a[[0, -1]]

@@ -66,7 +66,11 @@ _ANGLES = 2 * math.pi * np.arange(1024) / 1024
 
 
 def circle_heads(sec: Section, comm: MPI.Comm) -> HeadMeasure:
-    """The reduced ρ₀ of ``[heads]``: β = a of the scalar family (Diracs, or a Gaussian on the Θ mesh)."""
+    """The reduced ρ₀ of ``[heads]``: β = a of the scalar family (Diracs, or a Gaussian on the Θ mesh).
+
+    Heads of c = 0 are dropped, unless every head has c = 0: then they are kept (μ does not move; the flow map's
+    force needs a head to name its kernel).
+    """
     from mfpde.heads import dirac_heads
     from mfpde.params.family import make_family
     from mfpde.params.theta import theta_space
@@ -74,7 +78,8 @@ def circle_heads(sec: Section, comm: MPI.Comm) -> HeadMeasure:
     h = sec.heads
     family = make_family(h.family, h.a)
     if h.init["kind"] == "diracs":
-        return dirac_heads(family, h.init["points"], h.init["weights"])
+        heads = dirac_heads(family, h.init["points"], h.init["weights"])
+        return heads if len(heads.a) else dirac_heads(family, h.init["points"], h.init["weights"], keep_zero=True)
     theta = theta_space(comm, h, family)
     return theta.head_measure(theta.gaussian(h.init["mean"], h.init["cov"]))
 
