@@ -3,10 +3,10 @@
 The count of clusters and their merge depths are read off a solve at one resolution; whether they are the
 answer of the PDE or of that resolution, only a second solve says. The transport job of every domain with cluster
 counts (the circle, the sphere, the hypersphere) solves again at a coarser resolution, given by the domain's
-``coarser(config)``: half the flow solver's labels (``tokens.labels``), or half the cells
-(``tokens.cells``; on the sphere, the mesh refined once fewer, ``tokens.refine``), and warns (report and log) where
-the count at T or the merge depths differ: on the sphere at β = 9 the flow solver counted 3 clusters at T with 512
-particles and 2 with 288, and nothing said that the count was the resolution's.
+``coarser(section)`` (of its typed section of the config): half the flow solver's labels (``tokens.labels``), or
+half the cells (``tokens.cells``; on the sphere, the mesh refined once fewer, ``tokens.refine``), and warns (report
+and log) where the count at T or the merge depths differ: on the sphere at β = 9 the flow solver counted 3 clusters
+at T with 512 particles and 2 with 288, and nothing said that the count was the resolution's.
 """
 
 from __future__ import annotations
@@ -44,14 +44,14 @@ class Quiet:
 
 @dataclass(frozen=True)
 class Coarser:
-    """The resolution check's solve: its config, the key it changed and both resolutions in words.
+    """The resolution check's solve: its section of the config, the key it changed and both resolutions in words.
 
     Attributes:
-        config: the config at the coarser resolution.
+        config: the domain's section of the config at the coarser resolution.
         key: the config key changed (``tokens.labels``, ``tokens.cells``, ``tokens.refine``).
         at: the coarser resolution ("144 labels", "64 cells").
         here: the job's own resolution, in the same words.
-        options: what the domain's solve takes besides the config to solve the same data coarser (the circle's
+        options: what the domain's solve takes besides the section to solve the same data coarser (the circle's
             ``data_cells``: its noise drawn on the job's cells).
     """
 
@@ -69,7 +69,7 @@ def resolution_check(block: dict[str, Any], coarser: Coarser | None,
     Args:
         block: the job's sample block (``clusters_T``, ``merge_times``); gains ``resolution_check``.
         coarser: the domain's coarser resolution, or None where there is none.
-        solve: the job's solve of a config and ``coarser.options`` (collective), returning its sample block.
+        solve: the job's solve of a section and ``coarser.options`` (collective), returning its sample block.
 
     Returns:
         The warnings (also logged): where ``clusters_T`` or ``merge_times`` differ, the count depends on the
