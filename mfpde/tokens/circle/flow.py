@@ -55,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.integrate
 
-from mfpde.tokens.adaptive import DOP853PI, first_step_refused, record_reached
+from mfpde.tokens.adaptive import DOP853PI, explicit_phase, first_step_refused
 from mfpde.tokens.circle.force import FourierForce, series_length
 from mfpde.tokens.circle.map import (
     CDF_POINTS,
@@ -146,8 +146,6 @@ class FlowMap:
             NumericalError: the explicit or the stiff integrator failed, a non-finite state, or the deadline; the
                 message names the depth reached (the last good output is in ``exc.partial``, a FlowSolution).
         """
-        import time
-
         from mfpde.errors import NumericalError
 
         t_out = np.asarray(t_out, float)
@@ -182,25 +180,19 @@ class FlowMap:
         if i < len(t_out):
             solver = DOP853PI(self.force.rhs, 0.0, Y, float(t_out[-1]), rtol=rtol, atol=2 * math.pi * rtol,
                               controlled=M, absolute=True)
-            held = 0
-            while i < len(t_out):
-                msg = solver.step()
-                stats["explicit_steps"] += 1
-                if solver.status == "failed" or not np.isfinite(solver.y).all():
-                    if solver.t == 0.0 and not self.force.softmax:  # no step at the input's own velocity: input
-                        raise first_step_refused(float(np.max(self.force.beta, initial=0.0)), msg)
-                    raise fail(f"flow map: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
-                i = record_reached(solver, t_out, i, lambda y: record(y[:M], y[M:]))
-                t, Y = solver.t, solver.y
-                if i >= len(t_out) or solver.status == "finished":
-                    break
+            held = [0]
+
+            def stiff_now(solver: DOP853PI) -> bool:  # h σ at or above SWITCH_H_SIGMA for SWITCH_STEPS steps
                 sigma = max(0.0, -float(solver.f[M:].min()))  # the contraction rate, from the stored rhs
-                held = held + 1 if solver.step_size * sigma >= SWITCH_H_SIGMA else 0
-                if held >= SWITCH_STEPS:
-                    stats["switch_t"] = float(t)
-                    break
-                if time.process_time() > deadline:
-                    raise fail(f"CPU-time budget exceeded at t = {t:.6g}")
+                held[0] = held[0] + 1 if solver.step_size * sigma >= SWITCH_H_SIGMA else 0
+                return held[0] >= SWITCH_STEPS
+
+            def first_step(msg: str) -> Exception:  # no step at the input's own velocity: the input is to blame
+                return first_step_refused(float(np.max(self.force.beta, initial=0.0)), msg)
+
+            i = explicit_phase(solver, t_out, i, lambda y: record(y[:M], y[M:]), stiff_now, stats, fail, "flow map",
+                               deadline, None if self.force.softmax else first_step)
+            t, Y = solver.t, solver.y
         if i < len(t_out):
             X = Y[:M]
             ts = np.concatenate([[t], t_out[i:]])

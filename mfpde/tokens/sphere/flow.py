@@ -54,7 +54,7 @@ import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
-from mfpde.tokens.adaptive import DOP853PI, Stall, first_step_refused, record_reached
+from mfpde.tokens.adaptive import DOP853PI, Stall, explicit_phase, first_step_refused, record_reached
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
 from mfpde.tokens.sphere.sht import analysis
@@ -242,42 +242,35 @@ class SphereFlow:
         t, y = 0.0, X0.ravel().copy()
         comm = getattr(self.v, "comm", MPI.COMM_SELF)  # every rank of it integrates the same ODE: one decision
         room = comm.allreduce(stiff_room(comm.size), op=MPI.MIN)
-        stall = Stall(float(t_out[-1]))
         if i < len(t_out):
             solver = DOP853PI(rhs, 0.0, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol)
-            held = calm = 0
-            while i < len(t_out):
-                msg = solver.step()
-                stats["explicit_steps"] += 1
-                if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
-                    if solver.t == 0.0 and getattr(self.v, "attention", "") == "unnormalised":  # at the input's own
-                        beta = max(float(p.beta) for p in getattr(self.v, "parts", [self.v]))  # velocity: input
-                        raise first_step_refused(beta, msg or "a non-finite velocity")
-                    raise fail(f"sphere flow: the explicit integrator failed at t = {solver.t:.6g} ({msg})")
-                i = record_reached(solver, t_out, i, record)
-                t, y = solver.t, solver.y
-                if i >= len(t_out) or solver.status == "finished":
-                    break
+            count = {"held": 0, "calm": 0}
+
+            def stiff_now(solver: DOP853PI) -> bool:  # Hairer's test, unless the dense Jacobian does not fit
                 if solver.step_size * _lipschitz(solver) > SWITCH_H_RHO:
-                    held, calm = held + 1, 0
+                    count["held"], count["calm"] = count["held"] + 1, 0
                 else:
-                    calm += 1
-                    held = 0 if calm >= SWITCH_RESET else held
-                if held >= SWITCH_STEPS and stiff_bytes(n) > room:
+                    count["calm"] += 1
+                    count["held"] = 0 if count["calm"] >= SWITCH_RESET else count["held"]
+                if count["held"] >= SWITCH_STEPS and stiff_bytes(n) > room:
                     if stats.get("stiff_refused") is None:  # stepping on explicitly: slower, but within memory
-                        stats["stiff_refused"] = (f"stiff at t = {t:.6g}, but the dense Jacobian of {n} particles "
-                                                  f"({stiff_bytes(n) / 2**30:.3g} GiB) does not fit this node")
-                elif held >= SWITCH_STEPS:
-                    stats["switch_t"] = float(t)
-                    break
-                if time.process_time() > deadline:
-                    raise fail(f"sphere flow: CPU-time budget exceeded at t = {t:.6g}")
-                if (why := stall.check(t)) is not None:
-                    raise fail(f"sphere flow: the explicit integrator stalls at t = {t:.6g} (rtol {self.rtol:g}): "
-                               f"{why}")
+                        gib = stiff_bytes(n) / 2**30
+                        stats["stiff_refused"] = (f"stiff at t = {solver.t:.6g}, but the dense Jacobian of {n} "
+                                                  f"particles ({gib:.3g} GiB) does not fit this node")
+                    return False
+                return count["held"] >= SWITCH_STEPS
+
+            def first_step(msg: str) -> Exception:  # at the input's own velocity: the input is to blame
+                return first_step_refused(max(float(p.beta) for p in getattr(self.v, "parts", [self.v])), msg)
+
+            unnormalised = getattr(self.v, "attention", "") == "unnormalised"
+            i = explicit_phase(solver, t_out, i, record, stiff_now, stats, fail, "sphere flow", deadline,
+                               first_step if unnormalised else None)
+            t, y = solver.t, solver.y
         if i < len(t_out):
             jac = None if heads is None else (lambda _t, y: attention_jacobian(y.reshape(n, 3), m, heads))
             stiff = scipy.integrate.LSODA(rhs, t, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol, jac=jac)
+            stall = Stall(float(t_out[-1]))
             while i < len(t_out):
                 msg = stiff.step()
                 stats["stiff_steps"] += 1
