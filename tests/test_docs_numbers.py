@@ -334,6 +334,41 @@ def test_the_sphere_pages_stiff_switch_of_the_usa_run_is_regenerated(tempdir):
             f"switch at t = {switch} after {s['integrator']['explicit_steps']} explicit steps") in _text("sphere.md"), s
 
 
+def test_the_sphere_pages_round_off_held_steps_are_regenerated(tempdir):
+    """docs/sphere.md: where ε e^β passes the default rtol, the same run at rtol 1e-8 (its steps, about 2 000, and
+    about a CPU second), and the β = 30 run that stops: the held step with 32 particles, the steps left, and the
+    stall guard's constants."""
+    import json
+    import math
+    import re
+
+    from mfpde.cli import main
+    from mfpde.tokens.adaptive import STALL_GROWTH, STALL_STEPS, STALL_WINDOW, STALL_WINDOWS
+
+    text = _text("sphere.md")
+    beta = math.ceil(math.log(1e-10 / 2.0**-52))  # the first integer β with ε e^β above 1e-10
+    assert f"above the default `tokens.rtol = 1e-10` from β ≈ {beta} on" in text
+    base = ["transport", str(ROOT / "demos" / "sphere.toml"), "--quiet", "--set", "tokens.solver='flow'", "--set",
+            "tokens.attention='unnormalised'", "--set", "output.plots=false", "--set", "output.fields=false"]
+    out = tempdir / "usa20"
+    assert main([*base, "--out", str(out), "--set", "tokens.beta=20", "--set", "tokens.rtol=1e-8"]) == 0
+    s = json.loads((out / "report.json").read_text())["samples"][0]
+    assert 1500 <= s["substeps"] <= 3000 and s["solve_cpu_s"] < 10, s["substeps"]  # "about 2 000", "a CPU second"
+    assert "to T = 12 in about 2 000 steps and a CPU second" in text
+    out = tempdir / "usa30"
+    assert main([*base, "--out", str(out), "--set", "tokens.beta=30", "--set", "depth.T=1", "--set",
+                 "tokens.labels=32"]) == 3
+    err = json.loads((out / "report.json").read_text())["error"]
+    h, left = (float(x) for x in re.search(r"([0-9.e+-]+) now\), ([0-9.e+-]+) more such steps", err).groups())
+    num = r"([0-9.·⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)"
+    shown = re.search(rf"stop growing altogether \(about {num} with 32 particles, {num} of them to T = 1\)", text)
+    assert shown, "the page's β = 30 sentence"
+    # where the guard fires depends on the last digits of LSODA's steps: the page's two significant digits, ±10%
+    assert abs(_num(shown[1]) / h - 1) < 0.1 and abs(_num(shown[2]) / left - 1) < 0.1, (shown.groups(), err)
+    assert (STALL_GROWTH, STALL_WINDOW * STALL_WINDOWS, STALL_STEPS) == (2.0, 3000, 10**6)
+    assert "stopped growing over 3 000 steps with more than 10⁶ still to go" in text
+
+
 # --- docs/digits.md ----------------------------------------------------------------------------------------------
 
 
