@@ -173,14 +173,19 @@ def test_the_deadline_stops_the_solve():
 
 
 def test_the_stall_guard_tells_a_stall_from_small_steps():
-    """Small steps that grow again pass, and so do steps that stop growing with fewer than STALL_STEPS left; steps
-    that stop growing with more than STALL_STEPS left stall, seen once the windows are full."""
+    """Small steps that grow again pass; so do steps that shrink (a collapse) with more than STALL_STEPS "left" at
+    their size, and steps held with fewer than STALL_STEPS left; steps held with more than STALL_STEPS left stall,
+    seen once the windows are full."""
     from mfpde.tokens.adaptive import STALL_STEPS, Stall
 
     growing, t, h = Stall(1.0), 0.0, 1e-12
     for _ in range(3 * growing.size):  # a collapse: tiny steps, then each 1% longer (back to 1e-3 in ~2000 steps)
         t, h = t + h, min(1.01 * h, 1e-3)
         assert growing.check(t) is None
+    shrinking, t, h = Stall(1.0), 0.0, 1e-6
+    for _ in range(3 * shrinking.size):  # steps halving every 1500 steps, far more than STALL_STEPS at their size
+        t, h = t + h, h * 0.5 ** (1 / 1500)
+        assert shrinking.check(t) is None
     few = Stall(1.0)
     h = 2.0 / STALL_STEPS  # held, but STALL_STEPS / 2 steps reach the end
     assert all(few.check(k * h) is None for k in range(1, 2 * few.size))
@@ -191,13 +196,14 @@ def test_the_stall_guard_tells_a_stall_from_small_steps():
 
 
 def test_a_velocity_below_its_round_off_stalls_instead_of_running_without_end():
-    """Unnormalised attention at β = 30: |v| ≈ e^β, so round-off in v holds LSODA's steps at 6.5e-8 at rtol 1e-10
-    (1.5·10⁷ of them to T = 1, hours): the solve ends with NumericalError within seconds, the outputs reached kept."""
+    """Unnormalised attention at β = 30: |v| ≈ e^β, so round-off in v holds LSODA's steps near 6.6e-8 at rtol 1e-10
+    (1.5·10⁸ of them to T = 10, hours): the solve ends with NumericalError within seconds, the outputs reached
+    kept."""
     from mfpde.errors import NumericalError
 
     with pytest.raises(NumericalError, match="stalls") as e:
         SphereFlow(DirectVelocity(30.0, "unnormalised"), nodes=4, rtol=1e-10).solve([[1, 0, 0.05], [2, 1, 0.03]],
-                                                                                    1.0, 10)
+                                                                                    10.0, 10)
     part = e.value.partial
     assert len(part.t) < 10 and np.all(np.isfinite(part.x))
 
