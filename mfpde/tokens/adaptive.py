@@ -139,7 +139,6 @@ def record_reached(solver: Any, t_out: Any, i: int, record: Callable[[Any], None
     return i
 
 
-
 #: An integration stalls when its steps have stopped changing (the means of its last STALL_WINDOWS windows of
 #: STALL_WINDOW steps within a factor STALL_SPREAD of each other) while that step would need more than STALL_STEPS
 #: further steps to reach the end: a step held by round-off in the velocity, not by the dynamics, which a stiff
@@ -151,20 +150,27 @@ STALL_WINDOW, STALL_WINDOWS, STALL_SPREAD, STALL_STEPS = 1000, 4, 1.25, 10**7
 
 
 class Stall:
-    """The stall guard of a step-by-step integration to ``t_end``: :meth:`check` after every accepted step."""
+    """The stall guard of a step-by-step integration to ``t_end``: :meth:`check` after every accepted step.
+
+    It keeps the depth of every :data:`STALL_WINDOW`-th step only, and judges at those steps.
+    """
 
     def __init__(self, t_end: float) -> None:
         self.t_end = float(t_end)
-        self.size = STALL_WINDOW * STALL_WINDOWS + 1
-        self.times: collections.deque[float] = collections.deque(maxlen=self.size)
+        self.size = STALL_WINDOW * STALL_WINDOWS + 1  # the steps that fill the windows: the first judgement
+        self.steps = 0
+        self.ends: collections.deque[float] = collections.deque(maxlen=STALL_WINDOWS + 1)  # the windows' ends
 
     def check(self, t: float) -> str | None:
         """None, or what stalls: the mean steps of the last windows and the steps still needed."""
-        self.times.append(float(t))
-        if len(self.times) < self.size:
+        self.steps += 1
+        if (self.steps - 1) % STALL_WINDOW:
             return None
-        ts = self.times
-        means = [(ts[(k + 1) * STALL_WINDOW] - ts[k * STALL_WINDOW]) / STALL_WINDOW for k in range(STALL_WINDOWS)]
+        self.ends.append(float(t))
+        if len(self.ends) <= STALL_WINDOWS:
+            return None
+        ts = self.ends
+        means = [(ts[k + 1] - ts[k]) / STALL_WINDOW for k in range(STALL_WINDOWS)]
         h = means[-1]
         left = (self.t_end - t) / h if h > 0 else math.inf
         if left <= STALL_STEPS or not (min(means) > 0 and max(means) <= STALL_SPREAD * min(means)):
