@@ -42,7 +42,7 @@ def measure(n: int, scheme: str, repeat: int) -> dict:
 
     cfg = C.load(CONFIG, [f"tokens.cells=[{n}, {n}]", "data.samples=8", "data.test_samples=8",
                           "output.plots=false", "output.fields=false", f"depth.scheme='{scheme}'"])
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     heads = cp.heads()
     with threadpool_limits(limits=1):
         g = cp.gradient(heads)

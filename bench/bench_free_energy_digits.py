@@ -46,7 +46,7 @@ OFF = ["output.fields=false", "output.plots=false", "output.every=1", "output.ch
 def problem(lam: float, cells: int) -> CoupledProblem:
     """The embedded default with λ and Θ cells per axis changed (one rank)."""
     cfg = C.load(None, [f"training.lambda={lam}", f"heads.cells=[{cells}, {cells}]", *OFF])
-    return CoupledProblem(cfg, MPI.COMM_SELF)
+    return CoupledProblem.from_config(cfg, MPI.COMM_SELF)
 
 
 def curve(lam: float, cells: int, steps: int) -> dict:
@@ -65,14 +65,14 @@ def curve(lam: float, cells: int, steps: int) -> dict:
                                           st.phis[0].x.array[:n])[0])
         out["cpu"].append(time.process_time() - c0)
         if step < steps:
-            splitting.step(cp.cfg.training.ds)
+            splitting.step(cp.sec.training.ds)
     return out
 
 
 def drift_probe(lam: float, cells: int, H: int) -> float:
     """CPU seconds of one token-solve drift of H heads from ρ₀ (3H distinct a) on the digits problem."""
     cp = problem(lam, cells)
-    init = cp.cfg.heads.init
+    init = cp.sec.heads.init
     rng = np.random.default_rng(27)
     th = rng.multivariate_normal(init["mean"], init["cov"], size=H)
     tok = TokenDrift("scalar", cp)

@@ -49,7 +49,7 @@ from mfpde import config as C
 from mfpde.training.problem import CoupledProblem
 n, kind = int(sys.argv[2]), sys.argv[3]
 cfg = C.load({config!r}, [f"tokens.cells=[{{n}}, {{n}}]", *sys.argv[4:]])
-cp = CoupledProblem(cfg, MPI.COMM_SELF)
+cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
 heads = cp.heads()
 with threadpool_limits(limits=1):
     if kind == "gradient":

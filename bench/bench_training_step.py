@@ -80,7 +80,7 @@ def measure(case: str, repeat: int, extra: tuple[str, ...] = ()) -> dict:
     overrides = [*CASES[case], "output.fields=false", "output.plots=false", *extra]
     cfg = C.load(BASE_CONFIG, overrides)
     t0 = time.perf_counter()
-    pb = CoupledProblem(cfg, MPI.COMM_SELF)
+    pb = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     setup = time.perf_counter() - t0
     heads = pb.heads()
     obj, tokens, train = pb.objective, pb.problem.tokens, pb.problem.train

@@ -48,10 +48,10 @@ def _sets(items: list[str]) -> list[str]:
 
 
 def _readme_example() -> str:
-    """The TOML of the README's "A 1-D Gaussian training problem" block."""
-    text = (ROOT / "README.md").read_text()
+    """The TOML of the config page's "A 1-D Gaussian training problem" block."""
+    text = (ROOT / "docs" / "config.md").read_text()
     m = re.search(r"A 1-D Gaussian training problem:\s*```toml\n(.*?)```", text, re.S)
-    assert m is not None, "README: the 1-D Gaussian example block is missing"
+    assert m is not None, "docs/config.md: the 1-D Gaussian example block is missing"
     return m.group(1)
 
 

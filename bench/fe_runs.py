@@ -67,7 +67,7 @@ def pde(family: str, cells: int, ds: float, steps: int, drift_kind: str = "token
     fstar = float(fixed_point(family)["F"])
     c0 = time.process_time()
     if drift_kind == "token":
-        cp = CoupledProblem(cfg, MPI.COMM_SELF)
+        cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
         st = cp.state
         theta, fp, rho, phi, conf = st.theta, st.fp, st.rhos[0], st.phis[0], st.confinement
         splitting = cp.splitting()
@@ -114,7 +114,7 @@ class TokenDrift:
 
     def __init__(self, family: str, cp: CoupledProblem | None = None) -> None:
         self.family = family
-        self.cp = cp if cp is not None else CoupledProblem(config(family, 8, 0.1, 1), MPI.COMM_SELF)
+        self.cp = cp if cp is not None else CoupledProblem.from_config(config(family, 8, 0.1, 1), MPI.COMM_SELF)
 
     def __call__(self, th: np.ndarray) -> tuple[np.ndarray, float]:
         """(∇_θ δR/δρ at the heads, shape (H, p); R(ρ_H))."""

@@ -153,7 +153,7 @@ if comm.rank == 0:
 #    moves little).
 # 3. (a, v) heads end below that floor: the rank-2 NTK lets training fit what value heads cannot.
 
-cp = CoupledProblem(problem("value", samples, targets, [0.5], ds2, 0, 160), comm)
+cp = CoupledProblem.from_config(problem("value", samples, targets, [0.5], ds2, 0, 160), comm)
 g0 = cp.gradient(cp.heads())  # ŷ^i of the mesh at ρ₀, against the closed form at the discrete ρ₀'s ā
 abar0 = float(cp.theta.gather(cp.rhos[0]) @ cp.theta.points[:, 0])
 dy = 2 * max(abs(g0.yhat[i] - float(value_yhat(abar0, A, m, v))) for i, (m, v) in enumerate(samples))

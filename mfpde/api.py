@@ -95,9 +95,10 @@ def build_problem(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> Problem:
 
     One token mesh distributed over ``comm`` (as ``mfpde transport`` builds it).
     """
+    from mfpde.tokens.box.config import section
     from mfpde.tokens.box.problem import build
 
-    return build(cfg, comm)
+    return build(section(cfg), comm)
 
 
 @dataclass

@@ -3,17 +3,17 @@
 Every domain is a package under :mod:`mfpde.tokens` that implements one protocol:
 
 * a ``config`` module: ``KINDS`` (its data kinds), ``check(cfg, reads_data)`` (the rules of its keys; the costly
-  ones of the data, such as μ_0's minimum, only where the command reads the data), and optionally
-  ``keys(cfg)`` (``{"section.key": used}`` for the keys whose use it decides: the resolved config.toml),
-  ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for keys given that it refuses) and
-  ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for ``mfpde continuation``, with
-  ``POINTS_RULE = (predicate, words)`` on the collocation points), ``coarser(sec)`` (the section of the
-  resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`), and ``section(cfg)``: its typed
+  ones of the data, such as μ_0's minimum, only where the command reads the data), ``section(cfg)``: its typed
   section of the config (a frozen dataclass of what its job and solvers read: its keys of ``[tokens]`` and
-  ``[data]``, its heads, and the ``depth`` and ``output`` sections), built once by the jobs floor
-  (:func:`domain_section`); the job's functions and ``coarser`` take the section, never the whole config;
+  ``[data]``, its heads, and the ``depth`` and ``output`` sections; the box's, whole sections), built once by the
+  jobs floor (:func:`domain_section`), and optionally ``keys(cfg)`` (``{"section.key": used}`` for the keys whose
+  use it decides: the resolved config.toml), ``not_applying(cfg)`` (``(section, key, does not apply, why)`` for
+  keys given that it refuses), ``stationary(cfg, points, beta, noise)`` (its problem of stationary states for
+  ``mfpde continuation``, with ``POINTS_RULE = (predicate, words)`` on the collocation points) and
+  ``coarser(sec)`` (the section of the resolution check of its cluster counts, :mod:`mfpde.tokens.resolution`);
+  the job's functions and ``coarser`` take the section, never the whole config;
 * a ``job`` module: its part of the ``transport`` job (:func:`mfpde.jobs.transport.domain_transport`), each
-  function taking the domain's section ``sec`` (the whole config for a domain without ``section``):
+  function taking the domain's section ``sec``:
   ``check(sec, comm)``, ``describe(sec)``, ``solve(sec, comm, fields, bar, **options)`` (``fields``: the job's
   :class:`~mfpde.fields.FieldFiles`, or None; the domain names its fields, never a path), ``picture(sec, block,
   panels)`` (the figure, or None: the job saves it), ``PICTURE``, and optionally ``SAVEFIG`` (matplotlib's options
@@ -154,13 +154,8 @@ def check_domain(cfg: Any, reads_data: bool = True) -> None:  # a Config: import
 
 
 def domain_section(cfg: Any) -> Any:
-    """The domain's typed section of ``cfg`` (its ``section``): what its job reads.
-
-    The whole config for a domain without one (the box: its problem is the training problem, which reads
-    [heads], [data], [loss] and [training]).
-    """
-    make = domain_attribute(cfg.tokens.domain, "section", None)
-    return cfg if make is None else make(cfg)
+    """The domain's typed section of ``cfg`` (its ``section``): what its job reads."""
+    return domain_attribute(cfg.tokens.domain, "section", None)(cfg)
 
 
 def domain_job(domain: str) -> Any:

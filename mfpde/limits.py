@@ -258,11 +258,12 @@ def memory_estimate(cfg: Any, size: int, command: str) -> dict[str, float]:  # a
     return est
 
 
-def check_resources(cfg: Any, size: int, command: str) -> None:  # a Config: importing it would be a cycle
+def check_resources(cfg: Any, size: int, command: str) -> None:  # a section: importing it would be a cycle
     """Refuse a config whose memory cannot fit on a node or whose work cannot end within a year.
 
     Args:
-        cfg: the validated :class:`~mfpde.config.Config`.
+        cfg: the box's section of a validated config (:class:`mfpde.tokens.box.config.Section`; for ``"run"``
+            training's, :class:`mfpde.training.config.Section`, whose ``training.steps`` it reads), or the config.
         size: the number of MPI ranks.
         command: ``"run"`` (samples split over rank groups, forward and adjoint every training step) or
             ``"transport"`` (one mesh over all ranks, one forward solve per sample).
@@ -329,8 +330,9 @@ def check_work(seconds: float, key: str, what: str) -> None:
 def _check_run_work(cfg: Any, size: int, command: str, cells: float, n_train: int, n_test: int,
                     groups: int) -> None:
     """The work of a box ``run`` or ``transport`` (:func:`check_resources`) against :func:`check_work`'s ceiling."""
-    t, d, tr = cfg.tokens, cfg.depth, cfg.training
-    solves = (tr.steps + 1) * 2 * n_train + n_test if command == "run" else n_train + n_test
+    t, d = cfg.tokens, cfg.depth
+    training_steps = cfg.training.steps if command == "run" else 0  # a transport's section has no [training]
+    solves = (training_steps + 1) * 2 * n_train + n_test if command == "run" else n_train + n_test
     steps = 1 if d.model == "shallow" else d.steps
     sub = max(1.0, 0.4 / t.cfl)  # sub-cycling grows as the CFL factor shrinks
     seconds = solves * steps * sub * (SECONDS_PER_STEP + SECONDS_PER_CELL * cells / max(size // groups, 1)) / groups
@@ -338,7 +340,7 @@ def _check_run_work(cfg: Any, size: int, command: str, cells: float, n_train: in
         factors = {"depth.steps": steps / 100, "tokens.cfl": sub, "tokens.cells": cells / 400,
                    "data.samples": (n_train + n_test) / 40}
         if command == "run":
-            factors["training.steps"] = (tr.steps + 1) / 200
+            factors["training.steps"] = (training_steps + 1) / 200
         key = max(factors, key=lambda k: factors[k])
         check_work(seconds, key, f"{SECONDS_PER_STEP:g} s per depth step: depth.steps = {d.steps}, tokens.cfl = "
                    f"{t.cfl:g}, tokens.cells = {t.cells}, {n_train + n_test} samples")

@@ -367,6 +367,7 @@ def test_an_accepted_degree_is_the_degree_built(key, values):
     from mfpde import config as C
     from mfpde.errors import ConfigError
     from mfpde.limits import check_resolved
+    from mfpde.tokens.box.config import section
     from mfpde.tokens.box.problem import build
 
     accepted = []
@@ -377,7 +378,7 @@ def test_an_accepted_degree_is_the_degree_built(key, values):
         except ConfigError as e:
             assert key in str(e), (v, str(e))
             continue
-        p = build(cfg, MPI.COMM_WORLD)
+        p = build(section(cfg), MPI.COMM_WORLD)
         space = p.theta.V if key == "heads.degree" else p.tokens.W
         assert space.ufl_element().degree == v == (cfg.heads.degree if key == "heads.degree" else cfg.tokens.degree)
         accepted.append(v)

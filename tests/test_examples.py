@@ -190,7 +190,7 @@ def test_embedded_default_starts_off_the_kink_of_the_upwind_layer():
     from mfpde.heads import HeadMeasure
     from mfpde.training.problem import CoupledProblem
 
-    cp = CoupledProblem(C.load(None, QUIET))
+    cp = CoupledProblem.from_config(C.load(None, QUIET))
     (h,) = cp.heads()
     c = h.abar
     assert abs(c) > 1e-3, c

@@ -88,3 +88,27 @@ def test_tests_mirror_the_package():
     subpackages = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     assert subpackages == folders, (sorted(subpackages - folders), sorted(folders - subpackages))
+
+
+#: The jobs floor and what stands above it or beside it at the door: they may read a whole config. The verify
+#: checks (mfpde.verify) are the verify job's: each builds the config of its own problem.
+READS_THE_CONFIG = ("mfpde.jobs", "mfpde.config", "mfpde.verify", "mfpde.cli", "mfpde.api", "mfpde.launch",
+                    "mfpde.__main__")
+#: What a module below the jobs floor may take of the config package: the types of its sections and the parsers of
+#: a value.
+SECTION_TYPES = {"mfpde.config.schema", "mfpde.config.rules"}
+
+
+def test_nothing_below_the_jobs_floor_reads_a_whole_config():
+    """Below the jobs floor a module takes its section (a domain's, training's, the twin's), never the config.
+
+    Each package's ``section(cfg)`` is the one place that reads the whole config (the domains' ``config`` modules,
+    ``mfpde.training.config``, ``mfpde.twin.config``): it is called by the jobs floor and uses only the config's
+    attributes, so it imports nothing of mfpde.config but the section types.
+    """
+    below = {m: f for m, f in MODULES.items() if not m.startswith(READS_THE_CONFIG)}
+    taken = {m: sorted(i for i in _imports(f) if i.startswith("mfpde.config") and i not in SECTION_TYPES
+                       and not any(i.startswith(f"{t}.") for t in SECTION_TYPES))
+             for m, f in below.items()}
+    offending = {m: i for m, i in taken.items() if i}
+    assert not offending, offending

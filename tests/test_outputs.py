@@ -198,7 +198,7 @@ def test_certificate_is_a_bound_only_where_r_is_convex_in_rho(tempdir):
                             heads={"family": "value", "cells": [20]},
                             data={"kind": "file", "path": str(_file_data(tempdir))})
     for cfg in (gauss, pm1):
-        cp = CoupledProblem(cfg)
+        cp = CoupledProblem.from_config(cfg)
         y = np.array([s.target for s in cp.problem.train])
         R = {c: 0.5 * np.mean((cp.objective.predict(cp.problem.train, [HeadMeasure(np.array([0.5]), np.array([c]))])
                                - y) ** 2) for c in (-0.2, -0.1, 0.0, 0.1, 0.2)}

@@ -61,7 +61,7 @@ def _coupled() -> None:
     Lie step."""
     cfg = load(DEEP, ["tokens.cells=[8, 8]", "heads.cells=[6, 6]", "depth.steps=2", "data.samples=2",
                       "data.test_samples=0", "training.lambda=0.05"])
-    pb = CoupledProblem(cfg, MPI.COMM_WORLD)
+    pb = CoupledProblem.from_config(cfg, MPI.COMM_WORLD)
     assert np.isfinite(pb.gradient(pb.heads()).risk)
     pb.splitting().step(0.01)
 

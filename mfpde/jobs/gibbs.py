@@ -79,7 +79,7 @@ def gibbs_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD) -> dict[s
 
     check_gibbs(cfg)
     c = cfg.continuation
-    cp = CoupledProblem(cfg, comm)
+    cp = CoupledProblem.from_config(cfg, comm)
     P = GibbsProblem(cp)
     if P.m > MAX_UNKNOWNS:
         raise ConfigError(f"heads.cells: continuation in λ uses dense Jacobians of L·N_θ unknowns, at most "

@@ -123,7 +123,7 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
         ConfigError: no checkpoint, unreadable, non-finite, or written for another Θ mesh, layer count or token
             space Ω (:func:`~mfpde.config.rules.token_space_fingerprint`).
     """
-    comm, theta, steps = cp.comm, cp.theta, cp.cfg.training.steps
+    comm, theta, steps = cp.comm, cp.theta, cp.sec.training.steps
     ck, err = None, ""
     if comm.rank == 0:
         try:
@@ -135,9 +135,9 @@ def load_resume(cp: CoupledProblem, out: Path) -> Resumed:
             elif ck["rho"].shape != (cp.state.n_layers, len(theta.points)) or not np.allclose(ck["theta"],
                                                                                              theta.points):
                 err = "--resume: the checkpoint was written for another Θ mesh (heads.box/cells/mesh) or layer count"
-            elif "omega" in ck and str(ck["omega"]) != token_space_fingerprint(cp.cfg):
+            elif "omega" in ck and str(ck["omega"]) != token_space_fingerprint(cp.sec):
                 err = (f"--resume: the checkpoint was written for another token space Ω ({str(ck['omega'])}; now "
-                       f"{token_space_fingerprint(cp.cfg)}): tokens.box/cells/cell/degree/mesh must not change")
+                       f"{token_space_fingerprint(cp.sec)}): tokens.box/cells/cell/degree/mesh must not change")
             elif not (np.all(np.isfinite(ck["rho"])) and np.all(ck["rho"] >= 0)):
                 err = "--resume: the checkpoint holds non-finite or negative densities"
             elif not 0 <= int(ck["step"]) <= steps:
@@ -208,7 +208,7 @@ def save_state(cp: CoupledProblem, out: Path, step: int, history: list[dict[str,
     err = cp.comm.bcast(err, root=0)
     if err:
         raise ConfigError(err)
-    save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "omega": np.array(token_space_fingerprint(cp.cfg)),
+    save_checkpoint(out, {"rho": rho, "theta": cp.theta.points, "omega": np.array(token_space_fingerprint(cp.sec)),
                           "step": np.array(step), "history_keys": np.array(keys),
                           "n_history": np.array(len(history)), "n_snapshots": np.array(len(snapshots)),
                           "wall_s": np.array(wall)}, cp.comm)
@@ -299,7 +299,7 @@ def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], 
     Returns:
         The rate block drawn.
     """
-    st, pb, cfg = cp.state, cp.problem, cp.cfg
+    st, pb, sec = cp.state, cp.problem, cp.sec
     rate = rate_block(cp, history) if rate is None else rate
     p = np.stack([cp.theta.gather_values(gibbs(cp.theta.V, phi, st.lam)) for phi in st.phis]) if st.lam > 0 else None
     ones = dolfinx.fem.Function(pb.tokens.W)
@@ -310,12 +310,12 @@ def write_plots(cp: CoupledProblem, out: Path, history: list[dict[str, float]], 
     merged = cp.objective.gather_snapshots(snaps, root=FIGURES.index("tokens") % comm.size)
     rho = tok = None
     if "rho" in mine:
-        rho = RhoSeries(cp.theta.points, [k * cfg.training.ds for k, _ in rho_snaps], [v for _, v in rho_snaps], p)
+        rho = RhoSeries(cp.theta.points, [k * sec.training.ds for k, _ in rho_snaps], [v for _, v in rho_snaps], p)
     if "tokens" in mine:
         tok = TokenSeries(pb.tokens.quad.points, mass, cp.objective.snapshot_depths)
         for i in sorted(merged):
             y = pb.train[i].target
-            name = f"class {cfg.data.classes[int(y > 0)]}" if cfg.data.kind == "digits" else f"sample {i}"
+            name = f"class {sec.data.classes[int(y > 0)]}" if sec.data.kind == "digits" else f"sample {i}"
             tok.weights.append(np.stack(merged[i]))
             tok.labels.append(f"{name} (y = {y:+g})")
             tok.yhat.append(float(yhat[i]))

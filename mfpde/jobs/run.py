@@ -105,7 +105,7 @@ def run_job(cfg: Config, out: Path, resume: bool = False, comm: MPI.Comm = MPI.C
     if not (resume or overwrite):
         refuse_finished(out, comm)
     with signals.stage("set-up"):  # a signal ends the set-up at once (signals.py): no checkpoint to write yet
-        cp = CoupledProblem(cfg, comm)
+        cp = CoupledProblem.from_config(cfg, comm)
         before = check_resume_config(to_toml(cfg), out, comm) if resume else None
         r = load_resume(cp, out) if resume else Resumed(0, [], [], 0.0)
         notes = []
@@ -155,8 +155,8 @@ def train(cp: CoupledProblem, out: Path, step0: int = 0, history: list[dict[str,
         :func:`mfpde.signals.deferred` (as :func:`run_job` calls it) a signal stops the loop before the next step
         on every rank: status "interrupted", the checkpoint at that step.
     """
-    cfg, comm = cp.cfg, cp.comm
-    tr, oc = cfg.training, cfg.output
+    sec, comm = cp.sec, cp.comm
+    tr, oc = sec.training, sec.output
     t0 = time.perf_counter() if t0 is None else t0
     history = [] if history is None else history
     splitting = cp.splitting()
@@ -302,7 +302,7 @@ def _write(writer: FieldWriter, t: float, cp: CoupledProblem, out: Path, step: i
 
 
 def _fields(cp: CoupledProblem, out: Path) -> FieldFiles | None:
-    return FieldFiles(out) if cp.cfg.output.fields else None
+    return FieldFiles(out) if cp.sec.output.fields else None
 
 
 def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: Gradient,
@@ -312,12 +312,12 @@ def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: 
     The training and the held-out samples were solved (μ_T written) by the last step's gradient and history row
     (``yhat_test``: its held-out ŷ); ``yhat0`` holds ŷ of ρ₀ from step 0 (computed here for a resumed run).
     """
-    cfg, pb = cp.cfg, cp.problem
+    sec, pb = cp.sec, cp.problem
     heads = cp.heads()
     assert grad.Dy is not None
     K = ntk_gram(cp.theta, cp.rhos, heads, grad.Dy)
     n = len(pb.train)
-    ntk = ntk_summary(K, n, cfg.training.steps * cfg.training.ds)
+    ntk = ntk_summary(K, n, sec.training.steps * sec.training.ds)
     report["final"]["ntk_min_eigenvalue"] = ntk["min_eigenvalue"]
     report["final"]["ntk"] = ntk
     st, rate = cp.state, report["rate"]
@@ -333,7 +333,7 @@ def _final_outputs(cp: CoupledProblem, out: Path, report: dict[str, Any], grad: 
     yhat = {"train": grad.yhat, **yhat_test}  # the held-out ŷ of the last history row (classification data)
     if "train" not in yhat0:  # a resumed run: ŷ of ρ₀ once more
         now = cp.state.values()
-        cp.state.restore([cp.theta.gaussian(cfg.heads.init["mean"], cfg.heads.init["cov"]).x.array
+        cp.state.restore([cp.theta.gaussian(sec.heads.init["mean"], sec.heads.init["cov"]).x.array
                           for _ in cp.rhos])
         heads0 = cp.heads()
         yhat0.update({k: cp.objective.predict(v, heads0) for k, v in (("train", pb.train), ("test", pb.test))

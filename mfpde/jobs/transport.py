@@ -82,11 +82,12 @@ def domain_transport(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pr
     logger.info("%s -> %s", dom.describe(sec, **options), out)
     bar = None
     if getattr(dom, "PROGRESS", True):
-        keep = kept_outputs(cfg)
+        keep = kept_outputs(sec)
         bar = progress(len(keep) - 1, 0) if progress is not None else None
         if bar is None:
-            bar = LogProgress(len(keep) - 1, output_depths(cfg)[keep], cfg.tokens.domain)
-    return _transport(dom, sec, cfg, out, comm, job, FieldFiles(out) if cfg.output.fields else None, bar, options)
+            bar = LogProgress(len(keep) - 1, output_depths(sec)[keep], cfg.tokens.domain)
+    fields = FieldFiles(out) if cfg.output.fields else None
+    return _transport(dom, sec, cfg.tokens.domain, out, comm, job, fields, bar, options)
 
 
 def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str, Any]:
@@ -100,15 +101,16 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
         NumericalError: a solve failed; ``report.json`` then has status "failed" and the samples done.
     """
     job = JobDir.existing(out, pb.comm, "transport")
-    fields = FieldFiles(out) if write_fields and pb.cfg.output.fields else None
-    return _transport(box_job, pb.cfg, pb.cfg, out, pb.comm, job, fields, None, {"setup": pb})
+    fields = FieldFiles(out) if write_fields and pb.sec.output.fields else None
+    return _transport(box_job, pb.sec, "box", out, pb.comm, job, fields, None, {"setup": pb})
 
 
-def _transport(dom: Any, sec: Any, cfg: Config, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None,
+def _transport(dom: Any, sec: Any, domain: str, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None,
                bar: Any, options: dict[str, Any]) -> dict[str, Any]:
     """Solve, check the resolution, draw the picture and write the report (the job's part after its first line).
 
-    ``sec``: the domain's section of ``cfg`` (:func:`mfpde.domains.domain_section`), which the domain's functions take.
+    ``sec``: the section of the config of the ``domain`` (:func:`mfpde.domains.domain_section`), which its functions
+    take.
     """
     from mfpde.domains import domain_attribute
 
@@ -124,12 +126,12 @@ def _transport(dom: Any, sec: Any, cfg: Config, out: Path, comm: MPI.Comm, job: 
             bar.close()
     blocks = result if isinstance(result, list) else [result]
     more: dict[str, Any] = {}
-    coarser = domain_attribute(cfg.tokens.domain, "coarser", None)
+    coarser = domain_attribute(domain, "coarser", None)
     if coarser is not None:  # the domains that count clusters
 
         more["warnings"] = resolution_check(blocks[0], coarser(sec),  # one sample: its block
                                             lambda c, **kw: dom.solve(c, comm, None, Quiet(), **kw)[0])
-    if cfg.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
+    if sec.output.plots and comm.rank == 0:  # before the report: an interruption here leaves no report (exit 4)
         _picture(dom, sec, result, panels, out / "plots" / dom.PICTURE)
     report = job.finish(samples=blocks, **more)
     if hasattr(dom, "summary"):

@@ -42,8 +42,10 @@ from mfpde.errors import ConfigError, NumericalError
 from mfpde.io import write_atomic, write_report
 from mfpde.jobs.run import run_job
 from mfpde.jobs.scaffold import refuse_finished
-from mfpde.twin.pde import pde_error, read_pde, reusable, same_problem
-from mfpde.twin.report import compare, diverged, token_w1, twin_warnings, write_history
+from mfpde.jobs.twin_runs import pde_config, reusable, same_problem
+from mfpde.twin.config import Section as TwinSection
+from mfpde.twin.pde import pde_error, read_pde
+from mfpde.twin.report import compare, diverged, history_csv, token_w1, twin_warnings
 from mfpde.twin.sizes import Size, network_spec, sweep_sizes, train_size
 
 __all__ = ["Size", "check_twin", "network_spec", "sweep_sizes", "train_size", "twin_job"]
@@ -121,7 +123,7 @@ def _check_places(out: Path, pde_dir: Path | None) -> None:
                           "into the PDE run it compares with; give another --out")
 
 
-def _memory_check(cfg: Config, samples: tuple[list[Any], list[Any]]) -> None:
+def _memory_check(cfg: Config, sec: TwinSection, samples: tuple[list[Any], list[Any]]) -> None:
     """Refuse, before anything is allocated, a size whose batch of seeds would not fit the node's memory.
 
     Raises:
@@ -132,7 +134,7 @@ def _memory_check(cfg: Config, samples: tuple[list[Any], list[Any]]) -> None:
     n = max(len(samples[0]), len(samples[1]), 1)
     limit = max(input_tokens(samples[0][:8], 1, "limit", np.random.default_rng(0))[1].shape[1], 1)
     worst, what = 0.0, ""
-    for sz in sweep_sizes(cfg):
+    for sz in sweep_sizes(sec):
         N = sz.N or limit
         H = 1 if cfg.heads.family == "value" else sz.H
         need = cfg.twin.seeds * n * (H * N * N * ATTENTION_BYTES + (sz.L + 4) * N * cfg.tokens.dim * 8 * 4)
@@ -159,15 +161,16 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     """
     from mfpde.outdir import prepare_output_dir
     from mfpde.tokens.box.data import load_samples
-    from mfpde.twin.pde import pde_config
+    from mfpde.twin.config import section
 
     t0 = time.perf_counter()
     check_twin(cfg)
+    sec = section(cfg)
     p = 1 if cfg.heads.family == "value" else 2
     notes: list[str] = []
     with signals.stage("set-up"):
-        train, test = load_samples(cfg)
-        _memory_check(cfg, (train, test))
+        train, test = load_samples(sec)
+        _memory_check(cfg, sec, (train, test))
         _check_places(out, pde_dir)
         fine_cfg, _ = pde_config(cfg, False)
         ref_cfg, why = pde_config(cfg, True)
@@ -199,7 +202,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
             logger.info("twin: the PDE on twice the token cells (its own discretisation error) -> %s",
                         out / "pde-refined")
             ref_dir = run_pde(ref_cfg, out / "pde-refined", comm)
-        sizes = sweep_sizes(cfg)
+        sizes = sweep_sizes(sec)
         unique = list(dict.fromkeys(sz.key for sz in sizes))
         trace = list(range(min(cfg.twin.trace, len(train))))
         mine: dict[tuple[int, int, int], Any] = {}
@@ -208,7 +211,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
                 continue
             sz = next(s for s in sizes if s.key == key)
             t1, c1 = time.perf_counter(), time.process_time()
-            mine[key] = train_size(cfg, sz, (train, test), trace)
+            mine[key] = train_size(sec, sz, (train, test), trace)
             mine[key].cpu_s = time.process_time() - c1
             r = mine[key].risk[:, -1]
             logger.info("twin: %s, %d seeds: risk %.6g, standard error %.2g (%.1f s)%s", _label(sz), cfg.twin.seeds,
@@ -227,7 +230,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
                     abs(s.target) == 1 for s in train + test))  # as the run reports accuracies
                 for h in hist.values() if not classify else ():
                     h.train_acc, h.test_acc = np.full_like(h.risk, np.nan), np.full_like(h.risk, np.nan)
-                outcome = (_finish(cfg, out, sizes, hist, fine_dir, ref_dir, pde_cpu, sig, notes, t0, p), "")
+                outcome = (_finish(cfg, sec, out, sizes, hist, fine_dir, ref_dir, pde_cpu, sig, notes, t0, p), "")
         except ConfigError as e:  # a PDE run that cannot be read back: every rank says so
             outcome = (2, str(e))
             raise
@@ -238,8 +241,8 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     return int(code)
 
 
-def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int, int], Any], fine_dir: Path,
-            ref_dir: Path | None, pde_cpu: float, sig: int, notes: list[str], t0: float, p: int) -> int:
+def _finish(cfg: Config, sec: TwinSection, out: Path, sizes: list[Size], hist: dict[tuple[int, int, int], Any],
+            fine_dir: Path, ref_dir: Path | None, pde_cpu: float, sig: int, notes: list[str], t0: float, p: int) -> int:
     """Compare, write ``report.json``, ``history.csv`` and the plots (rank 0); the exit status."""
     from mfpde.plots import save_figure
     from mfpde.twin.plots import twin_figures
@@ -271,11 +274,11 @@ def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int
                                       "cpu_s": pde_cpu},
                               "twin": {"optimizer": cfg.twin.optimizer, "sampling": cfg.twin.sampling,
                                        "seeds": cfg.twin.seeds}}
-    exps, rows, summary = compare(cfg, complete, trained, pde, err) if complete else ({}, [], {})
+    exps, rows, summary = compare(sec, complete, trained, pde, err) if complete else ({}, [], {})
     report["exponents"] = exps
     report["tokens_T_w1"] = token_w1(complete, trained, pde) if complete else {}
     report["sizes"] = summary
-    report["warnings"] = notes + (twin_warnings(cfg, complete, trained, pde, exps) if complete else [])
+    report["warnings"] = notes + (twin_warnings(sec, complete, trained, pde, exps) if complete else [])
     report["diverged"] = sorted({_label(sz) for sz in blown})
     for lab in reversed(report["diverged"]):
         h = trained[next(sz.key for sz in blown if _label(sz) == lab)]
@@ -285,9 +288,10 @@ def _finish(cfg: Config, out: Path, sizes: list[Size], hist: dict[tuple[int, int
     if error:
         report["error" if status == "failed" else "interrupted_by"] = error
     report["wall_s"] = time.perf_counter() - t0
-    write_history(out, rows, MPI.COMM_SELF)
+    if rows:
+        write_atomic(out / "history.csv", history_csv(rows), MPI.COMM_SELF)
     if cfg.output.plots and complete:
-        for name, fig in twin_figures(cfg, complete, trained, pde, exps).items():
+        for name, fig in twin_figures(sec, complete, trained, pde, exps).items():
             save_figure(fig, out / "plots" / name, dpi=110)
     write_report(out, report, MPI.COMM_SELF)
     for sweep, q in exps.items():

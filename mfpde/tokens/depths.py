@@ -12,22 +12,27 @@ __all__ = ["LogProgress", "kept_outputs", "output_depths"]
 logger = logging.getLogger(__name__)
 
 
-def output_depths(cfg: Any) -> np.ndarray:
+def output_depths(sec: Any) -> np.ndarray:
     """The depth-step ends 0 = t_0 < … < T: T·j/steps, or with ``depth.spacing = "log"`` 0 and the geometric depths.
 
     Log spacing: T·10^{−decades(1 − j/steps)}, j = 0..steps, after 0 (steps + 2 values: the first depth step runs
     from 0 to T·10^{−decades}).
+
+    ``sec``: a section with the ``[depth]`` section as ``depth`` (a domain's, :func:`mfpde.domains.domain_section`).
     """
-    d = cfg.depth
+    d = sec.depth
     if d.spacing == "log":
         return np.concatenate([[0.0], d.T * 10.0 ** (-d.decades * (1.0 - np.arange(d.steps + 1) / d.steps))])
     return np.linspace(0.0, d.T, d.steps + 1)
 
 
-def kept_outputs(cfg: Any) -> list[int]:
-    """The indices of the depth-step ends that are output depths (every ``output.every``-th, and the last)."""
-    steps = len(output_depths(cfg)) - 1
-    return [j for j in range(steps + 1) if j % cfg.output.every == 0 or j == steps]
+def kept_outputs(sec: Any) -> list[int]:
+    """The indices of the depth-step ends that are output depths (every ``output.every``-th, and the last).
+
+    ``sec``: a section with ``depth`` and ``output`` (:func:`output_depths`).
+    """
+    steps = len(output_depths(sec)) - 1
+    return [j for j in range(steps + 1) if j % sec.output.every == 0 or j == steps]
 
 
 class LogProgress:

@@ -82,7 +82,7 @@ class GibbsProblem:
         self.n_theta = len(th.points)
         self.m = self.n_layers * self.n_theta
         self.mass = th._allgather(th.m[: th.n_owned])[th.order]
-        self.lam2 = cp.cfg.training.lambda2
+        self.lam2 = cp.sec.training.lambda2
         self.conf = 0.5 * self.lam2 * (self.points**2).sum(axis=1)
         a = cp.family.a(self.points)
         self.v = cp.family.v(self.points)

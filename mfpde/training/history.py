@@ -60,7 +60,7 @@ def history_row(cp: CoupledProblem, grad: Gradient, step: int, s: float, wall: f
 
 def classification(cp: CoupledProblem) -> bool:
     """Whether the sign accuracy is reported: digits, or a data file whose targets are all −1 or +1."""
-    pb, kind = cp.problem, cp.cfg.data.kind
+    pb, kind = cp.problem, cp.sec.data.kind
     return kind == "digits" or (kind == "file" and bool(pb.train)
                                 and all(abs(s.target) == 1 for s in pb.train + pb.test))
 

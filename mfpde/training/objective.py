@@ -63,7 +63,7 @@ class Objective:
         pb: the problem (built with ``split_samples=True`` for a run).
     """
 
-    def __init__(self, pb: Problem) -> None:
+    def __init__(self, pb: Problem, tape_memory: str | int = "auto") -> None:
         self.pb, self.groups, self.tokens = pb, pb.groups, pb.tokens
         self.adjoint = DiscreteAdjoint(pb.tokens)
         self.dyhat = dyhat_dmu(pb.tokens, pb.g)
@@ -77,7 +77,7 @@ class Objective:
         self.max_outflow = 0.0
         self._outflow = 0.0
         #: Bytes per rank the adjoint's tape may hold (``training.tape_memory``; :mod:`mfpde.tokens.box.tape`).
-        self.tape_memory = tape_budget(pb.cfg.training.tape_memory, pb.comm)
+        self.tape_memory = tape_budget(tape_memory, pb.comm)
         #: What the tapes of the last gradient cost (:meth:`CheckpointedTape.stats`, summed over batches; peak bytes).
         self.tape_stats: dict[str, int] = {}
 
@@ -116,7 +116,7 @@ class Objective:
         if not taped:
             per = UNTAPED_BYTES_PER_VERTEX * self.tokens.velocity.x.shape[0]
             return max(1, (BATCH_BYTES - UNTAPED_CHUNK_BYTES) // per)
-        steps = 1 if self.pb.shallow else self.pb.cfg.depth.steps
+        steps = 1 if self.pb.shallow else self.pb.sec.depth.steps
         n_dofs = self.tokens.W.dofmap.index_map.size_global  # a batched group is one rank
         return max(1, BATCH_BYTES // (32 * n_dofs * (1 + max(n_a, default=0)) * (3 * steps + 1)))
 
@@ -126,23 +126,23 @@ class Objective:
 
         ``keep``, if given, receives the weights of μ_t at the intermediate :attr:`snapshot_depths`.
         """
-        cfg = self.pb.cfg
+        sec = self.pb.sec
         if self.pb.shallow:
             assert not isinstance(tape, CheckpointedTape)  # one step: :meth:`_tape` gives a list
-            return solve_shallow(self.tokens, u, heads[0], cfg.depth.T, self.pb.g, tape)
-        return self.tokens.solve(u, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, tape=tape,
-                                 outflow_tol=cfg.tokens.outflow_tol, callback=self._keeper(keep))
+            return solve_shallow(self.tokens, u, heads[0], sec.depth.T, self.pb.g, tape)
+        return self.tokens.solve(u, heads, sec.depth.T, sec.depth.steps, self.pb.g, tape=tape,
+                                 outflow_tol=sec.tokens.outflow_tol, callback=self._keeper(keep))
 
     @property
     def snapshot_depths(self) -> list[float]:
         """The depths t of the snapshots: 0, T/2 (nearest depth step; deep models with ≥ 2 steps) and T."""
-        T, steps = self.pb.cfg.depth.T, self.pb.cfg.depth.steps
+        T, steps = self.pb.sec.depth.T, self.pb.sec.depth.steps
         return [0.0, T] if self.pb.shallow or steps < 2 else [0.0, T * (steps // 2) / steps, T]
 
     @property
     def _snapshot_step(self) -> int | None:
         """The depth step of the middle snapshot (T/2) of :attr:`snapshot_depths`, or None (two snapshots)."""
-        return self.pb.cfg.depth.steps // 2 if len(self.snapshot_depths) == 3 else None
+        return self.pb.sec.depth.steps // 2 if len(self.snapshot_depths) == 3 else None
 
     def _keeper(self, keep: list[Array] | None) -> Callable[[int, float, dolfinx.fem.Function], None] | None:
         half = self._snapshot_step
@@ -208,7 +208,7 @@ class Objective:
                  snapshot: Container[int], n_a: list[int]
                  ) -> Iterator[tuple[int, float, list[Array] | None, Array, dolfinx.fem.Function]]:
         """:meth:`_solves` for one batch by :class:`~mfpde.tokens.box.batch.BatchTransport` (raises BatchDeclined)."""
-        bt, cfg = self.batch, self.pb.cfg
+        bt, sec = self.batch, self.pb.sec
         assert bt is not None
         U = np.stack([u.x.array for u in us])
         keep = [j for j, i in enumerate(chunk) if i in snapshot]
@@ -222,10 +222,10 @@ class Objective:
         tape = self._tape(bt, U.nbytes) if taped else None
         if self.pb.shallow:
             assert not isinstance(tape, CheckpointedTape)
-            reps = bt.solve_shallow(U, heads[0], cfg.depth.T, self.pb.g, tape=tape)
+            reps = bt.solve_shallow(U, heads[0], sec.depth.T, self.pb.g, tape=tape)
         else:
-            reps = bt.solve(U, heads, cfg.depth.T, cfg.depth.steps, self.pb.g, callback=callback, tape=tape,
-                            outflow_tol=cfg.tokens.outflow_tol)
+            reps = bt.solve(U, heads, sec.depth.T, sec.depth.steps, self.pb.g, callback=callback, tape=tape,
+                            outflow_tol=sec.tokens.outflow_tol)
         D = (bt.backward(tape, np.tile(self.dyhat, (len(U), 1)), len(heads), n_a, costate=False)[1]  # ∂R/∂c only
              if tape is not None else [])
         self._count(tape)
@@ -242,7 +242,7 @@ class Objective:
         if self.pb.shallow:
             return []
         return CheckpointedTape(self.tape_memory, op, state_bytes, self.tokens.scheme.stages, self.tokens.comm,
-                                self.pb.cfg.depth.steps)
+                                self.pb.sec.depth.steps)
 
     def _count(self, tape: Tape | CheckpointedTape | None) -> None:
         """Add a reversed tape's cost to :attr:`tape_stats`."""

@@ -1,12 +1,15 @@
 """The coupled system of one config: the built problem, the objective over its samples, and ρ (theory §4).
 
 :class:`CoupledProblem` is what ``mfpde run`` trains (:mod:`mfpde.jobs.run`) and what tests and
-scripts evaluate: ``heads()``, ``gradient(heads)``, ``ntk()``, and the splitting of a training step.
+scripts evaluate: ``heads()``, ``gradient(heads)``, ``ntk()``, and the splitting of a training step. It reads
+training's section of the config (:mod:`mfpde.training.config`: the box's and ``[training]``), never the whole
+config; :meth:`CoupledProblem.from_config` builds the section first.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from mpi4py import MPI
 
@@ -14,12 +17,12 @@ import dolfinx.fem
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.config import Config
 from mfpde.heads import HeadMeasure
 from mfpde.params.family import HeadFamily
 from mfpde.params.theta import ThetaSpace
 from mfpde.tokens.box.adjoint import Gradient
 from mfpde.tokens.box.problem import build
+from mfpde.training.config import Section, section
 from mfpde.training.objective import Objective, ntk_gram
 from mfpde.training.splitting import (
     FrozenPotentialFlow,
@@ -30,7 +33,7 @@ from mfpde.training.splitting import (
 )
 from mfpde.training.state import HeadDensities
 
-__all__ = ["CoupledProblem"]
+__all__ = ["CoupledProblem", "Section", "section"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +42,11 @@ class CoupledProblem:
     """The problem built from the config (samples split over rank groups), its objective and ρ per layer block.
 
     Args:
-        cfg: the config (``heads.init`` a Gaussian density).
+        sec: training's section of the config (:func:`section`; ``heads.init`` a Gaussian density).
         comm: the ranks of the job.
 
     Attributes:
-        cfg, comm: as given.
+        sec, comm: as given.
         problem: the built :class:`~mfpde.tokens.box.problem.Problem`.
         objective: R, its first variation, ŷ over the samples (:class:`~mfpde.training.objective.Objective`).
         state: ρ^ℓ, the potentials Φ^ℓ and the Fokker–Planck solvers
@@ -51,16 +54,25 @@ class CoupledProblem:
 
     Raises:
         ConfigError, MeshError: invalid input (exit status 2), on every rank.
+        TypeError: ``sec`` is not training's section (a whole config, say: :meth:`from_config`).
     """
 
-    def __init__(self, cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
-        self.cfg, self.comm = cfg, comm
-        self.problem = build(cfg, comm, split_samples=True)
-        self.state = HeadDensities(self.problem)
-        self.objective = Objective(self.problem)
+    def __init__(self, sec: Section, comm: MPI.Comm = MPI.COMM_WORLD) -> None:
+        if not isinstance(sec, Section):
+            raise TypeError(f"CoupledProblem takes training's section of the config, not a {type(sec).__name__}: "
+                            "CoupledProblem.from_config(cfg), or CoupledProblem(mfpde.training.config.section(cfg))")
+        self.sec, self.comm = sec, comm
+        self.problem = build(sec, comm, split_samples=True)
+        self.state = HeadDensities(self.problem, sec)
+        self.objective = Objective(self.problem, sec.training.tape_memory)
         fp = self.state.fp.solver
         logger.info("linear solvers: %s; %s", self.problem.tokens.mass_solver.describe(),
                     fp.describe() if fp is not None else "mfpde_param_: explicit (λ = 0)")
+
+    @classmethod
+    def from_config(cls, cfg: Any, comm: MPI.Comm = MPI.COMM_WORLD) -> CoupledProblem:
+        """The problem of a validated config: its :func:`section`, then the problem."""
+        return cls(section(cfg), comm)
 
     @property
     def theta(self) -> ThetaSpace:
@@ -102,4 +114,4 @@ class CoupledProblem:
         flows: dict[str, SubFlow] = {"fokker_planck": FrozenPotentialFlow(self.state),
                  "ornstein_uhlenbeck": OrnsteinUhlenbeckFlow(self.state),
                  "risk_transport": RiskTransportFlow(self.state, self.risk_potentials)}
-        return Splitting(self.cfg.training.splitting, flows)
+        return Splitting(self.sec.training.splitting, flows)

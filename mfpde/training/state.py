@@ -7,6 +7,7 @@ through R (theory §1.4 (D)). The potential of block ℓ is Φ^ℓ = δR/δρ^�
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
@@ -22,6 +23,9 @@ from mfpde.params.free_energy import training_free_energy
 from mfpde.params.theta import ThetaSpace, first_variation_values
 from mfpde.tokens.box.problem import Problem
 
+if TYPE_CHECKING:
+    from mfpde.training.config import Section
+
 __all__ = ["HeadDensities"]
 
 Array = npt.NDArray[np.float64]
@@ -31,7 +35,9 @@ class HeadDensities:
     """ρ^ℓ on Θ for each layer block ℓ, the potentials Φ^ℓ, and the parameter Fokker–Planck solvers.
 
     Args:
-        pb: the problem; its ``heads.init`` must be a Gaussian density.
+        pb: the problem.
+        sec: training's section of the config (:class:`mfpde.training.config.Section`); its ``heads.init`` must
+            be a Gaussian density.
 
     Attributes:
         theta: the Θ space; family: the head family; n_layers: number of layer blocks.
@@ -48,25 +54,25 @@ class HeadDensities:
             explicit λ = 0 step, which has no linear solve), or the Θ mesh is obtuse.
     """
 
-    def __init__(self, pb: Problem) -> None:
-        cfg = pb.cfg
-        if cfg.heads.init["kind"] != "gaussian" or pb.theta is None:
+    def __init__(self, pb: Problem, sec: Section) -> None:
+        if sec.heads.init["kind"] != "gaussian" or pb.theta is None:
             raise ConfigError("heads.init.kind: run trains a density ρ; use kind = \"gaussian\"")
-        h = cfg.heads
+        h = sec.heads
         self.theta: ThetaSpace = pb.theta
         self.family, self.comm, self.n_layers = pb.family, pb.comm, pb.n_layers
         self.rhos = [self.theta.gaussian(h.init["mean"], h.init["cov"]) for _ in range(self.n_layers)]
         for k, r in enumerate(self.rhos):
             r.name = f"rho_{k}" if self.n_layers > 1 else "rho"
-        self.lam = cfg.training.lam if cfg.training.regularization == "entropic" else 0.0
-        self.lam2 = cfg.training.lambda2
-        if self.lam == 0.0 and cfg.petsc.param:
-            raise ConfigError(f"petsc.param: {sorted(cfg.petsc.param)} would not be used: with training.regularization "
-                              "= 'tikhonov' (λ = 0) the Fokker–Planck step is explicit, without a linear solve")
+        self.lam = sec.training.lam if sec.training.regularization == "entropic" else 0.0
+        self.lam2 = sec.training.lambda2
+        if self.lam == 0.0 and sec.param_options:
+            raise ConfigError(f"petsc.param: {sorted(sec.param_options)} would not be used: with "
+                              "training.regularization = 'tikhonov' (λ = 0) the Fokker–Planck step is explicit, "
+                              "without a linear solve")
         V = self.theta.V
         try:
-            self.fp = ParameterFokkerPlanck(V, self.lam, cfg.petsc.param)
-            self.fp_transport = ParameterFokkerPlanck(V, 0.0, cfg.petsc.param, prefix="mfpde_param_wgf_")
+            self.fp = ParameterFokkerPlanck(V, self.lam, sec.param_options)
+            self.fp_transport = ParameterFokkerPlanck(V, 0.0, sec.param_options, prefix="mfpde_param_wgf_")
         except ConfigError:  # PETSc rejected petsc.param (the message names the key)
             raise
         except ValueError as e:  # an obtuse Θ mesh

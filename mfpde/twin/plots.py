@@ -6,9 +6,12 @@ The gaps against H, N, L with fitted and expected slopes; the risk of the PDE an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from mfpde.twin.config import Section
 
 __all__ = ["gaps_figure", "twin_figures"]
 
@@ -111,7 +114,7 @@ def gaps_figure(exps: dict[str, Any]) -> Any:
     return fig
 
 
-def twin_figures(cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
+def twin_figures(sec: Section, sizes: list[Any], hist: dict[tuple[int, int, int], Any], pde: Any,
                  exps: dict[str, Any]) -> dict[str, Any]:
     """The figures by file name, which the job saves (rank 0).
 
@@ -123,11 +126,11 @@ def twin_figures(cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], An
 
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
-    s_pde = pde.steps * cfg.training.ds
+    s_pde = pde.steps * sec.training.ds
     heads = [sz for sz in sizes if sz.sweep == "heads"]
     for k, sz in enumerate(heads):
         h = hist[sz.key]
-        s = h.steps * cfg.training.ds
+        s = h.steps * sec.training.ds
         m, se = h.risk.mean(0), h.risk.std(0, ddof=1) / np.sqrt(h.risk.shape[0])
         ax.plot(s, m, color=f"C{k}", lw=1, label=f"twin H = {sz.H} (mean ± SE)")
         ax.fill_between(s, m - se, m + se, color=f"C{k}", alpha=0.25)
@@ -149,7 +152,7 @@ def twin_figures(cfg: Any, sizes: list[Any], hist: dict[tuple[int, int, int], An
             ax.plot(pts[o, 0], r[o], "k-", label="PDE ρ_S")
             lo, hi = np.percentile(np.concatenate([big[:, 0], pts[o, 0][r[o] > 1e-3 * r.max()]]), [0, 100])
             ax.set_xlim(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo))
-            ax.set_xlabel("θ = v" if cfg.heads.family == "value" else "θ")
+            ax.set_xlabel("θ = v" if sec.heads.family == "value" else "θ")
             ax.set_ylabel("density")
             ax.legend(fontsize=7)
         else:

@@ -9,22 +9,18 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from mpi4py import MPI
 
 import numpy as np
 
-from mfpde.config import Config
 from mfpde.errors import ConfigError
-from mfpde.io import write_atomic
 from mfpde.twin.pde import PdeRun
 
 if TYPE_CHECKING:
+    from mfpde.twin.config import Section
     from mfpde.twin.sizes import Size
 
-__all__ = ["DIVERGED", "SWEEPS", "compare", "diverged", "token_w1", "twin_warnings", "write_history"]
+__all__ = ["DIVERGED", "SWEEPS", "compare", "diverged", "history_csv", "token_w1", "twin_warnings"]
 
 #: Heads of the twin outside the Θ box (fraction, at the last step) above which the report names the box.
 OUTSIDE_WARN = 1e-3
@@ -32,12 +28,12 @@ OUTSIDE_WARN = 1e-3
 SWEEPS = ("heads", "tokens", "layers")
 
 
-def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
+def compare(sec: Section, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
              err: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
     """Gaps per size, seed and output step; the fitted exponents; the history rows; the summary per size."""
     from mfpde.twin.compare import ProjectedDensity, fit_gaps
 
-    tw = cfg.twin
+    tw = sec.twin
     n_out = min(len(pde.steps), min(len(h.steps) for h in hist.values()))
     for h in hist.values():  # the same output steps on both sides (--pde checks output.every)
         if not np.array_equal(h.steps[:n_out], pde.steps[:n_out]):
@@ -69,7 +65,7 @@ def compare(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any
         for s in range(S):
             for k in range(n_out):
                 rows.append({"sweep": sz.sweep, "heads": sz.H, "tokens": sz.N, "layers": sz.L, "seed": s,
-                             "step": int(h.steps[k]), "s": h.steps[k] * cfg.training.ds, "risk": h.risk[s, k],
+                             "step": int(h.steps[k]), "s": h.steps[k] * sec.training.ds, "risk": h.risk[s, k],
                              "test_risk": h.test_risk[s, k], "train_accuracy": h.train_acc[s, k],
                              "test_accuracy": h.test_acc[s, k], "pde_risk": pde.risk[k],
                              "pde_test_accuracy": pde.test_acc[k], "risk_gap": gap[s, k],
@@ -153,11 +149,11 @@ def token_w1(sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeR
     return out
 
 
-def twin_warnings(cfg: Config, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
+def twin_warnings(sec: Section, sizes: list[Size], hist: dict[tuple[int, int, int], Any], pde: PdeRun,
               exps: dict[str, Any]) -> list[str]:
     """Where the limit is the wrong model, or the discretisation decides the answer: say so."""
     out = []
-    box = np.asarray(cfg.heads.box, float)
+    box = np.asarray(sec.heads.box, float)
     worst = 0.0
     for sz in sizes:
         th = hist[sz.key].heads[-1]
@@ -204,14 +200,14 @@ def diverged(h: Any, pde: PdeRun) -> bool:
     return bool(h.diverged or np.any(~np.isfinite(h.risk[:, -1])) or np.nanmax(h.risk[:, -1]) > top)
 
 
-def write_history(out: Path, rows: list[dict[str, Any]], comm: MPI.Comm) -> None:
-    """``history.csv`` of the rows (:func:`compare`), atomically."""
+def history_csv(rows: list[dict[str, Any]]) -> str:
+    """The text of ``history.csv`` of the rows (:func:`compare`; the job writes it), "" without rows."""
     if not rows:
-        return
+        return ""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: (f"{v:.12g}" if isinstance(v, float) else v) for k, v in r.items()})
-    write_atomic(out / "history.csv", buf.getvalue(), comm)
+    return buf.getvalue()
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from mfpde import signals
-from mfpde.config import Config
+
+if TYPE_CHECKING:
+    from mfpde.twin.config import Section
 
 __all__ = ["Size", "network_spec", "sweep_sizes", "train_size"]
 
@@ -28,10 +30,10 @@ class Size:
         return (self.H, self.N, self.L)
 
 
-def sweep_sizes(cfg: Config) -> list[Size]:
+def sweep_sizes(sec: Section) -> list[Size]:
     """The sizes of the three sweeps (heads, tokens, layers), each with the other two at their limit or largest."""
-    tw = cfg.twin
-    shallow = cfg.depth.model == "shallow"
+    tw = sec.twin
+    shallow = sec.depth.model == "shallow"
     Lmax = 1 if shallow else max(tw.layers)
     out = [Size("heads", H, 0, Lmax) for H in tw.heads]
     out += [Size("tokens", max(tw.heads), N, Lmax) for N in tw.tokens]
@@ -40,17 +42,17 @@ def sweep_sizes(cfg: Config) -> list[Size]:
     return out
 
 
-def network_spec(cfg: Config) -> Any:
-    """The :class:`~mfpde.twin.network.NetworkSpec` that mirrors ``cfg``."""
+def network_spec(sec: Section) -> Any:
+    """The :class:`~mfpde.twin.network.NetworkSpec` that mirrors the twin's section ``sec``."""
     from mfpde.twin.network import NetworkSpec
 
-    lo = cfg.loss
-    return NetworkSpec(cfg.depth.model, cfg.heads.family, cfg.heads.a, cfg.depth.T,
-                       cfg.depth.layers if cfg.depth.model == "depth-indexed" else 1, lo.readout,
+    lo = sec.loss
+    return NetworkSpec(sec.depth.model, sec.heads.family, sec.heads.a, sec.depth.T,
+                       sec.depth.layers if sec.depth.model == "depth-indexed" else 1, lo.readout,
                        tuple(lo.w) if lo.readout == "linear" else (), lo.b)
 
 
-def train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], trace: list[int]) -> Any:
+def train_size(sec: Section, size: Size, samples: tuple[list[Any], list[Any]], trace: list[int]) -> Any:
     """Train the seeds of one size (every rank may run any size: the numbers depend on the size only)."""
     import jax
 
@@ -58,8 +60,8 @@ def train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], tr
     from mfpde.twin.tokens import draw_heads, input_tokens
     from mfpde.twin.train import Hyper, train_twin
 
-    tw, tr, h = cfg.twin, cfg.training, cfg.heads
-    spec = network_spec(cfg)
+    tw, tr, h = sec.twin, sec.training, sec.heads
+    spec = network_spec(sec)
     net = make_network(spec, size.L)
     S = tw.seeds
     train, test = samples
@@ -67,7 +69,7 @@ def train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], tr
     data: dict[str, Any] = {"y": np.array([s.target for s in train]), "y_test": np.array([s.target for s in test])}
     for split, ss in (("", train), ("_test", test)):
         if not ss:
-            data["x" + split], data["w" + split] = np.zeros((0, 1, cfg.tokens.dim)), np.ones((0, 1))
+            data["x" + split], data["w" + split] = np.zeros((0, 1, sec.tokens.dim)), np.ones((0, 1))
             continue
         if sampling == "iid":  # each seed its own draws
             draws = [input_tokens(ss, size.N, "iid", np.random.default_rng([s, size.N, len(split)])) for s in range(S)]
@@ -80,7 +82,7 @@ def train_size(cfg: Config, size: Size, samples: tuple[list[Any], list[Any]], tr
     theta0 = np.stack([draw_heads(h.init["mean"], h.init["cov"], np.asarray(h.box, float), (K, size.H),
                                   np.random.default_rng([s, size.H])) for s in range(S)])
     keys = jax.numpy.stack([jax.random.fold_in(jax.random.key(s), size.H) for s in range(S)])
-    hyper = Hyper(tr.ds, tr.steps, cfg.output.every, tr.lam if tr.regularization == "entropic" else 0.0, tr.lambda2,
+    hyper = Hyper(tr.ds, tr.steps, sec.output.every, tr.lam if tr.regularization == "entropic" else 0.0, tr.lambda2,
                   tw.optimizer, tw.lr)
     return train_twin(net, hyper, theta0, data, keys, trace=trace,
                       stop=lambda: signals.pending() != 0)

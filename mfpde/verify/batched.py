@@ -61,7 +61,7 @@ def _risk(cp: CoupledProblem, heads: list[HeadMeasure]) -> float:
 
 
 def _case(model: str) -> tuple[bool, str, Series, float]:
-    cp = CoupledProblem(batched_config(model), MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(batched_config(model), MPI.COMM_SELF)
     obj = cp.objective
     if obj.batch is None:
         return False, f"{model}: the batched path was not taken", Series([1.0], [1.0], "ε", 2.0, 0.0), 0.0
@@ -71,8 +71,8 @@ def _case(model: str) -> tuple[bool, str, Series, float]:
     batch, obj.batch = obj.batch, None
     g_ref = obj.gradient(heads)  # the per-sample solver
     obj.batch = batch
-    cells = int(np.prod(cp.cfg.tokens.cells))
-    n = 2 * cp.cfg.depth.steps * 2 * 3 * (4 * 5 * 9 + 28 + cells)
+    cells = int(np.prod(cp.sec.tokens.cells))
+    n = 2 * cp.sec.depth.steps * 2 * 3 * (4 * 5 * 9 + 28 + cells)
     tol = 2 * KAPPA * n * U / (1 - n * U)
     diff = max(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)) for a, b in zip(g.D, g_ref.D, strict=True))
     rng = np.random.default_rng(7)

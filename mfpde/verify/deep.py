@@ -46,7 +46,7 @@ def risk_history(n: int, targets: tuple[float, ...], ds: float, steps: int, comm
     """R and ā per step of Lie training with λ = λ₂ = 0; and δŷ = max_i |ŷ_h^i − ŷ^i(ā_S)| at the end."""
     cfg = gaussian_config("value", n, targets, "weight-tied", "tikhonov", 0.0, 0.0, ds, steps, token_cells=80,
                           token_degree=1, theta_cells=160, token_box=TOKEN_BOX)
-    cp = CoupledProblem(cfg, comm)
+    cp = CoupledProblem.from_config(cfg, comm)
     sp = cp.splitting()
     R, ab, yh = [], [], np.zeros(n)
     for step in range(steps + 1):
@@ -177,7 +177,7 @@ def ntk_errors(theta_cells: list[int], comm: MPI.Comm = MPI.COMM_WORLD) -> list[
     for n in theta_cells:
         cfg = gaussian_config("scalar", 2, (1.0, 0.0), "weight-tied", "tikhonov", 0.0, 0.0, 0.1, 1, token_cells=160,
                               token_degree=1, theta_cells=n, mean=(0.3, 0.4), token_box=TOKEN_BOX)
-        cp = CoupledProblem(cfg, comm)
+        cp = CoupledProblem.from_config(cfg, comm)
         K = cp.ntk()
         w = cp.theta.gather(cp.rhos[0])
         a, v = cp.theta.points[:, 0], cp.theta.points[:, 1]

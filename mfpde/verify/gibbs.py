@@ -75,7 +75,7 @@ def continued_branch(comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[GibbsProblem, Bra
     from mfpde.training.gibbs import gibbs_start as _start
     from mfpde.training.problem import CoupledProblem
 
-    P = GibbsProblem(CoupledProblem(_config(LAM_START), comm))
+    P = GibbsProblem(CoupledProblem.from_config(_config(LAM_START), comm))
     W = P.inner_weights()
     with Newton(P, P.m) as nw:
         x0 = _start(P, nw, LAM_START)
@@ -92,7 +92,7 @@ def time_stepped(lam: float, steps: int, comm: MPI.Comm = MPI.COMM_WORLD) -> np.
     """(mean, variance) of ρ after each of ``steps`` Lie training steps at λ, shape (steps + 1, 2). Collective."""
     from mfpde.training.problem import CoupledProblem
 
-    cp = CoupledProblem(_config(lam, steps), comm)
+    cp = CoupledProblem.from_config(_config(lam, steps), comm)
     splitting = cp.splitting()
     v = cp.theta.points[:, 0]
     rows = []

@@ -44,12 +44,13 @@ def shallow_yhat_errors(family: str, degree: int, cells: list[int], comm: MPI.Co
     mean = (0.4,) if family == "value" else (0.3, 0.4)
     errs = []
     for n in cells:
-        cp = CoupledProblem(gaussian_config(family, 2, (1.0, -0.5), "shallow", token_cells=n, token_degree=degree,
-                                            theta_cells=20, mean=mean, token_box=TOKEN_BOX), comm)
+        cfg = gaussian_config(family, 2, (1.0, -0.5), "shallow", token_cells=n, token_degree=degree, theta_cells=20,
+                              mean=mean, token_box=TOKEN_BOX)
+        cp = CoupledProblem.from_config(cfg, comm)
         heads = cp.heads()
         yhat = cp.gradient(heads).yhat
         h = heads[0]
-        exact = np.array([shallow_yhat(h.abar, h.bbar, M0[i], S0[i], cp.cfg.depth.T) for i in range(2)])
+        exact = np.array([shallow_yhat(h.abar, h.bbar, M0[i], S0[i], cp.sec.depth.T) for i in range(2)])
         errs.append(float(np.abs(yhat - exact).max() / np.abs(exact).max()))
     return errs
 
@@ -125,7 +126,7 @@ def splitting_errors(split: str, dss: list[float], comm: MPI.Comm = MPI.COMM_WOR
         cfg = gaussian_config("value", 1, (1.0,), "shallow", "entropic", SPLIT_LAM, SPLIT_LAM2, ds,
                               int(round(SPLIT_S / ds)), split, token_cells=300, token_degree=1,
                               theta_cells=theta_cells, theta_box=2.5, token_box=TOKEN_BOX)
-        cp = CoupledProblem(cfg, comm)
+        cp = CoupledProblem.from_config(cfg, comm)
         train_steps(cp, cfg.training.steps, ds)
         errs.append(abs(rho_moments(cp)[0] - float(exact[0])))
     return errs
@@ -161,7 +162,7 @@ def theta_transport_errors(cells: list[int], ds: float = 0.01, comm: MPI.Comm = 
     for n in cells:
         cfg = gaussian_config("value", 1, (1.0,), "shallow", "tikhonov", 0.0, lam2, ds, int(round(S / ds)), "lie",
                               token_cells=120, token_degree=1, theta_cells=n, theta_box=2.5, token_box=TOKEN_BOX)
-        cp = CoupledProblem(cfg, comm)
+        cp = CoupledProblem.from_config(cfg, comm)
         train_steps(cp, cfg.training.steps, ds)
         errs.append(abs(rho_moments(cp)[1] - float(exact[1])))
     return errs
@@ -200,7 +201,7 @@ def risk_transport_means(dss: list[float], S: float = 0.2, theta_cells: int = 40
         cfg = gaussian_config("value", 1, (1.0,), "shallow", "tikhonov", 0.0, 0.0, ds, 1, "strang",
                               token_cells=120, token_degree=1, theta_cells=theta_cells, theta_box=2.5,
                               token_box=TOKEN_BOX)
-        cp = CoupledProblem(cfg, comm)
+        cp = CoupledProblem.from_config(cfg, comm)
         flow = cp.splitting().flows["risk_transport"]
         st = cp.state
         worst = 0

@@ -57,7 +57,7 @@ def trajectory(ds: float, steps: int, theta_cells: int = 150, comm: MPI.Comm = M
     cfg = gaussian_config("value", 1, (1.0,), "shallow", "entropic", LAM, LAM2, ds, steps, "lie", token_cells=120,
                           token_degree=1, theta_cells=theta_cells, theta_box=3.0, mean=(RHO0_MEAN,), var=RHO0_VAR,
                           token_box=TOKEN_BOX)
-    cp = CoupledProblem(cfg, comm)
+    cp = CoupledProblem.from_config(cfg, comm)
     splitting = cp.splitting()
     keys = ("s", "F", "cert", "D", "mean", "var", "kl_gibbs", "kl_scale", "kl_star")
     rows: dict[str, list[float]] = {k: [] for k in keys}

@@ -21,6 +21,7 @@ mfpde's adjoint.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
@@ -31,6 +32,9 @@ from mfpde.training.problem import CoupledProblem
 from mfpde.verify.models import gaussian_config
 from mfpde.verify.registry import Outcome, Series, register
 
+if TYPE_CHECKING:
+    from mfpde.config import Config
+
 __all__ = ["pde_first_variation", "twin_first_variation"]
 
 #: The readout of these checks: g(x) = W x + B (an offset, so that a readout that drops it is caught).
@@ -38,32 +42,34 @@ W_READ, B_READ = 1.3, 0.3
 TARGETS = (1.0, -0.5)
 
 
-def _config(cells: int, family: str = "value", **kw: object) -> object:
+def _config(cells: int, family: str = "value", **kw: Any) -> Config:
     from dataclasses import replace
 
     cfg = gaussian_config(family, 2, TARGETS, "weight-tied", token_cells=cells, token_degree=1, theta_cells=40,
-                          mean=(0.4,) if family == "value" else (0.3, 0.4), token_box=6.0, **kw)  # type: ignore[arg-type]
+                          mean=(0.4,) if family == "value" else (0.3, 0.4), token_box=6.0, **kw)
     return replace(cfg, loss=replace(cfg.loss, readout="linear", w=[W_READ], b=B_READ))
 
 
 def pde_first_variation(cells: int, comm: MPI.Comm = MPI.COMM_WORLD) -> tuple[float, float, float]:
     """(R, ∂_v δR/δρ at A_FIXED, v̄ = ∫ v dρ₀) of the deep value model on ``cells`` token cells (mfpde's adjoint)."""
-    cp = CoupledProblem(_config(cells), comm)  # type: ignore[arg-type]
+    cp = CoupledProblem.from_config(_config(cells), comm)
     heads = cp.heads()
     g = cp.gradient(heads)
     return float(g.risk), float(g.D[0][0]), float(heads[0].abar)
 
 
-def twin_first_variation(vbar: float, layers: int, cfg: object) -> tuple[float, float]:
+def twin_first_variation(vbar: float, layers: int, cfg: Config) -> tuple[float, float]:
     """(R_H, H ∂R_H/∂v_1) of the twin with one head at v̄, the token limit and ``layers`` Euler layers."""
     from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.config import section
     from mfpde.twin.network import make_network
     from mfpde.twin.sizes import network_spec
     from mfpde.twin.tokens import input_tokens
 
-    train, _ = load_samples(cfg)  # type: ignore[arg-type]
+    sec = section(cfg)
+    train, _ = load_samples(sec)
     x, w = input_tokens(train, 0, "limit", np.random.default_rng(0))
-    net = make_network(network_spec(cfg), layers)  # type: ignore[arg-type]
+    net = make_network(network_spec(sec), layers)
     r, g = net.risk_grad(np.array([[[vbar]]]), x, w, np.array([s.target for s in train]))
     return float(r), float(np.asarray(g)[0, 0, 0])
 
@@ -100,7 +106,7 @@ def check_twin_gradient(quick: bool) -> Outcome:
 RATE_HEADS, RATE_SEEDS = [4, 16, 64, 256], 8
 
 
-def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) -> object:
+def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) -> Config:
     import tomllib
 
     from mfpde.config import from_dict
@@ -118,14 +124,14 @@ def _rate_config(quick: bool, readout: str = "mean", seeds: int = RATE_SEEDS) ->
     return from_dict(raw)
 
 
-def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
+def pde_history(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
     """The PDE's training of ``cfg`` in memory as the twin's comparison reads it (:class:`mfpde.twin.pde.PdeRun`)."""
     from pathlib import Path
 
     from mfpde.twin.pde import PdeRun
 
-    cp = CoupledProblem(cfg, comm)  # type: ignore[arg-type]
-    tr, every = cfg.training, cfg.output.every  # type: ignore[attr-defined]
+    cp = CoupledProblem.from_config(cfg, comm)
+    tr, every = cfg.training, cfg.output.every
     splitting = cp.splitting()
     steps, risk, rho, yhat = [], [], [], np.zeros(0)
     for step in range(tr.steps + 1):
@@ -149,16 +155,18 @@ def pde_history(cfg: object, comm: MPI.Comm = MPI.COMM_WORLD) -> object:
 def check_twin_heads_rate(quick: bool) -> Outcome:
     """The exponents of one seed's risk gap and of W1(heads, ρ_s) in H within 4 standard errors of −1/2."""
     from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.config import section
     from mfpde.twin.report import compare
     from mfpde.twin.sizes import Size, train_size
 
     cfg = _rate_config(quick)
     comm = MPI.COMM_SELF  # every rank the same: the twins' numbers do not depend on the rank
     pde = pde_history(cfg, comm)
-    samples = load_samples(cfg)  # type: ignore[arg-type]
-    sizes = [Size("heads", H, 0, 8) for H in cfg.twin.heads]  # type: ignore[attr-defined]
-    hist = {sz.key: train_size(cfg, sz, samples, []) for sz in sizes}  # type: ignore[arg-type]
-    exps = compare(cfg, sizes, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]["heads"]  # type: ignore
+    sec = section(cfg)
+    samples = load_samples(sec)
+    sizes = [Size("heads", H, 0, 8) for H in sec.twin.heads]
+    hist = {sz.key: train_size(sec, sz, samples, []) for sz in sizes}
+    exps = compare(sec, sizes, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]["heads"]  # type: ignore
     worst, lines, ok, series = 0.0, [], True, []
     for name in ("risk", "rho_w1"):
         f = exps[name]
@@ -196,16 +204,18 @@ def _paired_sweep(quick: bool, sweep: str, sizes: list[int], H: int, N: int, L: 
     Tokens against the token limit, layers against the next L (its depth error is resolved by the seeds).
     """
     from mfpde.tokens.box.data import load_samples
+    from mfpde.twin.config import section
     from mfpde.twin.report import compare
     from mfpde.twin.sizes import Size, train_size
 
     cfg = _rate_config(quick, "second_moment", seeds)
     pde = pde_history(cfg, MPI.COMM_SELF)
-    samples = load_samples(cfg)  # type: ignore[arg-type]
+    sec = section(cfg)
+    samples = load_samples(sec)
     runs = ([Size("tokens", H, n, L) for n in sizes] + [Size("heads", H, 0, L)] if sweep == "tokens"
             else [Size("layers", H, 0, n) for n in sizes])
-    hist = {sz.key: train_size(cfg, sz, samples, []) for sz in runs}  # type: ignore[arg-type]
-    exps = compare(cfg, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
+    hist = {sz.key: train_size(sec, sz, samples, []) for sz in runs}
+    exps = compare(sec, runs, hist, pde, {"risk": 0.0, "yhat": 0.0, "rho_w1": 0.0})[0]  # type: ignore[arg-type]
     return exps[sweep]
 
 

@@ -34,6 +34,7 @@ from mfpde.tokens.box.problem import build
 from mfpde.tokens.box.readout import readout_function
 from mfpde.tokens.box.separable import TensorSoftmax
 from mfpde.tokens.box.transport import TokenTransport
+from mfpde.training.config import section
 from mfpde.training.objective import Objective
 
 pytestmark = pytest.mark.ranks  # the rank count can change what it checks: run again under mpiexec
@@ -203,7 +204,7 @@ def _issue_case(tmp, degree: int, a: float, v: float):
                       f"heads.init={{kind='gaussian', mean=[{a}, {v}], cov=[[0.5, 0.0], [0.0, 0.05]]}}",
                       "data.kind='file'", f"data.path='{data}'", "loss.readout='mean'", "training.steps=1",
                       "training.lambda2=0.0"])  # no confinement: its Gibbs density underflows on Θ this far from 0
-    pb = build(cfg, comm, split_samples=True)
+    pb = build(section(cfg), comm, split_samples=True)
     return pb, Objective(pb)
 
 
@@ -262,7 +263,7 @@ def test_dg1_tiny_mesh_risk_gradient(n):
                       "heads.init={kind='gaussian', mean=[0.5, 0.2], cov=[[0.3, 0.0], [0.0, 0.1]]}",
                       "data.kind='gaussian'", "data.mean=[[0.3], [-0.5]]", "data.cov=[[[0.25]], [[0.1]]]",
                       "data.target=[1.0, -1.0]", "loss.readout='mean'", "training.steps=1"])
-    pb = build(cfg, MPI.COMM_WORLD, split_samples=True)
+    pb = build(section(cfg), MPI.COMM_WORLD, split_samples=True)
     obj = Objective(pb)
     heads = pb.heads0
     assert np.all(heads.c >= 5e-4), heads.c

@@ -56,7 +56,7 @@ def test_batched_objective_equals_per_sample(extra, monkeypatch):
     one by one, for the weight-tied, the depth-indexed and the single-layer model."""
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
     cfg = C.load(DEEP, [*SMALL, *extra])
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     assert cp.objective.batch is not None  # DG0 on a box: the batched path applies
     (g1, y1, s1), (g0, y0, s0) = _both(cp)
     tol = _bound(cfg.depth.steps, 2, int(np.prod(cfg.tokens.cells)))
@@ -80,7 +80,7 @@ def test_rows_keep_their_own_substeps():
     """Rows whose velocities need different numbers of CFL sub-steps each get their own (rounds of the batch),
     and each row ends where the per-sample TokenTransport.solve takes it, with the same number of sub-steps."""
     cfg = C.load(DEEP, SMALL)
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     tokens = cp.problem.tokens
     assert batchable(tokens)
     bt = BatchTransport(tokens)
@@ -112,7 +112,8 @@ def test_declined_batch_falls_back_to_per_sample():
     cfg = C.load(DEEP, [*SMALL, "heads.box=[[290.0, 310.0], [-1.0, 1.0]]",
                         'heads.init={kind="gaussian", mean=[300.0, 0.3], cov=[[1.0, 0.0], [0.0, 0.1]]}',
                         "tokens.outflow_tol=1.0", "training.lambda2=0.0"])  # no confinement: its Gibbs density
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)  # would underflow on a Θ this far from 0 (refused, config.rules)
+    # would underflow on a Θ this far from 0 (refused, config.rules)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     bt = cp.objective.batch
     assert bt is not None
     U = np.ones((2, len(cp.problem.tokens.m)))
@@ -141,7 +142,7 @@ def test_initial_densities_are_kept(monkeypatch):
     ys = []
     for budget, fills in ((problem_module.MU0_CACHE_BYTES, 0), (0, 2)):
         monkeypatch.setattr(problem_module, "MU0_CACHE_BYTES", budget)
-        cp = CoupledProblem(cfg, MPI.COMM_SELF)
+        cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
         assert sorted(cp.problem.mu0) == (["test", "train"] if budget else [])
         heads, test = cp.heads(), cp.problem.test
         rows.clear()
@@ -165,7 +166,7 @@ def test_stacked_initial_measures_equal_fill_density():
                 Sample("points", {"points": rng.uniform(-0.9, 0.9, (5, 2)), "weights": np.ones(5)}, 0.0)]
     for degree in (0, 1):
         cfg = C.load(DEEP, [*SMALL, f"tokens.degree={degree}"])
-        tokens = CoupledProblem(cfg, MPI.COMM_SELF).problem.tokens
+        tokens = CoupledProblem.from_config(cfg, MPI.COMM_SELF).problem.tokens
         U = initial_measures(samples, tokens.W)
         for j, s in enumerate(samples):
             u = dolfinx.fem.Function(tokens.W)
@@ -180,7 +181,7 @@ def test_shallow_reports_equal_per_sample():
     from mfpde.tokens.box.shallow import solve_shallow
 
     cfg = C.load(DEEP, SMALL)
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     tokens = cp.problem.tokens
     bt = BatchTransport(tokens)
     rows = []
@@ -214,7 +215,7 @@ def test_checkpointed_batch_gradient_is_bit_identical():
     bit for bit the one from the whole tape."""
     out = []
     for budget in ("1GB", "200kB"):  # everything; a state of 7 rows × 144 cells is 8 kB, a taped sub-step ~0.6 MB
-        cp = CoupledProblem(C.load(DEEP, [*SMALL, f"training.tape_memory='{budget}'"]), MPI.COMM_SELF)
+        cp = CoupledProblem.from_config(C.load(DEEP, [*SMALL, f"training.tape_memory='{budget}'"]), MPI.COMM_SELF)
         assert cp.objective.batch is not None
         out.append((cp.objective.gradient(cp.heads(), per_sample=True), dict(cp.objective.tape_stats)))
     (g0, s0), (g1, s1) = out
@@ -242,7 +243,7 @@ def test_batch_size_from_the_memory_budget(monkeypatch):
     (3 K + 1) bytes a sample: the single layer (K = 1) of a small problem advances all its training samples in one
     batched solve; a budget below one sample's estimate gives batches of one; BATCH_SAMPLES overrides the budget."""
     cfg = C.load(DEEP, [*SMALL, 'depth.model="shallow"'])
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     obj, heads = cp.objective, cp.heads()
     assert obj.batch is not None
     n_a = [len(h.a) for h in heads]
@@ -257,7 +258,7 @@ def test_batch_size_from_the_memory_budget(monkeypatch):
     assert obj.gradient(heads).risk == g.risk and rows == [1] * len(cp.problem.train)
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", 3)
     assert obj.batch_size(n_a) == 3
-    deep = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF).objective  # K depth steps: a larger estimate
+    deep = CoupledProblem.from_config(C.load(DEEP, SMALL), MPI.COMM_SELF).objective  # K depth steps: a larger estimate
     monkeypatch.setattr(objective_module, "BATCH_SAMPLES", None)
     monkeypatch.setattr(objective_module, "BATCH_BYTES", 2 * 32 * 144 * 3 * (3 * cfg.depth.steps + 1))
     assert deep.batch_size([2, 2]) == 2
@@ -271,11 +272,11 @@ def test_untaped_batch_from_its_own_footprint(monkeypatch):
     factors, and its heads summed in chunks of one give the same velocity to round-off."""
     from mfpde.tokens.box import batch as batch_module
 
-    cp = CoupledProblem(C.load(DEEP, SMALL), MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(C.load(DEEP, SMALL), MPI.COMM_SELF)
     obj, heads = cp.objective, cp.heads()
     assert obj.batch is not None
     n_a = [len(h.a) for h in heads]
-    taped = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * (3 * cp.problem.cfg.depth.steps + 1)
+    taped = 32 * obj.tokens.W.dofmap.index_map.size_global * (1 + max(n_a)) * (3 * cp.problem.sec.depth.steps + 1)
     untaped = objective_module.UNTAPED_BYTES_PER_VERTEX * obj.tokens.velocity.x.shape[0]
     train = cp.problem.train
     monkeypatch.setattr(objective_module, "UNTAPED_CHUNK_BYTES", untaped)  # not the 16 MiB of a large mesh
@@ -302,7 +303,7 @@ def test_backward_without_costate_keeps_dc():
     gives ∂R/∂c bit for bit as the full pass; the digits' weights vanish on part of the grid, so the separable
     products run over the support of the batch's marginals (TensorSoftmax._ysup), against whole-grid factors."""
     cfg = C.load(DEEP, [*SMALL, 'depth.model="shallow"'])
-    cp = CoupledProblem(cfg, MPI.COMM_SELF)
+    cp = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     bt = cp.objective.batch
     assert bt is not None
     heads = cp.heads()[0]

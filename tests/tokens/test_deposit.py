@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mfpde import config
+from mfpde.tokens.box.config import section
 from mfpde.tokens.box.data import fill_density
 from mfpde.tokens.box.problem import build
 
@@ -34,7 +35,7 @@ def test_point_on_a_shared_vertex_goes_to_the_same_cell_on_any_partition(tempdir
                              "depth.steps=10"])
     means = {}
     for name, comm in (("COMM_WORLD", MPI.COMM_WORLD), ("COMM_SELF", MPI.COMM_SELF)):
-        pb = build(cfg, comm)
+        pb = build(section(cfg), comm)
         u = dolfinx.fem.Function(pb.tokens.W)
         fill_density(pb.train[0], u, pb.tokens.mass)
         mean0 = pb.tokens.moments(u)[1][0]

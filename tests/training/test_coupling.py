@@ -19,6 +19,7 @@ from mfpde.exact import value_training_law
 from mfpde.fitting import fit_order
 from mfpde.jobs.run import run_training
 from mfpde.jobs.transport import run_transport
+from mfpde.tokens.box.config import section
 from mfpde.tokens.box.problem import build
 from mfpde.training.problem import CoupledProblem
 
@@ -47,7 +48,7 @@ def _roundoff(tempdir, keys=FINAL_KEYS) -> dict[str, float]:
     cfg = C.load(DEEP, [*SMALL, "output.plots=false", "output.fields=false"])
     comm = MPI.COMM_SELF
     rank = MPI.COMM_WORLD.rank
-    tr = run_transport(build(cfg, comm), tempdir / f"tr{rank}", write_fields=False)
+    tr = run_transport(build(section(cfg), comm), tempdir / f"tr{rank}", write_fields=False)
     sub = 4 * max(s["substeps"] for s in tr["samples"])
     n_tokens = int(np.prod(cfg.tokens.cells)) * 4
     n_theta = int(np.prod([c + 1 for c in cfg.heads.cells]))
@@ -70,7 +71,7 @@ def _roundoff(tempdir, keys=FINAL_KEYS) -> dict[str, float]:
 def _mass_rho_roundoff(cfg) -> float:
     """|Σ m ρ − 1| after the run: the normalisation (2N + 1 roundings) and one implicit step per training step
     (roundoff.implicit_step, with the stability limit of Φ at ρ_0 halved: Φ moves with ρ over the run)."""
-    pb = CoupledProblem(cfg, MPI.COMM_SELF)
+    pb = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     heads = pb.heads()
     pb.state.set_potentials(heads, pb.gradient(heads).D)
     limit = 0.5 * pb.state.fp.stability_limit(pb.state.phis[0])
@@ -257,7 +258,7 @@ def test_depth_indexed_first_variation():
            "heads": {"family": "scalar", "box": [[-1.0, 1.0], [-1.0, 1.0]], "cells": [6, 6],
                      "init": {"kind": "gaussian", "mean": [0.3, 0.6], "cov": [[0.1, 0.0], [0.0, 0.1]]}},
            "data": {"kind": "gaussian", "mean": [[0.3], [-0.4]], "cov": [[[0.25]], [[0.2]]], "target": [1.0, -0.2]}}
-    pb = CoupledProblem(C.from_dict(raw))
+    pb = CoupledProblem.from_config(C.from_dict(raw))
     heads = pb.heads()
     g0 = pb.gradient(heads)
     n = pb.theta.n_owned
@@ -378,7 +379,7 @@ def test_checkpointed_gradient_taylor():
     remainder of R(ρ + εχ) − R(ρ) − ε⟨δR/δρ, χ⟩ falls with slope 2."""
     cfg = C.load(DEEP, ["tokens.cells=[12, 12]", "heads.cells=[6, 6]", "depth.steps=4", "data.samples=3",
                         "data.test_samples=2", "training.tape_memory='100kB'"])
-    pb = CoupledProblem(cfg, MPI.COMM_SELF)
+    pb = CoupledProblem.from_config(cfg, MPI.COMM_SELF)
     heads = pb.heads()
     g0 = pb.gradient(heads)
     stats = pb.objective.tape_stats

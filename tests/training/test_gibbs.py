@@ -28,7 +28,7 @@ DEMO = Path(__file__).resolve().parents[2] / "demos" / "gibbs_branch.toml"
 def _shallow(cells: int = 60) -> GibbsProblem:
     cfg = gaussian_config("value", 1, (1.0,), "shallow", "entropic", 0.05, 1.0, 0.5, 1, "lie", token_cells=120,
                           token_degree=1, theta_cells=cells, theta_box=3.0, mean=(0.4,), var=0.05, token_box=6.0)
-    return GibbsProblem(CoupledProblem(cfg))
+    return GibbsProblem(CoupledProblem.from_config(cfg))
 
 
 def _solve(P: GibbsProblem, lam: float) -> np.ndarray:
@@ -64,7 +64,7 @@ def test_jacobian_taylor(model):
     else:
         cfg = gaussian_config("scalar", 1, (1.0,), "weight-tied", "entropic", 0.1, 0.5, 0.5, 1, "lie",
                               token_cells=40, token_degree=1, theta_cells=4, theta_box=1.0, mean=(0.2, 0.3), var=0.1)
-        P = GibbsProblem(CoupledProblem(cfg))
+        P = GibbsProblem(CoupledProblem.from_config(cfg))
     lam = 0.1
     u = P.picard(P.initial(), lam, 3)
     rng = np.random.default_rng(1)

@@ -66,8 +66,8 @@ def _history(out):
 
 def test_ntk_rank():
     """K_ρ has rank 1 for the value family with n = 2 (theory §6.2) and is positive definite for θ = (a, v)."""
-    eig_v = np.linalg.eigvalsh(CoupledProblem(_cfg("value", 2, (1.0, 0.0))).ntk())
-    eig_s = np.linalg.eigvalsh(CoupledProblem(_cfg("scalar", 2, (1.0, 0.0))).ntk())
+    eig_v = np.linalg.eigvalsh(CoupledProblem.from_config(_cfg("value", 2, (1.0, 0.0))).ntk())
+    eig_s = np.linalg.eigvalsh(CoupledProblem.from_config(_cfg("scalar", 2, (1.0, 0.0))).ntk())
     # K = Σ_k w_k a_k a_kᵀ with a_k = ∇_v δŷ/δρ(θ_k) = g (1 + η_k) for the value family: rank 1 in exact
     # arithmetic, and |λ_min| ≤ 2 max|η| λ_max + eigvalsh's backward error γ_{10n} λ_max (Higham §15)
     tol = (2 * _adjoint_roundoff() + gamma(10 * len(eig_v))) * eig_v[-1]
@@ -144,7 +144,7 @@ def test_shallow_model_exponential_rate(tempdir, family):
 
 def test_shallow_model_first_variation_taylor():
     """The discrete adjoint of the shallow layer: Taylor slope 2, and R exactly quadratic in ρ (ŷ linear)."""
-    pb = CoupledProblem(_cfg("scalar", 2, (1.0, -0.5), model="shallow"))
+    pb = CoupledProblem.from_config(_cfg("scalar", 2, (1.0, -0.5), model="shallow"))
     heads = pb.heads()
     g0 = pb.gradient(heads)
     x = pb.theta.x

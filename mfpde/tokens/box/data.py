@@ -29,8 +29,8 @@ from dolfinx import cpp as _cpp
 from mfpde.errors import ConfigError
 from mfpde.spaces import lumped_mass
 
-if TYPE_CHECKING:  # the config is the caller's: the domains stand below it
-    from mfpde.config import Config
+if TYPE_CHECKING:
+    from mfpde.tokens.box.config import Section
 
 Array = npt.NDArray[np.float64]
 
@@ -71,13 +71,13 @@ def bundled_digits() -> tuple[Array, Array]:
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
-def load_samples(cfg: Config) -> tuple[list[Sample], list[Sample]]:
-    """Training and test samples of the config's ``[data]`` section.
+def load_samples(sec: Section) -> tuple[list[Sample], list[Sample]]:
+    """Training and test samples of the ``[data]`` section of the box's section.
 
     Raises:
         ConfigError: a data file is missing, unreadable or malformed, or holds non-finite or negative data.
     """
-    da, d = cfg.data, cfg.tokens.dim
+    da, d = sec.data, sec.tokens.dim
     if da.kind == "gaussian":
         train = [Sample("gaussian", {"mean": np.asarray(m, float), "cov": np.asarray(c, float)}, float(y))
                  for m, c, y in zip(da.mean, da.cov, da.target, strict=True)]

@@ -26,6 +26,7 @@ import numpy as np
 from mfpde.errors import NumericalError
 from mfpde.fields import FieldFiles
 from mfpde.plots import TokenSeries, tokens_figure
+from mfpde.tokens.box.config import Section
 from mfpde.tokens.box.data import fill_density
 from mfpde.tokens.box.problem import Problem, build
 from mfpde.tokens.box.shallow import solve_shallow
@@ -46,27 +47,27 @@ NAMED = False
 PROGRESS = False
 
 
-def check(cfg: Any, comm: MPI.Comm) -> Problem:
+def check(sec: Section, comm: MPI.Comm) -> Problem:
     """Build the problem (mesh, spaces, ρ₀, every sample filled once), before DIR.
 
     Raises:
         ConfigError, MeshError: invalid input (exit status 2), on every rank.
     """
-    return build(cfg, comm)
+    return build(sec, comm)
 
 
-def describe(cfg: Any, setup: Problem) -> str:
+def describe(sec: Section, setup: Problem) -> str:
     """The transport job's first log line: the samples, d, the depth steps."""
-    return (f"transport: {len(setup.train) + len(setup.test)} samples, d = {cfg.tokens.dim}, {cfg.depth.steps} depth "
+    return (f"transport: {len(setup.train) + len(setup.test)} samples, d = {sec.tokens.dim}, {sec.depth.steps} depth "
             "steps")
 
 
-def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, setup: Problem
+def solve(sec: Section, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, setup: Problem
           ) -> tuple[list[dict[str, Any]], TokenSeries | None]:
     """Transport every sample in turn (collective over ``comm``): (the sample blocks, what :func:`picture` draws).
 
     Args:
-        cfg: the config (``setup``'s).
+        sec: the box's section (``setup``'s).
         comm: the ranks (``setup``'s).
         fields: the job's fields (each sample's μ_t as the field ``mu_<i>``), or None.
         bar: unused (:data:`PROGRESS`).
@@ -83,7 +84,7 @@ def solve(cfg: Any, comm: MPI.Comm, fields: FieldFiles | None, bar: Any, setup: 
         raise
 
 
-def picture(cfg: Any, block: list[dict[str, Any]], panels: TokenSeries | None) -> Any:
+def picture(sec: Section, block: list[dict[str, Any]], panels: TokenSeries | None) -> Any:
     """The figure of μ_0 and μ_T of the first samples (``plots/tokens.png``; rank 0), None without samples drawn."""
     return tokens_figure(panels) if panels is not None and panels.weights else None
 
@@ -112,7 +113,7 @@ def transport_sample(pb: Problem, i: int, fields: FieldFiles | None = None,
     Raises:
         NumericalError: the solve failed.
     """
-    cfg, tokens = pb.cfg, pb.tokens
+    sec, tokens = pb.sec, pb.tokens
     u = dolfinx.fem.Function(tokens.W, name="mu")
     fill_density((pb.train + pb.test)[i], u, tokens.mass)
     if on_initial is not None:
@@ -123,13 +124,13 @@ def transport_sample(pb: Problem, i: int, fields: FieldFiles | None = None,
         writer.write(0.0)
 
     def cb(step: int, t: float, u: dolfinx.fem.Function) -> None:
-        if writer is not None and (step % cfg.output.every == 0 or step == cfg.depth.steps):
+        if writer is not None and (step % sec.output.every == 0 or step == sec.depth.steps):
             writer.write(t)
 
     if pb.shallow:
-        rep = solve_shallow(tokens, u, pb.heads0, cfg.depth.T, pb.g)
+        rep = solve_shallow(tokens, u, pb.heads0, sec.depth.T, pb.g)
     else:
-        rep = tokens.solve(u, pb.heads0, cfg.depth.T, cfg.depth.steps, pb.g, cb, outflow_tol=cfg.tokens.outflow_tol)
+        rep = tokens.solve(u, pb.heads0, sec.depth.T, sec.depth.steps, pb.g, cb, outflow_tol=sec.tokens.outflow_tol)
     if writer is not None:
         writer.close()
     return u, rep
@@ -137,11 +138,11 @@ def transport_sample(pb: Problem, i: int, fields: FieldFiles | None = None,
 
 def _transport_samples(pb: Problem, fields: FieldFiles | None, samples: list[dict[str, Any]]) -> TokenSeries | None:
     """Transport each sample in turn, appending its report block to ``samples``; the picture's series, if any."""
-    cfg, quad = pb.cfg, pb.tokens.quad
-    series = TokenSeries(np.zeros((0, cfg.tokens.dim)), np.zeros(0), [0.0, cfg.depth.T])
+    sec, quad = pb.sec, pb.tokens.quad
+    series = TokenSeries(np.zeros((0, sec.tokens.dim)), np.zeros(0), [0.0, sec.depth.T])
     for i, s in enumerate(pb.train + pb.test):
         first: list[np.ndarray] = []
-        keep = cfg.output.plots and i < N_PLOTTED
+        keep = sec.output.plots and i < N_PLOTTED
 
         def initial(u0: dolfinx.fem.Function, first: list[np.ndarray] = first) -> None:
             first.append(quad.gather(u0))

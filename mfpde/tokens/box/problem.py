@@ -1,4 +1,6 @@
-"""The one builder: from a :class:`~mfpde.config.Config` to the objects every command solves with.
+"""The one builder: from the box's section of the config to the objects every command solves with.
+
+The section is :func:`mfpde.tokens.box.config.section`'s (a run's: :func:`mfpde.training.config.section`).
 
 ``mfpde transport`` and ``mfpde run`` (and later ``verify``) both call :func:`build`: the token mesh and
 solver, the head family, the Θ space and ρ₀, the samples and the readout are made here and nowhere
@@ -23,13 +25,13 @@ from mpi4py import MPI
 import numpy as np
 import numpy.typing as npt
 
-from mfpde.config import Config
 from mfpde.errors import ConfigError, NumericalError
 from mfpde.heads import HeadMeasure, dirac_heads
 from mfpde.limits import check_resources
 from mfpde.mesh import make_domain
 from mfpde.params.family import HeadFamily, make_family
 from mfpde.params.theta import ThetaSpace, theta_space
+from mfpde.tokens.box.config import Section
 from mfpde.tokens.box.data import MU0_CACHE_BYTES, Sample, initial_measures, load_samples
 from mfpde.tokens.box.readout import Readout, readout_function
 from mfpde.tokens.box.transport import TokenTransport
@@ -107,7 +109,8 @@ class Problem:
     """Everything a solve needs, built once from the config by :func:`build`.
 
     Attributes:
-        cfg: the config; comm: all ranks.
+        sec: the box's section of the config (:class:`~mfpde.tokens.box.config.Section`; a run's:
+            :class:`mfpde.training.config.Section`); comm: all ranks.
         groups: the split of the samples over rank groups.
         tokens: the token solver of this rank's group (theory §1.3).
         family: the head family θ ↦ (a(θ), v(θ)) (theory §1.2).
@@ -121,7 +124,7 @@ class Problem:
             (``split_samples``).
     """
 
-    cfg: Config
+    sec: Section
     comm: MPI.Comm
     groups: SampleGroups
     tokens: TokenTransport
@@ -136,35 +139,41 @@ class Problem:
     @property
     def shallow(self) -> bool:
         """Whether the model is the single residual layer (``depth.model = "shallow"``, theory §2)."""
-        return self.cfg.depth.model == "shallow"
+        return self.sec.depth.model == "shallow"
 
     @property
     def n_layers(self) -> int:
         """Number of layer blocks, each with its own ρ (``depth.layers`` for depth-indexed models, else 1)."""
-        return self.cfg.depth.layers if self.cfg.depth.model == "depth-indexed" else 1
+        return self.sec.depth.layers if self.sec.depth.model == "depth-indexed" else 1
 
 
-def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = False) -> Problem:
+def build(sec: Section, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = False) -> Problem:
     """Build the token solver, the head family, Θ and ρ₀, the samples and the readout of the config.
 
     Every sample is filled into the token space once here, so that bad data is an input error before
     anything is written.
 
     Args:
-        cfg: the validated config.
+        sec: the box's section of a validated config (:func:`mfpde.tokens.box.config.section`; a run's adds
+            ``[training]``: :func:`mfpde.training.config.section`).
         comm: the ranks of the job.
         split_samples: split the training samples over min(size, n) groups of ranks, each with its own
-            token mesh on a sub-communicator (``run``); else one token mesh distributed over ``comm``.
+            token mesh on a sub-communicator (``run``: ``sec`` is then training's section, whose
+            ``training.steps`` the estimate of the work reads); else one token mesh distributed over ``comm``.
 
     Raises:
         ConfigError, MeshError: invalid input (exit status 2), on every rank; also a config that cannot fit
             in memory or end within a year (:func:`mfpde.limits.check_resources`).
+        TypeError: ``sec`` is not a section (a whole config, say).
     """
-    t, h = cfg.tokens, cfg.heads
+    if not isinstance(sec, Section):
+        raise TypeError(f"build takes the box's section of the config, not a {type(sec).__name__}: "
+                        "build(mfpde.tokens.box.config.section(cfg), comm)")
+    t, h = sec.tokens, sec.heads
     if t.domain != "box":
         raise ConfigError(f"tokens.domain: {t.domain!r} is solved by `mfpde transport` (and `mfpde continuation`) "
                           "only; `mfpde run` trains on a box")
-    check_resources(cfg, comm.size, "run" if split_samples else "transport")
+    check_resources(sec, comm.size, "run" if split_samples else "transport")
     # a line before a set-up of seconds (a box of 10⁵ cells and more); below that it would only precede the result
     cells = (0 if t.mesh else math.prod(t.cells)) + (0 if h.mesh else math.prod(h.cells))
     logger.log(logging.INFO if cells >= 100_000 else logging.DEBUG,
@@ -172,11 +181,11 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
                 t.mesh or "x".join(map(str, t.cells)) + " cells", "Θ mesh " + "x".join(map(str, h.cells)) + " cells"
                 if h.init["kind"] == "gaussian" else "Dirac heads", comm.size)
     family = make_family(h.family, h.a)
-    train, test = load_samples(cfg)
+    train, test = load_samples(sec)
     groups = SampleGroups(comm, min(comm.size, len(train)) if split_samples else 1, split=split_samples)
     tokens = TokenTransport(make_domain(groups.tcomm, t.dim, t.mesh, t.box, t.cells, t.cell), t.degree, t.cfl,
-                            cfg.petsc.token)
-    tokens.scheme = SCHEMES[cfg.depth.scheme]
+                            sec.token_options)
+    tokens.scheme = SCHEMES[sec.depth.scheme]
     mu0: dict[str, npt.NDArray[np.float64]] = {}
     with groups.collective_failure(ConfigError):  # every sample filled once: bad data is an input error here
         for split, samples, which in (("train", train, "sample"), ("test", test, "held-out sample")):
@@ -199,5 +208,5 @@ def build(cfg: Config, comm: MPI.Comm = MPI.COMM_WORLD, split_samples: bool = Fa
     else:
         theta = None
         heads0 = dirac_heads(family, h.init["points"], h.init["weights"])
-    g = readout_function(cfg.loss.readout, cfg.loss.w, cfg.loss.b)
-    return Problem(cfg, comm, groups, tokens, family, theta, heads0, train, test, g, mu0)
+    g = readout_function(sec.loss.readout, sec.loss.w, sec.loss.b)
+    return Problem(sec, comm, groups, tokens, family, theta, heads0, train, test, g, mu0)
