@@ -1,4 +1,4 @@
-"""Adaptive explicit integration for the Lagrangian token solvers: scipy's DOP853 with a PI step-size controller.
+"""Adaptive integration for the Lagrangian token solvers: scipy's DOP853 with a PI step-size controller, then LSODA.
 
 scipy's :class:`scipy.integrate.DOP853` (Dormand–Prince 8(5,3), Hairer–Nørsett–Wanner I §II.10) chooses the next
 step from the current error estimate alone (an "I" controller, h ← h·0.9·err^{−1/8}, up to ×10). On the flow maps
@@ -8,6 +8,11 @@ Gustafsson (ACM TOMS 17, 1991; Hairer–Wanner II §IV.2), h ← h·0.9·err_n^{
 order of the error estimator plus one, damps that growth: 15–25% fewer right-hand sides at equal accuracy there
 (``bench/bench_circle.py``). Everything else (the Butcher table, the error norm, dense output, the status) is
 scipy's: only ``_step_impl`` is replaced.
+
+A flow map (the circle's, the sphere's) steps DOP853 while it is not stiff (:func:`explicit_phase`) and hands over to
+scipy's :class:`scipy.integrate.LSODA` (ODEPACK, BDF with a dense Jacobian) once collapsing clusters hold the
+explicit step by stability (:func:`stiff_phase`); both record the outputs each step reaches by its dense output, and
+both stop at a CPU deadline and at a stall (:class:`Stall`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +28,7 @@ import numpy as np
 import scipy.integrate
 
 __all__ = ["DOP853PI", "STALL_SPREAD", "STALL_STEPS", "STALL_WINDOW", "STALL_WINDOWS", "Stall", "explicit_phase",
-           "first_step_refused", "record_reached"]
+           "first_step_refused", "record_reached", "stiff_phase"]
 
 
 class DOP853PI(scipy.integrate.DOP853):
@@ -242,3 +248,57 @@ def explicit_phase(solver: DOP853PI, t_out: Any, i: int, record: Callable[[Any],
         if (why := stall.check(solver.t)) is not None:
             raise fail(f"{name}: the explicit integrator stalls at t = {solver.t:.6g} (rtol {solver.rtol:g}): {why}")
     return i
+
+
+def stiff_phase(fun: Callable[[float, Any], Any], jac: Callable[[float, Any], Any] | None, t: float, y: Any,
+                t_out: Any, i: int, rtol: float, atol: float, record: Callable[[Any], None], stats: dict[str, Any],
+                fail: Callable[[str], Exception], name: str, deadline: float = math.inf) -> None:
+    """The stiff phase of a flow map (the circle's, the sphere's): LSODA from (t, y) to the last output depth.
+
+    Steps scipy's :class:`scipy.integrate.LSODA` (ODEPACK: Adams while the flow is not stiff, BDF with the Jacobian
+    ``jac`` while it is) one step at a time until every output of ``t_out[i:]`` is reached, each recorded by
+    ``record`` of the state there (:func:`record_reached`: the step's dense output inside a step). Counts
+    ``stats["stiff_steps"]``, ``stats["njev"]`` and ``stats["nlu"]`` (LSODA's Jacobians and LU factorisations).
+
+    Args:
+        fun: the velocity, fun(t, y) -> (n,).
+        jac: its Jacobian, jac(t, y) -> (n, n), or None: LSODA's finite differences.
+        t: the depth the phase starts from (the explicit phase's last).
+        y: the state there (n,).
+        t_out: the output depths (increasing, the first of ``t_out[i:]`` after ``t``).
+        i: the index of the first output not reached yet.
+        rtol: LSODA's relative tolerance.
+        atol: its absolute tolerance.
+        record: called with the state at each output reached.
+        stats: the integrator's statistics (``stiff_steps``, ``njev``, ``nlu``).
+        fail: the exception (with the outputs reached) of a failure, from its message; ``name`` starts the message.
+        name: the solver's name in messages ("flow map", "sphere flow").
+        deadline: a ``time.process_time()`` past which the solve stops (checked after each step).
+
+    Raises:
+        ``fail``'s exception: a failed step (ODEPACK's reason in the message) or a non-finite state, the deadline,
+        a stall (:class:`Stall`).
+    """
+    solver = scipy.integrate.LSODA(fun, t, y, float(t_out[-1]), rtol=rtol, atol=atol, jac=jac)
+    stall = Stall(float(t_out[-1]))
+    with warnings.catch_warnings():  # a failure is told by fail's message (ODEPACK's reason), not by scipy's warning
+        warnings.filterwarnings("ignore", message="lsoda: ", category=UserWarning)
+        while i < len(t_out):
+            msg = solver.step()
+            stats["stiff_steps"] += 1
+            if solver.status == "failed" or not np.all(np.isfinite(solver.y)):
+                raise fail(f"{name}: the stiff integrator failed at t = {solver.t:.6g} ({_lsoda_reason(solver, msg)})")
+            i = record_reached(solver, t_out, i, record)
+            stats["njev"], stats["nlu"] = int(solver.njev), int(solver.nlu)
+            if i < len(t_out) and time.process_time() > deadline:
+                raise fail(f"{name}: CPU-time budget exceeded at t = {solver.t:.6g}")
+            if i < len(t_out) and (why := stall.check(solver.t)) is not None:
+                raise fail(f"{name}: the stiff integrator stalls at t = {solver.t:.6g} (rtol {rtol:g}): {why}")
+
+
+def _lsoda_reason(solver: Any, msg: str | None) -> str:
+    """Why LSODA's step failed: ODEPACK's message of its istate (< 0), else scipy's ``msg``, else a non-finite state."""
+    ode = getattr(getattr(solver, "_lsoda_solver", None), "_integrator", None)
+    istate = getattr(ode, "istate", 0)
+    reason = getattr(ode, "messages", {}).get(istate) if isinstance(istate, int) and istate < 0 else None
+    return str(reason or msg or "a non-finite state")

@@ -1,4 +1,4 @@
-"""The Zhang–Shu positivity limiter of the DG1 token density, and the transpose of its derivative.
+"""The Zhang–Shu positivity limiter of the DG token densities, and the transpose of its derivative on the box.
 
 Zhang & Shu (J. Comput. Phys. 229, 2010): on a cell K whose nodal minimum v_min is negative, the polynomial is
 scaled toward its cell mean v̄ = Σ_j q_j v_j (q_j = m_j / Σ_K m, the lumped weights),
@@ -6,7 +6,8 @@ scaled toward its cell mean v̄ = Σ_j q_j v_j (q_j = m_j / Σ_K m, the lumped w
     u_i = v̄ + θ (v_i − v̄),     θ = v̄ / (v̄ − v_min) ∈ [0, 1),
 
 so the nodal minimum becomes 0 and the mean is kept (mass is conserved). For P1/Q1 the nodal minimum is the
-minimum over the cell.
+minimum over the cell. :func:`zhang_shu` is that scaling, for every domain's DG solver (the box's :func:`limit`, the
+circle's and the sphere's, which pass their exact cell minima and quadrature means).
 
 The discrete adjoint (:mod:`mfpde.tokens.box.adjoint`) differentiates the limited SSP-RK3 stages, so it needs Lᵀ for
 each application L of the limiter: with D = v̄ − v_min = v̄ − v_{i*},
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LimiterRecord", "limit", "limit_transpose"]
+__all__ = ["LimiterRecord", "limit", "limit_transpose", "zhang_shu"]
 
 Array = npt.NDArray[np.float64]
 
@@ -54,6 +55,18 @@ class LimiterRecord:
     imin: npt.NDArray[np.int64]
 
 
+def zhang_shu(values: Array, mean: Array, vmin: Array) -> tuple[Array, Array]:
+    """The Zhang–Shu scaling of the cells' values toward their means: (v̄ + θ (v − v̄), θ), θ = v̄/(v̄ − v_min) in [0, 1].
+
+    Args:
+        values: the values of each cell (its dofs), shape (n, k).
+        mean: v̄ of each cell, shape (n,).
+        vmin: v_min of each cell (its minimum, below 0 where the scaling is applied), shape (n,).
+    """
+    theta = np.clip(mean / (mean - vmin), 0.0, 1.0)
+    return mean[:, None] + theta[:, None] * (values - mean[:, None]), theta
+
+
 def limit(values: Array, cell_dofs: npt.NDArray[np.int32], m: Array) -> LimiterRecord | None:
     """Apply the limiter in place to ``values`` (local DG1 dofs); return what its transpose needs (None: no cell).
 
@@ -70,13 +83,13 @@ def limit(values: Array, cell_dofs: npt.NDArray[np.int32], m: Array) -> LimiterR
     if not len(bad):
         return None
     mb, vb = mean[bad], vals[bad]
-    theta = np.clip(mb / (mb - vmin[bad]), 0.0, 1.0)
+    scaled, theta = zhang_shu(vb, mb, vmin[bad])
     # The limited minimum is 0 in exact arithmetic; it is set to exactly 0 (|change| ~ 1e-16 mean), not left at a
     # round-off residue of either sign. A residue of 1e-21 is a point in the support of μ, and the saturated softmax
     # weighs it by e^{a x·Δy} (e^{75} at a = 300, Δy = 0.08): the velocity at the next vertex jumped by 2% with the
     # sign of a rounding, ŷ was not continuous in c, and the reverse pass (which holds u_{i*} ≡ 0) disagreed with
     # finite differences by 2% (issue 14: one token at x = −3, DG1, heads around a = 300).
-    lim = np.maximum(mb[:, None] + theta[:, None] * (vb - mb[:, None]), 0.0)
+    lim = np.maximum(scaled, 0.0)
     lim[vb == vmin[bad][:, None]] = 0.0
     values[cell_dofs[bad]] = lim
     q = mw[bad] / mw[bad].sum(axis=1, keepdims=True)

@@ -290,3 +290,24 @@ def test_dg1_tiny_mesh_risk_gradient(n):
         tol = abs(f2 - f1) + 2 * gamma(4 * 3 * 50 * 2) * max(g.risk, 1.0) / (2 * h)
         assert abs(f1 - D[k]) <= tol, f"n = {n}, head a = {heads.a[k]}: adjoint {D[k]!r}, differences {f1!r} " \
                                       f"(2h: {f2!r}), tolerance {tol:.3g}"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_zhang_shu_keeps_each_mean_and_lifts_each_minimum_to_zero(seed: int) -> None:
+    """The one scaling every DG solver limits by: the weighted mean kept and the cell minimum 0, to round-off."""
+    from mfpde.tokens.limiter import zhang_shu
+
+    rng = np.random.default_rng(seed)
+    k = 4
+    q = rng.uniform(0.5, 1.5, (50, k))
+    q /= q.sum(axis=1, keepdims=True)  # a mean's weights
+    v = rng.normal(0.5, 1.0, (50, k))
+    mean = (q * v).sum(axis=1)
+    bad = (v.min(axis=1) < 0) & (mean > 0)
+    u, theta = zhang_shu(v[bad], mean[bad], v[bad].min(axis=1))
+    scale = np.abs(v[bad]).max(axis=1)  # |v̄|, |v − v̄|/2 and |u| are at most this
+    assert np.all((0 <= theta) & (theta < 1))
+    # u_i = v̄ + θ(v_i − v̄): 3 roundings of terms ≤ 3 scale; θ: 2 roundings; each weighted mean: k of terms ≤ scale
+    u_err = gamma(3) * 3 * scale + gamma(2) * 2 * scale
+    assert np.all(np.abs((q[bad] * u).sum(axis=1) - mean[bad]) <= 2 * gamma(k) * scale + u_err)
+    assert np.all(np.abs(u.min(axis=1)) <= u_err)

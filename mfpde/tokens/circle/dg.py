@@ -53,6 +53,7 @@ import scipy.special
 
 from mfpde.heads import HeadMeasure
 from mfpde.tokens import rk
+from mfpde.tokens.limiter import zhang_shu
 
 __all__ = ["ATTENTIONS", "CircleMesh", "CircleReport", "CircleTransport", "fastest_mode", "growth_cap",
            "linear_rate_bound"]
@@ -304,9 +305,7 @@ class CircleTransport(rk.SingleRow):
         bad = np.flatnonzero(vmin < 0)
         if not len(bad):
             return None
-        mean = self.mesh.cell_means(state[bad])
-        theta = np.clip(mean / (mean - vmin[bad]), 0.0, 1.0)
-        state[bad] = mean[:, None] + theta[:, None] * (state[bad] - mean[:, None])
+        state[bad] = zhang_shu(state[bad], self.mesh.cell_means(state[bad]), vmin[bad])[0]
         self.limited_cells += len(bad)
         return len(bad)
 

@@ -46,16 +46,14 @@ Everything is replicated: every MPI rank solves the same small ODE with the same
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import scipy.integrate
 
-from mfpde.tokens.adaptive import DOP853PI, explicit_phase, first_step_refused
+from mfpde.tokens.adaptive import DOP853PI, explicit_phase, first_step_refused, stiff_phase
 from mfpde.tokens.circle.force import FourierForce, series_length
 from mfpde.tokens.circle.map import (
     CDF_POINTS,
@@ -143,8 +141,9 @@ class FlowMap:
             The solution at every output depth.
 
         Raises:
-            NumericalError: the explicit or the stiff integrator failed, a non-finite state, or the deadline; the
-                message names the depth reached (the last good output is in ``exc.partial``, a FlowSolution).
+            NumericalError: the explicit or the stiff integrator failed, a non-finite state, a stall
+                (:class:`~mfpde.tokens.adaptive.Stall`) or the deadline (checked after each step of either); the
+                message names the depth reached (the outputs reached are in ``exc.partial``, a FlowSolution).
         """
         from mfpde.errors import NumericalError
 
@@ -154,7 +153,8 @@ class FlowMap:
         Fs: list[Array] = []
         kinds: list[str] = []
         stats: dict[str, Any] = {"explicit": "DOP853 (PI step control)", "stiff": "LSODA (BDF, exact Jacobian)",
-                                 "switch_t": None, "explicit_steps": 0, "stiff_steps": 0, "nfev": 0, "njev": 0}
+                                 "switch_t": None, "explicit_steps": 0, "stiff_steps": 0, "nfev": 0, "njev": 0,
+                                 "nlu": 0}
 
         def record(X: Array, L: Array | None) -> None:
             F, kind = self._cdf(X, L)
@@ -194,24 +194,7 @@ class FlowMap:
                                deadline, None if self.force.softmax else first_step)
             t, Y = solver.t, solver.y
         if i < len(t_out):
-            X = Y[:M]
-            ts = np.concatenate([[t], t_out[i:]])
-            with warnings.catch_warnings():  # a failure is reported by its message below, not by scipy's warning
-                warnings.simplefilter("ignore")
-                out, info = scipy.integrate.odeint(lambda x, _t: self.force.velocity(x), X, ts,
-                                                   Dfun=lambda x, _t: self.force.jacobian(x), rtol=rtol, atol=rtol,
-                                                   full_output=True, mxstep=100_000)
-            good = 0  # outputs reached with a finite state
-            while (good + 1 < len(ts) and info["tcur"][good] >= ts[good + 1] * (1 - 1e-12)
-                   and np.all(np.isfinite(out[good + 1]))):
-                good += 1
-            stats["stiff_steps"] = int(info["nst"][good - 1]) if good else 0  # entries past a failure are unset
-            stats["njev"] = int(info["nje"][good - 1]) if good else 0
-            stats["nfev"] = self.force.nfev
-            for j in range(1, good + 1):
-                record(out[j], None)
-            if good + 1 < len(ts):
-                raise fail(f"flow map: the stiff integrator failed after t = {float(ts[good]):.6g} "
-                           f"({info['message'].strip()})")
+            stiff_phase(lambda _t, x: self.force.velocity(x), lambda _t, x: self.force.jacobian(x), t, Y[:M], t_out, i,
+                        rtol, rtol, lambda x: record(x, None), stats, fail, "flow map", deadline)
         stats["nfev"] = self.force.nfev
         return FlowSolution(t_out, np.array(Xs), np.array(Fs), kinds, stats)

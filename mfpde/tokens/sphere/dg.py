@@ -42,6 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfpde.tokens import rk
+from mfpde.tokens.limiter import zhang_shu
 from mfpde.tokens.sphere.geometry import surface_tables
 from mfpde.tokens.sphere.nodal import NodalVelocity
 from mfpde.tokens.sphere.velocity import SphereVelocity
@@ -230,8 +231,7 @@ class SphereDG(rk.SingleRow):
         if not len(bad):
             return None
         mean = ((U[bad] @ t.phi.T) * t.wq[bad]).sum(axis=1) / t.area[bad]
-        theta = np.clip(mean / (mean - vmin[bad]), 0.0, 1.0)
-        state[d[bad]] = mean[:, None] + theta[:, None] * (U[bad] - mean[:, None])
+        state[d[bad]] = zhang_shu(U[bad], mean, vmin[bad])[0]
         self.limited_cells += len(bad)
         return len(bad)
 

@@ -49,12 +49,11 @@ from mpi4py import MPI
 
 import numpy as np
 import numpy.typing as npt
-import scipy.integrate
 import scipy.sparse
 import scipy.sparse.csgraph
 import scipy.spatial
 
-from mfpde.tokens.adaptive import DOP853PI, Stall, explicit_phase, first_step_refused, record_reached
+from mfpde.tokens.adaptive import DOP853PI, explicit_phase, first_step_refused, stiff_phase
 from mfpde.tokens.sphere.data import modes_density, product_quadrature
 from mfpde.tokens.sphere.jacobian import attention_heads, attention_jacobian
 from mfpde.tokens.sphere.sht import analysis
@@ -269,20 +268,7 @@ class SphereFlow:
             t, y = solver.t, solver.y
         if i < len(t_out):
             jac = None if heads is None else (lambda _t, y: attention_jacobian(y.reshape(n, 3), m, heads))
-            stiff = scipy.integrate.LSODA(rhs, t, y, float(t_out[-1]), rtol=self.rtol, atol=self.rtol, jac=jac)
-            stall = Stall(float(t_out[-1]))
-            while i < len(t_out):
-                msg = stiff.step()
-                stats["stiff_steps"] += 1
-                if stiff.status == "failed" or not np.all(np.isfinite(stiff.y)):
-                    raise fail(f"sphere flow: the stiff integrator failed at t = {stiff.t:.6g} ({msg})")
-                i = record_reached(stiff, t_out, i, record)
-                stats["njev"], stats["nlu"] = int(stiff.njev), int(stiff.nlu)
-                if i < len(t_out) and time.process_time() > deadline:
-                    raise fail(f"sphere flow: CPU-time budget exceeded at t = {stiff.t:.6g}")
-                if i < len(t_out) and (why := stall.check(stiff.t)) is not None:
-                    raise fail(f"sphere flow: the stiff integrator stalls at t = {stiff.t:.6g} (rtol {self.rtol:g}): "
-                               f"{why}")
+            stiff_phase(rhs, jac, t, y, t_out, i, self.rtol, self.rtol, record, stats, fail, "sphere flow", deadline)
         return result(t_out)
 
 
