@@ -1,4 +1,4 @@
-"""Plants of the sphere's DG steps, the circle's edge cases, the Gibbs certificate and depth checkpointing.
+"""Plants of the sphere's DG steps, the circle's edge cases, the flow maps' outputs, the limiter, the Gibbs certificate and depth checkpointing.
 
 name → (file, old text, new text, the verify checks that must catch it, what the bug is); read by
 ``bench/plant_bugs.py``.
@@ -48,4 +48,11 @@ PLANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "mfpde/tokens/circle/dg.py", "nl = max(2, math.ceil((self.degree + 3) / 2))",
         "nl = max(2, math.ceil((self.degree + 2) / 2))",
         ["circle_edge_cases"], "the circle's Gauss–Lobatto count one short for DG2 (its sub-step 3× too long)"),
+    "flow_output_at_step_end": (
+        "mfpde/tokens/adaptive.py", "            record(dense(t_out[i]))", "            record(solver.y)",
+        ["circle_flow_map"], "a flow map's output inside a step recorded as the step's end state (no dense output)"),
+    "zhang_shu_short_of_zero": (
+        "mfpde/tokens/limiter.py", "theta = np.clip(mean / (mean - vmin), 0.0, 1.0)",
+        "theta = np.clip(mean / (mean - 0.9 * vmin), 0.0, 1.0)",
+        ["token_positivity"], "the Zhang–Shu scaling stops short of the cell minimum 0 (θ for 0.9 v_min)"),
 }

@@ -25,6 +25,9 @@ Against references it does not produce.
    factor 10^{1/20}). The stiffness switch must have fired (the collapsed phase is integrated by the implicit
    solver), and by the depth the contraction rate σ = −min u′ (direct sums) sets (:func:`stiff_switch`); the merge
    is only run once it has (without the switch, the explicit integrator would step to 10⁹ for hours).
+   **The gap** between the two clusters at every output from t = 100 to the merge against that ODE's, within the
+   local errors the integrators allow carried by the reduced flow's exact variational factor
+   (:func:`two_cluster_merge`): the outputs inside the stiff integrator's steps.
 
 The row: each part as a ratio to its bound, the first that failed (else the largest).
 
@@ -127,13 +130,22 @@ def _force_error() -> tuple[float, str]:
 
 
 def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9,
-                      deadline: float = math.inf) -> tuple[float, float, dict[str, object]]:
-    """(the flow map's merge depth, the reduced two-Dirac ODE's, the flow map's integrator stats), SA.
+                      deadline: float = math.inf) -> tuple[float, float, dict[str, object], tuple[float, float, str]]:
+    """(the flow map's merge depth, the reduced two-Dirac ODE's, the flow map's integrator stats, the gap's), SA.
 
     The flow map runs to 10⁹ with 20 output depths per decade; its merge depth is the first output with one
     cluster after two. The reduced ODE starts from the flow map's two label groups at t = 100 (their masses and
     circular-mean angles): dθ_a/dt = m_b e^{β cos d} sin d / (m_a e^β + m_b e^{β cos d}), d = θ_b − θ_a, and its merge
     depth is where |d| < 10⁻³.
+
+    The gap's: (the largest |d_flow − d_ODE| at the outputs from t = 100 to the ODE's merge, its bound, a line),
+    d_flow from the circular means of the two label groups, d_ODE from the ODE's dense output (LSODA at 10⁻¹²). The
+    bound sums the local errors the integrators allow and carries each to the output by the reduced flow's exact
+    variational factor: for the autonomous d′ = f(d), a perturbation at s reaches T as f(d(T))/f(d(s)) = G. It is
+    (N_flow rtol (1 + max|X|) + N_ODE 10⁻¹²(1 + π) + spread) · max G, with N the steps each took (after its switch
+    the flow map's stiff ones too, each with an RMS error within the tolerance rtol·|X| + rtol), spread the groups'
+    largest distance from their means at t = 100 (the Diracs' model error, ≈ 10⁻¹³). An output recorded at a step's
+    end instead of its depth misses by the distance the gap moves within the step: 10³ times the bound here.
     """
     ts = np.logspace(-2, 9, 221)
     fm = _flow(TWO_MODES, M, beta, "softmax")
@@ -146,15 +158,19 @@ def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9,
     w = np.full(M, 1.0 / M)
     masses = cluster_masses(X, w, 0.5)
     if len(masses) != 2:
-        return t_flow, math.nan, sol.stats
+        return t_flow, math.nan, sol.stats, (math.nan, 1.0, f"{len(masses)} clusters at t = 100, not 2: no gap")
     order = np.argsort(X)
     gaps = np.diff(np.concatenate([X[order], [X[order][0] + 2 * math.pi]]))
     cut = int(np.argmax(gaps))
-    ring = np.roll(X[order], -(cut + 1))
-    split = int(np.argmax(np.diff(ring))) + 1
-    groups = [ring[:split], ring[split:]]
-    ang = [float(np.angle(np.exp(1j * g).mean())) for g in groups]
-    m = [len(g) / M for g in groups]
+    rolled = np.roll(order, -(cut + 1))
+    split = int(np.argmax(np.diff(X[rolled]))) + 1
+    idx = [rolled[:split], rolled[split:]]  # the labels of each cluster
+
+    def mean_angle(Xj: np.ndarray, g: np.ndarray) -> float:
+        return float(np.angle(np.exp(1j * Xj[g]).mean()))
+
+    ang = [mean_angle(X, g) for g in idx]
+    m = [len(g) / M for g in idx]
 
     def rhs(_t: float, y: np.ndarray) -> np.ndarray:
         d = y[1] - y[0]
@@ -165,10 +181,31 @@ def two_cluster_merge(beta: float, M: int = 64, rtol: float = 1e-9,
         return float(abs(math.remainder(y[1] - y[0], 2 * math.pi)) - 1e-3)
 
     close.terminal = True  # type: ignore[attr-defined]
-    r = scipy.integrate.solve_ivp(rhs, (float(ts[i100]), 1e10), np.array(ang), method="LSODA", rtol=1e-10,
-                                  atol=1e-12, events=close)
+    r = scipy.integrate.solve_ivp(rhs, (float(ts[i100]), 1e10), np.array(ang), method="LSODA", rtol=1e-12,
+                                  atol=1e-14, events=close, dense_output=True)
     t_red = float(r.t_events[0][0]) if len(r.t_events[0]) else math.inf
-    return t_flow, t_red, sol.stats
+
+    def f(y: np.ndarray) -> float:
+        dy = rhs(0.0, y)
+        return float(dy[1] - dy[0])
+
+    err, bound, at = 0.0, math.inf, math.nan
+    f_steps = np.array([abs(f(y)) for y in r.y.T])
+    spread = max(float(np.max(np.abs(np.angle(np.exp(1j * (X[g] - a)))))) for g, a in zip(idx, ang, strict=True))
+    n_flow = int(sol.stats.get("explicit_steps", 0)) + int(sol.stats.get("stiff_steps", 0))
+    local = n_flow * rtol * (1 + float(np.max(np.abs(sol.X)))) + len(r.t) * 1e-12 * (1 + math.pi) + spread
+    for j in range(i100 + 1, len(ts)):
+        if ts[j] >= t_red:
+            break
+        y = r.sol(ts[j])
+        d_ref = math.remainder(float(y[1] - y[0]), 2 * math.pi)
+        d_flow = math.remainder(mean_angle(sol.X[j], idx[1]) - mean_angle(sol.X[j], idx[0]), 2 * math.pi)
+        G = abs(f(y)) / float(np.min(f_steps[r.t <= ts[j]]))
+        if abs(d_flow - d_ref) / (local * G) > (err / bound if math.isfinite(bound) else -1.0):
+            err, bound, at = abs(d_flow - d_ref), local * G, float(ts[j])
+    line = (f"cluster gap against the two-Dirac ODE from t = 100: |Δd| {err:.2e} at t = {at:.4g} (≤ {bound:.2e}: "
+            f"{n_flow} flow-map steps at rtol {rtol:g}, carried by the variational factor)")
+    return t_flow, t_red, sol.stats, (err, bound, line)
 
 
 #: CPU budget of ``circle_flow_map`` (seconds; quick: half, and 4× that in wall time): it takes ≈ 3 s at any size,
@@ -219,7 +256,7 @@ def check_circle_flow_map(quick: bool) -> Outcome:
         failed = [p for p in parts if not p[1] <= 1.0]
         name, ratio, _ = failed[0] if failed else max(parts, key=lambda p: p[1])
         return Outcome(ratio, None, f"≤ 1 ({name}" + (", failed" if failed else ", the largest") + "); force, rates, "
-                       "W1 fall, stiff switch, merge each ≤ 1", not failed, "; ".join(p[2] for p in parts),
+                       "W1 fall, stiff switch, merge, gap each ≤ 1", not failed, "; ".join(p[2] for p in parts),
                        series or [], 1.0)
 
     fr, fline = _force_error()
@@ -253,10 +290,11 @@ def check_circle_flow_map(quick: bool) -> Outcome:
                   f"M = {Ms}: exp(−{b:.3f} M), fall {fall:.1e} (< {algebraic:.1e}, order 6's)"))
     if not parts[-2][1] <= 1.0:  # no stiff switch: the merge's solve to 10⁹ would step explicitly for hours
         return outcome(series)
-    t_flow, t_red, stats = two_cluster_merge(5.0, deadline=budget.deadline)
+    t_flow, t_red, stats, (gap_err, gap_bound, gap_line) = two_cluster_merge(5.0, deadline=budget.deadline)
     late = t_red * 10 ** (1 / 20)  # the next output
     r = max(t_red / (t_flow * (1 + 1e-9)), t_flow / late) if math.isfinite(t_red) else math.inf
     parts.append(("merge depth against the two-Dirac ODE's next output", r,
                   f"two clusters SA β=5: merge at {t_flow:.4g} (flow map), {t_red:.4g} (two-Dirac ODE; the flow map's "
                   f"must be the first output at or after it); stiff switch at t = {stats.get('switch_t')}"))
+    parts.append(("cluster gap against the two-Dirac ODE / its bound", gap_err / gap_bound, gap_line))
     return outcome(series)

@@ -215,10 +215,11 @@ def test_w1_against_the_dg_solver_converges_spectrally():
     assert errs[1] / errs[0] < (32 / 48) ** 6 and errs[1] > 2e-6  # above 10× the reference's error
 
 
-def test_merge_time_against_the_two_dirac_ode_with_the_stiff_switch():
-    t_flow, t_red, stats = two_cluster_merge(5.0)
+def test_merge_time_and_gap_against_the_two_dirac_ode_with_the_stiff_switch():
+    t_flow, t_red, stats, (gap, bound, _) = two_cluster_merge(5.0)
     assert t_red <= t_flow * (1 + 1e-9) <= t_red * 10 ** (1 / 20)
     assert stats["switch_t"] is not None and stats["stiff_steps"] > 0 and stats["njev"] > 0
+    assert gap <= bound  # the outputs inside the stiff steps, to the integrators' tolerances
 
 
 def test_a_failed_stiff_solve_keeps_the_last_good_output():
