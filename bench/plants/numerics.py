@@ -1,4 +1,4 @@
-"""Plants of the sphere's DG steps, the circle's edge cases, the flow maps' outputs, the limiter, the Gibbs certificate and depth checkpointing.
+"""Plants of DG steps, the circle's edge cases, flow-map outputs, the limiter, Gibbs certificates, checkpointing.
 
 name → (file, old text, new text, the verify checks that must catch it, what the bug is); read by
 ``bench/plant_bugs.py``.
