@@ -23,6 +23,7 @@ Called by :mod:`mfpde.cli` only (the library never changes the process environme
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -36,6 +37,7 @@ from types import TracebackType
 from mpi4py import MPI
 
 from mfpde.errors import ConfigError
+from mfpde.outdir import NOT_A_FOLDER
 
 __all__ = ["OutputLock", "blas_threads", "check_launcher", "exit_timeout", "keep_freed_memory", "private_caches",
            "sht_choice", "sht_threads"]
@@ -284,6 +286,8 @@ class OutputLock:
         err = ""
         if self.comm.rank == 0:
             try:
+                if self.path.parent.exists() and not self.path.parent.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, NOT_A_FOLDER)
                 self._made_dir = not self.path.parent.exists()
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 err = self._take()

@@ -24,6 +24,7 @@ any rank leaves DIR as a signal to rank 0 does (no lock, no ``config.toml``, no 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -33,7 +34,7 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 
-__all__ = ["PREVIOUS", "RESERVED_TREES", "RESULT", "SYSTEM_DIRS", "prepare_output_dir", "reserved", "settle_for_rank0",
+__all__ = ["NOT_A_FOLDER", "PREVIOUS", "RESERVED_TREES", "RESULT", "SYSTEM_DIRS", "prepare_output_dir", "reserved", "settle_for_rank0",
            "settle_output_dir"]
 
 #: The folder of DIR where the previous result waits until the new job ends.
@@ -88,6 +89,10 @@ def _remove(p: Path) -> None:
         p.unlink(missing_ok=True)
 
 
+#: Why DIR cannot be a file (``--out`` names the folder the results are written into).
+NOT_A_FOLDER = "a file, not a folder (mfpde writes a folder of results there: give a folder's path)"
+
+
 def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = False) -> None:
     """Make DIR writable and move a previous result aside (see the module), so that nothing stale looks new.
 
@@ -103,6 +108,8 @@ def prepare_output_dir(out: Path, comm: MPI.Comm = MPI.COMM_WORLD, keep: bool = 
     err = ""
     if comm.rank == 0:
         try:
+            if out.exists() and not out.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, NOT_A_FOLDER)
             out.mkdir(parents=True, exist_ok=True)
             probe = out / ".mfpde-write-test"
             probe.write_text("")

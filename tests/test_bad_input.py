@@ -269,6 +269,20 @@ def test_empty_out_is_exit_2(tempdir, capfd, monkeypatch):
     assert not (tempdir / "report.json").exists()
 
 
+@pytest.mark.parametrize("command", ["transport", "run"])
+def test_out_naming_a_file_is_exit_2_naming_it(tempdir, capfd, command):
+    """``--out`` a file said only "File exists"; the file is left as it was."""
+    f = tempdir / "a-file"
+    if MPI.COMM_WORLD.rank == 0:
+        f.write_text("kept")
+    MPI.COMM_WORLD.Barrier()
+    args = [command, DEMO] if command == "transport" else [command, "--quiet", "--set", "training.steps=1"]
+    assert main([*args, "--out", str(f)]) == 2
+    err = capfd.readouterr().err
+    assert MPI.COMM_WORLD.rank > 0 or ("--out" in err and "a file, not a folder" in err and len(err.splitlines()) == 1)
+    assert f.read_text() == "kept"
+
+
 def test_head_weights_near_the_largest_float_are_normalised():
     """Dirac weights [1e308, 1e308] are the weights [1, 1] (their sum overflowed: ŷ was μ₀'s mean, exit 0)."""
     from mfpde.heads import dirac_heads
