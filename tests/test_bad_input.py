@@ -562,15 +562,20 @@ def test_transport_checks_only_the_keys_it_uses(tempdir, capfd):
 
 def test_coupling_sets_the_single_heads_k():
     """K was settable in `transport` only through heads.init after the undocumented `--set tokens.beta=nan`:
-    tokens.coupling = K sets heads.init = Diracs [[β, K]]; heads.init with tokens.beta is still two sources of β."""
+    tokens.coupling = K sets heads.init = Diracs [[β, K]]. Both ways of giving the heads in one source are two
+    sources of β; a --set of one replaces the file's other (it was refused)."""
     from mfpde import config
     from mfpde.errors import ConfigError
 
     assert config.load(NOISY_CIRCLE, ["tokens.coupling=0.5"]).heads.init["points"] == [[4.0, 0.5]]
     assert config.load(NOISY_CIRCLE).heads.init["points"] == [[4.0, 1.0]]
     init = "heads.init={kind = 'diracs', points = [[3.0, 0.7]], weights = [1.0]}"
+    assert config.load(NOISY_CIRCLE, [init]).heads.init["points"] == [[3.0, 0.7]]  # the later word wins
     with pytest.raises(ConfigError, match="tokens.beta: heads.init is given too; .*tokens.coupling = K"):
-        config.load(NOISY_CIRCLE, [init])
+        config.load(NOISY_CIRCLE, [init, "tokens.beta=2.0"])
+    with pytest.raises(ConfigError, match="tokens.beta: heads.init is given too"):
+        config.from_dict({"tokens": {"domain": "circle", "beta": 2.0},
+                          "heads": {"init": {"kind": "diracs", "points": [[3.0, 0.7]], "weights": [1.0]}}})
     with pytest.raises(ConfigError, match="tokens.coupling: needs tokens.beta"):
         config.from_dict({"tokens": {"domain": "circle", "coupling": 0.5}})
     for key in ("tokens.beta", "tokens.coupling"):  # NaN given ran the default heads (β of either sign), exit 0
@@ -800,3 +805,13 @@ def test_keys_of_the_other_domains_on_the_box_are_refused(key):
     with pytest.raises(ConfigError) as e:  # the circle's file turned into a box: its attention is not named
         config.load(ROOT / "demos" / "circle.toml", ["tokens.domain='box'"])
     assert "tokens.attention" not in str(e.value)
+
+
+def test_a_set_single_head_replaces_a_files_heads_init(tempdir):
+    from mfpde import config
+
+    f = tempdir / f"heads{MPI.COMM_WORLD.rank}.toml"
+    f.write_text('[tokens]\ndomain = "circle"\n[data]\nkind = "circle_noise"\n[heads]\n'
+                 'init = {kind = "diracs", points = [[3.0, 0.7], [6.0, 0.2]], weights = [1.0, 1.0]}\n')
+    assert config.load(f).heads.init["points"] == [[3.0, 0.7], [6.0, 0.2]]
+    assert config.load(f, ["tokens.beta=2.0", "tokens.coupling=0.5"]).heads.init["points"] == [[2.0, 0.5]]

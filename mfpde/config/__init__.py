@@ -190,6 +190,27 @@ def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
     sections["tokens"] = dataclasses.replace(tok, beta=math.nan, coupling=math.nan)
 
 
+#: The two ways to give the heads of a domain of Dirac heads: the single head (β, K), or heads.init.
+_SINGLE_HEAD, _HEADS_INIT = ("tokens.beta", "tokens.coupling"), "heads.init"
+
+
+def _later_head_wins(raw: dict[str, Any], overridden: list[str]) -> None:
+    """An override of the heads replaces the file's other way of giving them (the later word wins).
+
+    ``--set heads.init=...`` on a file with ``tokens.beta`` (or ``tokens.coupling``) drops the file's single head;
+    ``--set tokens.beta=...`` on a file with ``heads.init`` drops the file's heads.init. Both given in the file, or
+    both by ``--set``, are still refused (:func:`_beta_shortcut`).
+    """
+    init = any(k == _HEADS_INIT or k.startswith(_HEADS_INIT + ".") for k in overridden)
+    single = any(k in _SINGLE_HEAD for k in overridden)
+    tokens, heads = raw.get("tokens"), raw.get("heads")
+    if init and not single and isinstance(tokens, dict):
+        for k in _SINGLE_HEAD:
+            tokens.pop(k.split(".")[1], None)
+    if single and not init and isinstance(heads, dict):
+        heads.pop("init", None)
+
+
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
     """``"; did you mean X?"`` for the closest of ``known`` to a misspelt ``word`` (difflib), or ``""``."""
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
@@ -381,6 +402,7 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     if fam and isinstance(heads, dict) and fam[-1] != heads.get("family", "scalar"):  # --set changes the family:
         for k in {*_FAMILY_KEYS, "a"} - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of
             heads.pop(k, None)  # the other p) and a give way to the new family's defaults, unless --set gives them
+    _later_head_wins(raw, [".".join(k) for k, _ in parsed])
     for item, (keys, value) in zip(overrides, parsed, strict=True):
         table = raw
         for k in keys[:-1]:
