@@ -123,7 +123,7 @@ def _check_places(out: Path, pde_dir: Path | None) -> None:
                           "into the PDE run it compares with; give another --out")
 
 
-def _memory_check(cfg: Config, sec: TwinSection, samples: tuple[list[Any], list[Any]]) -> None:
+def _memory_check(sec: TwinSection, samples: tuple[list[Any], list[Any]]) -> None:
     """Refuse, before anything is allocated, a size whose batch of seeds would not fit the node's memory.
 
     Raises:
@@ -136,12 +136,12 @@ def _memory_check(cfg: Config, sec: TwinSection, samples: tuple[list[Any], list[
     worst, what = 0.0, ""
     for sz in sweep_sizes(sec):
         N = sz.N or limit
-        H = 1 if cfg.heads.family == "value" else sz.H
-        need = cfg.twin.seeds * n * (H * N * N * ATTENTION_BYTES + (sz.L + 4) * N * cfg.tokens.dim * 8 * 4)
+        H = 1 if sec.heads.family == "value" else sz.H
+        need = sec.twin.seeds * n * (H * N * N * ATTENTION_BYTES + (sz.L + 4) * N * sec.tokens.dim * 8 * 4)
         if need > worst:
             worst, what = need, f"H = {sz.H}, N = {N}, L = {sz.L}"
     if worst > MEMORY_FRACTION * _node_memory():
-        raise ConfigError(f"twin.heads, twin.tokens: the largest twin ({what}, {cfg.twin.seeds} seeds, {n} inputs) "
+        raise ConfigError(f"twin.heads, twin.tokens: the largest twin ({what}, {sec.twin.seeds} seeds, {n} inputs) "
                           f"needs about {worst / 2**30:.3g} GiB, more than {MEMORY_FRACTION:g} of this node's "
                           f"{_node_memory() / 2**30:.3g} GiB: fewer heads, tokens or seeds")
 
@@ -170,7 +170,7 @@ def twin_job(cfg: Config, out: Path, comm: MPI.Comm = MPI.COMM_WORLD, pde_dir: P
     notes: list[str] = []
     with signals.stage("set-up"):
         train, test = load_samples(sec)
-        _memory_check(cfg, sec, (train, test))
+        _memory_check(sec, (train, test))
         _check_places(out, pde_dir)
         fine_cfg, _ = pde_config(cfg, False)
         ref_cfg, why = pde_config(cfg, True)
