@@ -9,6 +9,8 @@ Usage::
 
     python bench/compare_reports.py record /tmp/baseline10     # once, before a change
     python bench/compare_reports.py compare /tmp/baseline10    # after each step
+    python bench/compare_reports.py compare /tmp/baseline10 /tmp/new10  # keeps the new outputs (compares them
+                                                                        # again without a rerun where they exist)
 
 ``compare`` reruns every job into a fresh directory and compares every numeric field of ``report.json``
 and ``history.csv`` (all but ``wall_s`` and ``version``) and of the checkpoint, the exit status, the
@@ -164,11 +166,8 @@ class Diff:
 
 
 def _checkpoint(z) -> dict:
-    """The checkpoint arrays as a tree, its history rows as dicts (so wall_s is ignored by name)."""
-    out = {k: z[k].tolist() for k in z.files if k not in ("history", "history_keys")}
-    keys = z["history_keys"].tolist()
-    out["history"] = [dict(zip(keys, row, strict=True)) for row in z["history"].tolist()]
-    return out
+    """The checkpoint arrays as a tree (``wall_s`` is ignored by name; the history rows are ``history.csv``'s)."""
+    return {k: z[k].tolist() for k in z.files}
 
 
 def compare(new: Path, base: Path) -> Diff:
@@ -218,7 +217,7 @@ def compare(new: Path, base: Path) -> Diff:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("record", "compare"):
+    if len(argv) not in (2, 3) or argv[0] not in ("record", "compare") or len(argv) == 3 and argv[0] == "record":
         print(__doc__)
         return 2
     base = Path(argv[1])
@@ -226,8 +225,9 @@ def main(argv: list[str]) -> int:
         run_jobs(base)
         return 0
     with tempfile.TemporaryDirectory(prefix="mfpde-compare-") as tmp:
-        new = Path(tmp)
-        run_jobs(new)
+        new = Path(argv[2]) if len(argv) == 3 else Path(tmp)
+        if len(argv) < 3 or not new.is_dir():
+            run_jobs(new)
         diff = compare(new, base)
     print(f"compared {diff.count} numbers in {sum(1 for p in base.iterdir() if p.is_dir())} jobs: "
           f"max |a-b| = {diff.max_abs:.3g}, max relative = {diff.max_rel:.3g} (tolerance {RTOL:g})")
