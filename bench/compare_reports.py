@@ -13,7 +13,7 @@ Usage::
                                                                         # again without a rerun where they exist)
 
 ``compare`` reruns every job into a fresh directory and compares every numeric field of ``report.json``
-and ``history.csv`` (all but ``wall_s`` and ``version``) and of the checkpoint, the exit status, the
+and ``history.csv`` (all but the timings and ``version``) and of the checkpoint, the exit status, the
 non-numeric fields, the resolved ``config.toml``, the names of the plot and field files, and the numbers
 the demo prints. Two numbers a, b agree when |a − b| ≤ RTOL·max(|a|, |b|) with RTOL = 1e-12:
 a change of code layout that keeps the floating-point operations and their order gives bit-identical
@@ -42,7 +42,7 @@ BIN = Path(sys.executable).parent
 RTOL = 1e-12
 SMALL = ["tokens.cells=[8, 8]", "heads.cells=[20]", "depth.steps=4", "data.split=0", "data.samples=4",
          "data.test_samples=4", "training.steps=3", "output.every=1", "output.checkpoint_every=1"]
-IGNORED = {"wall_s", "version"}
+IGNORED = {"wall_s", "version", "solve_cpu_s", "cpu_s"}  # timings
 
 
 def _sets(items: list[str]) -> list[str]:
