@@ -34,8 +34,8 @@ from mpi4py import MPI
 
 from mfpde.errors import ConfigError, InputRefused, NumericalError
 
-__all__ = ["NOT_A_FOLDER", "PREVIOUS", "RESERVED_TREES", "RESULT", "SYSTEM_DIRS", "prepare_output_dir", "reserved", "settle_for_rank0",
-           "settle_output_dir"]
+__all__ = ["NOT_A_FOLDER", "PREVIOUS", "RESERVED_TREES", "RESULT", "SYSTEM_DIRS", "prepare_output_dir", "reserved",
+           "settle_for_rank0", "settle_output_dir"]
 
 #: The folder of DIR where the previous result waits until the new job ends.
 PREVIOUS = ".mfpde-previous"
