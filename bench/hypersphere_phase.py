@@ -3,7 +3,9 @@
 For each d the tricritical β*⁽ᵈ⁾ is the root of I_{d/2+1}(β)/I_{d/2}(β) = 1/d; for β above it ``mfpde
 continuation``'s machinery (:func:`mfpde.bifurcation.noisy_branches` on the hypersphere's zonal stationary
 problem, τ = 1) continues the uniform branch and the one bifurcating at K_c = τβ/λ_1(β), locating its fold K_f and
-the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition).
+the Maxwell point K_M where its stable part's free energy equals the uniform state's (the first-order transition);
+in the cells of :data:`FROM_CLUSTER` (β = 10 from d = 16, β = 6 from d = 64) the stable clustered branch is
+followed down in K from a clustered state to its fold instead (:mod:`mfpde.tokens.hypersphere.cluster`).
 Each (d, β) is solved on n and 3n/2 collocation points: the table gives the change, the grid's error. Also the
 noise-free growth rates: the fastest degree in every cell of d × β. Writes ``out/hypersphere_phase.json`` and
 ``out/hypersphere_phase.png`` (``--figure``; ``--out`` another directory), or with ``--write-docs`` (the full
@@ -12,7 +14,7 @@ Run from the repository root:
 
     python bench/hypersphere_phase.py [--quick] [--figure] [--write-docs]
 
-About 3 minutes on one core (``--quick``: d = 4, 16, two β each, seconds).
+About a minute of CPU on one core (``--quick``: d = 4, 16, two β each, seconds).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from mfpde.bifurcation import noisy_branches  # noqa: E402
 from mfpde.continuation import StepControl  # noqa: E402
+from mfpde.tokens.hypersphere.cluster import cluster_transition  # noqa: E402
 from mfpde.tokens.hypersphere.stationary import HypersphereStationary  # noqa: E402
 from mfpde.tokens.hypersphere.theory import beta_star, critical_coupling, fastest_degree, growth_rate  # noqa: E402
 
@@ -44,6 +47,14 @@ BETAS = (2.5, 4.0, 6.0, 10.0)
 POINTS = {2: 48, 3: 48, 4: 48, 5: 48, 6: 48, 8: 64, 16: 64, 32: 96, 64: 96, 128: 128}
 #: a row's K_f and K_M on n and 3n/2 points agree to this (relative) to count as converged
 CONVERGED = 1e-6
+#: the cells computed from the clustered state (the stable clustered branch followed down in K to its fold:
+#: :func:`mfpde.tokens.hypersphere.cluster.cluster_transition`), and their points n. At large β·d the branch from
+#: K_c is long: at d = 32, 64 (β = 10) and 128 (β = 6, 10) it turns twice on its unstable part (an S, on every
+#: grid) before the clustered state's fold; the continuation, its steps of the order of K_c, left it for the uniform
+#: branch at β = 10 for d ≤ 64, and at d = 128 its Newton failed on the clustered part (at d = 64, β = 6 it gives
+#: the same K_f and K_M to 1e-11). At β = 10 the Maxwell point moved by 1e-6 from 96 to 144 points (d = 64) and
+#: from 128 to 192 (d = 128): n is 144 and 192 there
+FROM_CLUSTER = {(16, 10.0): 64, (32, 10.0): 96, (64, 6.0): 96, (64, 10.0): 144, (128, 6.0): 128, (128, 10.0): 192}
 RATE_DIMS, RATE_BETAS = (3, 4, 8, 16, 64), (1.0, 4.0, 9.0, 16.0, 36.0)
 
 
@@ -64,25 +75,45 @@ def transition(d: int, beta: float, n: int) -> tuple[float, float, float, int]:
     return float(folds[0]) if folds else math.nan, float(km), time.process_time() - c0, len(folds)
 
 
+def cluster_transition_row(d: int, beta: float, n: int) -> tuple[float, float, float, bool]:
+    """(K_f, K_M, CPU s, stable and resolved) of the stable clustered branch on n points (τ = 1); NaN where not found.
+
+    K_f is the least K of the clustered state (the branch's fold), K_M where its free energy equals the uniform
+    state's; the flag: every examined point from K_M to the fold is stable and resolved by the collocation.
+    """
+    c0 = time.process_time()
+    r = cluster_transition(HypersphereStationary(n, beta, 1.0, d))
+    return r.K_f, r.K_M, time.process_time() - c0, bool(r.stable and r.resolved)
+
+
 def phase_table(dims: tuple[int, ...], betas: tuple[float, ...]) -> list[dict]:
     """One row per (d, β > β*⁽ᵈ⁾): K_c, K_f, K_M on n and 3n/2 points, their changes, the CPU."""
     rows = []
     for d in dims:
         bs = beta_star(d)
         for beta in (b for b in betas if b > bs):
-            n = POINTS[d]
-            kf1, km1, s1, _ = transition(d, beta, n)
-            kf2, km2, s2, folds = transition(d, beta, 3 * n // 2)
+            route = "cluster" if (d, beta) in FROM_CLUSTER else "continuation"
+            if route == "cluster":
+                n = FROM_CLUSTER[d, beta]
+                kf1, km1, s1, ok1 = cluster_transition_row(d, beta, n)
+                kf2, km2, s2, ok2 = cluster_transition_row(d, beta, 3 * n // 2)
+                folds, single = 1, ok1 and ok2
+            else:
+                n = POINTS[d]
+                kf1, km1, s1, _ = transition(d, beta, n)
+                kf2, km2, s2, folds = transition(d, beta, 3 * n // 2)
+                single = folds == 1
             kc = critical_coupling(beta, 1.0, d)
             changes = [abs(kf2 - kf1) / kf2, abs(km2 - km1) / km2]
             change = max(changes) if all(math.isfinite(c) for c in changes) else math.inf  # NaN: not found on one
-            regular = folds == 1 and kf2 < km2 < kc and change <= CONVERGED
+            regular = single and kf2 < km2 < kc and change <= CONVERGED
             rows.append({"d": d, "beta": beta, "beta_star": bs, "K_c": kc, "K_f": kf2, "K_M": km2,
                          "points": 3 * n // 2, "K_f_change": abs(kf2 - kf1), "K_M_change": abs(km2 - km1),
-                         "folds": folds, "regular": bool(regular), "cpu_s": s1})
+                         "folds": folds, "route": route, "regular": bool(regular), "cpu_s": s1})
             r = rows[-1]
+            how = f"{folds} fold(s)" if route == "continuation" else "from the clustered state"
             print(f"d = {d:4d}  β = {beta:5.2f}  K_c = {r['K_c']:.10g}  K_f = {kf2:.10g}  K_M = {km2:.10g}  "
-                  f"(n → 3n/2: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {folds} fold(s); {s1:.2f} s on n)"
+                  f"(n = {n} → {3 * n // 2}: {r['K_f_change']:.1e}, {r['K_M_change']:.1e}; {how}; {s1:.2f} s on n)"
                   f"{'' if regular else '  — not a single converged fold–Maxwell pair'}", flush=True)
     return rows
 
@@ -116,6 +147,7 @@ def figure(rows: list[dict], path: Path) -> None:
     ax.plot([], [], "k-o", ms=4, label="Maxwell point K_M / K_c")
     ax.plot([], [], "k--", label="fold K_f / K_c")
     ax.set_xlabel("inverse temperature β")
+    ax.set_yscale("log")  # K_f/K_c reaches 2e-3 at d = 128, β = 10
     ax.set_ylabel("coupling / K_c")
     ax.set_title("first-order transition of noisy tokens on S^(d−1) (τ = 1)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
@@ -132,7 +164,10 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| {r['d']} | {r['beta']:g} | {r['K_c']:.10g} | {r['K_f']:.10g} | {r['K_M']:.10g} | "
                      f"{r['K_M'] / r['K_c']:.4f} | {change:.0e} | {r['cpu_s']:.2f} |")
     other = [f"d = {r['d']}, β = {r['beta']:g}" for r in rows if not r["regular"]]
-    return "\n".join(lines) + ("\n\nNot a single converged fold–Maxwell pair: " + "; ".join(other) if other else "")
+    cluster = [f"d = {r['d']}, β = {r['beta']:g} (n = {2 * r['points'] // 3})" for r in rows
+               if r["regular"] and r.get("route") == "cluster"]
+    return ("\n".join(lines) + ("\n\nFrom the clustered state: " + "; ".join(cluster) if cluster else "")
+            + ("\n\nNot a single converged fold–Maxwell pair: " + "; ".join(other) if other else ""))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,8 @@
   Gegenbauer basis, the azimuthally averaged kernels.
 * :mod:`~mfpde.tokens.hypersphere.stationary`: the zonal stationary states of noisy tokens (``mfpde continuation``:
   folds, the Maxwell point of the first-order transition).
+* :mod:`~mfpde.tokens.hypersphere.cluster`: the stable clustered branch followed down in K from a clustered state
+  to its fold (K_f, K_M where the continuation from K_c does not reach them: large β·d).
 * :mod:`~mfpde.tokens.hypersphere.transport`: the flow map on Gauss labels and the finite volumes in the polar angle.
 * :mod:`~mfpde.tokens.hypersphere.config`, :mod:`~mfpde.tokens.hypersphere.job`: the domain's config rules and its
   ``transport`` job.

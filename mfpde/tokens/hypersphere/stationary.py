@@ -101,6 +101,7 @@ class HypersphereStationary:
         self.rule = rule
         if rule == "angle":  # values → Legendre coefficients in the angle (the nodes ascend in z: descend in θ)
             x, w = np.polynomial.legendre.leggauss(n)
+            self._angle_x = x  # θ = π(x + 1)/2 ascending: the nodes reversed
             self._angle_C = (((2 * np.arange(n) + 1) / 2)[:, None]
                              * (np.polynomial.legendre.legvander(x, n - 1) * w[:, None]).T)[:, ::-1]
         self.t, self.q = (gauss_rule if rule == "gauss" else angle_rule)(n, self.d)  # z_i, the weights of σ̄ (sum 1)
@@ -282,7 +283,7 @@ class HypersphereStationary:
         """
         nu = self.density(u)
         w = np.sqrt(self.q * nu)  # g = f √(q/ν): the metric Σ q f²/ν is the identity (tiny q at large d and n)
-        rot = np.sqrt(1.0 - self.t**2) * (self.D @ np.asarray(u, float)) * w  # f = s ν′ = s ν u′, g = f √(q/ν)
+        rot = self._rotation(u) * w  # f = s ν′ = s ν u′, g = f √(q/ν)
         out = np.zeros(orders)
         for m in range(1, orders + 1):
             if m not in self._Bq:  # the state-free part, once per order
@@ -294,6 +295,19 @@ class HypersphereStationary:
                 vals = np.delete(vals, int(np.argmax(align[:4])))
             out[m - 1] = vals[0]
         return out
+
+    def _rotation(self, u: Array) -> Array:
+        """The rotations' zonal profile over ν at the nodes (m = 1): s u′(z) = −du/dθ, f = ν s u′ = s ν′.
+
+        The Gauss rule differentiates the interpolant (D); the angle rule its Legendre series in θ, since at large d
+        the barycentric D of those nodes turned a cap's u′ into noise (the rotation's eigenvector was then not
+        found, and the rotation's zero eigenvalue, ±1e-9 by round-off, decided the verdict).
+        """
+        u = np.asarray(u, float)
+        if self.rule == "gauss":
+            return np.sqrt(1.0 - self.t**2) * (self.D @ u)
+        c = np.polynomial.legendre.legder(self._angle_C @ u)
+        return np.asarray(-(2.0 / math.pi) * np.polynomial.legendre.legval(self._angle_x, c)[::-1], dtype=float)
 
 
 def _log_area(k: int) -> float:
