@@ -8,7 +8,6 @@ status 2. ``--set section.key=VALUE`` overrides take TOML value syntax (a bare w
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
 import logging
 import math
@@ -47,6 +46,7 @@ from mfpde.config.schema import (
     Tokens,
     Training,
 )
+from mfpde.config.single_head import fold_single_head, later_heads_win
 from mfpde.domains import check_domain
 from mfpde.errors import ConfigError, ConfigErrors
 from mfpde.limits import check_box, check_gaussian_inside, check_integer
@@ -134,7 +134,7 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
                 kwargs.update({k: copy.deepcopy(v) for k, v in fam.items() if k not in kwargs})
             sections[name] = cls(**kwargs)
     with problems.block("tokens.beta"):  # refused: heads.init is not the head it names, not to be checked further
-        _beta_shortcut(raw, sections)
+        fold_single_head(raw, sections)
     cfg = Config(**sections, source=source)
     if problems.clean("data.kind", "data.split", "heads.family", "tokens.domain"):
         with problems.block():
@@ -154,63 +154,6 @@ def from_dict(raw: dict[str, Any], source: str = "", overridden: frozenset[str] 
 _DECIDING = frozenset({"tokens.domain", "tokens.solver", "tokens.mesh", "tokens.noise", "tokens.dim", "depth.model",
                        "depth.spacing", "heads.family", "heads.mesh", "data.kind", "data.split", "loss.readout",
                        "training.regularization", "continuation.parameter", "twin.optimizer"})
-#: Keys folded into another (``tokens.beta`` and ``tokens.coupling`` into ``heads.init``): used, though the resolved
-#: config does not hold them.
-def _beta_shortcut(raw: dict[str, Any], sections: dict[str, Any]) -> None:
-    """``tokens.beta`` (and ``tokens.coupling``) off the box: heads.init becomes the single head (β, K), K = 1 unset.
-
-    ``tokens.coupling`` sets K where the file has ``tokens.beta`` (``heads.init`` given too is refused: two sources of
-    β; ``--set tokens.beta=nan`` was the only way to K).
-
-    Raises:
-        ConfigError: β < 0, a box domain, ``tokens.coupling`` without ``tokens.beta``, or heads.init given as well
-            (two sources of β).
-    """
-    tok = sections.get("tokens")
-    if tok is None or not (math.isfinite(tok.beta) or math.isfinite(tok.coupling)):
-        return
-    key = "tokens.beta" if math.isfinite(tok.beta) else "tokens.coupling"
-    if tok.domain == "box":
-        raise ConfigError(f"{key}: only for the domains of Dirac heads (the circle, the sphere, the hypersphere); "
-                          "boxes take heads.init")
-    if not math.isfinite(tok.beta):
-        raise ConfigError("tokens.coupling: needs tokens.beta (together they are the single head (β, K)); or give "
-                          "heads.init = {kind = 'diracs', points = [[β, K]], weights = [1.0]}")
-    if tok.beta < 0:
-        raise ConfigError(f"tokens.beta: must be >= 0, got {tok.beta:g}")
-    coupling = tok.coupling if math.isfinite(tok.coupling) else 1.0
-    heads_raw = raw.get("heads", {})
-    if isinstance(heads_raw, dict) and "init" in heads_raw:
-        raise ConfigError(f"{key}: heads.init is given too; set β and K in one of them (tokens.beta = β with "
-                          "tokens.coupling = K is heads.init = {kind = 'diracs', points = [[β, K]], weights = [1.0]})")
-    heads = sections.get("heads", Heads())
-    sections["heads"] = dataclasses.replace(heads, init={"kind": "diracs", "points": [[tok.beta, coupling]],
-                                                         "weights": [1.0]})
-    # folded into heads.init (config.toml has that)
-    sections["tokens"] = dataclasses.replace(tok, beta=math.nan, coupling=math.nan)
-
-
-#: The two ways to give the heads of a domain of Dirac heads: the single head (β, K), or heads.init.
-_SINGLE_HEAD, _HEADS_INIT = ("tokens.beta", "tokens.coupling"), "heads.init"
-
-
-def _later_head_wins(raw: dict[str, Any], overridden: list[str]) -> None:
-    """An override of the heads replaces the file's other way of giving them (the later word wins).
-
-    ``--set heads.init=...`` on a file with ``tokens.beta`` (or ``tokens.coupling``) drops the file's single head;
-    ``--set tokens.beta=...`` on a file with ``heads.init`` drops the file's heads.init. Both given in the file, or
-    both by ``--set``, are still refused (:func:`_beta_shortcut`).
-    """
-    init = any(k == _HEADS_INIT or k.startswith(_HEADS_INIT + ".") for k in overridden)
-    single = any(k in _SINGLE_HEAD for k in overridden)
-    tokens, heads = raw.get("tokens"), raw.get("heads")
-    if init and not single and isinstance(tokens, dict):
-        for k in _SINGLE_HEAD:
-            tokens.pop(k.split(".")[1], None)
-    if single and not init and isinstance(heads, dict):
-        heads.pop("init", None)
-
-
 def suggest(word: str, known: list[str], prefix: str = "", fmt: str = "{}") -> str:
     """``"; did you mean X?"`` for the closest of ``known`` to a misspelt ``word`` (difflib), or ``""``."""
     close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
@@ -402,7 +345,7 @@ def load(path: str | Path | None, overrides: list[str] = (), default: str = "run
     if fam and isinstance(heads, dict) and fam[-1] != heads.get("family", "scalar"):  # --set changes the family:
         for k in {*_FAMILY_KEYS, "a"} - {ks[-1] for ks, _ in parsed if ks[0] == "heads"}:  # the file's Θ keys (of
             heads.pop(k, None)  # the other p) and a give way to the new family's defaults, unless --set gives them
-    _later_head_wins(raw, [".".join(k) for k, _ in parsed])
+    later_heads_win(raw, [".".join(k) for k, _ in parsed])
     for item, (keys, value) in zip(overrides, parsed, strict=True):
         table = raw
         for k in keys[:-1]:

@@ -102,7 +102,7 @@ def run_transport(pb: Problem, out: Path, write_fields: bool = True) -> dict[str
     """
     job = JobDir.existing(out, pb.comm, "transport")
     fields = FieldFiles(out) if write_fields and pb.sec.output.fields else None
-    return _transport(box_job, pb.sec, "box", out, pb.comm, job, fields, None, {"setup": pb})
+    return _transport(box_job, pb.sec, pb.sec.tokens.domain, out, pb.comm, job, fields, None, {"setup": pb})
 
 
 def _transport(dom: Any, sec: Any, domain: str, out: Path, comm: MPI.Comm, job: JobDir, fields: FieldFiles | None,

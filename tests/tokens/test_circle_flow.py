@@ -303,12 +303,12 @@ def test_cluster_masses_across_the_cut():
     ("depth.steps=10000000", "depth.steps"),
     ("depth.spacing='cubic'", "depth.spacing"), ("depth.decades=0", "depth.decades"),
     ("tokens.beta=-1.0", "tokens.beta"),
-    ("heads.init={kind='diracs', points=[[4.0, 1.0]], weights=[1.0]}", "tokens.beta")])
+    ("heads.init={kind='diracs', points=[[4.0, 1.0]], weights=[1.0]}\ntokens.beta=3.0", "tokens.beta")])
 def test_bad_flow_config_names_the_key(override, key):
-    over = [override, "tokens.solver='flow'"] if key != "tokens.solver" else [override]
+    over = [*override.split("\n"), "tokens.solver='flow'"] if key != "tokens.solver" else [override]
     if key == "depth.decades":
         over.append("depth.spacing='log'")
-    with pytest.raises(C.ConfigError, match=key):  # heads.init with the demo's tokens.beta: both given
+    with pytest.raises(C.ConfigError, match=key):  # heads.init and tokens.beta both by --set: two sources of β
         C.load(DEMO, over)
 
 
