@@ -10,7 +10,8 @@ node next to z = 1), downwards, each point a Newton solve under the constraint u
 bordered Newton, :class:`~mfpde.continuation_newton.DenseNewton`). Along it K(b) falls to the fold, where
 dK/db (the bordered system's implicit derivative) changes sign: K_f is the root of dK/db (Brent in b), the
 smallest K at which the clustered state exists; the Maxwell point K_M is the root in b of ΔE = E(μ) − E(uniform)
-between two stable points of the branch (Brent in b, as :func:`mfpde.bifurcation.maxwell_points` does in K).
+between two stable points of the branch (Brent in b, :func:`~mfpde.continuation_newton.brent`, as
+:func:`mfpde.bifurcation.maxwell_points` does in K).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-import scipy.optimize
 import scipy.special
 
-from mfpde.continuation_newton import DenseNewton
+from mfpde.continuation_newton import DenseNewton, brent
 from mfpde.tokens.hypersphere.stationary import HypersphereStationary
 
 __all__ = ["ClusterTransition", "cluster_transition", "clustered_state"]
@@ -104,8 +104,9 @@ def cluster_transition(P: HypersphereStationary, K0: float | None = None, step: 
 
     Args:
         P: the zonal stationary problem (any d, β above β*⁽ᵈ⁾).
-        K0: the coupling to start from; by default the largest of K_c 2^{−j} (j ≥ 1) whose clustered state
-            Newton resolves to its tolerance and whose free energy is below the uniform state's.
+        K0: the coupling to start from; by default the least of K_c 2^{−j}, j = 1, 2, ..., before the first whose
+            clustered state is not found or whose free energy is not below the uniform state's, that Newton
+            resolves to its tolerance.
         step: the first step in b, relative to b at K_0 (halved on a failed Newton solve, grown by 1.5 after an
             easy one, at most 4 times this).
         max_points: the most points swept.
@@ -201,7 +202,7 @@ def cluster_transition(P: HypersphereStationary, K0: float | None = None, step: 
 
     tol = 1e-14 * max(abs(bs[0]), 1.0)
     try:
-        bf = scipy.optimize.brentq(lambda b: _dK_db(P, solve(b), row), bs[-1], bs[-2], xtol=tol, rtol=1e-15)
+        bf = brent(lambda b: _dK_db(P, solve(b), row), bs[-1], bs[-2], xtol=tol, rtol=1e-15)
         xf = solve(bf)
         out.K_f, out.order_fold = float(xf[m]), P.order_parameter(xf[:m])
     except RuntimeError as e:
@@ -210,8 +211,8 @@ def cluster_transition(P: HypersphereStationary, K0: float | None = None, step: 
     for i in range(first, len(xs) - 2):  # the stable part: every point but the last (past the fold)
         if stable[i] and stable[i + 1] and (dE[i] < 0) != (dE[i + 1] < 0):
             try:
-                bm = scipy.optimize.brentq(lambda b: gap(solve(b)[:m], float(solve(b)[m])), bs[i + 1], bs[i],
-                                           xtol=tol, rtol=1e-15)
+                bm = brent(lambda b: gap(solve(b)[:m], float(solve(b)[m])), bs[i + 1], bs[i], xtol=tol,
+                           rtol=1e-15)
             except RuntimeError as e:
                 out.why = f"the Maxwell point: {e}"
                 return out
